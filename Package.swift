@@ -1,0 +1,75 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+    name: "Keysmith",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Keysmith", targets: ["Keysmith"]),
+        .library(name: "KeysmithVault", targets: ["KeysmithVault"]),
+        .executable(name: "keysmith", targets: ["keysmith"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // C libraries: a module map and a shim header each. All unsafe calls into them stay in
+        // the one Swift module that wraps each (KeysmithCrypto for OpenSSL).
+        .systemLibrary(
+            name: "COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        .systemLibrary(
+            name: "CLibSecret",
+            pkgConfig: "libsecret-1",
+            providers: [.apt(["libsecret-1-dev"])]
+        ),
+
+        // The core: capability protocols, item kinds, results, errors, the storage protocol,
+        // the in-memory store and the static API. Depends on nothing.
+        .target(name: "Keysmith"),
+
+        // Package-internal wrappers around C: OpenSSL EVP and the POSIX file calls.
+        .target(name: "KeysmithCrypto", dependencies: ["COpenSSL"]),
+        .target(name: "KeysmithSystem"),
+
+        // Backends.
+        .target(
+            name: "KeysmithVault",
+            dependencies: ["Keysmith", "KeysmithCrypto", "KeysmithSystem"]
+        ),
+
+        // The command.
+        .executableTarget(
+            name: "keysmith",
+            dependencies: [
+                "Keysmith", "KeysmithVault",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+
+        // Tests: one target per module, one shared conformance suite for every store,
+        // and the command tested through its built binary.
+        .testTarget(name: "KeysmithTests", dependencies: ["Keysmith"]),
+        .testTarget(name: "KeysmithCryptoTests", dependencies: ["KeysmithCrypto"]),
+        .testTarget(
+            name: "KeysmithVaultTests",
+            dependencies: ["KeysmithVault", "KeysmithCrypto", "KeysmithSystem"]
+        ),
+        .testTarget(
+            name: "KeysmithConformanceTests",
+            dependencies: ["Keysmith", "KeysmithVault"]
+        ),
+        .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith"]),
+    ],
+    swiftLanguageModes: [.v6]
+)
+
+// Every target: the upcoming features we want everywhere (one loop, as swift-log does).
+for target in package.targets where target.type != .system {
+    var settings = target.swiftSettings ?? []
+    settings.append(.enableUpcomingFeature("ExistentialAny"))
+    settings.append(.enableUpcomingFeature("InternalImportsByDefault"))
+    target.swiftSettings = settings
+}

@@ -1,0 +1,23 @@
+#ifndef KEYSMITH_COPENSSL_SHIM_H
+#define KEYSMITH_COPENSSL_SHIM_H
+
+// The parts of OpenSSL 3 that Keysmith uses: EVP ciphers and digests, scrypt, HMAC,
+// random bytes, cleansing and the error queue.
+#include <openssl/evp.h>
+#include <openssl/err.h>
+#include <openssl/rand.h>
+#include <openssl/crypto.h>
+#include <openssl/hmac.h>
+#include <openssl/opensslv.h>
+
+// Macros are invisible to Swift: re-publish the ones we need as functions.
+
+/// EVP_CTRL_GCM_SET_IVLEN, EVP_CTRL_GCM_GET_TAG, EVP_CTRL_GCM_SET_TAG as plain ints.
+static inline int COpenSSL_EVP_CTRL_GCM_SET_IVLEN(void) { return EVP_CTRL_GCM_SET_IVLEN; }
+static inline int COpenSSL_EVP_CTRL_GCM_GET_TAG(void) { return EVP_CTRL_GCM_GET_TAG; }
+static inline int COpenSSL_EVP_CTRL_GCM_SET_TAG(void) { return EVP_CTRL_GCM_SET_TAG; }
+
+/// OPENSSL_VERSION_TEXT as a function.
+static inline const char *COpenSSL_version_text(void) { return OpenSSL_version(OPENSSL_VERSION); }
+
+#endif

@@ -1,0 +1,83 @@
+import Foundation
+import Keysmith
+import Testing
+
+@Suite("static API", .serialized)
+struct StaticAPITests {
+    @Test("save, load, update and delete in one line each, against an explicit store")
+    func oneLiners() throws {
+        let store = MemoryStore()
+        try Keysmith.save(Data("one".utf8), forAccount: "bob", inService: "mail", in: store)
+        #expect(try Keysmith.load(forAccount: "bob", inService: "mail", from: store) == Data("one".utf8))
+        try Keysmith.update(Data("two".utf8), forAccount: "bob", inService: "mail", in: store)
+        #expect(try Keysmith.load(forAccount: "bob", inService: "mail", from: store) == Data("two".utf8))
+        try Keysmith.delete(forAccount: "bob", inService: "mail", from: store)
+        #expect(try Keysmith.load(forAccount: "bob", inService: "mail", from: store) == nil)
+    }
+
+    @Test("update keeps the item's metadata and creation date")
+    func updateKeepsMetadata() throws {
+        let clock = TestClock()
+        let store = MemoryStore(clock: clock.now)
+        let key = ItemKey.genericPassword(service: "mail", account: "bob")
+        try store.create(ItemAttributes(key: key, label: "Bob", comment: "c"), secret: Data("1".utf8))
+        clock.advance(60)
+        try Keysmith.update(Data("2".utf8), forAccount: "bob", inService: "mail", in: store)
+        let record = try #require(try store.read(key))
+        #expect(record.attributes.label == "Bob")
+        #expect(record.attributes.comment == "c")
+        #expect(record.info.modified.timeIntervalSince(record.info.created) == 60)
+    }
+
+    @Test("set creates or replaces")
+    func setUpserts() throws {
+        let store = MemoryStore()
+        try Keysmith.set(Data("1".utf8), forAccount: "a", inService: "s", in: store)
+        try Keysmith.set(Data("2".utf8), forAccount: "a", inService: "s", in: store)
+        #expect(try Keysmith.load(forAccount: "a", inService: "s", from: store) == Data("2".utf8))
+    }
+
+    @Test("a Codable value saved by the static API loads back")
+    func codable() throws {
+        let store = MemoryStore()
+        try Keysmith.save(["k": 1, "j": 2], forAccount: "a", inService: "s", in: store)
+        #expect(try Keysmith.load([String: Int].self, forAccount: "a", inService: "s", from: store) == ["k": 1, "j": 2])
+        #expect(try Keysmith.load([String: Int].self, forAccount: "b", inService: "s", from: store) == nil)
+    }
+
+    @Test("the default store is used when none is given, and its absence is a clear error")
+    func defaultStore() throws {
+        Keysmith.resetDefaultStore()
+        let missing = #expect(throws: KeysmithError.self) {
+            _ = try Keysmith.load(forAccount: "a", inService: "s")
+        }
+        #expect(missing?.code == .storeUnavailable)
+        #expect(missing?.message.contains("setDefaultStore") == true)
+
+        let store = MemoryStore()
+        let opened = Counter()
+        Keysmith.setDefaultStoreProvider {
+            opened.increment()
+            return store
+        }
+        try Keysmith.save(Data("x".utf8), forAccount: "a", inService: "s")
+        #expect(try Keysmith.load(forAccount: "a", inService: "s") == Data("x".utf8))
+        #expect(try store.read(.genericPassword(service: "s", account: "a")) != nil)
+        #expect(opened.value == 1)
+        Keysmith.resetDefaultStore()
+    }
+}
+
+final class TestClock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var current = Date(timeIntervalSince1970: 1_800_000_000)
+    func now() -> Date { lock.withLock { current } }
+    func advance(_ seconds: TimeInterval) { lock.withLock { current += seconds } }
+}
+
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func increment() { lock.withLock { count += 1 } }
+    var value: Int { lock.withLock { count } }
+}

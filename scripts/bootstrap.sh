@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the system packages Keysmith needs to build, test and run, when they are missing.
+# Runs apt-get as root, or through sudo; otherwise says exactly what to install.
+set -euo pipefail
+
+packages=(pkg-config libssl-dev libsecret-1-dev gnome-keyring libsecret-tools dbus dbus-bin)
+
+missing=()
+for package in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$package")
+    fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "keysmith: missing system packages: ${missing[*]}; this script knows apt-get only: install them with your package manager" >&2
+    exit 1
+fi
+if [ "$(id -u)" -eq 0 ]; then
+    sudo=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    sudo=(sudo)
+else
+    echo "keysmith: missing system packages: ${missing[*]}" >&2
+    echo "keysmith: run as root, or run: sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+echo "keysmith: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq >&2
+"${sudo[@]}" apt-get install -y -qq "${missing[@]}" >&2
