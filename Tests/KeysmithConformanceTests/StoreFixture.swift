@@ -1,5 +1,6 @@
 import Foundation
 import Keysmith
+import KeysmithVault
 import Testing
 
 /// A store under test: how to make a fresh one and how to clean up after it.
@@ -11,8 +12,26 @@ struct StoreFixture: Sendable, CustomTestStringConvertible {
 
     static let memory = StoreFixture(name: "memory") { (MemoryStore(), {}) }
 
+    /// A fresh file vault in a temporary directory, unlocked by a key (no KDF cost per test).
+    static let vault = StoreFixture(name: "file vault") {
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("keysmith-conformance-\(UUID().uuidString)").path
+        let vault = try FileVault.create(at: directory, credential: .key([UInt8](repeating: 7, count: 32)))
+        return (vault, { try? FileManager.default.removeItem(atPath: directory) })
+    }
+
+    /// A file vault unlocked by a passphrase through scrypt, reopened from disk before use, so
+    /// every test also reads what a fresh process would.
+    static let reopenedVault = StoreFixture(name: "file vault (passphrase, reopened)") {
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("keysmith-conformance-\(UUID().uuidString)").path
+        _ = try FileVault.create(at: directory, credential: .passphrase("conformance"), scrypt: .testing)
+        let vault = try FileVault.open(at: directory, credential: .passphrase("conformance"))
+        return (vault, { try? FileManager.default.removeItem(atPath: directory) })
+    }
+
     /// Every store the suite runs against.
-    static let all: [StoreFixture] = [memory]
+    static let all: [StoreFixture] = [memory, vault, reopenedVault]
 
     static let mebibyte = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
 

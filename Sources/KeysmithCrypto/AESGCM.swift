@@ -1,0 +1,120 @@
+internal import COpenSSL
+
+/// AES-256-GCM through OpenSSL EVP, with 96-bit nonces and 128-bit tags.
+package enum AESGCM {
+    /// Key size in bytes.
+    package static let keySize = 32
+    /// Nonce size in bytes (96 bits).
+    package static let nonceSize = 12
+    /// Tag size in bytes (128 bits).
+    package static let tagSize = 16
+
+    /// Encrypts and authenticates.
+    ///
+    /// - Parameters:
+    ///   - plaintext: The bytes to encrypt.
+    ///   - key: A 32-byte key.
+    ///   - nonce: A 12-byte nonce, never reused with the same key; a fresh random one if `nil`.
+    ///   - associatedData: Bytes authenticated but not encrypted.
+    /// - Returns: The nonce, the ciphertext (as long as the plaintext) and the tag.
+    package static func seal(
+        _ plaintext: [UInt8], key: SecretBytes, nonce: [UInt8]? = nil, associatedData: [UInt8]
+    ) throws -> (nonce: [UInt8], ciphertext: [UInt8], tag: [UInt8]) {
+        let nonce = try nonce ?? Random.bytes(count: nonceSize)
+        try check(key: key, nonce: nonce)
+        var ciphertext = [UInt8](repeating: 0, count: plaintext.count)
+        var tag = [UInt8](repeating: 0, count: tagSize)
+        try run(encrypt: true, key: key, nonce: nonce, associatedData: associatedData,
+                input: plaintext, output: &ciphertext, tag: &tag)
+        return (nonce, ciphertext, tag)
+    }
+
+    /// Verifies and decrypts.
+    ///
+    /// - Returns: The plaintext; the caller wipes it with ``cleanse(_:)`` after use.
+    /// - Throws: ``CryptoError`` of kind `.authenticationFailed` when the key is wrong or any
+    ///   byte of the nonce, ciphertext, tag or associated data changed.
+    package static func open(
+        ciphertext: [UInt8], tag: [UInt8], key: SecretBytes, nonce: [UInt8], associatedData: [UInt8]
+    ) throws -> [UInt8] {
+        try check(key: key, nonce: nonce)
+        guard tag.count == tagSize else { throw CryptoError.invalidArgument("a GCM tag is \(tagSize) bytes") }
+        var plaintext = [UInt8](repeating: 0, count: ciphertext.count)
+        var tag = tag
+        do {
+            try run(encrypt: false, key: key, nonce: nonce, associatedData: associatedData,
+                    input: ciphertext, output: &plaintext, tag: &tag)
+        } catch {
+            cleanse(&plaintext)
+            throw error
+        }
+        return plaintext
+    }
+
+    private static func check(key: SecretBytes, nonce: [UInt8]) throws {
+        guard key.count == keySize else { throw CryptoError.invalidArgument("an AES-256 key is \(keySize) bytes") }
+        guard nonce.count == nonceSize else { throw CryptoError.invalidArgument("a GCM nonce is \(nonceSize) bytes") }
+    }
+
+    /// The one place with pointer code for GCM: one EVP context per call, freed on the next line.
+    private static func run(
+        encrypt: Bool, key: SecretBytes, nonce: [UInt8], associatedData: [UInt8],
+        input: [UInt8], output: inout [UInt8], tag: inout [UInt8]
+    ) throws {
+        guard let context = EVP_CIPHER_CTX_new() else { throw CryptoError.library("EVP_CIPHER_CTX_new") }
+        defer { EVP_CIPHER_CTX_free(context) }
+        let direction: Int32 = encrypt ? 1 : 0
+
+        guard EVP_CipherInit_ex(context, EVP_aes_256_gcm(), nil, nil, nil, direction) == 1 else {
+            throw CryptoError.library("EVP_CipherInit_ex")
+        }
+        guard EVP_CIPHER_CTX_ctrl(context, COpenSSL_EVP_CTRL_GCM_SET_IVLEN(), Int32(nonceSize), nil) == 1 else {
+            throw CryptoError.library("EVP_CTRL_GCM_SET_IVLEN")
+        }
+        let initialised = key.withUnsafeBytes { keyBytes in
+            nonce.withUnsafeBufferPointer { nonceBytes in
+                EVP_CipherInit_ex(
+                    context, nil, nil, keyBytes.bindMemory(to: UInt8.self).baseAddress,
+                    nonceBytes.baseAddress, direction)
+            }
+        }
+        guard initialised == 1 else { throw CryptoError.library("EVP_CipherInit_ex (key)") }
+
+        var length: Int32 = 0
+        if !associatedData.isEmpty {
+            let ok = associatedData.withUnsafeBufferPointer {
+                EVP_CipherUpdate(context, nil, &length, $0.baseAddress, Int32($0.count))
+            }
+            guard ok == 1 else { throw CryptoError.library("EVP_CipherUpdate (associated data)") }
+        }
+        if !input.isEmpty {
+            let ok = input.withUnsafeBufferPointer { inBytes in
+                output.withUnsafeMutableBufferPointer { outBytes in
+                    EVP_CipherUpdate(context, outBytes.baseAddress, &length, inBytes.baseAddress, Int32(inBytes.count))
+                }
+            }
+            guard ok == 1 else { throw CryptoError.library("EVP_CipherUpdate") }
+        }
+        if !encrypt {
+            let ok = tag.withUnsafeMutableBytes {
+                EVP_CIPHER_CTX_ctrl(context, COpenSSL_EVP_CTRL_GCM_SET_TAG(), Int32(tagSize), $0.baseAddress)
+            }
+            guard ok == 1 else { throw CryptoError.library("EVP_CTRL_GCM_SET_TAG") }
+        }
+        // GCM produces no bytes at finalisation; a scratch buffer keeps the pointer valid.
+        var scratch = [UInt8](repeating: 0, count: 16)
+        let finished = scratch.withUnsafeMutableBufferPointer {
+            EVP_CipherFinal_ex(context, $0.baseAddress, &length)
+        }
+        guard finished == 1 else {
+            if encrypt { throw CryptoError.library("EVP_CipherFinal_ex") }
+            throw CryptoError.authenticationFailed()
+        }
+        if encrypt {
+            let ok = tag.withUnsafeMutableBytes {
+                EVP_CIPHER_CTX_ctrl(context, COpenSSL_EVP_CTRL_GCM_GET_TAG(), Int32(tagSize), $0.baseAddress)
+            }
+            guard ok == 1 else { throw CryptoError.library("EVP_CTRL_GCM_GET_TAG") }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+#if canImport(Glibc)
+internal import Glibc
+#elseif canImport(Musl)
+internal import Musl
+#elseif canImport(Darwin)
+internal import Darwin
+#endif
+
+/// A failed system call: which call, on which path, and the `errno` it set.
+package struct SystemError: Error, Sendable, Equatable, CustomStringConvertible {
+    package let call: String
+    package let path: String
+    package let errno: Int32
+
+    package var description: String {
+        "\(call) \(path): \(String(cString: strerror(errno)))"
+    }
+
+    /// Whether the call failed because the path does not exist.
+    package var isNotFound: Bool { errno == ENOENT }
+    /// Whether the call failed for lack of permission.
+    package var isPermissionDenied: Bool { errno == EACCES || errno == EPERM }
+    /// Whether the target already exists.
+    package var isAlreadyExists: Bool { errno == EEXIST }
+}
+
+/// Each system call goes through one function here, so `errno` handling lives in one place and
+/// no pointer code leaks into the stores.
+package enum System {
+    /// Retries a call interrupted by a signal.
+    private static func retrying(_ body: () -> Int32) -> Int32 {
+        while true {
+            let result = body()
+            if result == -1 && errno == EINTR { continue }
+            return result
+        }
+    }
+
+    /// Opens a file. The corresponding C function is `open`; `O_CLOEXEC` is always added.
+    package static func open(_ path: String, flags: Int32, mode: UInt32 = 0o600) throws -> Int32 {
+        let fd = retrying { Glibc.open(path, flags | O_CLOEXEC, mode) }
+        guard fd >= 0 else { throw SystemError(call: "open", path: path, errno: errno) }
+        return fd
+    }
+
+    /// Closes a descriptor, ignoring errors (nothing useful can be done about them here).
+    package static func close(_ fd: Int32) {
+        _ = Glibc.close(fd)
+    }
+
+    /// Writes every byte. The corresponding C function is `write`.
+    package static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws {
+        try bytes.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let written = Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    throw SystemError(call: "write", path: path, errno: errno)
+                }
+                offset += written
+            }
+        }
+    }
+
+    /// Reads a whole file, or returns `nil` if it does not exist.
+    package static func readFile(_ path: String) throws -> [UInt8]? {
+        let fd: Int32
+        do {
+            fd = try open(path, flags: O_RDONLY)
+        } catch let error as SystemError where error.isNotFound {
+            return nil
+        }
+        defer { close(fd) }
+        return try readAll(fd, path: path)
+    }
+
+    /// Reads from a descriptor to its end. The corresponding C function is `read`.
+    package static func readAll(_ fd: Int32, path: String) throws -> [UInt8] {
+        var status = stat()
+        let size = fstat(fd, &status) == 0 ? Int(status.st_size) : 0
+        var bytes = [UInt8](repeating: 0, count: max(size, 0) + 1)
+        var filled = 0
+        while true {
+            if filled == bytes.count { bytes.append(contentsOf: [UInt8](repeating: 0, count: max(4096, bytes.count))) }
+            let count = bytes.withUnsafeMutableBytes { buffer in
+                Glibc.read(fd, buffer.baseAddress! + filled, buffer.count - filled)
+            }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw SystemError(call: "read", path: path, errno: errno)
+            }
+            if count == 0 { break }
+            filled += count
+        }
+        bytes.removeSubrange(filled...)
+        return bytes
+    }
+
+    /// Flushes a descriptor's data and metadata to the disk. The corresponding C function is `fsync`.
+    package static func fsync(_ fd: Int32, path: String) throws {
+        guard retrying({ Glibc.fsync(fd) }) == 0 else { throw SystemError(call: "fsync", path: path, errno: errno) }
+    }
+
+    /// Makes a directory's entries (creations, renames, removals) durable.
+    package static func fsyncDirectory(_ path: String) throws {
+        let fd = try open(path, flags: O_RDONLY | O_DIRECTORY)
+        defer { close(fd) }
+        try fsync(fd, path: path)
+    }
+
+    /// Atomically replaces `destination` with `source`. The corresponding C function is `rename`.
+    package static func rename(_ source: String, _ destination: String) throws {
+        guard Glibc.rename(source, destination) == 0 else {
+            throw SystemError(call: "rename", path: "\(source) -> \(destination)", errno: errno)
+        }
+    }
+
+    /// Creates a hard link; fails if `destination` exists. The corresponding C function is `link`.
+    package static func link(_ source: String, _ destination: String) throws {
+        guard Glibc.link(source, destination) == 0 else {
+            throw SystemError(call: "link", path: destination, errno: errno)
+        }
+    }
+
+    /// Removes a file; a missing file is not an error. The corresponding C function is `unlink`.
+    package static func unlink(_ path: String) throws {
+        guard Glibc.unlink(path) == 0 || errno == ENOENT else {
+            throw SystemError(call: "unlink", path: path, errno: errno)
+        }
+    }
+
+    /// Creates a directory with a mode; returns `false` if it already existed.
+    /// The corresponding C function is `mkdir`.
+    @discardableResult
+    package static func mkdir(_ path: String, mode: UInt32 = 0o700) throws -> Bool {
+        if Glibc.mkdir(path, mode) == 0 { return true }
+        if errno == EEXIST { return false }
+        throw SystemError(call: "mkdir", path: path, errno: errno)
+    }
+
+    /// What `stat` says of a path that matters to the stores.
+    package struct FileStatus: Sendable, Equatable {
+        package var inode: UInt64
+        package var size: Int
+        package var mode: UInt32
+        package var isDirectory: Bool
+        package var modifiedNanoseconds: Int64
+    }
+
+    /// The status of a path, or `nil` if it does not exist. The corresponding C function is `stat`.
+    package static func status(_ path: String) throws -> FileStatus? {
+        var status = stat()
+        guard stat(path, &status) == 0 else {
+            if errno == ENOENT || errno == ENOTDIR { return nil }
+            throw SystemError(call: "stat", path: path, errno: errno)
+        }
+        return FileStatus(
+            inode: UInt64(status.st_ino), size: Int(status.st_size), mode: UInt32(status.st_mode) & 0o7777,
+            isDirectory: (status.st_mode & S_IFMT) == S_IFDIR,
+            modifiedNanoseconds: Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec))
+    }
+
+    /// The names in a directory, without `.` and `..`. The corresponding C function is `readdir`.
+    package static func listDirectory(_ path: String) throws -> [String] {
+        guard let directory = opendir(path) else { throw SystemError(call: "opendir", path: path, errno: errno) }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// Takes an exclusive advisory lock, waiting for it. The corresponding C function is `flock`.
+    package static func lockExclusive(_ fd: Int32, path: String) throws {
+        guard retrying({ flock(fd, LOCK_EX) }) == 0 else { throw SystemError(call: "flock", path: path, errno: errno) }
+    }
+
+    /// Releases an advisory lock.
+    package static func unlock(_ fd: Int32) {
+        _ = flock(fd, LOCK_UN)
+    }
+
+    /// The process's id.
+    package static var processID: Int32 { getpid() }
+
+    /// An environment variable, or `nil`.
+    package static func environment(_ name: String) -> String? {
+        guard let value = getenv(name) else { return nil }
+        return String(cString: value)
+    }
+}
+
+/// Flags for ``System/open(_:flags:mode:)``, re-exported so callers need not import Glibc.
+package enum OpenFlags {
+    package static let readOnly = O_RDONLY
+    package static let writeOnly = O_WRONLY
+    package static let readWrite = O_RDWR
+    package static let create = O_CREAT
+    package static let exclusive = O_EXCL
+    package static let truncate = O_TRUNC
+    package static let directory = O_DIRECTORY
+    package static let noFollow = O_NOFOLLOW
+}

@@ -1,0 +1,105 @@
+/// Big-endian byte building and parsing for the vault format (docs/format.md).
+struct ByteWriter {
+    var bytes: [UInt8] = []
+
+    init(capacity: Int = 0) { bytes.reserveCapacity(capacity) }
+
+    mutating func append(_ value: UInt8) { bytes.append(value) }
+    mutating func append(_ value: [UInt8]) { bytes.append(contentsOf: value) }
+    mutating func append(_ value: some Collection<UInt8>) { bytes.append(contentsOf: value) }
+    mutating func append(_ value: UInt16) { appendInteger(value) }
+    mutating func append(_ value: UInt32) { appendInteger(value) }
+    mutating func append(_ value: UInt64) { appendInteger(value) }
+
+    private mutating func appendInteger<T: FixedWidthInteger>(_ value: T) {
+        var big = value.bigEndian
+        withUnsafeBytes(of: &big) { bytes.append(contentsOf: $0) }
+    }
+
+    /// A length-prefixed field: u32 length, then the bytes.
+    mutating func appendField(_ value: some Collection<UInt8>) {
+        append(UInt32(value.count))
+        append(value)
+    }
+}
+
+/// Reads big-endian values; every read checks the bounds and reports `nil` past the end.
+struct ByteReader {
+    let bytes: [UInt8]
+    var offset: Int
+
+    init(_ bytes: [UInt8], offset: Int = 0) {
+        self.bytes = bytes
+        self.offset = offset
+    }
+
+    var remaining: Int { bytes.count - offset }
+
+    mutating func read(count: Int) -> ArraySlice<UInt8>? {
+        guard count >= 0, remaining >= count else { return nil }
+        defer { offset += count }
+        return bytes[offset..<offset + count]
+    }
+
+    mutating func readBytes(_ count: Int) -> [UInt8]? { read(count: count).map(Array.init) }
+    mutating func readUInt8() -> UInt8? { read(count: 1)?.first }
+    mutating func readUInt16() -> UInt16? { readInteger() }
+    mutating func readUInt32() -> UInt32? { readInteger() }
+    mutating func readUInt64() -> UInt64? { readInteger() }
+
+    private mutating func readInteger<T: FixedWidthInteger>() -> T? {
+        guard let slice = read(count: MemoryLayout<T>.size) else { return nil }
+        return slice.reduce(T(0)) { ($0 << 8) | T($1) }
+    }
+}
+
+/// CRC-32 (IEEE 802.3, the polynomial of zlib and PNG), used to find frame boundaries after
+/// damage. It is not a security check: AES-GCM tags are.
+enum CRC32 {
+    private static let table: [UInt32] = (0..<256).map { index in
+        var value = UInt32(index)
+        for _ in 0..<8 { value = (value & 1) != 0 ? (value >> 1) ^ 0xEDB8_8320 : value >> 1 }
+        return value
+    }
+
+    static func checksum(_ bytes: some Collection<UInt8>) -> UInt32 {
+        var crc: UInt32 = 0xFFFF_FFFF
+        for byte in bytes { crc = table[Int((crc ^ UInt32(byte)) & 0xFF)] ^ (crc >> 8) }
+        return crc ^ 0xFFFF_FFFF
+    }
+}
+
+extension Array where Element == UInt8 {
+    var hexString: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(count * 2)
+        for byte in self {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0xF)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    init?(hex: String) {
+        let utf8 = Array(hex.utf8)
+        guard utf8.count % 2 == 0 else { return nil }
+        func value(_ c: UInt8) -> UInt8? {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(utf8.count / 2)
+        var index = 0
+        while index < utf8.count {
+            guard let high = value(utf8[index]), let low = value(utf8[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+            index += 2
+        }
+        self = bytes
+    }
+}

@@ -1,0 +1,165 @@
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+
+/// Where a vault keeps its files (docs/format.md, "Directory layout").
+struct VaultPaths: Sendable {
+    let root: String
+    var header: String { root + "/" + VaultHeader.primaryName }
+    var headerBackup: String { root + "/" + VaultHeader.backupName }
+    var lock: String { root + "/lock" }
+    var snapshot: String { root + "/snapshot" }
+    var logDirectory: String { root + "/log" }
+
+    func logName(_ sequence: UInt64) -> String { "log/" + Self.hex16(sequence) }
+    func log(_ sequence: UInt64) -> String { root + "/" + logName(sequence) }
+
+    static func hex16(_ value: UInt64) -> String {
+        let digits = String(value, radix: 16)
+        return String(repeating: "0", count: max(0, 16 - digits.count)) + digits
+    }
+}
+
+/// Atomic, durable file replacement: temporary file (mode 0600, created exclusively), write,
+/// fsync, rename over the target, fsync of the directory. Readers see the old file or the new
+/// one, never a mix; after `write` returns, the new file survives a crash.
+enum Durable {
+    static let temporaryPrefix = ".tmp-"
+
+    static func write(_ bytes: [UInt8], to path: String, directory: String) throws {
+        let random = (try? Random.bytes(count: 6).hexString) ?? "000000000000"
+        let temporary = directory + "/" + temporaryPrefix + "\(System.processID)-" + random
+        try io {
+            let fd = try System.open(temporary, flags: OpenFlags.writeOnly | OpenFlags.create | OpenFlags.exclusive, mode: 0o600)
+            do {
+                try System.writeAll(fd, bytes, path: temporary)
+                try System.fsync(fd, path: temporary)
+                System.close(fd)
+            } catch {
+                System.close(fd)
+                try? System.unlink(temporary)
+                throw error
+            }
+            do {
+                try System.rename(temporary, path)
+            } catch {
+                try? System.unlink(temporary)
+                throw error
+            }
+            try System.fsyncDirectory(directory)
+        }
+    }
+}
+
+/// A header with its keys unwrapped.
+struct UnlockedHeader {
+    let header: VaultHeader
+    let kek: SecretBytes
+    let idKey: SecretBytes
+    let dataKeys: [UInt32: SecretBytes]
+}
+
+/// Reading, unlocking and writing the two copies of the header.
+enum HeaderStore {
+    /// Reads the first intact copy of the header.
+    static func read(_ paths: VaultPaths) throws -> VaultHeader {
+        var problems: [String] = []
+        var found = false
+        for (path, name) in [(paths.header, VaultHeader.primaryName), (paths.headerBackup, VaultHeader.backupName)] {
+            guard let bytes = try io({ try System.readFile(path) }) else { continue }
+            found = true
+            do {
+                return try VaultHeader.parse(bytes)
+            } catch .unsupported(let reason) {
+                throw KeysmithError(.corruptData, "the vault header is unsupported: \(reason); upgrade Keysmith")
+            } catch .damaged(let reason) {
+                problems.append("\(name): \(reason)")
+            }
+        }
+        guard found else {
+            throw KeysmithError(
+                .storeUnavailable, "\(paths.root) is not a Keysmith vault (it has no header); create one with `keysmith init`")
+        }
+        throw KeysmithError(.corruptData, "both copies of the vault header are damaged (\(problems.joined(separator: "; "))); restore the vault from a backup")
+    }
+
+    /// Both copies, in order, each with its parse result.
+    static func readAll(_ paths: VaultPaths) throws -> [VaultHeader] {
+        var headers: [VaultHeader] = []
+        for path in [paths.header, paths.headerBackup] {
+            if let bytes = try io({ try System.readFile(path) }), let header = try? VaultHeader.parse(bytes) {
+                headers.append(header)
+            }
+        }
+        return headers
+    }
+
+    static func write(_ header: VaultHeader, _ paths: VaultPaths) throws {
+        let bytes = try vaultCrypto { try header.encode() }
+        try Durable.write(bytes, to: paths.header, directory: paths.root)
+        try Durable.write(bytes, to: paths.headerBackup, directory: paths.root)
+    }
+
+    static func deriveKEK(_ kdf: VaultHeader.KDF, credential: VaultCredential) throws -> SecretBytes {
+        guard let salt = Data(base64Encoded: kdf.salt).map(Array.init), salt.count >= 16 else {
+            throw KeysmithError(.corruptData, "the vault header's KDF salt is malformed")
+        }
+        switch (kdf.type, credential.source) {
+        case ("scrypt", .passphrase(let passphrase)):
+            guard let n = kdf.n, let r = kdf.r, let p = kdf.p else {
+                throw KeysmithError(.corruptData, "the vault header's scrypt parameters are missing")
+            }
+            let parameters = ScryptParameters(n: n, r: r, p: p)
+            do {
+                try parameters.validate()
+            } catch {
+                throw KeysmithError(.corruptData, "the vault header's scrypt parameters are out of range: N=\(n) r=\(r) p=\(p)")
+            }
+            return try vaultCrypto { try Scrypt.derive(passphrase: passphrase, salt: salt, n: n, r: r, p: p, length: 32) }
+        case ("keyfile", .keyfile), ("keyfile", .key):
+            let key = try credential.keyMaterial()
+            return SecretBytes(copying: SHA256.hmac(key: key, Format.keyfileKEKLabel + salt))
+        case ("scrypt", _):
+            throw KeysmithError(.authenticationFailed, "this vault is unlocked by a passphrase, not a keyfile")
+        case ("keyfile", _):
+            throw KeysmithError(.authenticationFailed, "this vault is unlocked by a keyfile, not a passphrase")
+        default:
+            throw KeysmithError(.corruptData, "the vault header names an unknown key derivation `\(kdf.type)`")
+        }
+    }
+
+    /// Unlocks a header: derives the KEK and unwraps every key.
+    static func unlock(_ header: VaultHeader, credential: VaultCredential) throws -> UnlockedHeader {
+        let kek = try deriveKEK(header.kdf, credential: credential)
+        let vaultID = header.vaultIDBytes
+        let idKey: SecretBytes
+        do {
+            idKey = try VaultHeader.unwrap(header.idKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.id)
+        } catch .malformed {
+            throw KeysmithError(.corruptData, "the vault header's wrapped id key is malformed")
+        } catch .authentication {
+            throw KeysmithError(
+                .authenticationFailed,
+                credential.isPassphrase ? "wrong passphrase for this vault" : "the key in \(credential) does not unlock this vault")
+        }
+        var dataKeys: [UInt32: SecretBytes] = [:]
+        for wrapped in header.dataKeys {
+            do {
+                dataKeys[wrapped.epoch] = try VaultHeader.unwrap(wrapped, with: kek, vaultID: vaultID, purpose: KeyPurpose.data)
+            } catch {
+                throw KeysmithError(.corruptData, "the vault header's data key of epoch \(wrapped.epoch) is damaged")
+            }
+        }
+        return UnlockedHeader(header: header, kek: kek, idKey: idKey, dataKeys: dataKeys)
+    }
+
+    static func newKDF(for credential: VaultCredential, scrypt: ScryptParameters) throws -> VaultHeader.KDF {
+        let salt = try vaultCrypto { try Random.bytes(count: 32) }
+        let encoded = Data(salt).base64EncodedString()
+        if credential.isPassphrase {
+            try scrypt.validate()
+            return VaultHeader.KDF(type: "scrypt", n: scrypt.n, r: scrypt.r, p: scrypt.p, salt: encoded)
+        }
+        return VaultHeader.KDF(type: "keyfile", n: nil, r: nil, p: nil, salt: encoded)
+    }
+}

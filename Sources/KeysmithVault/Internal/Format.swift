@@ -1,0 +1,360 @@
+import Keysmith
+
+/// Constants and byte layouts of vault format version 1. docs/format.md is the specification;
+/// this file is its implementation, and the two change together.
+enum Format {
+    static let version: UInt16 = 1
+    static let vaultIDSize = 16
+    static let recordIDSize = 32
+
+    static let logMagic = Array("KSMVLOG1".utf8)
+    static let snapshotMagic = Array("KSMVSNP1".utf8)
+    /// magic (8) ‖ vault id (16) ‖ sequence (8) ‖ CRC-32 of those 32 bytes (4).
+    static let fileHeaderSize = 36
+
+    static let frameMagic = Array("KSRF".utf8)
+    /// magic 4 ‖ op 1 ‖ epoch 4 ‖ version 8 ‖ record id 32 ‖ nonce 12 ‖ length 4.
+    static let frameHeaderBodySize = 65
+    /// The header body and its CRC-32.
+    static let frameHeaderSize = 69
+    /// record id 32 ‖ version 8 ‖ CRC-32 4.
+    static let frameTrailerSize = 44
+
+    static let recordADLabel = Array("keysmith-vault-v1 record".utf8)
+    static let keyWrapADLabel = Array("keysmith-vault-v1 key-wrap".utf8)
+    static let identityLabel = Array("keysmith-vault-v1 identity".utf8)
+    static let keyfileKEKLabel = Array("keysmith-vault-v1 keyfile-kek".utf8)
+
+    /// The largest record a frame may claim, so a damaged length can never make us allocate
+    /// gigabytes: 64 MiB.
+    static let maximumCiphertext = 64 << 20
+}
+
+/// A record's stable, keyed name: HMAC-SHA-256 of its identity under the vault's id key.
+struct RecordID: Hashable, Sendable, CustomStringConvertible {
+    let bytes: [UInt8]
+
+    init?(_ bytes: [UInt8]) {
+        guard bytes.count == Format.recordIDSize else { return nil }
+        self.bytes = bytes
+    }
+
+    /// The first 16 hex digits, enough to name a record in a message.
+    var description: String { Array(bytes.prefix(8)).hexString }
+}
+
+enum FrameOp: UInt8, Sendable {
+    case put = 1
+    case delete = 2
+}
+
+/// One sealed record as it sits in a log or snapshot file.
+struct Frame: Sendable {
+    var op: FrameOp
+    var epoch: UInt32
+    var version: UInt64
+    var recordID: RecordID
+    var nonce: [UInt8]
+    var ciphertext: [UInt8]
+    var tag: [UInt8]
+
+    func associatedData(vaultID: [UInt8]) -> [UInt8] {
+        var writer = ByteWriter(capacity: 96)
+        writer.append(Format.recordADLabel)
+        writer.append(Format.version)
+        writer.append(vaultID)
+        writer.append(op.rawValue)
+        writer.append(epoch)
+        writer.append(version)
+        writer.append(recordID.bytes)
+        return writer.bytes
+    }
+
+    func encode(into writer: inout ByteWriter) {
+        let start = writer.bytes.count
+        writer.append(Format.frameMagic)
+        writer.append(op.rawValue)
+        writer.append(epoch)
+        writer.append(version)
+        writer.append(recordID.bytes)
+        writer.append(nonce)
+        writer.append(UInt32(ciphertext.count))
+        writer.append(CRC32.checksum(writer.bytes[start...]))
+        writer.append(ciphertext)
+        writer.append(tag)
+        let trailerStart = writer.bytes.count
+        writer.append(recordID.bytes)
+        writer.append(version)
+        writer.append(CRC32.checksum(writer.bytes[trailerStart...]))
+    }
+}
+
+/// A file of frames: a log (one commit) or the snapshot.
+struct FrameFile {
+    enum Kind { case log, snapshot }
+
+    /// What parsing found: intact frames, and damage with whatever could be attributed.
+    struct Parsed {
+        var frames: [(frame: Frame, offset: Int)] = []
+        var damage: [ParseDamage] = []
+    }
+
+    struct ParseDamage {
+        var offset: Int
+        /// The record the damaged bytes belonged to, when the frame's header or trailer survived.
+        var recordID: RecordID?
+        var version: UInt64?
+        var reason: String
+    }
+
+    static func encode(kind: Kind, vaultID: [UInt8], sequence: UInt64, frames: [Frame]) -> [UInt8] {
+        let size = frames.reduce(Format.fileHeaderSize) { $0 + Format.frameHeaderSize + $1.ciphertext.count + 16 + Format.frameTrailerSize }
+        var writer = ByteWriter(capacity: size)
+        writer.append(kind == .log ? Format.logMagic : Format.snapshotMagic)
+        writer.append(vaultID)
+        writer.append(sequence)
+        writer.append(CRC32.checksum(writer.bytes))
+        for frame in frames { frame.encode(into: &writer) }
+        return writer.bytes
+    }
+
+    /// Reads the file header: `nil` if it is damaged (wrong magic, bad CRC, too short).
+    static func parseHeader(_ bytes: [UInt8], kind: Kind) -> (vaultID: [UInt8], sequence: UInt64)? {
+        var reader = ByteReader(bytes)
+        guard let magic = reader.readBytes(8), let vaultID = reader.readBytes(Format.vaultIDSize),
+              let sequence = reader.readUInt64(), let crc = reader.readUInt32(),
+              magic == (kind == .log ? Format.logMagic : Format.snapshotMagic),
+              crc == CRC32.checksum(bytes[0..<32])
+        else { return nil }
+        return (vaultID, sequence)
+    }
+
+    /// Parses every frame after the file header. Never traps: damage is reported, and parsing
+    /// resumes at the next intact frame header.
+    static func parseFrames(_ bytes: [UInt8]) -> Parsed {
+        var parsed = Parsed()
+        var offset = min(Format.fileHeaderSize, bytes.count)
+        while offset < bytes.count {
+            switch parseFrame(bytes, at: offset) {
+            case .frame(let frame, let end, let trailerDamage):
+                parsed.frames.append((frame, offset))
+                if let trailerDamage { parsed.damage.append(trailerDamage) }
+                offset = end
+            case .truncated(let recordID, let version):
+                parsed.damage.append(ParseDamage(
+                    offset: offset, recordID: recordID, version: version,
+                    reason: "the file ends in the middle of this record (truncated)"))
+                offset = bytes.count
+            case .badHeader:
+                // Find the next intact frame header; the bytes between are this frame's.
+                let next = nextFrameStart(bytes, after: offset)
+                let trailer = attributeByTrailer(bytes, end: next, start: offset)
+                parsed.damage.append(ParseDamage(
+                    offset: offset, recordID: trailer?.0, version: trailer?.1,
+                    reason: "the record's header is damaged"))
+                offset = next
+            }
+        }
+        return parsed
+    }
+
+    private enum FrameResult {
+        case frame(Frame, end: Int, trailerDamage: ParseDamage?)
+        case truncated(RecordID, UInt64)
+        case badHeader
+    }
+
+    private static func parseFrame(_ bytes: [UInt8], at offset: Int) -> FrameResult {
+        var reader = ByteReader(bytes, offset: offset)
+        guard let magic = reader.readBytes(4), magic == Format.frameMagic,
+              let opByte = reader.readUInt8(), let epoch = reader.readUInt32(), let version = reader.readUInt64(),
+              let idBytes = reader.readBytes(Format.recordIDSize), let nonce = reader.readBytes(12),
+              let length = reader.readUInt32(), let crc = reader.readUInt32(),
+              crc == CRC32.checksum(bytes[offset..<offset + Format.frameHeaderBodySize]),
+              let op = FrameOp(rawValue: opByte), let recordID = RecordID(idBytes),
+              Int(length) <= Format.maximumCiphertext
+        else { return .badHeader }
+        guard let ciphertext = reader.readBytes(Int(length)), let tag = reader.readBytes(16) else {
+            return .truncated(recordID, version)
+        }
+        let frame = Frame(op: op, epoch: epoch, version: version, recordID: recordID, nonce: nonce,
+                          ciphertext: ciphertext, tag: tag)
+        let trailerStart = reader.offset
+        guard let trailerID = reader.readBytes(Format.recordIDSize), let trailerVersion = reader.readUInt64(),
+              let trailerCRC = reader.readUInt32()
+        else {
+            // The sealed record is whole; only its trailer is cut off. The record is intact (its
+            // tag says so), but the file is not.
+            return .frame(frame, end: bytes.count, trailerDamage: ParseDamage(
+                offset: trailerStart, recordID: recordID, version: version,
+                reason: "the record's trailer is truncated (the record itself verified)"))
+        }
+        let trailerOK = trailerCRC == CRC32.checksum(bytes[trailerStart..<trailerStart + 40])
+            && trailerID == idBytes && trailerVersion == version
+        return .frame(frame, end: reader.offset, trailerDamage: trailerOK ? nil : ParseDamage(
+            offset: trailerStart, recordID: recordID, version: version,
+            reason: "the record's trailer is damaged (the record itself verified)"))
+    }
+
+    private static func nextFrameStart(_ bytes: [UInt8], after offset: Int) -> Int {
+        var candidate = offset + 1
+        while candidate + Format.frameHeaderSize <= bytes.count {
+            if bytes[candidate] == Format.frameMagic[0], bytes[candidate + 1] == Format.frameMagic[1],
+               bytes[candidate + 2] == Format.frameMagic[2], bytes[candidate + 3] == Format.frameMagic[3]
+            {
+                var reader = ByteReader(bytes, offset: candidate + Format.frameHeaderBodySize)
+                if let crc = reader.readUInt32(),
+                   crc == CRC32.checksum(bytes[candidate..<candidate + Format.frameHeaderBodySize])
+                {
+                    return candidate
+                }
+            }
+            candidate += 1
+        }
+        return bytes.count
+    }
+
+    private static func attributeByTrailer(_ bytes: [UInt8], end: Int, start: Int) -> (RecordID, UInt64)? {
+        let trailerStart = end - Format.frameTrailerSize
+        guard trailerStart >= start else { return nil }
+        var reader = ByteReader(bytes, offset: trailerStart)
+        guard let idBytes = reader.readBytes(Format.recordIDSize), let version = reader.readUInt64(),
+              let crc = reader.readUInt32(), crc == CRC32.checksum(bytes[trailerStart..<trailerStart + 40]),
+              let recordID = RecordID(idBytes)
+        else { return nil }
+        return (recordID, version)
+    }
+}
+
+/// The plaintext inside a put frame: an item's attributes, dates and secret.
+enum RecordCodec {
+    private enum Tag: UInt8 {
+        case service = 1, account, server, port, internetProtocol, authenticationType, securityDomain, path
+        case label, comment, itemDescription, creator, type, generic, secret
+    }
+
+    /// The canonical identity bytes that a record id is the HMAC of.
+    static func identity(_ key: ItemKey) -> [UInt8] {
+        var writer = ByteWriter(capacity: 64)
+        writer.append(Format.identityLabel)
+        switch key {
+        case .genericPassword(let service, let account):
+            writer.append(UInt8(1))
+            writer.appendField(service.utf8)
+            writer.appendField(account.utf8)
+        case .internetPassword(let internet):
+            writer.append(UInt8(2))
+            writer.appendField(internet.server.utf8)
+            writer.appendField(String(internet.port).utf8)
+            writer.appendField(internet.internetProtocol.rawValue.utf8)
+            writer.appendField(internet.authenticationType.rawValue.utf8)
+            writer.appendField(internet.securityDomain.utf8)
+            writer.appendField(internet.path.utf8)
+            writer.appendField(internet.account.utf8)
+        }
+        return writer.bytes
+    }
+
+    static func encode(_ record: SecureRecord) -> [UInt8] {
+        let attributes = record.attributes
+        var writer = ByteWriter(capacity: 64 + record.secret.count)
+        func field(_ tag: Tag, _ value: some Collection<UInt8>) {
+            writer.append(tag.rawValue)
+            writer.appendField(value)
+        }
+        func optional(_ tag: Tag, _ value: String?) {
+            if let value { field(tag, value.utf8) }
+        }
+        switch attributes.key {
+        case .genericPassword: writer.append(UInt8(1))
+        case .internetPassword: writer.append(UInt8(2))
+        }
+        writer.append(record.info.created.timeIntervalSince1970.bitPattern)
+        writer.append(record.info.modified.timeIntervalSince1970.bitPattern)
+        writer.append(UInt8((attributes.isInvisible ? 1 : 0) | (attributes.isNegative ? 2 : 0)))
+        switch attributes.key {
+        case .genericPassword(let service, let account):
+            field(.service, service.utf8)
+            field(.account, account.utf8)
+        case .internetPassword(let internet):
+            field(.account, internet.account.utf8)
+            field(.server, internet.server.utf8)
+            var port = ByteWriter()
+            port.append(UInt16(internet.port))
+            field(.port, port.bytes)
+            field(.internetProtocol, internet.internetProtocol.rawValue.utf8)
+            field(.authenticationType, internet.authenticationType.rawValue.utf8)
+            field(.securityDomain, internet.securityDomain.utf8)
+            field(.path, internet.path.utf8)
+        }
+        optional(.label, attributes.label)
+        optional(.comment, attributes.comment)
+        optional(.itemDescription, attributes.itemDescription)
+        optional(.creator, attributes.creator)
+        optional(.type, attributes.type)
+        if let generic = attributes.generic { field(.generic, generic) }
+        field(.secret, record.secret)
+        return writer.bytes
+    }
+
+    struct DecodeError: Error { let reason: String }
+
+    /// Decodes a record's plaintext. With `withSecret: false` the secret is skipped, not copied.
+    static func decode(_ bytes: [UInt8], withSecret: Bool) throws -> SecureRecord {
+        var reader = ByteReader(bytes)
+        guard let kind = reader.readUInt8(), let created = reader.readUInt64(), let modified = reader.readUInt64(),
+              let flags = reader.readUInt8()
+        else { throw DecodeError(reason: "the record is shorter than its fixed fields") }
+        var strings: [Tag: String] = [:]
+        var port: Int?
+        var generic: Data?
+        var secret = Data()
+        var seen = Set<UInt8>()
+        while reader.remaining > 0 {
+            guard let tagByte = reader.readUInt8(), let length = reader.readUInt32(),
+                  let value = reader.read(count: Int(length))
+            else { throw DecodeError(reason: "a field runs past the end of the record") }
+            guard let tag = Tag(rawValue: tagByte) else { throw DecodeError(reason: "unknown field \(tagByte)") }
+            guard seen.insert(tagByte).inserted else { throw DecodeError(reason: "field \(tagByte) appears twice") }
+            switch tag {
+            case .port:
+                guard value.count == 2 else { throw DecodeError(reason: "the port field is not 2 bytes") }
+                port = Int(value.first!) << 8 | Int(value.last!)
+            case .generic: generic = Data(value)
+            case .secret: if withSecret { secret = Data(value) }
+            default:
+                guard let text = String(validating: value, as: UTF8.self) else {
+                    throw DecodeError(reason: "field \(tagByte) is not UTF-8")
+                }
+                strings[tag] = text
+            }
+        }
+        guard seen.contains(Tag.secret.rawValue) else { throw DecodeError(reason: "the record has no secret field") }
+        guard let account = strings[.account] else { throw DecodeError(reason: "the record has no account") }
+        let key: ItemKey
+        switch kind {
+        case 1:
+            guard let service = strings[.service] else { throw DecodeError(reason: "a generic password without a service") }
+            key = .genericPassword(service: service, account: account)
+        case 2:
+            guard let server = strings[.server], let port,
+                  let internetProtocol = strings[.internetProtocol].flatMap(InternetProtocol.init(rawValue:)),
+                  let authenticationType = strings[.authenticationType].flatMap(InternetAuthenticationType.init(rawValue:))
+            else { throw DecodeError(reason: "an internet password with missing or unknown fields") }
+            key = .internetPassword(InternetPasswordKey(
+                server: server, port: port, internetProtocol: internetProtocol,
+                authenticationType: authenticationType, securityDomain: strings[.securityDomain] ?? "",
+                path: strings[.path] ?? "", account: account))
+        default:
+            throw DecodeError(reason: "unknown item kind \(kind)")
+        }
+        let attributes = ItemAttributes(
+            key: key, label: strings[.label], comment: strings[.comment], itemDescription: strings[.itemDescription],
+            creator: strings[.creator], type: strings[.type], isInvisible: flags & 1 != 0,
+            isNegative: flags & 2 != 0, generic: generic)
+        let info = ItemInfo(
+            attributes: attributes, created: Date(timeIntervalSince1970: Double(bitPattern: created)),
+            modified: Date(timeIntervalSince1970: Double(bitPattern: modified)))
+        return SecureRecord(info: info, secret: secret)
+    }
+}

@@ -1,0 +1,410 @@
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+
+/// One intact record in memory: its sealed frame (the secret stays encrypted until read) and
+/// its decrypted attributes (for search).
+struct Entry {
+    var frame: Frame
+    var info: ItemInfo
+    var file: String
+}
+
+/// The mutable state of an open vault. Only `FileVault` touches it, always under its mutex;
+/// writes also hold the vault's `flock`.
+struct VaultEngine: ~Copyable {
+    let paths: VaultPaths
+    let vaultID: [UInt8]
+    var header: VaultHeader
+    let kek: SecretBytes
+    let idKey: SecretBytes
+    var dataKeys: [UInt32: SecretBytes]
+    var currentEpoch: UInt32
+    let lockFD: Int32
+    let clock: @Sendable () -> Date
+
+    /// The snapshot we loaded, held open so its inode cannot be reused while we compare it.
+    var snapshotFD: Int32 = -1
+    var snapshotInode: UInt64?
+    var lastSequence: UInt64 = 0
+    var logsSinceSnapshot = 0
+
+    var entries: [ItemKey: Entry] = [:]
+    var keyByID: [RecordID: ItemKey] = [:]
+    var damagedByID: [RecordID: (version: UInt64, damage: VaultDamage)] = [:]
+    var fileDamage: [VaultDamage] = []
+    var foreignFiles = 0
+    var filesSeen = 0
+
+    init(paths: VaultPaths, unlocked: UnlockedHeader, lockFD: Int32, clock: @escaping @Sendable () -> Date) {
+        self.paths = paths
+        self.vaultID = unlocked.header.vaultIDBytes
+        self.header = unlocked.header
+        self.kek = unlocked.kek
+        self.idKey = unlocked.idKey
+        self.dataKeys = unlocked.dataKeys
+        self.currentEpoch = unlocked.dataKeys.keys.max() ?? 1
+        self.lockFD = lockFD
+        self.clock = clock
+    }
+
+    deinit {
+        if snapshotFD >= 0 { System.close(snapshotFD) }
+        System.close(lockFD)
+    }
+
+    // MARK: Loading
+
+    /// Brings the in-memory state up to date with the files: a new snapshot means a full
+    /// reload, then every log after it is applied in order. Costs two system calls when
+    /// nothing changed.
+    mutating func refresh() throws {
+        let status = try io { try System.status(paths.snapshot) }
+        if status?.inode != snapshotInode {
+            try reloadAll()
+            return
+        }
+        try applyLogs()
+    }
+
+    mutating func reloadAll() throws {
+        entries = [:]
+        keyByID = [:]
+        damagedByID = [:]
+        fileDamage = []
+        foreignFiles = 0
+        filesSeen = 0
+        logsSinceSnapshot = 0
+        lastSequence = 0
+        if snapshotFD >= 0 { System.close(snapshotFD) }
+        snapshotFD = -1
+        snapshotInode = nil
+
+        let fd: Int32
+        do {
+            fd = try System.open(paths.snapshot, flags: OpenFlags.readOnly)
+        } catch let error as SystemError where error.isNotFound {
+            try applyLogs()
+            return
+        } catch let error as SystemError {
+            throw KeysmithError(.ioFailure, "cannot open the vault's snapshot: \(error)")
+        }
+        snapshotFD = fd
+        snapshotInode = try io { try System.status(paths.snapshot)?.inode }
+        let bytes = try io { try System.readAll(fd, path: paths.snapshot) }
+        let through = try applyFile(bytes, name: "snapshot", kind: .snapshot, expectedSequence: nil)
+        lastSequence = through
+        try applyLogs()
+    }
+
+    mutating func applyLogs() throws {
+        while true {
+            let sequence = lastSequence + 1
+            let path = paths.log(sequence)
+            guard let bytes = try io({ try System.readFile(path) }) else { return }
+            _ = try applyFile(bytes, name: paths.logName(sequence), kind: .log, expectedSequence: sequence)
+            lastSequence = sequence
+            logsSinceSnapshot += 1
+        }
+    }
+
+    /// Applies one file's frames; returns the sequence its header names (for a snapshot, the
+    /// last log it covers).
+    mutating func applyFile(_ bytes: [UInt8], name: String, kind: FrameFile.Kind, expectedSequence: UInt64?) throws -> UInt64 {
+        filesSeen += 1
+        var sequence = expectedSequence ?? 0
+        if let header = FrameFile.parseHeader(bytes, kind: kind) {
+            if header.vaultID != vaultID {
+                foreignFiles += 1
+                fileDamage.append(VaultDamage(
+                    file: name, offset: 0, recordID: nil, key: nil,
+                    reason: "the file belongs to another vault (vault id \(header.vaultID.hexString), this vault is \(vaultID.hexString))"))
+            }
+            if let expectedSequence, header.sequence != expectedSequence {
+                fileDamage.append(VaultDamage(
+                    file: name, offset: 0, recordID: nil, key: nil,
+                    reason: "the file says it is log \(header.sequence): it was renamed or copied"))
+            }
+            if expectedSequence == nil { sequence = header.sequence }
+        } else {
+            fileDamage.append(VaultDamage(
+                file: name, offset: 0, recordID: nil, key: nil,
+                reason: bytes.count < Format.fileHeaderSize ? "the file is truncated inside its header" : "the file header is damaged"))
+            if expectedSequence == nil {
+                // A snapshot whose header is lost: it covers at least its newest record.
+                // Replaying older logs again is harmless (see docs/format.md, "Recovery").
+                sequence = FrameFile.parseFrames(bytes).frames.map(\.frame.version).max() ?? 0
+            }
+        }
+
+        let parsed = FrameFile.parseFrames(bytes)
+        for (frame, offset) in parsed.frames {
+            if let expectedSequence, frame.version != expectedSequence {
+                markDamaged(frame.recordID, version: frame.version, file: name, offset: offset,
+                            reason: "the record says it was written by commit \(frame.version) but sits in \(name): it was moved")
+                continue
+            }
+            if expectedSequence == nil, frame.version > sequence, FrameFile.parseHeader(bytes, kind: kind) != nil {
+                markDamaged(frame.recordID, version: frame.version, file: name, offset: offset,
+                            reason: "the record is newer than the snapshot that holds it: it was moved")
+                continue
+            }
+            try apply(frame, file: name, offset: offset)
+        }
+        for damage in parsed.damage {
+            if let recordID = damage.recordID {
+                markDamaged(recordID, version: damage.version ?? sequence, file: name, offset: damage.offset, reason: damage.reason)
+            } else {
+                fileDamage.append(VaultDamage(file: name, offset: damage.offset, recordID: nil, key: nil,
+                                              reason: damage.reason + ", and which record it held cannot be told"))
+            }
+        }
+        return sequence
+    }
+
+    private func currentVersion(of recordID: RecordID) -> UInt64? {
+        if let key = keyByID[recordID], let entry = entries[key] { return entry.frame.version }
+        return damagedByID[recordID]?.version
+    }
+
+    mutating func apply(_ frame: Frame, file: String, offset: Int) throws {
+        if let version = currentVersion(of: frame.recordID), frame.version <= version { return }
+        guard let key = try dataKey(for: frame.epoch) else {
+            markDamaged(frame.recordID, version: frame.version, file: file, offset: offset,
+                        reason: "the record is sealed under key epoch \(frame.epoch), which the header does not hold")
+            return
+        }
+        var plaintext: [UInt8]
+        do {
+            plaintext = try AESGCM.open(
+                ciphertext: frame.ciphertext, tag: frame.tag, key: key, nonce: frame.nonce,
+                associatedData: frame.associatedData(vaultID: vaultID))
+        } catch {
+            markDamaged(frame.recordID, version: frame.version, file: file, offset: offset,
+                        reason: "the record failed authentication: it is corrupt, was tampered with, or comes from another vault")
+            return
+        }
+        defer { cleanse(&plaintext) }
+
+        switch frame.op {
+        case .delete:
+            guard plaintext.isEmpty else {
+                markDamaged(frame.recordID, version: frame.version, file: file, offset: offset,
+                            reason: "a deletion record carries data")
+                return
+            }
+            if let key = keyByID.removeValue(forKey: frame.recordID) { entries[key] = nil }
+            damagedByID[frame.recordID] = nil
+        case .put:
+            let record: SecureRecord
+            do {
+                record = try RecordCodec.decode(plaintext, withSecret: false)
+            } catch let error as RecordCodec.DecodeError {
+                markDamaged(frame.recordID, version: frame.version, file: file, offset: offset,
+                            reason: "the record authenticated but does not decode: \(error.reason)")
+                return
+            }
+            guard SHA256.hmac(key: idKey, RecordCodec.identity(record.key)) == frame.recordID.bytes else {
+                markDamaged(frame.recordID, version: frame.version, file: file, offset: offset,
+                            reason: "the record's identity does not match its record id: it was renamed")
+                return
+            }
+            if let previous = keyByID[frame.recordID], previous != record.key { entries[previous] = nil }
+            keyByID[frame.recordID] = record.key
+            entries[record.key] = Entry(frame: frame, info: record.info, file: file)
+            damagedByID[frame.recordID] = nil
+        }
+    }
+
+    mutating func markDamaged(_ recordID: RecordID, version: UInt64, file: String, offset: Int, reason: String) {
+        if let current = currentVersion(of: recordID), version < current { 
+            // An older version is damaged, but a newer one supersedes it: report, don't block.
+            fileDamage.append(VaultDamage(file: file, offset: offset, recordID: recordID.description, key: keyByID[recordID],
+                                          reason: reason + " (a newer version of the record exists)"))
+            return
+        }
+        let key = keyByID.removeValue(forKey: recordID)
+        if let key { entries[key] = nil }
+        let known = key ?? damagedByID[recordID]?.damage.key
+        damagedByID[recordID] = (version, VaultDamage(file: file, offset: offset, recordID: recordID.description, key: known, reason: reason))
+    }
+
+    /// The data key of an epoch, re-reading the header once if another process re-keyed.
+    mutating func dataKey(for epoch: UInt32) throws -> SecretBytes? {
+        if let key = dataKeys[epoch] { return key }
+        guard let fresh = try? HeaderStore.read(paths), fresh.vaultIDBytes == vaultID else { return nil }
+        for wrapped in fresh.dataKeys where dataKeys[wrapped.epoch] == nil {
+            if let key = try? VaultHeader.unwrap(wrapped, with: kek, vaultID: vaultID, purpose: KeyPurpose.data) {
+                dataKeys[wrapped.epoch] = key
+            }
+        }
+        header = fresh
+        currentEpoch = max(currentEpoch, dataKeys.keys.max() ?? currentEpoch)
+        return dataKeys[epoch]
+    }
+
+    // MARK: Reading
+
+    func recordID(for key: ItemKey) -> RecordID {
+        if let entry = entries[key] { return entry.frame.recordID }
+        return RecordID(SHA256.hmac(key: idKey, RecordCodec.identity(key)))!
+    }
+
+    func damage(for key: ItemKey) -> VaultDamage? {
+        guard !damagedByID.isEmpty else { return nil }
+        return damagedByID[recordID(for: key)]?.damage
+    }
+
+    func read(_ key: ItemKey) throws -> SecureRecord? {
+        guard let entry = entries[key] else {
+            if let damage = damage(for: key) { throw Self.damagedError(key, damage) }
+            return nil
+        }
+        guard let dataKey = dataKeys[entry.frame.epoch] else {
+            throw KeysmithError(.corruptData, "\(key) is sealed under a key this vault no longer holds")
+        }
+        var plaintext = try vaultCrypto {
+            try AESGCM.open(
+                ciphertext: entry.frame.ciphertext, tag: entry.frame.tag, key: dataKey, nonce: entry.frame.nonce,
+                associatedData: entry.frame.associatedData(vaultID: vaultID))
+        }
+        defer { cleanse(&plaintext) }
+        let record: SecureRecord
+        do {
+            record = try RecordCodec.decode(plaintext, withSecret: true)
+        } catch {
+            throw KeysmithError(.corruptData, "\(key) in \(entry.file) does not decode")
+        }
+        return record
+    }
+
+    static func damagedError(_ key: ItemKey, _ damage: VaultDamage) -> KeysmithError {
+        KeysmithError(
+            .corruptData,
+            "\(key) (record \(damage.recordID ?? "?")) is damaged in \(damage.file) at byte \(damage.offset): \(damage.reason); "
+                + "other records are unaffected; write or delete this item to replace it")
+    }
+
+    var damage: [VaultDamage] {
+        fileDamage + damagedByID.values.map(\.damage).sorted { ($0.file, $0.offset) < ($1.file, $1.offset) }
+    }
+
+    // MARK: Writing
+
+    /// Seals a batch's net effect into one log file and commits it durably. The caller holds the flock.
+    mutating func commit(_ operations: [StoreOperation]) throws {
+        let now = clock()
+        let writes = try resolveBatch(operations, now: now) { key in
+            if let entry = entries[key] { return entry.info.created }
+            return damage(for: key) != nil ? now : nil
+        }
+        guard !writes.isEmpty else { return }
+        let sequence = lastSequence + 1
+        guard let dataKey = dataKeys[currentEpoch] else {
+            throw KeysmithError(.corruptData, "the vault's current data key is missing from its header")
+        }
+        var frames: [Frame] = []
+        frames.reserveCapacity(writes.count)
+        for write in writes {
+            let recordID = recordID(for: write.key)
+            switch write {
+            case .put(let record):
+                var plaintext = RecordCodec.encode(record)
+                defer { cleanse(&plaintext) }
+                frames.append(try seal(plaintext, op: .put, recordID: recordID, version: sequence, key: dataKey))
+            case .remove:
+                frames.append(try seal([], op: .delete, recordID: recordID, version: sequence, key: dataKey))
+            }
+        }
+        let bytes = FrameFile.encode(kind: .log, vaultID: vaultID, sequence: sequence, frames: frames)
+        try Durable.write(bytes, to: paths.log(sequence), directory: paths.logDirectory)
+        lastSequence = sequence
+        logsSinceSnapshot += 1
+        let name = paths.logName(sequence)
+        for frame in frames { try apply(frame, file: name, offset: 0) }
+    }
+
+    func seal(_ plaintext: [UInt8], op: FrameOp, recordID: RecordID, version: UInt64, key: SecretBytes) throws -> Frame {
+        var frame = Frame(op: op, epoch: currentEpoch, version: version, recordID: recordID, nonce: [], ciphertext: [], tag: [])
+        let sealed = try vaultCrypto {
+            try AESGCM.seal(plaintext, key: key, associatedData: frame.associatedData(vaultID: vaultID))
+        }
+        frame.nonce = sealed.nonce
+        frame.ciphertext = sealed.ciphertext
+        frame.tag = sealed.tag
+        return frame
+    }
+
+    var isDamaged: Bool { !damagedByID.isEmpty || !fileDamage.isEmpty }
+
+    /// Whether enough logs piled up that a snapshot pays for itself: the snapshot's cost is
+    /// proportional to the items, and it comes after at least as many writes, so each write
+    /// pays a constant share.
+    var wantsCompaction: Bool {
+        !isDamaged && logsSinceSnapshot > max(1024, entries.count)
+    }
+
+    /// Writes every live record into a new snapshot and removes the logs it covers.
+    /// With `reseal`, records are re-encrypted under the current epoch (rekey).
+    mutating func compact(reseal: Bool = false) throws {
+        guard !isDamaged else {
+            throw KeysmithError(
+                .corruptData,
+                "the vault has damage (\(damage.count) problem(s); run `keysmith vault verify`); repair it before compacting or re-keying")
+        }
+        var frames: [Frame] = []
+        frames.reserveCapacity(entries.count)
+        for (key, entry) in entries {
+            guard reseal else {
+                frames.append(entry.frame)
+                continue
+            }
+            guard let oldKey = dataKeys[entry.frame.epoch], let newKey = dataKeys[currentEpoch] else {
+                throw KeysmithError(.corruptData, "\(key) is sealed under a key this vault no longer holds")
+            }
+            var plaintext = try vaultCrypto {
+                try AESGCM.open(ciphertext: entry.frame.ciphertext, tag: entry.frame.tag, key: oldKey,
+                                nonce: entry.frame.nonce, associatedData: entry.frame.associatedData(vaultID: vaultID))
+            }
+            defer { cleanse(&plaintext) }
+            frames.append(try seal(plaintext, op: .put, recordID: entry.frame.recordID, version: entry.frame.version, key: newKey))
+        }
+        let bytes = FrameFile.encode(kind: .snapshot, vaultID: vaultID, sequence: lastSequence, frames: frames)
+        try Durable.write(bytes, to: paths.snapshot, directory: paths.root)
+        try removeCoveredLogs(through: lastSequence)
+        // Load what we wrote: the state is the same, the snapshot handle and inode are new.
+        try reloadAll()
+    }
+
+    /// Deletes logs a snapshot covers and temporary files that crashed writers left. Only
+    /// under the flock, so no writer's temporary file is in use.
+    func removeCoveredLogs(through sequence: UInt64) throws {
+        let names = try io { try System.listDirectory(paths.logDirectory) }
+        for name in names {
+            if name.hasPrefix(Durable.temporaryPrefix) {
+                try io { try System.unlink(paths.logDirectory + "/" + name) }
+            } else if let number = UInt64(name, radix: 16), name.count == 16, number <= sequence {
+                try io { try System.unlink(paths.logDirectory + "/" + name) }
+            }
+        }
+        for name in try io({ try System.listDirectory(paths.root) }) where name.hasPrefix(Durable.temporaryPrefix) {
+            try io { try System.unlink(paths.root + "/" + name) }
+        }
+        try io { try System.fsyncDirectory(paths.logDirectory) }
+    }
+}
+
+/// Key purposes in the key-wrap associated data.
+enum KeyPurpose {
+    static let id: UInt8 = 1
+    static let data: UInt8 = 2
+}
+
+/// Runs file code and turns its failures into Keysmith errors.
+func io<T>(_ body: () throws -> T) throws -> T {
+    do {
+        return try body()
+    } catch let error as SystemError {
+        throw KeysmithError(.ioFailure, "\(error)")
+    }
+}

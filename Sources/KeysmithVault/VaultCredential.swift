@@ -1,0 +1,189 @@
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+
+/// What unlocks a vault: a passphrase (stretched with scrypt) or a 256-bit keyfile.
+///
+/// A vault is created with one kind of credential and is unlocked by that kind only;
+/// ``FileVault/changeCredential(to:scrypt:)`` switches between them.
+///
+/// ```swift
+/// let vault = try FileVault.open(at: path, credential: .passphrase("correct horse battery staple"))
+/// let unattended = try FileVault.open(at: path, credential: .keyfile(at: "/etc/keysmith/key"))
+/// ```
+///
+/// A passphrase given as a `String` cannot be wiped from memory by Keysmith (Swift strings are
+/// immutable and may be copied); give bytes with ``passphrase(bytes:)`` when that matters.
+/// Keysmith wipes its own copies as soon as the key is derived.
+public struct VaultCredential: Sendable, CustomStringConvertible {
+    enum Source: Sendable {
+        case passphrase(SecretBytes)
+        case keyfile(path: String)
+        case key(SecretBytes)
+    }
+
+    let source: Source
+
+    /// A passphrase, from a string.
+    ///
+    /// - Parameter passphrase: The passphrase; its UTF-8 bytes are used.
+    /// - Returns: The credential.
+    public static func passphrase(_ passphrase: String) -> VaultCredential {
+        VaultCredential(source: .passphrase(SecretBytes(copying: passphrase.utf8)))
+    }
+
+    /// A passphrase, from bytes that the caller wipes after this call.
+    ///
+    /// - Parameter bytes: The passphrase bytes.
+    /// - Returns: The credential.
+    public static func passphrase(bytes: [UInt8]) -> VaultCredential {
+        VaultCredential(source: .passphrase(SecretBytes(copying: bytes)))
+    }
+
+    /// A keyfile: 64 hexadecimal digits (256 bits), optionally followed by a newline, read when
+    /// the vault is unlocked. Make one with ``generateKeyfile(at:)``.
+    ///
+    /// - Parameter path: The keyfile's path.
+    /// - Returns: The credential.
+    public static func keyfile(at path: String) -> VaultCredential {
+        VaultCredential(source: .keyfile(path: path))
+    }
+
+    /// A raw 256-bit key, as a keyfile holds it.
+    ///
+    /// - Parameter bytes: Exactly 32 bytes.
+    /// - Returns: The credential.
+    public static func key(_ bytes: [UInt8]) -> VaultCredential {
+        VaultCredential(source: .key(SecretBytes(copying: bytes)))
+    }
+
+    /// The credential that the environment names: `KEYSMITH_KEYFILE` (a keyfile's path) or,
+    /// failing that, `KEYSMITH_PASSPHRASE`.
+    ///
+    /// - Returns: The credential.
+    /// - Throws: ``KeysmithError/Code/storeLocked`` when neither variable is set.
+    public static func fromEnvironment() throws -> VaultCredential {
+        if let path = System.environment("KEYSMITH_KEYFILE"), !path.isEmpty { return .keyfile(at: path) }
+        if let passphrase = System.environment("KEYSMITH_PASSPHRASE") { return .passphrase(passphrase) }
+        throw KeysmithError(
+            .storeLocked, "the vault is locked: set KEYSMITH_KEYFILE to a keyfile or KEYSMITH_PASSPHRASE to its passphrase")
+    }
+
+    /// Writes a new random keyfile with mode 0600. Refuses to overwrite an existing file.
+    ///
+    /// - Parameter path: Where to write it.
+    /// - Throws: ``KeysmithError/Code/duplicateItem`` if the file exists;
+    ///   ``KeysmithError/Code/ioFailure`` if it cannot be written.
+    public static func generateKeyfile(at path: String) throws {
+        var key = try vaultCrypto { try Random.bytes(count: 32) }
+        var text = Array((key.hexString + "\n").utf8)
+        defer {
+            cleanse(&key)
+            cleanse(&text)
+        }
+        do {
+            let fd = try System.open(path, flags: OpenFlags.writeOnly | OpenFlags.create | OpenFlags.exclusive, mode: 0o600)
+            defer { System.close(fd) }
+            try System.writeAll(fd, text, path: path)
+            try System.fsync(fd, path: path)
+        } catch let error as SystemError where error.isAlreadyExists {
+            throw KeysmithError(.duplicateItem, "the keyfile \(path) already exists; it was left as it is")
+        } catch let error as SystemError {
+            throw KeysmithError(.ioFailure, "cannot write the keyfile: \(error)")
+        }
+    }
+
+    /// Whether this is a passphrase (as opposed to a keyfile or a key).
+    var isPassphrase: Bool {
+        if case .passphrase = source { return true }
+        return false
+    }
+
+    /// Reads the 32-byte key of a keyfile or key credential.
+    func keyMaterial() throws -> SecretBytes {
+        switch source {
+        case .passphrase:
+            preconditionFailure("a passphrase has no key material of its own")
+        case .key(let key):
+            guard key.count == 32 else {
+                throw KeysmithError.invalidArgument("a vault key is 32 bytes (256 bits); this one is \(key.count)")
+            }
+            return key
+        case .keyfile(let path):
+            var bytes: [UInt8]
+            do {
+                guard let read = try System.readFile(path) else {
+                    throw KeysmithError(.authenticationFailed, "the keyfile \(path) does not exist")
+                }
+                bytes = read
+            } catch let error as SystemError {
+                throw KeysmithError(.ioFailure, "cannot read the keyfile: \(error)")
+            }
+            defer { cleanse(&bytes) }
+            var text = bytes
+            while let last = text.last, last == UInt8(ascii: "\n") || last == UInt8(ascii: "\r") { text.removeLast() }
+            defer { cleanse(&text) }
+            guard text.count == 64, var key = [UInt8](hex: String(decoding: text, as: UTF8.self)) else {
+                throw KeysmithError.invalidArgument(
+                    "the keyfile \(path) is not 64 hexadecimal digits; make one with `keysmith init --keyfile`")
+            }
+            return SecretBytes(takingOwnershipOf: &key)
+        }
+    }
+
+    /// `passphrase`, `keyfile at PATH` or `key`; never the secret.
+    public var description: String {
+        switch source {
+        case .passphrase: "passphrase"
+        case .keyfile(let path): "keyfile at \(path)"
+        case .key: "key"
+        }
+    }
+}
+
+/// scrypt's cost parameters for deriving the key-encryption key from a passphrase.
+///
+/// The defaults (N = 2¹⁷, r = 8, p = 1: 128 MiB of memory) follow OWASP's 2026 guidance for
+/// scrypt; docs/threat-model.md gives the measured unlock time. Lower them only for tests.
+public struct ScryptParameters: Sendable, Hashable {
+    /// The CPU and memory cost; a power of two.
+    public var n: UInt64
+    /// The block size.
+    public var r: UInt64
+    /// The parallelism.
+    public var p: UInt64
+
+    /// Creates parameters.
+    ///
+    /// - Parameters:
+    ///   - n: The cost, a power of two from 2 to 2²².
+    ///   - r: The block size, 1 to 32.
+    ///   - p: The parallelism, 1 to 16.
+    public init(n: UInt64, r: UInt64 = 8, p: UInt64 = 1) {
+        self.n = n
+        self.r = r
+        self.p = p
+    }
+
+    /// N = 2¹⁷, r = 8, p = 1.
+    public static let `default` = ScryptParameters(n: 1 << 17, r: 8, p: 1)
+
+    /// Cheap parameters for tests only (N = 2¹⁰): never for real secrets.
+    public static let testing = ScryptParameters(n: 1 << 10, r: 8, p: 1)
+
+    func validate() throws {
+        guard n >= 2, n <= 1 << 22, n & (n - 1) == 0, (1...32).contains(r), (1...16).contains(p) else {
+            throw KeysmithError.invalidArgument(
+                "scrypt parameters N=\(n) r=\(r) p=\(p) are out of range (N a power of two up to 2^22, r 1...32, p 1...16)")
+        }
+    }
+}
+
+/// Runs crypto code and turns its failures into Keysmith errors.
+func vaultCrypto<T>(_ body: () throws -> T) throws -> T {
+    do {
+        return try body()
+    } catch let error as CryptoError {
+        throw KeysmithError(.ioFailure, "cryptography failed: \(error)")
+    }
+}

@@ -1,0 +1,26 @@
+public import Keysmith
+
+/// A problem that ``FileVault/verify()`` found in a vault's files.
+///
+/// Damage is confined: a damaged record makes reads of that record throw
+/// ``KeysmithError/Code/corruptData`` while every other record stays readable; writing the
+/// record again (update or delete) repairs it.
+public struct VaultDamage: Sendable, Hashable, CustomStringConvertible {
+    /// The file, relative to the vault directory, such as `log/0000000000000012`.
+    public let file: String
+    /// The byte offset in the file where the damage starts.
+    public let offset: Int
+    /// The damaged record's id (16 hex digits), when it could be told.
+    public let recordID: String?
+    /// The damaged record's identity, when it was known before the damage.
+    public let key: ItemKey?
+    /// What is wrong.
+    public let reason: String
+
+    /// One line naming the file, the record and the reason.
+    public var description: String {
+        var text = "\(file) at byte \(offset)"
+        if let key { text += ", \(key)" } else if let recordID { text += ", record \(recordID)" }
+        return text + ": \(reason)"
+    }
+}
