@@ -200,14 +200,15 @@ public final class FileVault: SecureStore {
         try withWriteLock { engine in
             let kdf = try HeaderStore.newKDF(for: credential, scrypt: scrypt)
             let kek = try HeaderStore.deriveKEK(kdf, credential: credential)
-            var header = engine.header
+            var header = try engine.currentHeaderWithAllKeys()
             header.kdf = kdf
             header.idKey = try vaultCrypto {
                 try VaultHeader.wrap(engine.idKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.id, epoch: 0)
             }
-            header.dataKeys = try engine.dataKeys.keys.sorted().map { epoch in
+            header.dataKeys = try header.dataKeys.map { wrapped in
                 try vaultCrypto {
-                    try VaultHeader.wrap(engine.dataKeys[epoch]!, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: epoch)
+                    try VaultHeader.wrap(engine.dataKeys[wrapped.epoch]!, with: kek, vaultID: engine.vaultID,
+                                         purpose: KeyPurpose.data, epoch: wrapped.epoch)
                 }
             }
             try HeaderStore.write(header, engine.paths)
@@ -226,9 +227,9 @@ public final class FileVault: SecureStore {
     public func rekey() throws {
         try withWriteLock { engine in
             guard !engine.isDamaged else { try engine.compact() ; return }  // throws the damage error
+            var header = try engine.currentHeaderWithAllKeys()
             let newEpoch = (engine.dataKeys.keys.max() ?? 0) + 1
             let newKey = try vaultCrypto { try SecretBytes.random(count: 32) }
-            var header = engine.header
             header.dataKeys.append(try vaultCrypto {
                 try VaultHeader.wrap(newKey, with: engine.kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: newEpoch)
             })
@@ -283,6 +284,7 @@ public final class FileVault: SecureStore {
             try io { try System.lockExclusive(fd, path: engine.paths.lock) }
             defer { System.unlock(fd) }
             try engine.refresh()
+            try engine.healHeaderCopies()
             return try body(&engine)
         }
     }

@@ -16,6 +16,26 @@ public struct VaultDamage: Sendable, Hashable, CustomStringConvertible {
     public let key: ItemKey?
     /// What is wrong.
     public let reason: String
+    /// Whether records may be hidden behind the damage: true when the damaged bytes cannot be
+    /// tied to a record, so a record that seems absent may have been there.
+    public let hidesRecords: Bool
+
+    /// Whether the damage is only in an old version that a newer one replaced: nothing is lost,
+    /// and the next compaction drops the damaged bytes.
+    let isSuperseded: Bool
+
+    init(file: String, offset: Int, recordID: String?, key: ItemKey?, reason: String, hidesRecords: Bool = false,
+         isSuperseded: Bool = false) {
+        self.isSuperseded = isSuperseded
+        self.file = file
+        self.offset = offset
+        self.recordID = recordID
+        self.key = key
+        self.reason = reason
+        self.hidesRecords = hidesRecords
+    }
+
+    var isHeaderCopy: Bool { file == "header" || file == "header.backup" }
 
     /// One line naming the file, the record and the reason.
     public var description: String {

@@ -9,8 +9,8 @@ enum Format {
 
     static let logMagic = Array("KSMVLOG1".utf8)
     static let snapshotMagic = Array("KSMVSNP1".utf8)
-    /// magic (8) ‖ vault id (16) ‖ sequence (8) ‖ CRC-32 of those 32 bytes (4).
-    static let fileHeaderSize = 36
+    /// magic (8) ‖ vault id (16) ‖ sequence (8) ‖ frame count (4) ‖ CRC-32 of those 36 bytes (4).
+    static let fileHeaderSize = 40
 
     static let frameMagic = Array("KSRF".utf8)
     /// magic 4 ‖ op 1 ‖ epoch 4 ‖ version 8 ‖ record id 32 ‖ nonce 12 ‖ length 4.
@@ -105,6 +105,8 @@ struct FrameFile {
         var recordID: RecordID?
         var version: UInt64?
         var reason: String
+        /// Whether the damage runs to the end of the file, so frames after it may be lost.
+        var endsFile = false
     }
 
     static func encode(kind: Kind, vaultID: [UInt8], sequence: UInt64, frames: [Frame]) -> [UInt8] {
@@ -113,20 +115,21 @@ struct FrameFile {
         writer.append(kind == .log ? Format.logMagic : Format.snapshotMagic)
         writer.append(vaultID)
         writer.append(sequence)
+        writer.append(UInt32(frames.count))
         writer.append(CRC32.checksum(writer.bytes))
         for frame in frames { frame.encode(into: &writer) }
         return writer.bytes
     }
 
     /// Reads the file header: `nil` if it is damaged (wrong magic, bad CRC, too short).
-    static func parseHeader(_ bytes: [UInt8], kind: Kind) -> (vaultID: [UInt8], sequence: UInt64)? {
+    static func parseHeader(_ bytes: [UInt8], kind: Kind) -> (vaultID: [UInt8], sequence: UInt64, count: Int)? {
         var reader = ByteReader(bytes)
         guard let magic = reader.readBytes(8), let vaultID = reader.readBytes(Format.vaultIDSize),
-              let sequence = reader.readUInt64(), let crc = reader.readUInt32(),
+              let sequence = reader.readUInt64(), let count = reader.readUInt32(), let crc = reader.readUInt32(),
               magic == (kind == .log ? Format.logMagic : Format.snapshotMagic),
-              crc == CRC32.checksum(bytes[0..<32])
+              crc == CRC32.checksum(bytes[0..<36])
         else { return nil }
-        return (vaultID, sequence)
+        return (vaultID, sequence, Int(count))
     }
 
     /// Parses every frame after the file header. Never traps: damage is reported, and parsing
@@ -143,7 +146,7 @@ struct FrameFile {
             case .truncated(let recordID, let version):
                 parsed.damage.append(ParseDamage(
                     offset: offset, recordID: recordID, version: version,
-                    reason: "the file ends in the middle of this record (truncated)"))
+                    reason: "the file ends in the middle of this record (truncated)", endsFile: true))
                 offset = bytes.count
             case .badHeader:
                 // Find the next intact frame header; the bytes between are this frame's.
@@ -151,7 +154,7 @@ struct FrameFile {
                 let trailer = attributeByTrailer(bytes, end: next, start: offset)
                 parsed.damage.append(ParseDamage(
                     offset: offset, recordID: trailer?.0, version: trailer?.1,
-                    reason: "the record's header is damaged"))
+                    reason: "the record's header is damaged", endsFile: next == bytes.count))
                 offset = next
             }
         }
@@ -187,7 +190,7 @@ struct FrameFile {
             // tag says so), but the file is not.
             return .frame(frame, end: bytes.count, trailerDamage: ParseDamage(
                 offset: trailerStart, recordID: recordID, version: version,
-                reason: "the record's trailer is truncated (the record itself verified)"))
+                reason: "the record's trailer is truncated (the record itself verified)", endsFile: true))
         }
         let trailerOK = trailerCRC == CRC32.checksum(bytes[trailerStart..<trailerStart + 40])
             && trailerID == idBytes && trailerVersion == version

@@ -33,6 +33,9 @@ struct VaultEngine: ~Copyable {
     var keyByID: [RecordID: ItemKey] = [:]
     var damagedByID: [RecordID: (version: UInt64, damage: VaultDamage)] = [:]
     var fileDamage: [VaultDamage] = []
+    /// The newest commit whose damage cannot be tied to records: any record older than it may
+    /// have been changed by the lost bytes, so reading it would risk an out-of-date secret.
+    var uncertainBefore: (sequence: UInt64, damage: VaultDamage)?
     var foreignFiles = 0
     var filesSeen = 0
 
@@ -68,10 +71,12 @@ struct VaultEngine: ~Copyable {
     }
 
     mutating func reloadAll() throws {
+        defer { checkHeaderCopies() }
         entries = [:]
         keyByID = [:]
         damagedByID = [:]
         fileDamage = []
+        uncertainBefore = nil
         foreignFiles = 0
         filesSeen = 0
         logsSinceSnapshot = 0
@@ -97,6 +102,24 @@ struct VaultEngine: ~Copyable {
         try applyLogs()
     }
 
+    /// Reports a damaged or missing copy of the header (the other copy keeps the vault open).
+    mutating func checkHeaderCopies() {
+        for (path, name) in [(paths.header, VaultHeader.primaryName), (paths.headerBackup, VaultHeader.backupName)] {
+            let reason: String?
+            switch Result(catching: { try System.readFile(path) }) {
+            case .failure(let error): reason = "the header copy cannot be read: \(error)"
+            case .success(nil): reason = "the header copy is missing"
+            case .success(let bytes?):
+                if let parsed = try? VaultHeader.parse(bytes) {
+                    reason = parsed.vaultIDBytes == vaultID ? nil : "the header copy belongs to another vault"
+                } else {
+                    reason = "the header copy is damaged (checksum or syntax)"
+                }
+            }
+            if let reason { fileDamage.append(VaultDamage(file: name, offset: 0, recordID: nil, key: nil, reason: reason)) }
+        }
+    }
+
     mutating func applyLogs() throws {
         while true {
             let sequence = lastSequence + 1
@@ -111,6 +134,15 @@ struct VaultEngine: ~Copyable {
     /// Applies one file's frames; returns the sequence its header names (for a snapshot, the
     /// last log it covers).
     mutating func applyFile(_ bytes: [UInt8], name: String, kind: FrameFile.Kind, expectedSequence: UInt64?) throws -> UInt64 {
+        let damageBefore = fileDamage.count
+        let sequence = try applyFileFrames(bytes, name: name, kind: kind, expectedSequence: expectedSequence)
+        if let hiding = fileDamage[damageBefore...].first(where: \.hidesRecords) {
+            uncertainBefore = (max(sequence, uncertainBefore?.sequence ?? 0), hiding)
+        }
+        return sequence
+    }
+
+    private mutating func applyFileFrames(_ bytes: [UInt8], name: String, kind: FrameFile.Kind, expectedSequence: UInt64?) throws -> UInt64 {
         filesSeen += 1
         var sequence = expectedSequence ?? 0
         if let header = FrameFile.parseHeader(bytes, kind: kind) {
@@ -118,7 +150,8 @@ struct VaultEngine: ~Copyable {
                 foreignFiles += 1
                 fileDamage.append(VaultDamage(
                     file: name, offset: 0, recordID: nil, key: nil,
-                    reason: "the file belongs to another vault (vault id \(header.vaultID.hexString), this vault is \(vaultID.hexString))"))
+                    reason: "the file belongs to another vault (vault id \(header.vaultID.hexString), this vault is \(vaultID.hexString))",
+                    hidesRecords: true))
             }
             if let expectedSequence, header.sequence != expectedSequence {
                 fileDamage.append(VaultDamage(
@@ -129,7 +162,9 @@ struct VaultEngine: ~Copyable {
         } else {
             fileDamage.append(VaultDamage(
                 file: name, offset: 0, recordID: nil, key: nil,
-                reason: bytes.count < Format.fileHeaderSize ? "the file is truncated inside its header" : "the file header is damaged"))
+                reason: bytes.count < Format.fileHeaderSize ? "the file is truncated inside its header" : "the file header is damaged",
+                hidesRecords: bytes.count < Format.fileHeaderSize + Format.frameHeaderSize))
+            if bytes.count < Format.fileHeaderSize + Format.frameHeaderSize { return expectedSequence ?? 0 }
             if expectedSequence == nil {
                 // A snapshot whose header is lost: it covers at least its newest record.
                 // Replaying older logs again is harmless (see docs/format.md, "Recovery").
@@ -138,13 +173,26 @@ struct VaultEngine: ~Copyable {
         }
 
         let parsed = FrameFile.parseFrames(bytes)
+        let header = FrameFile.parseHeader(bytes, kind: kind)
+        // Frames may be missing without a trace (a cut at a frame boundary): the header's count
+        // tells. Damage that runs to the end of the file may have swallowed frames too.
+        let found = parsed.frames.count + parsed.damage.filter { $0.recordID != nil && !$0.reason.contains("trailer") }.count
+        if let header, found < header.count {
+            fileDamage.append(VaultDamage(
+                file: name, offset: bytes.count, recordID: nil, key: nil,
+                reason: "the file holds \(found) of its \(header.count) records: it was truncated", hidesRecords: true))
+        } else if header == nil, parsed.damage.contains(where: \.endsFile) {
+            fileDamage.append(VaultDamage(
+                file: name, offset: bytes.count, recordID: nil, key: nil,
+                reason: "the file is cut short and its header, which counts its records, is damaged", hidesRecords: true))
+        }
         for (frame, offset) in parsed.frames {
             if let expectedSequence, frame.version != expectedSequence {
                 markDamaged(frame.recordID, version: frame.version, file: name, offset: offset,
                             reason: "the record says it was written by commit \(frame.version) but sits in \(name): it was moved")
                 continue
             }
-            if expectedSequence == nil, frame.version > sequence, FrameFile.parseHeader(bytes, kind: kind) != nil {
+            if expectedSequence == nil, frame.version > sequence, header != nil {
                 markDamaged(frame.recordID, version: frame.version, file: name, offset: offset,
                             reason: "the record is newer than the snapshot that holds it: it was moved")
                 continue
@@ -156,7 +204,8 @@ struct VaultEngine: ~Copyable {
                 markDamaged(recordID, version: damage.version ?? sequence, file: name, offset: damage.offset, reason: damage.reason)
             } else {
                 fileDamage.append(VaultDamage(file: name, offset: damage.offset, recordID: nil, key: nil,
-                                              reason: damage.reason + ", and which record it held cannot be told"))
+                                              reason: damage.reason + ", and which record it held cannot be told",
+                                              hidesRecords: true))
             }
         }
         return sequence
@@ -165,6 +214,14 @@ struct VaultEngine: ~Copyable {
     private func currentVersion(of recordID: RecordID) -> UInt64? {
         if let key = keyByID[recordID], let entry = entries[key] { return entry.frame.version }
         return damagedByID[recordID]?.version
+    }
+
+    /// A newer intact version replaces a damaged one: the damage stays on the report, marked as
+    /// replaced, and no longer makes reads of the record fail.
+    private mutating func supersedeDamage(of recordID: RecordID) {
+        guard let old = damagedByID.removeValue(forKey: recordID)?.damage else { return }
+        fileDamage.append(VaultDamage(file: old.file, offset: old.offset, recordID: old.recordID, key: old.key,
+                                      reason: old.reason + " (a newer version of the record replaces it)", isSuperseded: true))
     }
 
     mutating func apply(_ frame: Frame, file: String, offset: Int) throws {
@@ -194,7 +251,7 @@ struct VaultEngine: ~Copyable {
                 return
             }
             if let key = keyByID.removeValue(forKey: frame.recordID) { entries[key] = nil }
-            damagedByID[frame.recordID] = nil
+            supersedeDamage(of: frame.recordID)
         case .put:
             let record: SecureRecord
             do {
@@ -212,7 +269,7 @@ struct VaultEngine: ~Copyable {
             if let previous = keyByID[frame.recordID], previous != record.key { entries[previous] = nil }
             keyByID[frame.recordID] = record.key
             entries[record.key] = Entry(frame: frame, info: record.info, file: file)
-            damagedByID[frame.recordID] = nil
+            supersedeDamage(of: frame.recordID)
         }
     }
 
@@ -220,7 +277,7 @@ struct VaultEngine: ~Copyable {
         if let current = currentVersion(of: recordID), version < current { 
             // An older version is damaged, but a newer one supersedes it: report, don't block.
             fileDamage.append(VaultDamage(file: file, offset: offset, recordID: recordID.description, key: keyByID[recordID],
-                                          reason: reason + " (a newer version of the record exists)"))
+                                          reason: reason + " (a newer version of the record replaces it)", isSuperseded: true))
             return
         }
         let key = keyByID.removeValue(forKey: recordID)
@@ -243,6 +300,21 @@ struct VaultEngine: ~Copyable {
         return dataKeys[epoch]
     }
 
+    /// The header as it is on disk now, with every data key it holds unwrapped. The caller
+    /// holds the flock.
+    mutating func currentHeaderWithAllKeys() throws -> VaultHeader {
+        let current = try HeaderStore.read(paths)
+        guard current.vaultIDBytes == vaultID else {
+            throw KeysmithError(.corruptData, "the vault header now belongs to another vault; reopen the vault")
+        }
+        for wrapped in current.dataKeys where try dataKey(for: wrapped.epoch) == nil {
+            throw KeysmithError(
+                .storeLocked, "another process changed this vault's passphrase or keyfile since it was opened; open it again")
+        }
+        header = current
+        return current
+    }
+
     // MARK: Reading
 
     func recordID(for key: ItemKey) -> RecordID {
@@ -258,7 +330,21 @@ struct VaultEngine: ~Copyable {
     func read(_ key: ItemKey) throws -> SecureRecord? {
         guard let entry = entries[key] else {
             if let damage = damage(for: key) { throw Self.damagedError(key, damage) }
+            // Damage that cannot be tied to a record (a file from another vault, a file cut
+            // inside its header) may have held this one: say so rather than answer "none".
+            if let uncertain = uncertainBefore {
+                throw KeysmithError(
+                    .corruptData,
+                    "\(key) was not found, but the vault is damaged where it may have been (\(uncertain.damage)); "
+                        + "restore the vault from a backup, or write the item again")
+            }
             return nil
+        }
+        if let uncertain = uncertainBefore, entry.frame.version < uncertain.sequence {
+            throw KeysmithError(
+                .corruptData,
+                "\(key) may be out of date: a later commit that may have changed it is damaged (\(uncertain.damage)); "
+                    + "restore the vault from a backup, or write the item again")
         }
         guard let dataKey = dataKeys[entry.frame.epoch] else {
             throw KeysmithError(.corruptData, "\(key) is sealed under a key this vault no longer holds")
@@ -335,7 +421,19 @@ struct VaultEngine: ~Copyable {
         return frame
     }
 
-    var isDamaged: Bool { !damagedByID.isEmpty || !fileDamage.isEmpty }
+    /// Damage to records or record files (a damaged header copy does not count: the other
+    /// copy holds the same keys, and the next write heals it).
+    var isDamaged: Bool { !damagedByID.isEmpty || fileDamage.contains { !$0.isHeaderCopy && !$0.isSuperseded } }
+
+    /// Rewrites both header copies from the intact one on disk (not from memory: another
+    /// process may have changed the passphrase since we opened), if either is damaged or
+    /// missing. The caller holds the flock.
+    mutating func healHeaderCopies() throws {
+        guard fileDamage.contains(where: \.isHeaderCopy) else { return }
+        guard let intact = try HeaderStore.readAll(paths).first, intact.vaultIDBytes == vaultID else { return }
+        try HeaderStore.write(intact, paths)
+        fileDamage.removeAll(where: \.isHeaderCopy)
+    }
 
     /// Whether enough logs piled up that a snapshot pays for itself: the snapshot's cost is
     /// proportional to the items, and it comes after at least as many writes, so each write

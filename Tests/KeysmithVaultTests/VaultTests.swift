@@ -1,0 +1,192 @@
+import Foundation
+import Keysmith
+import KeysmithVault
+import Testing
+
+@Suite("file vault")
+struct VaultTests {
+    @Test("a vault reopened from disk holds what was written, with every attribute")
+    func persistence() throws {
+        let directory = TemporaryDirectory()
+        let vault = try FileVault.create(at: directory.path, credential: .passphrase("pw"), scrypt: .testing)
+        let attributes = ItemAttributes(key: genericKey("bob"), label: "Bob", comment: "c", isNegative: true, generic: Data([1, 2]))
+        try vault.create(attributes, secret: Data("secret-one".utf8))
+        try vault.create(ItemAttributes(key: genericKey("gone")), secret: Data("x".utf8))
+        try vault.delete(genericKey("gone"))
+
+        let reopened = try FileVault.open(at: directory.path, credential: .passphrase("pw"))
+        let record = try #require(try reopened.read(genericKey("bob")))
+        #expect(record.attributes == attributes)
+        #expect(record.secret == Data("secret-one".utf8))
+        #expect(try reopened.read(genericKey("gone")) == nil)
+        #expect(try reopened.search(ItemQuery()).count == 1)
+    }
+
+    @Test("a wrong passphrase, a wrong keyfile and the wrong kind of credential each fail authentication")
+    func wrongCredentials() throws {
+        let directory = TemporaryDirectory()
+        _ = try FileVault.create(at: directory.sub("p"), credential: .passphrase("right"), scrypt: .testing)
+        let wrong = #expect(throws: KeysmithError.self) { try FileVault.open(at: directory.sub("p"), credential: .passphrase("wrong")) }
+        #expect(wrong?.code == .authenticationFailed)
+        #expect(wrong?.message == "wrong passphrase for this vault")
+
+        let keyfile = directory.sub("keyfile")
+        try VaultCredential.generateKeyfile(at: keyfile)
+        #expect(try mode(keyfile) == 0o600)
+        _ = try FileVault.create(at: directory.sub("k"), credential: .keyfile(at: keyfile))
+        let otherKeyfile = directory.sub("other")
+        try VaultCredential.generateKeyfile(at: otherKeyfile)
+        let wrongKey = #expect(throws: KeysmithError.self) { try FileVault.open(at: directory.sub("k"), credential: .keyfile(at: otherKeyfile)) }
+        #expect(wrongKey?.code == .authenticationFailed)
+
+        let kind = #expect(throws: KeysmithError.self) { try FileVault.open(at: directory.sub("k"), credential: .passphrase("x")) }
+        #expect(kind?.code == .authenticationFailed)
+        #expect(kind?.message.contains("keyfile") == true)
+
+        let missing = #expect(throws: KeysmithError.self) { try FileVault.open(at: directory.sub("none"), credential: testKey) }
+        #expect(missing?.code == .storeUnavailable)
+
+        try "not hex\n".write(toFile: directory.sub("bad-keyfile"), atomically: true, encoding: .utf8)
+        let badKeyfile = #expect(throws: KeysmithError.self) { try FileVault.open(at: directory.sub("k"), credential: .keyfile(at: directory.sub("bad-keyfile"))) }
+        #expect(badKeyfile?.code == .invalidArgument)
+
+        let exists = #expect(throws: KeysmithError.self) { try VaultCredential.generateKeyfile(at: keyfile) }
+        #expect(exists?.code == .duplicateItem)
+    }
+
+    @Test("the directory is 0700 and every file 0600")
+    func modes() throws {
+        let directory = TemporaryDirectory()
+        let vault = try FileVault.create(at: directory.sub("a/b/vault"), credential: testKey)
+        try vault.create(ItemAttributes(key: genericKey("x")), secret: Data("1".utf8))
+        try vault.compact()
+        try vault.create(ItemAttributes(key: genericKey("y")), secret: Data("2".utf8))
+        #expect(try mode(directory.sub("a/b/vault")) == 0o700)
+        #expect(try mode(directory.sub("a/b/vault/log")) == 0o700)
+        let names = try files(in: directory.sub("a/b/vault"))
+        #expect(names.contains("header") && names.contains("header.backup") && names.contains("snapshot") && names.contains("lock"))
+        for name in names {
+            #expect(try mode(directory.sub("a/b/vault/\(name)")) == 0o600, "\(name)")
+        }
+    }
+
+    @Test("creating a vault where one exists, or in a non-empty directory, is refused and touches nothing")
+    func createRefusesExisting() throws {
+        let directory = TemporaryDirectory()
+        let vault = try FileVault.create(at: directory.path, credential: testKey)
+        try vault.create(ItemAttributes(key: genericKey("x")), secret: Data("1".utf8))
+        let again = #expect(throws: KeysmithError.self) { try FileVault.create(at: directory.path, credential: .passphrase("p"), scrypt: .testing) }
+        #expect(again?.code == .duplicateItem)
+        #expect(try FileVault.open(at: directory.path, credential: testKey).read(genericKey("x"))?.secret == Data("1".utf8))
+    }
+
+    @Test("no secret, service or account appears in the clear in any file")
+    func nothingInTheClear() throws {
+        let directory = TemporaryDirectory()
+        let vault = try FileVault.create(at: directory.path, credential: .passphrase("pw"), scrypt: .testing)
+        try vault.create(ItemAttributes(key: .genericPassword(service: "VISIBLESERVICE", account: "VISIBLEACCOUNT"), label: "VISIBLELABEL"),
+                         secret: Data("VISIBLESECRET".utf8))
+        try vault.compact()
+        try vault.create(ItemAttributes(key: .genericPassword(service: "VISIBLESERVICE", account: "OTHERACCOUNT")), secret: Data("VISIBLESECRET2".utf8))
+        try vault.changeCredential(to: .passphrase("pw2"), scrypt: .testing)
+        for name in try files(in: directory.path) {
+            let contents = try Data(contentsOf: URL(fileURLWithPath: directory.sub(name)))
+            for needle in ["VISIBLE", "pw2", "OTHERACCOUNT"] {
+                #expect(contents.range(of: Data(needle.utf8)) == nil, "\(needle) in \(name)")
+            }
+        }
+    }
+
+    @Test("changing the passphrase re-wraps the key: the new one opens, the old one fails, records stay")
+    func changeCredential() throws {
+        let directory = TemporaryDirectory()
+        let vault = try FileVault.create(at: directory.path, credential: .passphrase("old"), scrypt: .testing)
+        try vault.create(ItemAttributes(key: genericKey("a")), secret: Data("1".utf8))
+        let logBefore = try Data(contentsOf: URL(fileURLWithPath: directory.sub("log/0000000000000001")))
+        try vault.changeCredential(to: .passphrase("new"), scrypt: .testing)
+        // Records were not rewritten.
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.sub("log/0000000000000001"))) == logBefore)
+        let old = #expect(throws: KeysmithError.self) { try FileVault.open(at: directory.path, credential: .passphrase("old")) }
+        #expect(old?.code == .authenticationFailed)
+        let reopened = try FileVault.open(at: directory.path, credential: .passphrase("new"))
+        #expect(try reopened.read(genericKey("a"))?.secret == Data("1".utf8))
+
+        // From passphrase to keyfile.
+        try reopened.changeCredential(to: testKey)
+        #expect(try FileVault.open(at: directory.path, credential: testKey).read(genericKey("a"))?.secret == Data("1".utf8))
+        // The same open instance keeps working.
+        try vault.create(ItemAttributes(key: genericKey("b")), secret: Data("2".utf8))
+        #expect(try reopened.read(genericKey("b"))?.secret == Data("2".utf8))
+    }
+
+    @Test("rekey re-encrypts every record under a new data key and keeps only that key")
+    func rekey() throws {
+        let directory = TemporaryDirectory()
+        let vault = try FileVault.create(at: directory.path, credential: testKey)
+        try vault.perform((0..<50).map { .create(ItemAttributes(key: genericKey("a\($0)")), secret: Data("s\($0)".utf8)) })
+        let otherProcess = try FileVault.open(at: directory.path, credential: testKey)
+        let headerBefore = try String(contentsOfFile: directory.sub("header"), encoding: .utf8)
+        try vault.rekey()
+        let headerAfter = try String(contentsOfFile: directory.sub("header"), encoding: .utf8)
+        #expect(headerBefore.contains("\"epoch\" : 1"))
+        #expect(!headerAfter.contains("\"epoch\" : 1"))
+        #expect(headerAfter.contains("\"epoch\" : 2"))
+        #expect(try files(in: directory.path).filter { $0.hasPrefix("log/") }.isEmpty)
+        let reopened = try FileVault.open(at: directory.path, credential: testKey)
+        for index in 0..<50 {
+            #expect(try reopened.read(genericKey("a\(index)"))?.secret == Data("s\(index)".utf8))
+        }
+        // A vault opened before the rekey picks up the new key from the header.
+        #expect(try otherProcess.read(genericKey("a7"))?.secret == Data("s7".utf8))
+        try otherProcess.create(ItemAttributes(key: genericKey("after")), secret: Data("z".utf8))
+        #expect(try reopened.read(genericKey("after"))?.secret == Data("z".utf8))
+        #expect(try reopened.verify().isEmpty)
+    }
+
+    @Test("logs are compacted into a snapshot as they pile up, and nothing is lost")
+    func automaticCompaction() throws {
+        let directory = TemporaryDirectory()
+        let vault = try FileVault.create(at: directory.path, credential: testKey)
+        for index in 0..<1100 {
+            try vault.upsert(ItemAttributes(key: genericKey("k\(index % 40)")), secret: Data("v\(index)".utf8))
+        }
+        let statistics = try vault.statistics
+        #expect(statistics.items == 40)
+        #expect(statistics.logFiles < 1025)
+        #expect(FileManager.default.fileExists(atPath: directory.sub("snapshot")))
+        let reopened = try FileVault.open(at: directory.path, credential: testKey)
+        for key in 0..<40 {
+            let last = (0..<1100).last { $0 % 40 == key }!
+            #expect(try reopened.read(genericKey("k\(key)"))?.secret == Data("v\(last)".utf8))
+        }
+    }
+
+    @Test("two vault handles on one directory see each other's writes")
+    func twoHandles() throws {
+        let directory = TemporaryDirectory()
+        let first = try FileVault.create(at: directory.path, credential: testKey)
+        let second = try FileVault.open(at: directory.path, credential: testKey)
+        try first.create(ItemAttributes(key: genericKey("a")), secret: Data("1".utf8))
+        #expect(try second.read(genericKey("a"))?.secret == Data("1".utf8))
+        let duplicate = #expect(throws: KeysmithError.self) { try second.create(ItemAttributes(key: genericKey("a")), secret: Data("2".utf8)) }
+        #expect(duplicate?.code == .duplicateItem)
+        try second.compact()
+        try first.update(ItemAttributes(key: genericKey("a")), secret: Data("3".utf8))
+        #expect(try second.read(genericKey("a"))?.secret == Data("3".utf8))
+        try first.compact()
+        #expect(try second.read(genericKey("a"))?.secret == Data("3".utf8))
+        #expect(try second.search(ItemQuery()).count == 1)
+    }
+
+    @Test("the default vault path is KEYSMITH_VAULT, else XDG_DATA_HOME/keysmith, else ~/.local/share/keysmith")
+    func defaultLocation() throws {
+        let path = FileVault.defaultPath
+        if let explicit = ProcessInfo.processInfo.environment["KEYSMITH_VAULT"], !explicit.isEmpty {
+            #expect(path == explicit)
+        } else if let data = ProcessInfo.processInfo.environment["XDG_DATA_HOME"], data.hasPrefix("/") {
+            #expect(path == data + "/keysmith")
+        } else {
+            #expect(path == NSHomeDirectory() + "/.local/share/keysmith")
+        }
+    }
+}
