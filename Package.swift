@@ -40,6 +40,9 @@ let package = Package(
             dependencies: ["Keysmith", "KeysmithCrypto", "KeysmithSystem"]
         ),
 
+        // A writer process for the vault's crash and concurrency tests (not a product).
+        .executableTarget(name: "vault-stress", dependencies: ["Keysmith", "KeysmithVault"]),
+
         // The command.
         .executableTarget(
             name: "keysmith",
@@ -55,7 +58,7 @@ let package = Package(
         .testTarget(name: "KeysmithCryptoTests", dependencies: ["KeysmithCrypto"]),
         .testTarget(
             name: "KeysmithVaultTests",
-            dependencies: ["KeysmithVault", "KeysmithCrypto", "KeysmithSystem"]
+            dependencies: ["KeysmithVault", "KeysmithCrypto", "KeysmithSystem", "vault-stress"]
         ),
         .testTarget(
             name: "KeysmithConformanceTests",

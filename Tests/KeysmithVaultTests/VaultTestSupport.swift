@@ -8,6 +8,7 @@ final class TemporaryDirectory: @unchecked Sendable {
     let path: String
     init() {
         path = FileManager.default.temporaryDirectory.appendingPathComponent("keysmith-vault-\(UUID().uuidString)").path
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     }
     deinit { try? FileManager.default.removeItem(atPath: path) }
     func sub(_ name: String) -> String { path + "/" + name }

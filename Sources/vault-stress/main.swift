@@ -1,0 +1,69 @@
+// A helper for the vault's crash and concurrency tests: writes to a vault and reports every
+// acknowledged write on stdout, unbuffered, so a test can SIGKILL it at any instant and then
+// check that every acknowledged write survived. Not installed; not part of the public API.
+//
+//   vault-stress write  VAULT KEYFILE PREFIX COUNT   creates, updates, deletes, batches
+//   vault-stress shared VAULT KEYFILE PREFIX COUNT   also upserts one shared key each step
+import Foundation
+import Keysmith
+import KeysmithVault
+
+func say(_ line: String) {
+    let bytes = Array((line + "\n").utf8)
+    bytes.withUnsafeBytes { buffer in
+        var offset = 0
+        while offset < buffer.count {
+            let written = write(1, buffer.baseAddress! + offset, buffer.count - offset)
+            if written <= 0 { exit(3) }
+            offset += written
+        }
+    }
+}
+
+let arguments = CommandLine.arguments
+guard arguments.count == 6, let count = Int(arguments[5]) else {
+    FileHandle.standardError.write(Data("usage: vault-stress write|shared VAULT KEYFILE PREFIX COUNT\n".utf8))
+    exit(2)
+}
+let mode = arguments[1], path = arguments[2], keyfile = arguments[3], prefix = arguments[4]
+do {
+    let vault = try FileVault.open(at: path, credential: .keyfile(at: keyfile))
+    func key(_ index: Int) -> ItemKey { .genericPassword(service: "stress", account: "\(prefix)-\(index)") }
+    for index in 0..<count {
+        var operations: [StoreOperation] = []
+        var lines: [String] = []
+        switch index % 7 {
+        case 3 where index >= 3:
+            // Update an earlier item.
+            operations = [.upsert(ItemAttributes(key: key(index - 3)), secret: Data("\(prefix)-\(index - 3)-v2".utf8))]
+            lines = ["put \(prefix)-\(index - 3) \(prefix)-\(index - 3)-v2"]
+        case 5 where index >= 5:
+            // Delete an earlier item (it may already be gone: then create it again instead).
+            if try vault.read(key(index - 5)) != nil {
+                operations = [.delete(key(index - 5))]
+                lines = ["del \(prefix)-\(index - 5)"]
+            }
+        case 6:
+            // A batch of four new items, all or nothing.
+            operations = (0..<4).map { .upsert(ItemAttributes(key: key(index * 100 + $0)), secret: Data("\(prefix)-\(index * 100 + $0)".utf8)) }
+            lines = (0..<4).map { "put \(prefix)-\(index * 100 + $0) \(prefix)-\(index * 100 + $0)" }
+        default:
+            break
+        }
+        if operations.isEmpty {
+            operations = [.upsert(ItemAttributes(key: key(index)), secret: Data("\(prefix)-\(index)".utf8))]
+            lines = ["put \(prefix)-\(index) \(prefix)-\(index)"]
+        }
+        if mode == "shared" {
+            operations.append(.upsert(ItemAttributes(key: .genericPassword(service: "stress", account: "shared")),
+                                      secret: Data("\(prefix)-\(index)".utf8)))
+        }
+        say("begin " + lines.joined(separator: " | "))
+        try vault.perform(operations)
+        say("ack " + lines.joined(separator: " | "))
+    }
+    say("done")
+} catch {
+    FileHandle.standardError.write(Data("vault-stress: \(error)\n".utf8))
+    exit(1)
+}
