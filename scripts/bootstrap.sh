@@ -5,6 +5,13 @@ set -euo pipefail
 
 packages=(pkg-config libssl-dev libsecret-1-dev gnome-keyring libsecret-tools dbus dbus-bin)
 
+# The format test runs an independent decryptor in Python (docs/examples/decrypt_vault.py).
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import cryptography' 2>/dev/null; then
+    echo "keysmith: installing the Python package cryptography for the format tests" >&2
+    python3 -m pip install --quiet cryptography >&2 || packages+=(python3-cryptography)
+fi
+command -v python3 >/dev/null 2>&1 || packages+=(python3 python3-cryptography)
+
 missing=()
 for package in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then

@@ -101,3 +101,48 @@ struct GoldenVaultTests {
         #expect(header.contains("\"n\" : 4096"))
     }
 }
+
+@Suite("format specification")
+struct FormatSpecificationTests {
+    /// docs/examples/decrypt_vault.py was written from docs/format.md alone; if it decrypts what
+    /// Keysmith wrote, the specification is complete enough for an independent decryptor.
+    @Test("an independent decryptor written from docs/format.md reads the golden vaults", arguments: [true, false])
+    func independentDecryptor(passphrase: Bool) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        var arguments = ["python3", repositoryRoot + "/docs/examples/decrypt_vault.py"]
+        if passphrase {
+            arguments += [Golden.passphraseVault, "--passphrase-env", "KEYSMITH_TEST_GOLDEN_PASSPHRASE"]
+        } else {
+            arguments += [Golden.keyfileVault, "--keyfile", Golden.keyfile]
+        }
+        process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["KEYSMITH_TEST_GOLDEN_PASSPHRASE"] = Golden.passphrase
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+
+        let decoded = try String(decoding: data, as: UTF8.self).split(separator: "\n").map {
+            try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
+        }
+        #expect(decoded.count == Golden.records.count)
+        for record in Golden.records {
+            let match = decoded.first { object in
+                (object["account"] as? String) == record.key.account
+                    && (object["service"] as? String ?? object["server"] as? String)
+                        == (record.key.service ?? { if case .internetPassword(let k) = record.key { k.server } else { "" } }())
+            }
+            let object = try #require(match, "the decryptor did not find \(record.key)")
+            #expect(Data(base64Encoded: object["secret"] as? String ?? "") == record.secret)
+            #expect(object["label"] as? String == record.attributes.label)
+            #expect(object["created"] as? Double == record.info.created.timeIntervalSince1970)
+            #expect(object["modified"] as? Double == record.info.modified.timeIntervalSince1970)
+            #expect(object["invisible"] as? Bool == record.attributes.isInvisible)
+        }
+    }
+}

@@ -1,0 +1,24 @@
+// swift-tools-version:6.1
+// Keysmith's benchmarks, in a package of their own so the library's build stays lean.
+//   cd Benchmarks && swift run -c release VaultBenchmarks [--items 1000,100000]
+import Foundation
+import PackageDescription
+
+// A path dependency's identity is its directory's name, whatever the checkout is called.
+let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().lastPathComponent
+
+let package = Package(
+    name: "KeysmithBenchmarks",
+    platforms: [.macOS(.v15)],
+    dependencies: [.package(path: "..")],
+    targets: [
+        .executableTarget(
+            name: "VaultBenchmarks",
+            dependencies: [
+                .product(name: "Keysmith", package: root),
+                .product(name: "KeysmithVault", package: root),
+            ]
+        )
+    ],
+    swiftLanguageModes: [.v6]
+)
