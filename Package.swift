@@ -47,7 +47,7 @@ let package = Package(
         .executableTarget(
             name: "keysmith",
             dependencies: [
-                "Keysmith", "KeysmithVault",
+                "Keysmith", "KeysmithVault", "KeysmithCrypto", "KeysmithSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -206,3 +206,10 @@ package enum OpenFlags {
     package static let directory = O_DIRECTORY
     package static let noFollow = O_NOFOLLOW
 }
+
+extension System {
+    /// Removes an empty directory, ignoring failure. The corresponding C function is `rmdir`.
+    package static func rmdir(_ path: String) {
+        _ = Glibc.rmdir(path)
+    }
+}

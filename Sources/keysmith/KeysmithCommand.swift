@@ -1,12 +1,65 @@
 import ArgumentParser
+import Keysmith
+import KeysmithSystem
 
-/// The `keysmith` command: secrets, tokens and policies from a terminal or a script.
+/// The `keysmith` command: secrets from a terminal or a script.
 @main
 struct KeysmithCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "keysmith",
-        abstract: "Keep secrets in an encrypted vault and inspect them from a terminal or a script.",
+        abstract: "Keep secrets in an encrypted vault and manage them from a terminal or a script.",
+        discussion: """
+            The vault is $KEYSMITH_VAULT, else $XDG_DATA_HOME/keysmith, else ~/.local/share/keysmith, \
+            unless --vault names one. It unlocks with --keyfile or $KEYSMITH_KEYFILE, or a passphrase \
+            from --passphrase-fd, $KEYSMITH_PASSPHRASE or a prompt on the terminal. Secrets are never \
+            taken from the command line.
+
+            Exit codes: 0 success, 1 other failure, 2 not found, 3 denied or not granted, \
+            4 authentication failed, 5 store unavailable or locked, 6 corrupt data, \
+            7 already exists, 64 usage error.
+            """,
         version: "0.1.0",
-        subcommands: [Walkthrough.self]
+        subcommands: [Init.self, Secret.self, Vault.self, Batch.self, Walkthrough.self]
     )
+
+    /// Runs the command, turning every error into one line on stderr and a stable exit code.
+    static func main() {
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch let error as KeysmithError {
+            fail(error.message, code: ExitCode(exitCode(for: error.code)))
+        } catch let error as CommandFailure {
+            fail(error.message, code: error.exitCode)
+        } catch {
+            exit(withError: error)
+        }
+    }
+
+    static func fail(_ message: String, code: ExitCode) -> Never {
+        Terminal.write(Array("keysmith: \(message)\n".utf8), to: 2)
+        Self.exit(withError: code)
+    }
+
+    /// The documented exit code of each error code (docs/cli.md).
+    static func exitCode(for code: KeysmithError.Code) -> Int32 {
+        switch code {
+        case .itemNotFound: 2
+        case .authenticationFailed: 4
+        case .storeLocked, .storeUnavailable, .timedOut: 5
+        case .corruptData: 6
+        case .duplicateItem: 7
+        case .invalidArgument: 64
+        default: 1
+        }
+    }
+}
+
+/// A failure of the command itself, with its exit code.
+struct CommandFailure: Error {
+    let message: String
+    let exitCode: ExitCode
+
+    static func notFound(_ message: String) -> CommandFailure { CommandFailure(message: message, exitCode: ExitCode(2)) }
+    static func denied(_ message: String) -> CommandFailure { CommandFailure(message: message, exitCode: ExitCode(3)) }
 }

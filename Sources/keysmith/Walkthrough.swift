@@ -1,41 +1,95 @@
 import ArgumentParser
 import Keysmith
+import KeysmithSystem
+import KeysmithVault
 
 extension KeysmithCommand {
-    /// Shows what Keysmith does, step by step, on a throwaway store.
+    /// Shows what Keysmith does, step by step, on a throwaway vault.
     struct Walkthrough: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Show what Keysmith does, step by step, on a throwaway store."
+            abstract: "Show what Keysmith does, step by step, on a throwaway vault that is removed afterwards."
         )
 
+        @Option(help: ArgumentHelp("Where to make the throwaway vault (default: a new directory under $TMPDIR).", valueName: "dir"))
+        var directory: String?
+
         func run() throws {
-            let store = MemoryStore()
-            print("1. Store a generic password for service \"mail\", account \"bob\" in a \(store.storeDescription).")
-            try Keysmith.save(Data("correct horse".utf8), forAccount: "bob", inService: "mail", in: store)
-            let secret = try Keysmith.load(forAccount: "bob", inService: "mail", from: store)
-            print("   Read back \(secret?.count ?? 0) bytes (the secret itself is not printed).")
+            let base = directory ?? ((System.environment("TMPDIR") ?? "/tmp") + "/keysmith-walkthrough-\(System.processID)")
+            let path = base + "/vault"
+            let keyfile = base + "/keyfile"
+            try System.mkdir(base, mode: 0o700)
+            defer { removeTree(base) }
 
-            print("2. Store an internet password for https://example.com, account \"bob\".")
+            step(1, "Create a keyfile and a vault unlocked by it: \(path)")
+            try VaultCredential.generateKeyfile(at: keyfile)
+            let vault = try FileVault.create(at: path, credential: .keyfile(at: keyfile))
+
+            step(2, "Store a generic password for service \"mail\", account \"bob\".")
+            try Keysmith.save(Data("correct horse battery staple".utf8), forAccount: "bob", inService: "mail", in: vault)
+
+            step(3, "Store an internet password for https://example.com:443, account \"alice\".")
             let web = ItemKey.internetPassword(
-                InternetPasswordKey(server: "example.com", port: 443, internetProtocol: .https, account: "bob"))
-            try store.create(ItemAttributes(key: web, label: "Example login"), secret: Data("hunter2".utf8))
+                InternetPasswordKey(server: "example.com", port: 443, internetProtocol: .https, authenticationType: .htmlForm, account: "alice"))
+            try vault.create(ItemAttributes(key: web, label: "Example login"), secret: Data("hunter2".utf8))
 
-            print("3. Creating the first one again is refused:")
+            step(4, "Open the vault again, as another process would, and read the mail password back.")
+            let again = try FileVault.open(at: path, credential: .keyfile(at: keyfile))
+            let secret = try Keysmith.load(forAccount: "bob", inService: "mail", from: again)
+            print("   read \(secret?.count ?? 0) bytes; they match what was stored: \(secret == Data("correct horse battery staple".utf8))")
+
+            step(5, "Creating the mail password again is refused, and nothing changes:")
             do {
-                try Keysmith.save(Data("other".utf8), forAccount: "bob", inService: "mail", in: store)
+                try Keysmith.save(Data("other".utf8), forAccount: "bob", inService: "mail", in: again)
             } catch let error as KeysmithError {
                 print("   \(error)")
             }
 
-            print("4. List every item (secrets are never listed):")
-            for info in try store.search(ItemQuery()).sorted(by: { "\($0.key)" < "\($1.key)" }) {
+            step(6, "List the items (a listing never shows secrets):")
+            for info in try again.search(ItemQuery()).sorted(by: { "\($0.key)" < "\($1.key)" }) {
                 print("   - \(info.key)")
             }
 
-            print("5. Delete the mail password; reading it now finds nothing.")
-            try Keysmith.delete(forAccount: "bob", inService: "mail", from: store)
-            let after = try Keysmith.load(forAccount: "bob", inService: "mail", from: store)
-            print("   load returned \(after == nil ? "nil" : "a value")")
+            step(7, "Re-key: every record re-encrypted under a new data key.")
+            try again.rekey()
+            print("   the mail password still reads back: \(try Keysmith.load(forAccount: "bob", inService: "mail", from: vault) != nil)")
+
+            step(8, "Flip one byte of a stored record on disk, then read it:")
+            try corruptNewestRecord(in: path)
+            let damaged = try FileVault.open(at: path, credential: .keyfile(at: keyfile))
+            do {
+                _ = try damaged.read(.genericPassword(service: "mail", account: "bob"))
+                print("   (the flipped byte hit the other record)")
+            } catch let error as KeysmithError {
+                print("   \(error.code): \(error.message)")
+            }
+            print("   verify reports: \(try damaged.verify().map(\.description).joined(separator: "; "))")
+
+            step(9, "Delete the internet password; reading it now finds nothing.")
+            try? damaged.delete(web)
+            print("   read returned \(try damaged.read(web) == nil ? "nil" : "a value")")
+            print("\nThe throwaway vault is removed. Try `keysmith init` for your own, and `keysmith --help`.")
+        }
+
+        private func step(_ number: Int, _ text: String) {
+            print("\(number). \(text)")
+        }
+
+        /// Flips a byte inside the snapshot's first record, as a disk error or an attacker might.
+        private func corruptNewestRecord(in path: String) throws {
+            let snapshot = path + "/snapshot"
+            guard var bytes = try System.readFile(snapshot), bytes.count > 200 else { return }
+            bytes[40 + 69 + 5] ^= 0x01
+            let fd = try System.open(snapshot, flags: OpenFlags.writeOnly | OpenFlags.truncate)
+            defer { System.close(fd) }
+            try System.writeAll(fd, bytes, path: snapshot)
+        }
+
+        private func removeTree(_ path: String) {
+            for name in (try? System.listDirectory(path)) ?? [] {
+                let child = path + "/" + name
+                if (try? System.status(child))??.isDirectory == true { removeTree(child) } else { try? System.unlink(child) }
+            }
+            System.rmdir(path)
         }
     }
 }

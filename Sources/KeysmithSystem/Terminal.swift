@@ -1,0 +1,48 @@
+#if canImport(Glibc)
+internal import Glibc
+#elseif canImport(Musl)
+internal import Musl
+#endif
+
+/// Terminal and standard-stream helpers for the command.
+package enum Terminal {
+    /// Whether a descriptor is a terminal. The corresponding C function is `isatty`.
+    package static func isTerminal(_ fd: Int32) -> Bool { isatty(fd) == 1 }
+
+    /// Reads a line from the controlling terminal with echo turned off, after printing a prompt
+    /// on it; `nil` when there is no terminal. The line's newline is dropped; the caller wipes
+    /// the returned bytes.
+    package static func readHidden(prompt: String) throws -> [UInt8]? {
+        let fd = Glibc.open("/dev/tty", O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { Glibc.close(fd) }
+        var saved = termios()
+        guard tcgetattr(fd, &saved) == 0 else { return nil }
+        var silent = saved
+        silent.c_lflag &= ~tcflag_t(ECHO)
+        silent.c_lflag |= tcflag_t(ECHONL)
+        try System.writeAll(fd, Array(prompt.utf8), path: "/dev/tty")
+        guard tcsetattr(fd, TCSAFLUSH, &silent) == 0 else { throw SystemError(call: "tcsetattr", path: "/dev/tty", errno: errno) }
+        defer { _ = tcsetattr(fd, TCSAFLUSH, &saved) }
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
+        while true {
+            let count = Glibc.read(fd, &byte, 1)
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 || byte == UInt8(ascii: "\n") { break }
+            line.append(byte)
+        }
+        byte = 0
+        return line
+    }
+
+    /// Reads a descriptor to its end (standard input, or `--passphrase-fd N`).
+    package static func readAll(fd: Int32) throws -> [UInt8] {
+        try System.readAll(fd, path: "fd \(fd)")
+    }
+
+    /// Writes bytes to standard output or standard error.
+    package static func write(_ bytes: [UInt8], to fd: Int32) {
+        try? System.writeAll(fd, bytes, path: "fd \(fd)")
+    }
+}

@@ -1,0 +1,107 @@
+import ArgumentParser
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+import KeysmithVault
+
+extension KeysmithCommand {
+    /// Applies many operations after one unlock, all or nothing.
+    struct Batch: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Apply operations read as JSON lines on standard input, after one unlock, as one all-or-nothing commit.",
+            discussion: """
+                Each line is an object with "op" ("set", "create", "delete") and the item's fields: \
+                "service" and "account" for a generic password, or "server", "protocol", "account" and \
+                optionally "port", "authType", "securityDomain", "path" for an internet password; \
+                "secret" (a UTF-8 string) or "secretBase64" for set and create; optional "label" and \
+                "comment". Nothing is applied if any line is invalid or any operation fails.
+                """
+        )
+
+        @OptionGroup var store: StoreOptions
+
+        @Flag(name: .customLong("dry-run"), help: "Check every line and report what would change, without changing anything.")
+        var dryRun = false
+
+        struct Line: Decodable {
+            var op: String
+            var service: String?
+            var account: String?
+            var server: String?
+            var port: Int?
+            var `protocol`: String?
+            var authType: String?
+            var securityDomain: String?
+            var path: String?
+            var secret: String?
+            var secretBase64: String?
+            var label: String?
+            var comment: String?
+        }
+
+        func run() throws {
+            var input = try Terminal.readAll(fd: 0)
+            defer { cleanse(&input) }
+            var operations: [StoreOperation] = []
+            for (index, raw) in input.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
+                if raw.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }) { continue }
+                operations.append(try parse(Array(raw), line: index + 1))
+            }
+            let vault = try store.openVault()
+            if dryRun {
+                // Check the whole batch against the vault without committing it.
+                let memory = MemoryStore()
+                let touched = operations.map(\.key)
+                try memory.perform(try touched.compactMap { try vault.read($0) }.map { .restore($0) })
+                try memory.perform(operations)
+                print("Would apply \(operations.count) operation(s); nothing was changed.")
+                return
+            }
+            try vault.perform(operations)
+            print("Applied \(operations.count) operation(s).")
+        }
+
+        func parse(_ bytes: [UInt8], line: Int) throws -> StoreOperation {
+            let decoded: Line
+            do {
+                decoded = try JSONDecoder().decode(Line.self, from: Data(bytes))
+            } catch {
+                throw KeysmithError.invalidArgument("line \(line): not a JSON object of the documented shape; nothing was applied")
+            }
+            guard let account = decoded.account else { throw KeysmithError.invalidArgument("line \(line): \"account\" is missing") }
+            let key: ItemKey
+            if let service = decoded.service {
+                key = .genericPassword(service: service, account: account)
+            } else if let server = decoded.server {
+                guard let name = decoded.protocol, let internetProtocol = InternetProtocol(rawValue: name) else {
+                    throw KeysmithError.invalidArgument("line \(line): an internet password needs a known \"protocol\"")
+                }
+                guard let authentication = InternetAuthenticationType(rawValue: decoded.authType ?? "default") else {
+                    throw KeysmithError.invalidArgument("line \(line): unknown \"authType\"")
+                }
+                key = .internetPassword(InternetPasswordKey(
+                    server: server, port: decoded.port ?? 0, internetProtocol: internetProtocol, authenticationType: authentication,
+                    securityDomain: decoded.securityDomain ?? "", path: decoded.path ?? "", account: account))
+            } else {
+                throw KeysmithError.invalidArgument("line \(line): give \"service\" or \"server\"")
+            }
+            let attributes = ItemAttributes(key: key, label: decoded.label, comment: decoded.comment)
+            func secret() throws -> Data {
+                if let text = decoded.secret { return Data(text.utf8) }
+                if let encoded = decoded.secretBase64 {
+                    guard let data = Data(base64Encoded: encoded) else {
+                        throw KeysmithError.invalidArgument("line \(line): \"secretBase64\" is not base64")
+                    }
+                    return data
+                }
+                throw KeysmithError.invalidArgument("line \(line): \"\(decoded.op)\" needs \"secret\" or \"secretBase64\"")
+            }
+            switch decoded.op {
+            case "set": return .upsert(attributes, secret: try secret())
+            case "create": return .create(attributes, secret: try secret())
+            case "delete": return .delete(key)
+            default: throw KeysmithError.invalidArgument("line \(line): unknown op \"\(decoded.op)\"; one of set, create, delete")
+            }
+        }
+    }
+}

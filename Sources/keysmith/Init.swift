@@ -1,0 +1,55 @@
+import ArgumentParser
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+import KeysmithVault
+
+extension KeysmithCommand {
+    /// Creates a vault.
+    struct Init: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a new, empty vault.",
+            discussion: """
+                With --keyfile FILE the vault is unlocked by that keyfile, which is created (mode 0600, \
+                256 random bits) when it does not exist. Otherwise it is unlocked by a passphrase, from \
+                --passphrase-fd, $KEYSMITH_PASSPHRASE, or typed twice at a prompt.
+                """
+        )
+
+        @OptionGroup var store: StoreOptions
+
+        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost as log2(N), 10 to 22 (default: 17).")
+        var scryptLogN: Int = 17
+
+        func validate() throws {
+            guard (10...22).contains(scryptLogN) else { throw ValidationError("--scrypt-log-n must be between 10 and 22") }
+        }
+
+        func run() throws {
+            let credential: VaultCredential
+            var createdKeyfile = false
+            if let keyfile = store.keyfilePath {
+                if try System.status(keyfile) == nil {
+                    try VaultCredential.generateKeyfile(at: keyfile)
+                    createdKeyfile = true
+                }
+                credential = .keyfile(at: keyfile)
+            } else if store.passphraseFD != nil || System.environment("KEYSMITH_PASSPHRASE") != nil {
+                credential = try store.credential()
+            } else {
+                guard var first = try Terminal.readHidden(prompt: "New vault passphrase: ") else {
+                    throw KeysmithError(.storeLocked, "no passphrase: use --keyfile, --passphrase-fd or KEYSMITH_PASSPHRASE, or run on a terminal")
+                }
+                defer { cleanse(&first) }
+                var second = try Terminal.readHidden(prompt: "Repeat the passphrase: ") ?? []
+                defer { cleanse(&second) }
+                guard first == second else { throw KeysmithError.invalidArgument("the two passphrases differ; nothing was created") }
+                guard !first.isEmpty else { throw KeysmithError.invalidArgument("the passphrase is empty; nothing was created") }
+                credential = .passphrase(bytes: first)
+            }
+            _ = try FileVault.create(at: store.vaultPath, credential: credential, scrypt: ScryptParameters(n: 1 << UInt64(scryptLogN)))
+            if createdKeyfile { print("Created keyfile \(store.keyfilePath ?? "")") }
+            print("Created vault at \(store.vaultPath)")
+        }
+    }
+}

@@ -1,0 +1,211 @@
+import ArgumentParser
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+import KeysmithVault
+
+extension KeysmithCommand {
+    /// Stores, reads, deletes and lists secrets.
+    struct Secret: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Store, read, delete and list secrets.",
+            subcommands: [SetSecret.self, GetSecret.self, DeleteSecret.self, ListSecrets.self]
+        )
+    }
+}
+
+extension KeysmithCommand.Secret {
+    /// Stores a secret read from stdin or a prompt, never from argv.
+    struct SetSecret: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "set",
+            abstract: "Store a secret read from standard input (or typed at a prompt), creating or replacing the item.",
+            discussion: "One trailing newline is removed from standard input unless --keep-newline is given."
+        )
+
+        @OptionGroup var store: StoreOptions
+        @OptionGroup var item: ItemOptions
+
+        @Option(help: "A label a person can read.")
+        var label: String?
+
+        @Option(help: "A comment.")
+        var comment: String?
+
+        @Flag(help: "Fail if the item exists instead of replacing it.")
+        var new = false
+
+        @Flag(name: .customLong("keep-newline"), help: "Keep a trailing newline read from standard input.")
+        var keepNewline = false
+
+        func run() throws {
+            var secret = try readSecret()
+            defer { cleanse(&secret) }
+            let vault = try store.openVault()
+            var attributes = ItemAttributes(key: item.key, label: label, comment: comment)
+            if !new, let existing = try vault.read(item.key) {
+                // Replacing keeps the metadata not given again.
+                attributes.label = label ?? existing.attributes.label
+                attributes.comment = comment ?? existing.attributes.comment
+                attributes.itemDescription = existing.attributes.itemDescription
+                attributes.creator = existing.attributes.creator
+                attributes.type = existing.attributes.type
+                attributes.generic = existing.attributes.generic
+            }
+            let operation: StoreOperation = new ? .create(attributes, secret: Data(secret)) : .upsert(attributes, secret: Data(secret))
+            try vault.perform([operation])
+        }
+
+        func readSecret() throws -> [UInt8] {
+            if Terminal.isTerminal(0) {
+                guard var first = try Terminal.readHidden(prompt: "Secret: ") else { return [] }
+                var second = try Terminal.readHidden(prompt: "Repeat the secret: ") ?? []
+                defer { cleanse(&second) }
+                guard first == second else {
+                    cleanse(&first)
+                    throw KeysmithError.invalidArgument("the two entries differ; nothing was stored")
+                }
+                return first
+            }
+            var bytes = try Terminal.readAll(fd: 0)
+            if !keepNewline, bytes.last == UInt8(ascii: "\n") {
+                bytes.removeLast()
+                if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
+            }
+            return bytes
+        }
+    }
+
+    /// Prints a secret alone, for `$(…)`.
+    struct GetSecret: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "get",
+            abstract: "Print a secret alone on standard output, for $(…).",
+            discussion: "Exit code 2 when there is no such item."
+        )
+
+        @OptionGroup var store: StoreOptions
+        @OptionGroup var item: ItemOptions
+
+        @Flag(name: .customLong("no-newline"), help: "Do not print a newline after the secret.")
+        var noNewline = false
+
+        func run() throws {
+            let vault = try store.openVault()
+            guard let record = try vault.read(item.key) else {
+                throw CommandFailure.notFound("\(item.key) does not exist")
+            }
+            var bytes = Array(record.secret)
+            if !noNewline { bytes.append(UInt8(ascii: "\n")) }
+            defer { cleanse(&bytes) }
+            Terminal.write(bytes, to: 1)
+        }
+    }
+
+    /// Deletes an item.
+    struct DeleteSecret: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "delete",
+            abstract: "Delete an item.",
+            discussion: "Exit code 2 when there is no such item."
+        )
+
+        @OptionGroup var store: StoreOptions
+        @OptionGroup var item: ItemOptions
+
+        func run() throws {
+            try store.openVault().delete(item.key)
+        }
+    }
+
+    /// Lists items without their secrets.
+    struct ListSecrets: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List items and their attributes; never their secrets.")
+
+        @OptionGroup var store: StoreOptions
+
+        @Option(help: "Only this service.")
+        var service: String?
+
+        @Option(help: "Only this account.")
+        var account: String?
+
+        @Option(help: "Only internet passwords on this server.")
+        var server: String?
+
+        @Flag(help: "Print JSON lines, one object per item.")
+        var json = false
+
+        func run() throws {
+            let vault = try store.openVault()
+            let items = try vault.search(ItemQuery(service: service, account: account, server: server))
+                .sorted { $0.key.description < $1.key.description }
+            if json {
+                for info in items { print(try jsonLine(ItemJSON(info))) }
+                return
+            }
+            if items.isEmpty {
+                print("No items.")
+                return
+            }
+            for info in items {
+                var line = info.key.description
+                if let label = info.attributes.label { line += "  label \"\(label)\"" }
+                line += "  modified \(iso8601(info.modified))"
+                print(line)
+            }
+        }
+    }
+}
+
+/// An item as `secret list --json` prints it (docs/cli.md).
+struct ItemJSON: Encodable {
+    var kind: String
+    var service: String?
+    var account: String
+    var server: String?
+    var port: Int?
+    var `protocol`: String?
+    var authType: String?
+    var securityDomain: String?
+    var path: String?
+    var label: String?
+    var comment: String?
+    var description: String?
+    var type: String?
+    var created: String
+    var modified: String
+
+    init(_ info: ItemInfo) {
+        let attributes = info.attributes
+        kind = attributes.key.kind.rawValue
+        account = attributes.key.account
+        switch attributes.key {
+        case .genericPassword(let service, _):
+            self.service = service
+        case .internetPassword(let key):
+            server = key.server
+            port = key.port
+            `protocol` = key.internetProtocol.rawValue
+            authType = key.authenticationType.rawValue
+            securityDomain = key.securityDomain
+            path = key.path
+        }
+        label = attributes.label
+        comment = attributes.comment
+        description = attributes.itemDescription
+        type = attributes.type
+        created = iso8601(info.created)
+        modified = iso8601(info.modified)
+    }
+}
+
+func jsonLine<T: Encodable>(_ value: T) throws -> String {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    return String(decoding: try encoder.encode(value), as: UTF8.self)
+}
+
+func iso8601(_ date: Date) -> String {
+    date.formatted(Date.ISO8601FormatStyle())
+}

@@ -1,0 +1,119 @@
+import ArgumentParser
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+import KeysmithVault
+
+/// Where the vault is and how to unlock it; shared by every command that opens a store.
+struct StoreOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The vault directory (default: $KEYSMITH_VAULT, else $XDG_DATA_HOME/keysmith).", valueName: "dir"))
+    var vault: String?
+
+    @Option(name: .long, help: ArgumentHelp("Unlock with this keyfile (default: $KEYSMITH_KEYFILE).", valueName: "file"))
+    var keyfile: String?
+
+    @Option(name: .customLong("passphrase-fd"), help: ArgumentHelp("Read the passphrase from this file descriptor.", valueName: "n"))
+    var passphraseFD: Int32?
+
+    var vaultPath: String { vault ?? FileVault.defaultPath }
+
+    var keyfilePath: String? {
+        if let keyfile { return keyfile }
+        if let environment = System.environment("KEYSMITH_KEYFILE"), !environment.isEmpty { return environment }
+        return nil
+    }
+
+    /// The credential, from the first source that has one: --keyfile, $KEYSMITH_KEYFILE,
+    /// --passphrase-fd, $KEYSMITH_PASSPHRASE, a prompt on the terminal.
+    func credential(prompt: String = "Vault passphrase: ") throws -> VaultCredential {
+        if let keyfilePath { return .keyfile(at: keyfilePath) }
+        if let passphraseFD {
+            var bytes = try readPassphrase(fd: passphraseFD)
+            defer { cleanse(&bytes) }
+            return .passphrase(bytes: bytes)
+        }
+        if let passphrase = System.environment("KEYSMITH_PASSPHRASE") { return .passphrase(passphrase) }
+        if var typed = try Terminal.readHidden(prompt: prompt) {
+            defer { cleanse(&typed) }
+            return .passphrase(bytes: typed)
+        }
+        throw KeysmithError(
+            .storeLocked,
+            "the vault is locked and there is no terminal to ask for its passphrase; use --keyfile, --passphrase-fd or KEYSMITH_PASSPHRASE")
+    }
+
+    func openVault() throws -> FileVault {
+        try FileVault.open(at: vaultPath, credential: credential())
+    }
+}
+
+/// Reads a passphrase from a descriptor: everything up to the first newline.
+func readPassphrase(fd: Int32) throws -> [UInt8] {
+    var bytes: [UInt8]
+    do {
+        bytes = try Terminal.readAll(fd: fd)
+    } catch {
+        throw KeysmithError.invalidArgument("cannot read a passphrase from file descriptor \(fd): \(error)")
+    }
+    if let newline = bytes.firstIndex(of: UInt8(ascii: "\n")) {
+        var line = Array(bytes[..<newline])
+        cleanse(&bytes)
+        if line.last == UInt8(ascii: "\r") { line.removeLast() }
+        return line
+    }
+    return bytes
+}
+
+/// Identifies one item: a generic password (--service, --account) or an internet password
+/// (--server, --protocol, --account, with optional --port, --auth-type, --security-domain, --path).
+struct ItemOptions: ParsableArguments {
+    @Option(help: "The service of a generic password.")
+    var service: String?
+
+    @Option(help: "The account.")
+    var account: String
+
+    @Option(help: "The server of an internet password.")
+    var server: String?
+
+    @Option(help: "The port of an internet password (default: 0, unspecified).")
+    var port: Int = 0
+
+    @Option(name: .customLong("protocol"), help: "The protocol of an internet password, such as https or ssh.")
+    var internetProtocol: String?
+
+    @Option(name: .customLong("auth-type"), help: "The authentication type of an internet password (default: default).")
+    var authenticationType: String = "default"
+
+    @Option(name: .customLong("security-domain"), help: "The security domain of an internet password.")
+    var securityDomain: String = ""
+
+    @Option(help: "The path of an internet password.")
+    var path: String = ""
+
+    func validate() throws {
+        if service != nil && server != nil {
+            throw ValidationError("give --service (a generic password) or --server (an internet password), not both")
+        }
+        if service == nil && server == nil {
+            throw ValidationError("give --service for a generic password, or --server and --protocol for an internet password")
+        }
+        if server != nil {
+            guard let internetProtocol else { throw ValidationError("an internet password needs --protocol (such as https)") }
+            guard InternetProtocol(rawValue: internetProtocol) != nil else {
+                throw ValidationError("unknown protocol '\(internetProtocol)'; one of: \(InternetProtocol.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            guard InternetAuthenticationType(rawValue: authenticationType) != nil else {
+                throw ValidationError("unknown authentication type '\(authenticationType)'; one of: \(InternetAuthenticationType.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+        }
+    }
+
+    var key: ItemKey {
+        if let service { return .genericPassword(service: service, account: account) }
+        return .internetPassword(InternetPasswordKey(
+            server: server ?? "", port: port, internetProtocol: InternetProtocol(rawValue: internetProtocol ?? "") ?? .https,
+            authenticationType: InternetAuthenticationType(rawValue: authenticationType) ?? .default,
+            securityDomain: securityDomain, path: path, account: account))
+    }
+}

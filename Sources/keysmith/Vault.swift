@@ -1,0 +1,122 @@
+import ArgumentParser
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+import KeysmithVault
+
+extension KeysmithCommand {
+    /// Vault maintenance: verify, change the passphrase, rekey, compact.
+    struct Vault: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Check and maintain the vault: verify, change its passphrase or keyfile, rekey, compact.",
+            subcommands: [Verify.self, Passwd.self, Rekey.self, Compact.self]
+        )
+    }
+}
+
+extension KeysmithCommand.Vault {
+    /// Lists damage; exit 6 when there is any.
+    struct Verify: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Check every file of the vault and list any damage.",
+            discussion: "Exit code 0 when the vault is intact, 6 when something is damaged."
+        )
+
+        @OptionGroup var store: StoreOptions
+
+        @Flag(help: "Print JSON lines, one object per problem.")
+        var json = false
+
+        func run() throws {
+            let vault = try store.openVault()
+            let damage = try vault.verify()
+            let items = try vault.statistics.items
+            if json {
+                struct Problem: Encodable { var file: String; var offset: Int; var record: String?; var item: String?; var reason: String }
+                for problem in damage {
+                    print(try jsonLine(Problem(file: problem.file, offset: problem.offset, record: problem.recordID,
+                                               item: problem.key?.description, reason: problem.reason)))
+                }
+            } else if damage.isEmpty {
+                print("The vault at \(vault.path) is intact: \(items) item(s).")
+            } else {
+                for problem in damage { print(problem) }
+            }
+            if !damage.isEmpty {
+                throw CommandFailure(message: "the vault has \(damage.count) problem(s)", exitCode: ExitCode(6))
+            }
+        }
+    }
+
+    /// Changes what unlocks the vault.
+    struct Passwd: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Change the vault's passphrase or keyfile (re-wraps the key; records are not rewritten).",
+            discussion: """
+                The new credential comes from --new-keyfile (created when missing), --new-passphrase-fd, \
+                $KEYSMITH_NEW_PASSPHRASE, or a prompt (typed twice).
+                """
+        )
+
+        @OptionGroup var store: StoreOptions
+
+        @Option(name: .customLong("new-keyfile"), help: ArgumentHelp("Unlock with this keyfile from now on.", valueName: "file"))
+        var newKeyfile: String?
+
+        @Option(name: .customLong("new-passphrase-fd"), help: ArgumentHelp("Read the new passphrase from this descriptor.", valueName: "n"))
+        var newPassphraseFD: Int32?
+
+        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost for the new passphrase, as log2(N) (default: 17).")
+        var scryptLogN: Int = 17
+
+        func run() throws {
+            let vault = try store.openVault()
+            let credential: VaultCredential
+            if let newKeyfile {
+                if try System.status(newKeyfile) == nil { try VaultCredential.generateKeyfile(at: newKeyfile) }
+                credential = .keyfile(at: newKeyfile)
+            } else if let newPassphraseFD {
+                var bytes = try readPassphrase(fd: newPassphraseFD)
+                defer { cleanse(&bytes) }
+                credential = .passphrase(bytes: bytes)
+            } else if let environment = System.environment("KEYSMITH_NEW_PASSPHRASE") {
+                credential = .passphrase(environment)
+            } else {
+                guard var first = try Terminal.readHidden(prompt: "New passphrase: ") else {
+                    throw KeysmithError.invalidArgument("no new credential: use --new-keyfile, --new-passphrase-fd or KEYSMITH_NEW_PASSPHRASE")
+                }
+                defer { cleanse(&first) }
+                var second = try Terminal.readHidden(prompt: "Repeat the new passphrase: ") ?? []
+                defer { cleanse(&second) }
+                guard first == second, !first.isEmpty else { throw KeysmithError.invalidArgument("the passphrases differ or are empty; nothing changed") }
+                credential = .passphrase(bytes: first)
+            }
+            try vault.changeCredential(to: credential, scrypt: ScryptParameters(n: 1 << UInt64(min(max(scryptLogN, 10), 22))))
+            print("The vault at \(vault.path) is now unlocked by its new \(credential.description.hasPrefix("keyfile") ? "keyfile" : "passphrase").")
+        }
+    }
+
+    /// Re-encrypts everything under a new data key.
+    struct Rekey: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Re-encrypt every record under a new data key and retire the old key.")
+
+        @OptionGroup var store: StoreOptions
+
+        func run() throws {
+            let vault = try store.openVault()
+            try vault.rekey()
+            print("Re-keyed \(try vault.statistics.items) item(s).")
+        }
+    }
+
+    /// Compacts logs into a snapshot.
+    struct Compact: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Fold the vault's commit logs into one snapshot now.")
+
+        @OptionGroup var store: StoreOptions
+
+        func run() throws {
+            try store.openVault().compact()
+        }
+    }
+}
