@@ -17,7 +17,7 @@ let package = Package(
         // the one Swift module that wraps each (KeysmithCrypto for OpenSSL).
         .systemLibrary(
             name: "COpenSSL",
-            pkgConfig: "openssl",
+            pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
         .systemLibrary(

@@ -17,6 +17,12 @@ static inline int COpenSSL_EVP_CTRL_GCM_SET_IVLEN(void) { return EVP_CTRL_GCM_SE
 static inline int COpenSSL_EVP_CTRL_GCM_GET_TAG(void) { return EVP_CTRL_GCM_GET_TAG; }
 static inline int COpenSSL_EVP_CTRL_GCM_SET_TAG(void) { return EVP_CTRL_GCM_SET_TAG; }
 
+/// Initialises libcrypto without reading the system's openssl.cnf: Keysmith uses only built-in
+/// EVP algorithms, so the configuration file is never needed and reading it costs start-up time.
+static inline int COpenSSL_init_without_config(void) {
+    return OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, NULL);
+}
+
 /// OPENSSL_VERSION_TEXT as a function.
 static inline const char *COpenSSL_version_text(void) { return OpenSSL_version(OPENSSL_VERSION); }
 

@@ -20,6 +20,7 @@ package enum AESGCM {
     package static func seal(
         _ plaintext: [UInt8], key: SecretBytes, nonce: [UInt8]? = nil, associatedData: [UInt8]
     ) throws -> (nonce: [UInt8], ciphertext: [UInt8], tag: [UInt8]) {
+        _ = openSSLReady
         let nonce = try nonce ?? Random.bytes(count: nonceSize)
         try check(key: key, nonce: nonce)
         var ciphertext = [UInt8](repeating: 0, count: plaintext.count)
@@ -37,6 +38,7 @@ package enum AESGCM {
     package static func open(
         ciphertext: [UInt8], tag: [UInt8], key: SecretBytes, nonce: [UInt8], associatedData: [UInt8]
     ) throws -> [UInt8] {
+        _ = openSSLReady
         try check(key: key, nonce: nonce)
         guard tag.count == tagSize else { throw CryptoError.invalidArgument("a GCM tag is \(tagSize) bytes") }
         var plaintext = [UInt8](repeating: 0, count: ciphertext.count)

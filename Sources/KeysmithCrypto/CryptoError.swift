@@ -47,3 +47,7 @@ package struct CryptoError: Error, Sendable, Equatable, CustomStringConvertible 
         return reasons
     }
 }
+
+/// Initialises OpenSSL once, without its configuration file, before the first call into it.
+/// Every entry point that calls OpenSSL touches `openSSLReady` first.
+let openSSLReady: Bool = COpenSSL_init_without_config() == 1

@@ -7,6 +7,7 @@ package enum SHA256 {
 
     /// The SHA-256 digest of `data`. The corresponding C function is `EVP_Digest`.
     package static func hash(_ data: [UInt8]) -> [UInt8] {
+        _ = openSSLReady
         var digest = [UInt8](repeating: 0, count: size)
         var length: UInt32 = 0
         let ok = data.withUnsafeBufferPointer { input in
@@ -21,6 +22,7 @@ package enum SHA256 {
 
     /// HMAC-SHA-256 of `data` under `key`. The corresponding C function is `HMAC`.
     package static func hmac(key: SecretBytes, _ data: [UInt8]) -> [UInt8] {
+        _ = openSSLReady
         var mac = [UInt8](repeating: 0, count: size)
         var length: UInt32 = 0
         let result = key.withUnsafeBytes { keyBytes in
@@ -54,6 +56,7 @@ package enum Scrypt {
     package static func derive(
         passphrase: SecretBytes, salt: [UInt8], n: UInt64, r: UInt64, p: UInt64, length: Int
     ) throws -> SecretBytes {
+        _ = openSSLReady
         guard n > 1, n & (n - 1) == 0 else { throw CryptoError.invalidArgument("scrypt N must be a power of two above 1") }
         // scrypt needs 128·r·N bytes (plus 128·r·p); allow that with room to spare.
         let needed = 128 * r * (n + p + 2)

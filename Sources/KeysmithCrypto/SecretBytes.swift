@@ -63,6 +63,7 @@ package func cleanse(_ bytes: inout [UInt8]) {
 package enum Random {
     /// Returns `count` random bytes. The corresponding C function is `RAND_bytes`.
     package static func bytes(count: Int) throws -> [UInt8] {
+        _ = openSSLReady
         var bytes = [UInt8](repeating: 0, count: count)
         let ok = bytes.withUnsafeMutableBytes { buffer in
             count == 0 ? 1 : RAND_bytes(buffer.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(count))

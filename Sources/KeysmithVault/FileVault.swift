@@ -114,7 +114,7 @@ public final class FileVault: SecureStore {
         guard let status = try io({ try System.status(path) }), status.isDirectory else {
             throw KeysmithError(.storeUnavailable, "there is no vault at \(path); create one with `keysmith init`")
         }
-        let headers = try HeaderStore.readAll(paths)
+        let headers = HeaderStore.intactCopies(paths)
         var unlocked: UnlockedHeader?
         var firstError: (any Error)?
         for header in headers {

@@ -83,15 +83,16 @@ enum HeaderStore {
         throw KeysmithError(.corruptData, "both copies of the vault header are damaged (\(problems.joined(separator: "; "))); restore the vault from a backup")
     }
 
-    /// Both copies, in order, each with its parse result.
-    static func readAll(_ paths: VaultPaths) throws -> [VaultHeader] {
-        var headers: [VaultHeader] = []
-        for path in [paths.header, paths.headerBackup] {
-            if let bytes = try io({ try System.readFile(path) }), let header = try? VaultHeader.parse(bytes) {
-                headers.append(header)
+    /// The intact copies, in order (primary first), parsed only when asked for: opening a vault
+    /// usually needs the first one only.
+    static func intactCopies(_ paths: VaultPaths) -> LazyMapSequence<LazyFilterSequence<LazyMapSequence<[String], VaultHeader?>>, VaultHeader> {
+        [paths.header, paths.headerBackup].lazy
+            .map { path -> VaultHeader? in
+                guard let bytes = try? System.readFile(path) else { return nil }
+                return try? VaultHeader.parse(bytes)
             }
-        }
-        return headers
+            .filter { $0 != nil }
+            .map { $0! }
     }
 
     static func write(_ header: VaultHeader, _ paths: VaultPaths) throws {

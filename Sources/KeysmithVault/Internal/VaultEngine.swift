@@ -103,18 +103,23 @@ struct VaultEngine: ~Copyable {
     }
 
     /// Reports a damaged or missing copy of the header (the other copy keeps the vault open).
+    /// Two identical copies that parse are the common case and cost one parse.
     mutating func checkHeaderCopies() {
-        for (path, name) in [(paths.header, VaultHeader.primaryName), (paths.headerBackup, VaultHeader.backupName)] {
+        let primary = try? System.readFile(paths.header)
+        let backup = try? System.readFile(paths.headerBackup)
+        if let primary, let backup, primary == backup, let parsed = try? VaultHeader.parse(primary), parsed.vaultIDBytes == vaultID {
+            return
+        }
+        for (bytes, name) in [(primary, VaultHeader.primaryName), (backup, VaultHeader.backupName)] {
             let reason: String?
-            switch Result(catching: { try System.readFile(path) }) {
-            case .failure(let error): reason = "the header copy cannot be read: \(error)"
-            case .success(nil): reason = "the header copy is missing"
-            case .success(let bytes?):
+            if let bytes = bytes ?? nil {
                 if let parsed = try? VaultHeader.parse(bytes) {
                     reason = parsed.vaultIDBytes == vaultID ? nil : "the header copy belongs to another vault"
                 } else {
                     reason = "the header copy is damaged (checksum or syntax)"
                 }
+            } else {
+                reason = "the header copy is missing or unreadable"
             }
             if let reason { fileDamage.append(VaultDamage(file: name, offset: 0, recordID: nil, key: nil, reason: reason)) }
         }
@@ -430,7 +435,7 @@ struct VaultEngine: ~Copyable {
     /// missing. The caller holds the flock.
     mutating func healHeaderCopies() throws {
         guard fileDamage.contains(where: \.isHeaderCopy) else { return }
-        guard let intact = try HeaderStore.readAll(paths).first, intact.vaultIDBytes == vaultID else { return }
+        guard let intact = HeaderStore.intactCopies(paths).first, intact.vaultIDBytes == vaultID else { return }
         try HeaderStore.write(intact, paths)
         fileDamage.removeAll(where: \.isHeaderCopy)
     }
