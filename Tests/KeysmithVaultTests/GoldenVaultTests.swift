@@ -51,7 +51,7 @@ enum Golden {
         try vault.compact()
         try vault.perform([.restore(records[0]), .delete(deleted)])
         try vault.perform([.restore(records[2])])
-        FileManager.default.createFile(atPath: path + "/lock", contents: Data())
+        _ = FileManager.default.createFile(atPath: path + "/lock", contents: Data())
     }
 
     static func copy(_ path: String) throws -> (TemporaryDirectory, String) {
