@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "Keysmith", targets: ["Keysmith"]),
         .library(name: "KeysmithVault", targets: ["KeysmithVault"]),
+        .library(name: "KeysmithTokens", targets: ["KeysmithTokens"]),
         .executable(name: "keysmith", targets: ["keysmith"]),
     ],
     dependencies: [
@@ -43,11 +44,14 @@ let package = Package(
         // A writer process for the vault's crash and concurrency tests (not a product).
         .executableTarget(name: "vault-stress", dependencies: ["Keysmith", "KeysmithVault"]),
 
+        // Tokens, scopes, the audit log and the permission manager.
+        .target(name: "KeysmithTokens", dependencies: ["Keysmith", "KeysmithCrypto"]),
+
         // The command.
         .executableTarget(
             name: "keysmith",
             dependencies: [
-                "Keysmith", "KeysmithVault", "KeysmithCrypto", "KeysmithSystem",
+                "Keysmith", "KeysmithVault", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -56,6 +60,7 @@ let package = Package(
         // and the command tested through its built binary.
         .testTarget(name: "KeysmithTests", dependencies: ["Keysmith"]),
         .testTarget(name: "KeysmithCryptoTests", dependencies: ["KeysmithCrypto"]),
+        .testTarget(name: "KeysmithTokensTests", dependencies: ["KeysmithTokens", "KeysmithVault"]),
         .testTarget(
             name: "KeysmithVaultTests",
             dependencies: ["KeysmithVault", "KeysmithCrypto", "KeysmithSystem", "vault-stress"]

@@ -31,6 +31,8 @@ public struct KeysmithError: Error, Sendable, Hashable, CustomStringConvertible 
             case invalidArgument = "invalid argument"
             case ioFailure = "input/output failure"
             case timedOut = "timed out"
+            case invalidScope = "invalid scope"
+            case malformedData = "malformed data"
         }
 
         private let base: Base
@@ -54,6 +56,11 @@ public struct KeysmithError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let ioFailure = Code(.ioFailure)
         /// The store did not answer in time.
         public static let timedOut = Code(.timedOut)
+        /// A scope token breaks RFC 6749 §3.3 (a forbidden character), or a refresh named a scope
+        /// that was not granted before (RFC 6749 §6, `invalid_scope`).
+        public static let invalidScope = Code(.invalidScope)
+        /// Input to be parsed (a token response, a policy file, a JSON line) is malformed.
+        public static let malformedData = Code(.malformedData)
 
         /// A short lower-case name of the code, such as `item not found`.
         public var description: String { base.rawValue }

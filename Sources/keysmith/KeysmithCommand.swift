@@ -49,7 +49,7 @@ struct KeysmithCommand: ParsableCommand {
         case .storeLocked, .storeUnavailable, .timedOut: 5
         case .corruptData: 6
         case .duplicateItem: 7
-        case .invalidArgument: 64
+        case .invalidArgument, .invalidScope, .malformedData: 64
         default: 1
         }
     }

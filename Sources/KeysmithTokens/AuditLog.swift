@@ -1,0 +1,145 @@
+public import Keysmith
+import KeysmithCrypto
+
+/// One entry of the audit log: a change of token state, chained to the entry before it.
+///
+/// `hash` is SHA-256 over the entry's canonical form (docs/guide.md, "The audit log"), which
+/// includes `previousHash`; editing, reordering or deleting an entry breaks the chain.
+public struct AuditEntry: Sendable, Hashable, Codable {
+    /// The entry's position, from 1.
+    public var sequence: Int
+    /// When the change happened.
+    public var time: Date
+    /// What happened: `import`, `revoke`, `revoke-all`, `refresh`, `grant`, `delete`.
+    public var event: String
+    /// The token's service.
+    public var service: String
+    /// The token's account.
+    public var account: String
+    /// The scopes the change touched.
+    public var scopes: [String]
+    /// Why, in words.
+    public var detail: String
+    /// The previous entry's hash (64 zeros for the first).
+    public var previousHash: String
+    /// This entry's hash.
+    public var hash: String
+
+    /// The canonical bytes that `hash` covers: every field but `hash`, as sorted-key JSON.
+    func canonicalBytes() throws -> [UInt8] {
+        var copy = self
+        copy.hash = ""
+        return Array(try TokenCoding.encode(copy))
+    }
+
+    func computedHash() throws -> String {
+        SHA256.hash(try canonicalBytes()).map { byte in
+            let digits = Array("0123456789abcdef")
+            return String([digits[Int(byte >> 4)], digits[Int(byte & 15)]])
+        }.joined()
+    }
+}
+
+/// The result of checking the audit log's hash chain.
+public struct AuditVerification: Sendable, Hashable {
+    /// How many entries the log holds.
+    public var entries: Int
+    /// What is wrong, entry by entry; empty when the chain is intact.
+    public var problems: [String]
+    /// Whether the chain is intact.
+    public var isIntact: Bool { problems.isEmpty }
+}
+
+/// Where the audit log lives in a store: one generic password per entry under the service
+/// `keysmith.audit`, accounts `000000000001`, `000000000002`, …, and a head item (`head`) that
+/// names the last entry and its hash.
+enum AuditLog {
+    static let service = "keysmith.audit"
+    static let headAccount = "head"
+    static let entryType = "audit-entry"
+    static let genesis = String(repeating: "0", count: 64)
+
+    struct Head: Codable {
+        var sequence: Int
+        var hash: String
+    }
+
+    static func entryKey(_ sequence: Int) -> ItemKey {
+        let digits = String(sequence)
+        return .genericPassword(service: service, account: String(repeating: "0", count: max(0, 12 - digits.count)) + digits)
+    }
+
+    static let headKey = ItemKey.genericPassword(service: service, account: headAccount)
+
+    static func head(in store: any SecureStore) throws -> Head {
+        guard let record = try store.read(headKey) else { return Head(sequence: 0, hash: genesis) }
+        return try TokenCoding.decode(Head.self, from: record.secret, what: "the audit log's head")
+    }
+
+    /// Operations that append `events` after the current head: entry creates (which fail with
+    /// a duplicate if another writer appended first) and the head's update.
+    static func appendOperations(
+        _ events: [(event: String, service: String, account: String, scopes: [String], detail: String)],
+        after head: Head, at time: Date
+    ) throws -> [StoreOperation] {
+        var operations: [StoreOperation] = []
+        var previous = head
+        for event in events {
+            var entry = AuditEntry(
+                sequence: previous.sequence + 1, time: time, event: event.event, service: event.service,
+                account: event.account, scopes: event.scopes.sorted(), detail: event.detail,
+                previousHash: previous.hash, hash: "")
+            entry.hash = try entry.computedHash()
+            operations.append(.create(ItemAttributes(key: entryKey(entry.sequence), type: entryType),
+                                      secret: try TokenCoding.encode(entry)))
+            previous = Head(sequence: entry.sequence, hash: entry.hash)
+        }
+        operations.append(.upsert(ItemAttributes(key: headKey, type: entryType), secret: try TokenCoding.encode(previous)))
+        return operations
+    }
+
+    static func verify(in store: any SecureStore) throws -> AuditVerification {
+        let head = try head(in: store)
+        var problems: [String] = []
+        var previousHash = genesis
+        for sequence in stride(from: 1, through: head.sequence, by: 1) {
+            guard let record = try store.read(entryKey(sequence)) else {
+                problems.append("entry \(sequence) is missing (deleted)")
+                previousHash = ""
+                continue
+            }
+            guard let entry = try? TokenCoding.decode(AuditEntry.self, from: record.secret, what: "audit entry \(sequence)") else {
+                problems.append("entry \(sequence) does not decode (edited)")
+                previousHash = ""
+                continue
+            }
+            if entry.sequence != sequence {
+                problems.append("entry \(sequence) says it is entry \(entry.sequence) (reordered)")
+            }
+            if try entry.computedHash() != entry.hash {
+                problems.append("entry \(sequence) does not match its hash (edited)")
+            }
+            if !previousHash.isEmpty, entry.previousHash != previousHash {
+                problems.append("entry \(sequence) does not follow entry \(sequence - 1) (reordered, or one was edited or replaced)")
+            }
+            previousHash = entry.hash
+        }
+        if head.sequence > 0, !previousHash.isEmpty, previousHash != head.hash {
+            problems.append("the log's head does not name the last entry's hash")
+        }
+        let stored = try store.search(ItemQuery(service: service, type: entryType)).count - (head.sequence > 0 ? 1 : 0)
+        if stored > head.sequence {
+            problems.append("\(stored - head.sequence) entr\(stored - head.sequence == 1 ? "y lies" : "ies lie") beyond the log's head (inserted, or the head was rolled back)")
+        }
+        return AuditVerification(entries: head.sequence, problems: problems)
+    }
+
+    static func entries(in store: any SecureStore) throws -> [AuditEntry] {
+        let head = try head(in: store)
+        return try stride(from: 1, through: head.sequence, by: 1).compactMap { sequence in
+            try store.read(entryKey(sequence)).map {
+                try TokenCoding.decode(AuditEntry.self, from: $0.secret, what: "audit entry \(sequence)")
+            }
+        }
+    }
+}

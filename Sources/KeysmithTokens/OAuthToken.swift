@@ -1,0 +1,281 @@
+public import Keysmith
+
+/// The state a scope is in. Every scope a token has heard of is in exactly one.
+public enum ScopeState: String, Sendable, Hashable, Codable, CaseIterable {
+    /// Granted and usable while the token is active.
+    case granted
+    /// Requested but not granted by the authorization server (or narrowed away by a refresh).
+    case declined
+    /// Granted once, but the token expired.
+    case expired
+    /// Revoked: one scope, or every scope at log-out.
+    case revoked
+}
+
+/// A scope's state, with when and why it last changed.
+public struct ScopeStatus: Sendable, Hashable, Codable {
+    /// The state.
+    public var state: ScopeState
+    /// When it last changed.
+    public var changedAt: Date
+    /// Why it last changed, such as `granted by token response` or `revoked: user request`.
+    public var reason: String
+
+    /// Creates a status.
+    public init(state: ScopeState, changedAt: Date, reason: String) {
+        self.state = state
+        self.changedAt = changedAt
+        self.reason = reason
+    }
+}
+
+/// An OAuth-style token: its secrets, its metadata and the state of every scope it has heard of.
+///
+/// Values are immutable snapshots; the mutating methods return errors instead of leaving a
+/// half-changed token, and ``TokenKeeper`` persists each change with an audit entry.
+///
+/// ```swift
+/// var token = try OAuthToken(response: json, requested: ["openid", "posts:write"], now: .now)
+/// token.hasGranted("posts:write", at: .now)        // true while active
+/// try token.revoke("posts:write", reason: "user request", at: .now)
+/// ```
+///
+/// `description` never shows the access or refresh token.
+public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// The access token: a secret.
+    public var accessToken: String
+    /// The refresh token, if any: a secret.
+    public var refreshToken: String?
+    /// The token type, such as `Bearer`.
+    public var tokenType: String
+    /// The OAuth client the token was issued to.
+    public var clientID: String?
+    /// The subject (user) the token acts for.
+    public var subject: String?
+    /// The issuer.
+    public var issuer: String?
+    /// The audience.
+    public var audience: [String]
+    /// When the token was issued.
+    public var issuedAt: Date
+    /// When the access token expires; `nil` when the server said nothing.
+    public var expiresAt: Date?
+    /// When access to the user's data expires (Facebook's data-access expiry); `nil` for never.
+    public var dataAccessExpiresAt: Date?
+    /// When the token was last refreshed.
+    public var refreshedAt: Date?
+    /// When the whole token was revoked (log-out); `nil` while it was not.
+    public var revokedAt: Date?
+    /// Every scope the token has heard of, with its state.
+    public var scopes: [Scope: ScopeStatus]
+
+    /// Creates a token from its parts. Prefer ``init(response:requested:clientID:subject:issuer:audience:now:)``.
+    public init(
+        accessToken: String, refreshToken: String? = nil, tokenType: String = "Bearer", clientID: String? = nil,
+        subject: String? = nil, issuer: String? = nil, audience: [String] = [], issuedAt: Date,
+        expiresAt: Date? = nil, dataAccessExpiresAt: Date? = nil, scopes: [Scope: ScopeStatus] = [:]
+    ) {
+        self.accessToken = accessToken
+        self.refreshToken = refreshToken
+        self.tokenType = tokenType
+        self.clientID = clientID
+        self.subject = subject
+        self.issuer = issuer
+        self.audience = audience
+        self.issuedAt = issuedAt
+        self.expiresAt = expiresAt
+        self.dataAccessExpiresAt = dataAccessExpiresAt
+        self.scopes = scopes
+    }
+
+    /// Builds a token from an RFC 6749 §5.1 token response and the scopes that were requested.
+    ///
+    /// The granted set is the response's `scope` when present, else the requested set (§3.3);
+    /// requested scopes missing from the grant are declined.
+    ///
+    /// - Parameters:
+    ///   - response: The JSON body of the token response.
+    ///   - requested: The scopes the client asked for.
+    ///   - clientID: The client the token was issued to.
+    ///   - subject: The user it acts for.
+    ///   - issuer: The issuer.
+    ///   - audience: The audience.
+    ///   - now: The time of issue (and the base of `expires_in`).
+    /// - Throws: ``KeysmithError/Code/malformedData`` for malformed JSON, a missing or empty
+    ///   `access_token` or `token_type`, or a negative `expires_in`;
+    ///   ``KeysmithError/Code/invalidScope`` for a malformed scope.
+    public init(
+        response: Data, requested: Set<Scope>, clientID: String? = nil, subject: String? = nil,
+        issuer: String? = nil, audience: [String] = [], now: Date
+    ) throws {
+        let parsed = try TokenResponse.parse(response)
+        self.init(
+            accessToken: parsed.accessToken, refreshToken: parsed.refreshToken, tokenType: parsed.tokenType,
+            clientID: clientID, subject: subject, issuer: issuer, audience: audience, issuedAt: now,
+            expiresAt: parsed.expiresIn.map { now.addingTimeInterval(TimeInterval($0)) })
+        let granted = parsed.scope ?? requested
+        for scope in granted {
+            scopes[scope] = ScopeStatus(state: .granted, changedAt: now, reason: "granted by token response")
+        }
+        for scope in requested.subtracting(granted) {
+            scopes[scope] = ScopeStatus(state: .declined, changedAt: now, reason: "requested but not granted")
+        }
+    }
+
+    // MARK: Questions
+
+    /// Whether the access token has expired at `date`.
+    public func isExpired(at date: Date) -> Bool {
+        guard let expiresAt else { return false }
+        return date >= expiresAt
+    }
+
+    /// Whether access to the user's data has expired at `date`.
+    public func isDataAccessExpired(at date: Date) -> Bool {
+        guard let dataAccessExpiresAt else { return false }
+        return date >= dataAccessExpiresAt
+    }
+
+    /// Whether the token can be used at `date`: not expired, not revoked.
+    public func isActive(at date: Date) -> Bool {
+        revokedAt == nil && !isExpired(at: date)
+    }
+
+    /// The state of a scope at `date`: a granted scope of an expired token is `expired`.
+    ///
+    /// - Returns: The state, or `nil` for a scope the token never heard of.
+    public func state(of scope: Scope, at date: Date) -> ScopeState? {
+        guard let status = scopes[scope] else { return nil }
+        if status.state == .granted && isExpired(at: date) { return .expired }
+        return status.state
+    }
+
+    /// The status of every scope at `date`, with expiry applied (see ``state(of:at:)``).
+    public func statuses(at date: Date) -> [Scope: ScopeStatus] {
+        guard isExpired(at: date), let expiresAt else { return scopes }
+        return scopes.mapValues { status in
+            status.state == .granted ? ScopeStatus(state: .expired, changedAt: expiresAt, reason: "the token expired") : status
+        }
+    }
+
+    /// Whether `scope` is usable at `date`: the token is active and the scope granted.
+    public func hasGranted(_ scope: Scope, at date: Date) -> Bool {
+        isActive(at: date) && scopes[scope]?.state == .granted
+    }
+
+    /// The scopes usable at `date`: empty when the token is not active.
+    public func grantedScopes(at date: Date) -> Set<Scope> {
+        guard isActive(at: date) else { return [] }
+        return Set(scopes.lazy.filter { $0.value.state == .granted }.map(\.key))
+    }
+
+    /// The scopes in one state at `date`.
+    public func scopes(in state: ScopeState, at date: Date) -> Set<Scope> {
+        Set(statuses(at: date).lazy.filter { $0.value.state == state }.map(\.key))
+    }
+
+    /// The declined scopes: what to ask for again. They become granted only through a new grant
+    /// (``applyGrant(response:requested:at:)``).
+    public var scopesToReRequest: Set<Scope> {
+        Set(scopes.lazy.filter { $0.value.state == .declined }.map(\.key))
+    }
+
+    // MARK: Changes
+
+    /// Revokes one scope.
+    ///
+    /// - Parameters:
+    ///   - scope: The scope.
+    ///   - reason: Why, for the audit log.
+    ///   - date: When.
+    /// - Returns: Whether anything changed (`false` when the scope was already revoked).
+    /// - Throws: ``KeysmithError/Code/itemNotFound`` for a scope the token never heard of.
+    @discardableResult
+    public mutating func revoke(_ scope: Scope, reason: String, at date: Date) throws -> Bool {
+        guard let status = scopes[scope] else {
+            throw KeysmithError(
+                .itemNotFound,
+                "the token has never heard of the scope \(scope); its scopes are: \(Scope.formatList(scopes.keys))")
+        }
+        guard status.state != .revoked else { return false }
+        scopes[scope] = ScopeStatus(state: .revoked, changedAt: date, reason: "revoked: \(reason)")
+        return true
+    }
+
+    /// Revokes everything (log-out): every scope revoked, the token inactive.
+    ///
+    /// - Returns: Whether anything changed (`false` when already revoked).
+    @discardableResult
+    public mutating func revokeAll(reason: String, at date: Date) -> Bool {
+        guard revokedAt == nil || scopes.values.contains(where: { $0.state != .revoked }) else { return false }
+        revokedAt = revokedAt ?? date
+        for (scope, status) in scopes where status.state != .revoked {
+            scopes[scope] = ScopeStatus(state: .revoked, changedAt: date, reason: "revoked: \(reason)")
+        }
+        return true
+    }
+
+    /// Applies a refresh response (RFC 6749 §6): a new access token, which may narrow the grant
+    /// but never widen it.
+    ///
+    /// - Parameters:
+    ///   - response: The JSON body of the refresh response.
+    ///   - date: When.
+    /// - Throws: ``KeysmithError/Code/invalidScope`` if the response names a scope that is not
+    ///   granted now; ``KeysmithError/Code/malformedData`` for a malformed response. The token is
+    ///   unchanged when it throws.
+    public mutating func applyRefresh(response: Data, at date: Date) throws {
+        let parsed = try TokenResponse.parse(response)
+        let grantedNow = Set(scopes.lazy.filter { $0.value.state == .granted }.map(\.key))
+        if let narrowed = parsed.scope {
+            let widened = narrowed.subtracting(grantedNow)
+            guard widened.isEmpty else {
+                throw KeysmithError(
+                    .invalidScope,
+                    "the refresh response grants \(Scope.formatList(widened)), which the token did not have; "
+                        + "a refresh may narrow the grant but never widen it (RFC 6749 §6)")
+            }
+        }
+        var next = self
+        next.accessToken = parsed.accessToken
+        if let refresh = parsed.refreshToken { next.refreshToken = refresh }
+        next.tokenType = parsed.tokenType
+        next.refreshedAt = date
+        next.expiresAt = parsed.expiresIn.map { date.addingTimeInterval(TimeInterval($0)) }
+        if let narrowed = parsed.scope {
+            for scope in grantedNow.subtracting(narrowed) {
+                next.scopes[scope] = ScopeStatus(state: .declined, changedAt: date, reason: "dropped by refresh")
+            }
+        }
+        self = next
+    }
+
+    /// Applies an incremental grant: a new token response for more scopes, which adds to the
+    /// granted set. Declined scopes that it grants become granted; requested scopes it does not
+    /// grant are declined (unless already granted).
+    ///
+    /// - Throws: ``KeysmithError/Code/malformedData`` or ``KeysmithError/Code/invalidScope``;
+    ///   the token is unchanged then.
+    public mutating func applyGrant(response: Data, requested: Set<Scope>, at date: Date) throws {
+        let parsed = try TokenResponse.parse(response)
+        var next = self
+        next.accessToken = parsed.accessToken
+        if let refresh = parsed.refreshToken { next.refreshToken = refresh }
+        next.tokenType = parsed.tokenType
+        next.revokedAt = nil
+        next.expiresAt = parsed.expiresIn.map { date.addingTimeInterval(TimeInterval($0)) }
+        let granted = parsed.scope ?? requested
+        for scope in granted where next.scopes[scope]?.state != .granted {
+            next.scopes[scope] = ScopeStatus(state: .granted, changedAt: date, reason: "granted by incremental grant")
+        }
+        for scope in requested.subtracting(granted) where next.scopes[scope]?.state != .granted {
+            next.scopes[scope] = ScopeStatus(state: .declined, changedAt: date, reason: "requested again but not granted")
+        }
+        self = next
+    }
+
+    /// The token's identity and scopes, never its secrets.
+    public var description: String {
+        "OAuth token (\(tokenType), client \(clientID ?? "-"), subject \(subject ?? "-"), \(scopes.count) scope(s), secrets redacted)"
+    }
+}

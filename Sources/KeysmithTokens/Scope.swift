@@ -1,0 +1,83 @@
+import Keysmith
+
+/// One OAuth scope token, validated as RFC 6749 §3.3 says.
+///
+/// A scope token is one or more printable ASCII characters other than space, `"` and `\`
+/// (`%x21 / %x23-5B / %x5D-7E`). Scopes are case-sensitive: `Posts:Write` and `posts:write`
+/// are two scopes.
+///
+/// ```swift
+/// let scope = try Scope("posts:write")
+/// let scopes = try Scope.parseList("openid profile email")   // a set: order irrelevant
+/// ```
+public struct Scope: Hashable, Sendable, Comparable, Codable, CustomStringConvertible {
+    /// The scope token.
+    public let rawValue: String
+
+    /// Validates a scope token.
+    ///
+    /// - Parameter rawValue: The token.
+    /// - Throws: ``KeysmithError/Code/invalidScope`` naming the first forbidden character and
+    ///   its position, or saying that the token is empty.
+    public init(_ rawValue: String) throws {
+        guard !rawValue.isEmpty else {
+            throw KeysmithError(.invalidScope, "a scope token cannot be empty")
+        }
+        for (offset, scalar) in rawValue.unicodeScalars.enumerated() {
+            let value = scalar.value
+            let allowed = value == 0x21 || (0x23...0x5B).contains(value) || (0x5D...0x7E).contains(value)
+            guard allowed else {
+                throw KeysmithError(
+                    .invalidScope,
+                    "the scope \(Self.printable(rawValue)) has a forbidden character \(Self.describe(scalar)) at position \(offset + 1); "
+                        + "RFC 6749 §3.3 allows printable ASCII except space, '\"' and '\\\\'")
+            }
+        }
+        self.rawValue = rawValue
+    }
+
+    /// Parses a space-delimited scope list (the `scope` parameter of RFC 6749) into a set.
+    ///
+    /// - Parameter list: Scope tokens separated by single or repeated spaces.
+    /// - Returns: The set of scopes; empty for an empty list.
+    /// - Throws: ``KeysmithError/Code/invalidScope`` for the first invalid token.
+    public static func parseList(_ list: String) throws -> Set<Scope> {
+        Set(try list.split(separator: " ", omittingEmptySubsequences: true).map { try Scope(String($0)) })
+    }
+
+    /// Formats scopes as a space-delimited list, sorted for stable output.
+    public static func formatList<S: Sequence>(_ scopes: S) -> String where S.Element == Scope {
+        scopes.sorted().map(\.rawValue).joined(separator: " ")
+    }
+
+    public var description: String { rawValue }
+
+    public static func < (lhs: Scope, rhs: Scope) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    public init(from decoder: any Decoder) throws {
+        try self.init(try decoder.singleValueContainer().decode(String.self))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    private static func describe(_ scalar: Unicode.Scalar) -> String {
+        switch scalar {
+        case " ": "' ' (space)"
+        case "\"": "'\"' (double quote)"
+        case "\\": "'\\' (backslash)"
+        default:
+            scalar.value < 0x20 || scalar.value == 0x7F || scalar.value > 0x7E
+                ? "U+\(String(scalar.value, radix: 16, uppercase: true))" : "'\(scalar)'"
+        }
+    }
+
+    private static func printable(_ text: String) -> String {
+        "\"" + text.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "\\u{\(String($0.value, radix: 16))}" : String($0) }.joined() + "\""
+    }
+}
+
+/// A permission, in the permission manager's terms, is a scope.
+public typealias Permission = Scope

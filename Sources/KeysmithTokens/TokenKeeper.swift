@@ -1,0 +1,201 @@
+public import Keysmith
+
+/// Keeps OAuth tokens in a store and records every change of state in a hash-chained audit log
+/// kept in the same store.
+///
+/// Each change (import, revoke, refresh, grant, log-out) is one all-or-nothing batch: the new
+/// token and its audit entry land together or not at all. The audit log's head also serves as a
+/// version check: when another process changed a token in between, the batch fails, the keeper
+/// reads again and retries, so no update is lost. A failed change leaves the stored token as
+/// it was.
+///
+/// ```swift
+/// let keeper = TokenKeeper(store: vault)
+/// try keeper.importResponse(json, service: "github", account: "ci", requested: ["repo", "workflow"])
+/// try keeper.revoke(["workflow"], service: "github", account: "ci", reason: "rotated")
+/// keeper.token(service: "github", account: "ci")?.hasGranted("repo", at: .now)
+/// ```
+public final class TokenKeeper: Sendable {
+    /// The store the tokens and the audit log live in.
+    public let store: any SecureStore
+    private let clock: @Sendable () -> Date
+
+    /// Creates a keeper over a store.
+    ///
+    /// - Parameters:
+    ///   - store: Where tokens and the audit log live.
+    ///   - clock: The time source for state changes and expiry; the system clock if omitted.
+    public init(store: any SecureStore, clock: @escaping @Sendable () -> Date = { Date() }) {
+        self.store = store
+        self.clock = clock
+    }
+
+    /// The current time of the keeper's clock.
+    public var now: Date { clock() }
+
+    static func key(service: String, account: String) -> ItemKey {
+        .genericPassword(service: service, account: account)
+    }
+
+    // MARK: Reading
+
+    /// Reads a token.
+    ///
+    /// - Returns: The token, or `nil` if there is none for this service and account.
+    /// - Throws: ``KeysmithError/Code/corruptData`` if the item is not a token; a store failure.
+    public func token(service: String, account: String) throws -> OAuthToken? {
+        guard let record = try store.read(Self.key(service: service, account: account)) else { return nil }
+        guard record.attributes.type == StoredToken.itemType else {
+            throw KeysmithError(.invalidArgument, "\(record.key) is not a token (its type is \(record.attributes.type ?? "none"))")
+        }
+        return try TokenCoding.decode(OAuthToken.self, from: record.secret, what: "the token for \(account) at \(service)")
+    }
+
+    /// Lists where tokens are stored, optionally for one service.
+    public func tokenKeys(service: String? = nil) throws -> [(service: String, account: String)] {
+        try store.search(ItemQuery(service: service, type: StoredToken.itemType)).compactMap { info in
+            guard case .genericPassword(let service, let account) = info.key else { return nil }
+            return (service, account)
+        }
+    }
+
+    // MARK: Changes
+
+    /// Imports an RFC 6749 token response as a new token (or replaces the one stored there).
+    ///
+    /// - Parameters:
+    ///   - response: The token response's JSON body.
+    ///   - service: Where to keep it: the service…
+    ///   - account: …and the account.
+    ///   - requested: The scopes that were requested.
+    ///   - clientID: The client it was issued to.
+    ///   - subject: The user it acts for.
+    ///   - issuer: The issuer.
+    ///   - audience: The audience.
+    /// - Returns: The stored token.
+    /// - Throws: ``KeysmithError/Code/malformedData`` or ``KeysmithError/Code/invalidScope`` for
+    ///   a bad response (nothing is stored then); a store failure.
+    @discardableResult
+    public func importResponse(
+        _ response: Data, service: String, account: String, requested: Set<Scope>, clientID: String? = nil,
+        subject: String? = nil, issuer: String? = nil, audience: [String] = []
+    ) throws -> OAuthToken {
+        let time = now
+        let token = try OAuthToken(response: response, requested: requested, clientID: clientID, subject: subject,
+                                   issuer: issuer, audience: audience, now: time)
+        try commit(at: time) { _ in
+            let granted = token.scopes.filter { $0.value.state == .granted }.map(\.key.rawValue)
+            let declined = token.scopes.filter { $0.value.state == .declined }.map(\.key.rawValue)
+            return ([StoredToken(store: store, service: service, account: account, token: token)],
+                    [("import", service, account, granted + declined,
+                      "imported; granted: \(granted.sorted().joined(separator: " ")); declined: \(declined.sorted().joined(separator: " "))")])
+        }
+        return token
+    }
+
+    /// Revokes scopes of one token.
+    ///
+    /// - Returns: The token after the change.
+    /// - Throws: ``KeysmithError/Code/itemNotFound`` for an unknown token or a scope the token
+    ///   never heard of (nothing changes then); a store failure.
+    @discardableResult
+    public func revoke(_ scopes: [Scope], service: String, account: String, reason: String) throws -> OAuthToken {
+        try change(service: service, account: account, event: "revoke", scopes: scopes.map(\.rawValue), detail: reason) { token, time in
+            var changed = false
+            for scope in scopes { changed = try token.revoke(scope, reason: reason, at: time) || changed }
+            return changed
+        }
+    }
+
+    /// Revokes everything (log-out): every scope revoked, the token inactive.
+    @discardableResult
+    public func revokeAll(service: String, account: String, reason: String) throws -> OAuthToken {
+        try change(service: service, account: account, event: "revoke-all", scopes: [], detail: reason) { token, time in
+            token.revokeAll(reason: reason, at: time)
+        }
+    }
+
+    /// Applies a refresh response (which may narrow the grant, never widen it).
+    @discardableResult
+    public func refresh(_ response: Data, service: String, account: String) throws -> OAuthToken {
+        try change(service: service, account: account, event: "refresh", scopes: [], detail: "refreshed") { token, time in
+            try token.applyRefresh(response: response, at: time)
+            return true
+        }
+    }
+
+    /// Applies an incremental grant (which adds to the granted set; re-requested declined scopes
+    /// become granted this way).
+    @discardableResult
+    public func grant(_ response: Data, requested: Set<Scope>, service: String, account: String) throws -> OAuthToken {
+        try change(service: service, account: account, event: "grant", scopes: requested.map(\.rawValue), detail: "incremental grant") { token, time in
+            try token.applyGrant(response: response, requested: requested, at: time)
+            return true
+        }
+    }
+
+    /// Deletes a token (the audit log keeps its history).
+    public func delete(service: String, account: String) throws {
+        let key = Self.key(service: service, account: account)
+        try commit(at: now) { _ in
+            guard try self.token(service: service, account: account) != nil else {
+                throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
+            }
+            return ([], [("delete", service, account, [], "deleted")])
+        } extra: { [.delete(key)] }
+    }
+
+    /// Verifies the audit log's hash chain.
+    public func verifyAuditLog() throws -> AuditVerification { try AuditLog.verify(in: store) }
+
+    /// Every audit entry, in order.
+    public func auditEntries() throws -> [AuditEntry] { try AuditLog.entries(in: store) }
+
+    private func change(
+        service: String, account: String, event: String, scopes: [String], detail: String,
+        _ body: (inout OAuthToken, Date) throws -> Bool
+    ) throws -> OAuthToken {
+        let time = now
+        var result: OAuthToken?
+        try commit(at: time) { _ in
+            guard var token = try self.token(service: service, account: account) else {
+                throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
+            }
+            let changed = try body(&token, time)
+            result = token
+            guard changed else { return ([], []) }
+            return ([StoredToken(store: store, service: service, account: account, token: token)],
+                    [(event, service, account, scopes, detail)])
+        }
+        guard let result else { throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)") }
+        return result
+    }
+
+    typealias Event = (event: String, service: String, account: String, scopes: [String], detail: String)
+
+    /// Builds a batch from fresh reads and commits it with its audit entries; retries when
+    /// another writer appended to the audit log in between (the entry create then fails as a
+    /// duplicate, and nothing of the batch was applied).
+    func commit(
+        at time: Date, attempts: Int = 50,
+        _ build: (Int) throws -> (tokens: [StoredToken], events: [Event]),
+        extra: () -> [StoreOperation] = { [] }
+    ) throws {
+        var attempt = 0
+        while true {
+            attempt += 1
+            let head = try AuditLog.head(in: store)
+            let (tokens, events) = try build(attempt)
+            guard !events.isEmpty else { return }
+            var operations = try tokens.map { StoreOperation.upsert($0.secureStoreAttributes, secret: try $0.secret) }
+            operations += extra()
+            operations += try AuditLog.appendOperations(events, after: head, at: time)
+            do {
+                try store.perform(operations)
+                return
+            } catch let error as KeysmithError where error.code == .duplicateItem && attempt < attempts {
+                continue  // another writer appended first: read again and retry
+            }
+        }
+    }
+}

@@ -1,0 +1,117 @@
+public import Keysmith
+
+/// An RFC 6749 §5.1 token response, parsed and checked.
+struct TokenResponse {
+    var accessToken: String
+    var tokenType: String
+    var expiresIn: Int?
+    var refreshToken: String?
+    var scope: Set<Scope>?
+
+    private struct Wire: Decodable {
+        var access_token: String?
+        var token_type: String?
+        var expires_in: Flexible?
+        var refresh_token: String?
+        var scope: String?
+    }
+
+    /// `expires_in` arrives as a number, or (from some servers) as a numeric string.
+    private enum Flexible: Decodable {
+        case number(Double)
+        case text(String)
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.singleValueContainer()
+            if let number = try? container.decode(Double.self) { self = .number(number) } else {
+                self = .text(try container.decode(String.self))
+            }
+        }
+    }
+
+    /// Parses a token response.
+    ///
+    /// - Throws: ``KeysmithError/Code/malformedData`` naming what is wrong (never quoting the
+    ///   token); ``KeysmithError/Code/invalidScope`` for a bad scope.
+    static func parse(_ data: Data) throws -> TokenResponse {
+        let wire: Wire
+        do {
+            wire = try JSONDecoder().decode(Wire.self, from: data)
+        } catch {
+            throw KeysmithError(.malformedData, "the token response is not a JSON object with the RFC 6749 fields (access_token, token_type, …)")
+        }
+        guard let accessToken = wire.access_token, !accessToken.isEmpty else {
+            throw KeysmithError(.malformedData, "the token response has no access_token")
+        }
+        guard let tokenType = wire.token_type, !tokenType.isEmpty else {
+            throw KeysmithError(.malformedData, "the token response has no token_type (RFC 6749 §5.1 requires it)")
+        }
+        var expiresIn: Int?
+        switch wire.expires_in {
+        case .none: expiresIn = nil
+        case .number(let value):
+            guard value.isFinite, value == value.rounded(), value < 1e15 else {
+                throw KeysmithError(.malformedData, "the token response's expires_in is not a whole number of seconds")
+            }
+            expiresIn = Int(value)
+        case .text(let text):
+            guard let value = Int(text) else {
+                throw KeysmithError(.malformedData, "the token response's expires_in is not a number")
+            }
+            expiresIn = value
+        }
+        if let expiresIn, expiresIn < 0 {
+            throw KeysmithError(.malformedData, "the token response's expires_in is negative (\(expiresIn))")
+        }
+        let scope = try wire.scope.map { try Scope.parseList($0) }
+        return TokenResponse(accessToken: accessToken, tokenType: tokenType, expiresIn: expiresIn,
+                             refreshToken: wire.refresh_token, scope: scope)
+    }
+}
+
+/// A token as RFC 7662 (OAuth 2.0 Token Introspection) reports it.
+///
+/// Encodes with RFC 7662's field names: `active`, `scope`, `client_id`, `username`,
+/// `token_type`, `exp`, `iat`, `nbf`, `sub`, `aud`, `iss`. An inactive token encodes as
+/// `{"active": false}` only, as §2.2 recommends.
+public struct TokenIntrospection: Sendable, Hashable, Codable {
+    /// Whether the token is active.
+    public var active: Bool
+    /// The granted scopes, space-delimited.
+    public var scope: String?
+    /// The client.
+    public var clientID: String?
+    /// A human-readable identifier of the user (the subject here).
+    public var username: String?
+    /// The token type.
+    public var tokenType: String?
+    /// Expiry, seconds since 1970.
+    public var exp: Int?
+    /// Issue time, seconds since 1970.
+    public var iat: Int?
+    /// Not before, seconds since 1970 (the issue time).
+    public var nbf: Int?
+    /// The subject.
+    public var sub: String?
+    /// The audience.
+    public var aud: [String]?
+    /// The issuer.
+    public var iss: String?
+
+    enum CodingKeys: String, CodingKey {
+        case active, scope, username, exp, iat, nbf, sub, aud, iss
+        case clientID = "client_id"
+        case tokenType = "token_type"
+    }
+}
+
+extension OAuthToken {
+    /// The token as RFC 7662 introspection reports it at `date`.
+    public func introspection(at date: Date) -> TokenIntrospection {
+        guard isActive(at: date) else { return TokenIntrospection(active: false) }
+        return TokenIntrospection(
+            active: true, scope: Scope.formatList(grantedScopes(at: date)), clientID: clientID, username: subject,
+            tokenType: tokenType, exp: expiresAt.map { Int($0.timeIntervalSince1970) },
+            iat: Int(issuedAt.timeIntervalSince1970), nbf: Int(issuedAt.timeIntervalSince1970), sub: subject,
+            aud: audience.isEmpty ? nil : audience, iss: issuer)
+    }
+}

@@ -1,0 +1,204 @@
+import Foundation
+import Keysmith
+import KeysmithTokens
+import Testing
+
+let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+
+// Tests only: scope literals. The library has none, so that `Scope("…")` always validates and
+// never traps (a literal conformance would turn `Scope("bad one")` into a literal coercion).
+extension Scope: ExpressibleByStringLiteral {
+    init(stringLiteral value: String) {
+        try! self.init(value)
+    }
+}
+
+func response(_ fields: [String: Any]) -> Data {
+    try! JSONSerialization.data(withJSONObject: fields)
+}
+
+let standard = response(["access_token": "AT-secret", "token_type": "Bearer", "expires_in": 3600,
+                         "refresh_token": "RT-secret", "scope": "groups:read posts:write"])
+
+@Suite("scopes")
+struct ScopeTests {
+    @Test("valid scope tokens are accepted, case-sensitively, as a set")
+    func valid() throws {
+        #expect(try Scope("posts:write").rawValue == "posts:write")
+        #expect(try Scope("Posts:Write") != Scope("posts:write"))
+        #expect(try Scope("!#$%&'()*+,-./0123456789:;<=>?@AZ[]^_`az{|}~").rawValue.count == 44)
+        #expect(try Scope.parseList("b a  b a") == [Scope("a"), Scope("b")])
+        #expect(try Scope.parseList("") == [])
+    }
+
+    @Test("each forbidden character is rejected with an error naming it",
+          arguments: [("has space", "space"), ("quo\"te", "double quote"), ("back\\slash", "backslash"),
+                      ("tab\tx", "U+9"), ("é", "U+E9"), ("del\u{7F}", "U+7F")])
+    func invalid(_ input: (String, String)) {
+        let error = #expect(throws: KeysmithError.self) { try Scope(input.0) }
+        #expect(error?.code == .invalidScope)
+        #expect(error?.message.contains(input.1) == true, "\(error?.message ?? "")")
+    }
+
+    @Test("an empty scope is rejected")
+    func empty() {
+        let empty = String()
+        #expect(throws: KeysmithError.self) { try Scope(empty) }
+    }
+}
+
+@Suite("token model")
+struct TokenModelTests {
+    @Test("the granted set is the response's scope; requested scopes missing from it are declined")
+    func grantFromResponse() throws {
+        let token = try OAuthToken(response: standard, requested: ["groups:read", "posts:write", "posts:delete"], now: t0)
+        #expect(token.state(of: "groups:read", at: t0) == .granted)
+        #expect(token.state(of: "posts:write", at: t0) == .granted)
+        #expect(token.state(of: "posts:delete", at: t0) == .declined)
+        #expect(token.scopes["posts:delete"]?.reason == "requested but not granted")
+        #expect(token.scopes["posts:delete"]?.changedAt == t0)
+        #expect(token.state(of: "admin", at: t0) == nil)
+        #expect(token.expiresAt == t0.addingTimeInterval(3600))
+        #expect(token.refreshToken == "RT-secret")
+        #expect(token.scopesToReRequest == ["posts:delete"])
+    }
+
+    @Test("without a scope in the response, the requested set is granted")
+    func requestedWhenAbsent() throws {
+        let token = try OAuthToken(response: response(["access_token": "a", "token_type": "Bearer"]),
+                                   requested: ["a", "b"], now: t0)
+        #expect(token.grantedScopes(at: t0) == ["a", "b"])
+        #expect(token.expiresAt == nil)
+        #expect(!token.isExpired(at: .distantFuture))
+    }
+
+    @Test("malformed responses are refused, each with its own message, never quoting the token",
+          arguments: [
+            (Data("not json".utf8), "not a JSON object"),
+            (response(["token_type": "Bearer"]), "no access_token"),
+            (response(["access_token": "", "token_type": "Bearer"]), "no access_token"),
+            (response(["access_token": "SECRET1", "token_type": "Bearer", "expires_in": -5]), "negative"),
+            (response(["access_token": "SECRET1", "token_type": "Bearer", "expires_in": "soon"]), "not a number"),
+            (response(["access_token": "SECRET1", "token_type": "Bearer", "expires_in": 1.5]), "whole number"),
+            (response(["access_token": "SECRET1"]), "token_type"),
+          ])
+    func malformed(_ input: (Data, String)) {
+        let error = #expect(throws: KeysmithError.self) { try OAuthToken(response: input.0, requested: [], now: t0) }
+        #expect(error?.code == .malformedData)
+        #expect(error?.message.contains(input.1) == true, "\(error?.message ?? "")")
+        #expect(error?.message.contains("SECRET1") == false)
+    }
+
+    @Test("a response with an invalid scope is refused, naming the character")
+    func invalidScopeInResponse() {
+        let error = #expect(throws: KeysmithError.self) {
+            try OAuthToken(response: response(["access_token": "a", "token_type": "Bearer", "scope": "ok bad\\scope"]),
+                           requested: [], now: t0)
+        }
+        #expect(error?.code == .invalidScope)
+        #expect(error?.message.contains("backslash") == true)
+    }
+
+    @Test("hasGranted holds only while the token is active: expiry and revocation end it")
+    func clockDrivenExpiry() throws {
+        var token = try OAuthToken(response: standard, requested: ["groups:read", "posts:write"], now: t0)
+        token.dataAccessExpiresAt = t0.addingTimeInterval(90 * 86400)
+        #expect(token.hasGranted("posts:write", at: t0.addingTimeInterval(3599)))
+        #expect(!token.isExpired(at: t0.addingTimeInterval(3599)))
+        #expect(token.isExpired(at: t0.addingTimeInterval(3600)))
+        #expect(!token.hasGranted("posts:write", at: t0.addingTimeInterval(3600)))
+        #expect(token.state(of: "posts:write", at: t0.addingTimeInterval(3600)) == .expired)
+        #expect(token.statuses(at: t0.addingTimeInterval(4000))["posts:write"]?.changedAt == t0.addingTimeInterval(3600))
+        #expect(!token.isDataAccessExpired(at: t0.addingTimeInterval(89 * 86400)))
+        #expect(token.isDataAccessExpired(at: t0.addingTimeInterval(90 * 86400)))
+        #expect(token.scopes(in: .expired, at: t0.addingTimeInterval(3600)) == ["groups:read", "posts:write"])
+    }
+
+    @Test("revoking one scope; revoking an unknown one is an error; revoking twice changes nothing")
+    func revokeOne() throws {
+        var token = try OAuthToken(response: standard, requested: ["groups:read", "posts:write"], now: t0)
+        let changed = try token.revoke("posts:write", reason: "user request", at: t0 + 10)
+        #expect(changed)
+        #expect(token.state(of: "posts:write", at: t0 + 10) == .revoked)
+        #expect(token.scopes["posts:write"]?.reason == "revoked: user request")
+        #expect(!token.hasGranted("posts:write", at: t0 + 10))
+        #expect(token.hasGranted("groups:read", at: t0 + 10))
+        let again = try token.revoke("posts:write", reason: "again", at: t0 + 20)
+        #expect(!again)
+        #expect(token.scopes["posts:write"]?.changedAt == t0 + 10)
+        let unknown = #expect(throws: KeysmithError.self) { try token.revoke("never:heard", reason: "x", at: t0) }
+        #expect(unknown?.code == .itemNotFound)
+        #expect(unknown?.message.contains("never:heard") == true)
+    }
+
+    @Test("revoking everything logs out: every scope revoked, the token inactive")
+    func revokeAll() throws {
+        var token = try OAuthToken(response: standard, requested: ["groups:read", "posts:write", "x"], now: t0)
+        let loggedOut = token.revokeAll(reason: "log out", at: t0 + 5)
+        #expect(loggedOut)
+        #expect(!token.isActive(at: t0 + 5))
+        #expect(token.scopes.values.allSatisfy { $0.state == .revoked })
+        #expect(token.grantedScopes(at: t0 + 5).isEmpty)
+        let again = token.revokeAll(reason: "again", at: t0 + 6)
+        #expect(!again)
+        #expect(!token.introspection(at: t0 + 5).active)
+        #expect(token.introspection(at: t0 + 5).scope == nil)
+    }
+
+    @Test("a refresh may narrow the grant but never widen it; a widening refresh changes nothing")
+    func refresh() throws {
+        var token = try OAuthToken(response: standard, requested: ["groups:read", "posts:write"], now: t0)
+        let before = token
+        let widening = response(["access_token": "new", "token_type": "Bearer", "scope": "groups:read admin"])
+        let error = #expect(throws: KeysmithError.self) { try token.applyRefresh(response: widening, at: t0 + 100) }
+        #expect(error?.code == .invalidScope)
+        #expect(error?.message.contains("admin") == true)
+        #expect(token == before)
+
+        let narrowing = response(["access_token": "AT2", "token_type": "Bearer", "expires_in": 60, "scope": "groups:read"])
+        try token.applyRefresh(response: narrowing, at: t0 + 100)
+        #expect(token.accessToken == "AT2")
+        #expect(token.refreshToken == "RT-secret")
+        #expect(token.refreshedAt == t0 + 100)
+        #expect(token.expiresAt == t0 + 160)
+        #expect(token.state(of: "posts:write", at: t0 + 100) == .declined)
+        #expect(token.state(of: "groups:read", at: t0 + 100) == .granted)
+        // A refresh without a scope keeps the grant as it is.
+        try token.applyRefresh(response: response(["access_token": "AT3", "token_type": "Bearer"]), at: t0 + 200)
+        #expect(token.grantedScopes(at: t0 + 200) == ["groups:read"])
+    }
+
+    @Test("a declined scope becomes granted only through a new grant, which adds to the set")
+    func reRequest() throws {
+        var token = try OAuthToken(response: standard, requested: ["groups:read", "posts:write", "posts:delete"], now: t0)
+        #expect(token.scopesToReRequest == ["posts:delete"])
+        let grant = response(["access_token": "AT2", "token_type": "Bearer", "expires_in": 3600, "scope": "posts:delete"])
+        try token.applyGrant(response: grant, requested: token.scopesToReRequest, at: t0 + 50)
+        #expect(token.grantedScopes(at: t0 + 50) == ["groups:read", "posts:write", "posts:delete"])
+        #expect(token.scopes["posts:delete"]?.reason == "granted by incremental grant")
+        #expect(token.scopesToReRequest.isEmpty)
+    }
+
+    @Test("introspection uses RFC 7662's field names")
+    func introspection() throws {
+        var token = try OAuthToken(response: standard, requested: ["groups:read", "posts:write"], clientID: "app",
+                                   subject: "u1", issuer: "https://id.example", audience: ["api"], now: t0)
+        token.dataAccessExpiresAt = nil
+        let encoded = try JSONEncoder().encode(token.introspection(at: t0))
+        let object = try #require(try JSONSerialization.jsonObject(with: encoded) as? [String: Any])
+        #expect(Set(object.keys) == ["active", "scope", "client_id", "username", "token_type", "exp", "iat", "nbf", "sub", "aud", "iss"])
+        #expect(object["active"] as? Bool == true)
+        #expect(object["scope"] as? String == "groups:read posts:write")
+        #expect(object["exp"] as? Int == Int(t0.timeIntervalSince1970) + 3600)
+        #expect(object["client_id"] as? String == "app")
+        let inactive = try JSONEncoder().encode(token.introspection(at: t0 + 7200))
+        #expect(String(decoding: inactive, as: UTF8.self) == #"{"active":false}"#)
+    }
+
+    @Test("a token's description never shows its secrets")
+    func redacted() throws {
+        let token = try OAuthToken(response: standard, requested: [], now: t0)
+        #expect(!token.description.contains("AT-secret"))
+        #expect(!token.description.contains("RT-secret"))
+    }
+}
