@@ -30,7 +30,7 @@ public struct Scope: Hashable, Sendable, Comparable, Codable, CustomStringConver
                 throw KeysmithError(
                     .invalidScope,
                     "the scope \(Self.printable(rawValue)) has a forbidden character \(Self.describe(scalar)) at position \(offset + 1); "
-                        + "RFC 6749 §3.3 allows printable ASCII except space, '\"' and '\\\\'")
+                        + "RFC 6749 §3.3 allows printable ASCII except space, '\"' and '\\'")
             }
         }
         self.rawValue = rawValue

@@ -1,0 +1,89 @@
+import Foundation
+import Testing
+
+@Suite("the keysmith command: tokens")
+struct TokenCommandTests {
+    func prepared() throws -> Keysmith {
+        var keysmith = try Keysmith()
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        try keysmith.run(["init"])
+        return keysmith
+    }
+
+    let response = #"{"access_token":"AT-SECRET-9","refresh_token":"RT-SECRET-9","token_type":"Bearer","expires_in":3600,"scope":"groups:read posts:write"}"#
+
+    @Test("import, scopes, check, revoke and introspect a token; check's exit code follows the grant")
+    func lifecycle() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        let location = ["--service", "news", "--account", "bob"]
+        let imported = try keysmith.run(["token", "import"] + location + ["--requested", "groups:read posts:write posts:delete", "--client", "web"],
+                                        stdin: response)
+        #expect(imported.status == 0, "\(imported.output)")
+        #expect(imported.stdout.contains("declined posts:delete"))
+        let scopes = try keysmith.run(["token", "scopes", "--json"] + location)
+        let states = scopes.stdout.split(separator: "\n").map { String($0) }
+        #expect(states.count == 3)
+        #expect(states.contains { $0.contains(#""scope":"posts:delete""#) && $0.contains(#""state":"declined""#) })
+        #expect(try keysmith.run(["token", "check", "--quiet"] + location + ["posts:write", "groups:read"]).status == 0)
+        #expect(try keysmith.run(["token", "check"] + location + ["posts:delete"]).status == 3)
+        #expect(try keysmith.run(["token", "revoke"] + location + ["posts:write"]).status == 0)
+        let denied = try keysmith.run(["token", "check"] + location + ["posts:write"])
+        #expect(denied.status == 3)
+        #expect(denied.stderr.contains("posts:write is revoked"))
+        let introspection = try keysmith.run(["token", "introspect"] + location)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(introspection.stdout.utf8)) as? [String: Any])
+        #expect(object["active"] as? Bool == true)
+        #expect(object["scope"] as? String == "groups:read")
+        #expect(object["client_id"] as? String == "web")
+        #expect(try keysmith.run(["token", "revoke-all"] + location).status == 0)
+        #expect(try keysmith.run(["token", "check"] + location + ["groups:read"]).status == 3)
+        let audit = try keysmith.run(["audit", "verify"])
+        #expect(audit.status == 0)
+        #expect(audit.stdout.contains("3 entries"))
+        for result in [imported, scopes, denied, introspection, audit] {
+            #expect(!result.output.contains("AT-SECRET-9") && !result.output.contains("RT-SECRET-9"))
+        }
+    }
+
+    @Test("bad input: malformed JSON, a missing access_token, a negative expires_in, an invalid scope, an unknown token")
+    func badInput() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        let location = ["--service", "news", "--account", "bob"]
+        let malformed = try keysmith.run(["token", "import"] + location, stdin: "{not json")
+        #expect(malformed.status == 64)
+        #expect(malformed.stderr.contains("not a JSON object"))
+        let missing = try keysmith.run(["token", "import"] + location, stdin: #"{"token_type":"Bearer"}"#)
+        #expect(missing.status == 64)
+        #expect(missing.stderr.contains("access_token"))
+        let negative = try keysmith.run(["token", "import"] + location, stdin: #"{"access_token":"x","token_type":"Bearer","expires_in":-1}"#)
+        #expect(negative.stderr.contains("negative"))
+        let badScope = try keysmith.run(["token", "import"] + location + ["--requested", #"ok bad\scope"#], stdin: response)
+        #expect(badScope.status == 64)
+        #expect(badScope.stderr.contains("backslash"))
+        let unknown = try keysmith.run(["token", "scopes", "--service", "news", "--account", "nobody"])
+        #expect(unknown.status == 2)
+        #expect(unknown.stderr.contains("no token"))
+        #expect(try keysmith.run(["secret", "list", "--json"]).stdout.isEmpty)
+    }
+
+    @Test("bulk revocation across tokens, with a dry run, filters and idempotence")
+    func bulk() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        for (account, client) in [("a", "web"), ("b", "web"), ("c", "cli")] {
+            #expect(try keysmith.run(["token", "import", "--service", "news", "--account", account, "--client", client], stdin: response).status == 0)
+        }
+        let dry = try keysmith.run(["revoke", "--scope", "posts:write", "--client", "web", "--dry-run", "--json"])
+        #expect(dry.stdout.contains(#""changed":2"#) && dry.stdout.contains(#""dryRun":true"#))
+        #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "a", "posts:write"]).status == 0)
+        let done = try keysmith.run(["revoke", "--scope", "posts:write", "--client", "web"])
+        #expect(done.stdout.contains("Revoked posts:write on 2 of 2"))
+        #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "a", "posts:write"]).status == 3)
+        #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "c", "posts:write"]).status == 0)
+        let again = try keysmith.run(["revoke", "--scope", "posts:write", "--client", "web", "--json"])
+        #expect(again.stdout.contains(#""changed":0"#))
+        #expect(try keysmith.run(["audit", "verify"]).stdout.contains("5 entries"))
+    }
+}
