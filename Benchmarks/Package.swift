@@ -13,6 +13,14 @@ let package = Package(
     dependencies: [.package(path: "..")],
     targets: [
         .executableTarget(
+            name: "TokenBenchmarks",
+            dependencies: [
+                .product(name: "Keysmith", package: root),
+                .product(name: "KeysmithVault", package: root),
+                .product(name: "KeysmithTokens", package: root),
+            ]
+        ),
+        .executableTarget(
             name: "VaultBenchmarks",
             dependencies: [
                 .product(name: "Keysmith", package: root),

@@ -20,6 +20,8 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     public var scopes: [String]
     /// Why, in words.
     public var detail: String
+    /// For a bulk change, every token it changed (`ACCOUNT at SERVICE`); empty otherwise.
+    public var tokens: [String]
     /// The previous entry's hash (64 zeros for the first).
     public var previousHash: String
     /// This entry's hash.
@@ -59,6 +61,25 @@ enum AuditLog {
     static let entryType = "audit-entry"
     static let genesis = String(repeating: "0", count: 64)
 
+    /// A change to record: the event, where, which scopes, why, and for bulk changes the tokens.
+    struct Event {
+        var event: String
+        var service: String
+        var account: String
+        var scopes: [String]
+        var detail: String
+        var tokens: [String] = []
+
+        init(_ event: String, _ service: String, _ account: String, _ scopes: [String], _ detail: String, tokens: [String] = []) {
+            self.event = event
+            self.service = service
+            self.account = account
+            self.scopes = scopes
+            self.detail = detail
+            self.tokens = tokens
+        }
+    }
+
     struct Head: Codable {
         var sequence: Int
         var hash: String
@@ -78,16 +99,13 @@ enum AuditLog {
 
     /// Operations that append `events` after the current head: entry creates (which fail with
     /// a duplicate if another writer appended first) and the head's update.
-    static func appendOperations(
-        _ events: [(event: String, service: String, account: String, scopes: [String], detail: String)],
-        after head: Head, at time: Date
-    ) throws -> [StoreOperation] {
+    static func appendOperations(_ events: [Event], after head: Head, at time: Date) throws -> [StoreOperation] {
         var operations: [StoreOperation] = []
         var previous = head
         for event in events {
             var entry = AuditEntry(
                 sequence: previous.sequence + 1, time: time, event: event.event, service: event.service,
-                account: event.account, scopes: event.scopes.sorted(), detail: event.detail,
+                account: event.account, scopes: event.scopes.sorted(), detail: event.detail, tokens: event.tokens,
                 previousHash: previous.hash, hash: "")
             entry.hash = try entry.computedHash()
             operations.append(.create(ItemAttributes(key: entryKey(entry.sequence), type: entryType),

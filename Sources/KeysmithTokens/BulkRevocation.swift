@@ -54,30 +54,27 @@ extension TokenKeeper {
             report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
             let candidates = try store.search(ItemQuery(service: filter.service, type: StoredToken.itemType))
             var tokens: [StoredToken] = []
-            var events: [Event] = []
             for (index, info) in candidates.enumerated() {
                 if index % 1024 == 0 { progress?(index, candidates.count) }
-                guard case .genericPassword(let service, let account) = info.key else { continue }
-                // The index in the attributes answers most questions without decrypting.
-                let indexed = info.attributes.generic.flatMap { try? TokenCoding.decode(TokenIndex.self, from: $0, what: "index") }
-                if let indexed {
-                    if let client = filter.clientID, indexed.client != client { continue }
-                    if let subject = filter.subject, indexed.subject != subject { continue }
-                }
-                guard var token = try self.token(service: service, account: account) else { continue }
+                guard case .genericPassword(let service, let account) = info.key,
+                      var token = try self.token(service: service, account: account)
+                else { continue }
                 if let client = filter.clientID, token.clientID != client { continue }
                 if let subject = filter.subject, token.subject != subject { continue }
                 report.matched += 1
-                if let indexed, !indexed.live.contains(scope.rawValue) { continue }
                 guard let status = token.scopes[scope], status.state != .revoked else { continue }
                 _ = try token.revoke(scope, reason: reason, at: time)
                 report.changed += 1
                 report.changedTokens.append("\(account) at \(service)")
                 tokens.append(StoredToken(store: store, service: service, account: account, token: token))
-                events.append(("revoke", service, account, [scope.rawValue], "bulk: \(reason)"))
             }
             progress?(candidates.count, candidates.count)
-            return dryRun ? ([], []) : (tokens, events)
+            guard !dryRun, !tokens.isEmpty else { return ([], []) }
+            // One audit entry names every token the bulk change touched.
+            let event = Event("bulk-revoke", filter.service ?? "*", filter.subject ?? "*", [scope.rawValue],
+                              "bulk: \(reason); client \(filter.clientID ?? "*"); \(tokens.count) token(s)",
+                              tokens: report.changedTokens)
+            return (tokens, [event])
         }
         return report
     }

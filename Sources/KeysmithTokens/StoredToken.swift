@@ -1,13 +1,13 @@
 public import Keysmith
 
-/// A token as an item in a store: a generic password whose secret is the token (as JSON) and
+/// A token as an item in a store: a generic password whose secret is the token (in its stored form) and
 /// whose type is `oauth-token`. It composes the same capability protocols as any item, so it
 /// lives in any store: the file vault, the Secret Service, memory.
 ///
 /// ```swift
 /// let item = StoredToken(store: vault, service: "github", account: "ci", token: token)
 /// try item.createInSecureStore()
-/// let read = try item.readFromSecureStore()?.decode(OAuthToken.self)
+/// let read = try item.readFromSecureStore().map { try OAuthToken(storedSecret: $0.secret) }
 /// ```
 ///
 /// ``TokenKeeper`` is the usual way in: it also keeps the audit log.
@@ -36,39 +36,17 @@ public struct StoredToken: GenericPasswordSecureStorable, CreateableSecureStorab
         self.token = token
     }
 
-    /// The token as JSON.
-    public var secret: Data {
-        get throws { try TokenCoding.encode(token) }
-    }
+    /// The token in its stored form (see ``OAuthToken/init(storedSecret:)``).
+    public var secret: Data { Data(TokenCodec.encode(token)) }
 
     /// `oauth-token`.
     public var type: String { Self.itemType }
 
     /// `OAuth token: ACCOUNT at SERVICE`.
     public var label: String { "OAuth token: \(account) at \(service)" }
-
-    /// A searchable index of the token (client, subject, scope states), kept in the item's
-    /// attributes so that bulk jobs can find tokens without decrypting every secret.
-    public var generic: Data? { try? TokenCoding.encodeIndex(TokenIndex(token)) }
 }
 
-/// What bulk jobs filter on, stored beside a token without its secrets.
-struct TokenIndex: Codable, Sendable {
-    var client: String?
-    var subject: String?
-    /// Scopes that are not revoked (granted, declined or expired): the ones a bulk revocation could change.
-    var live: [String]
-    var loggedOut: Bool
-
-    init(_ token: OAuthToken) {
-        client = token.clientID
-        subject = token.subject
-        live = token.scopes.filter { $0.value.state != .revoked }.map(\.key.rawValue).sorted()
-        loggedOut = token.revokedAt != nil
-    }
-}
-
-/// JSON coding of tokens, in one place.
+/// JSON coding of the audit log, in one place.
 enum TokenCoding {
     static func encode<T: Encodable>(_ value: T) throws -> Data {
         let encoder = JSONEncoder()
@@ -86,6 +64,4 @@ enum TokenCoding {
             throw KeysmithError(.corruptData, "\(what) does not decode as a Keysmith token record")
         }
     }
-
-    static func encodeIndex(_ index: TokenIndex) throws -> Data { try encode(index) }
 }

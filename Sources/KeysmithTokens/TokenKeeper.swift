@@ -48,7 +48,7 @@ public final class TokenKeeper: Sendable {
         guard record.attributes.type == StoredToken.itemType else {
             throw KeysmithError(.invalidArgument, "\(record.key) is not a token (its type is \(record.attributes.type ?? "none"))")
         }
-        return try TokenCoding.decode(OAuthToken.self, from: record.secret, what: "the token for \(account) at \(service)")
+        return try TokenCodec.decode(Array(record.secret), what: "the token for \(account) at \(service)")
     }
 
     /// Lists where tokens are stored, optionally for one service.
@@ -87,8 +87,8 @@ public final class TokenKeeper: Sendable {
             let granted = token.scopes.filter { $0.value.state == .granted }.map(\.key.rawValue)
             let declined = token.scopes.filter { $0.value.state == .declined }.map(\.key.rawValue)
             return ([StoredToken(store: store, service: service, account: account, token: token)],
-                    [("import", service, account, granted + declined,
-                      "imported; granted: \(granted.sorted().joined(separator: " ")); declined: \(declined.sorted().joined(separator: " "))")])
+                    [Event("import", service, account, granted + declined,
+                           "imported; granted: \(granted.sorted().joined(separator: " ")); declined: \(declined.sorted().joined(separator: " "))")])
         }
         return token
     }
@@ -141,7 +141,7 @@ public final class TokenKeeper: Sendable {
             guard try self.token(service: service, account: account) != nil else {
                 throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
             }
-            return ([], [("delete", service, account, [], "deleted")])
+            return ([], [Event("delete", service, account, [], "deleted")])
         } extra: { [.delete(key)] }
     }
 
@@ -165,13 +165,13 @@ public final class TokenKeeper: Sendable {
             result = token
             guard changed else { return ([], []) }
             return ([StoredToken(store: store, service: service, account: account, token: token)],
-                    [(event, service, account, scopes, detail)])
+                    [Event(event, service, account, scopes, detail)])
         }
         guard let result else { throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)") }
         return result
     }
 
-    typealias Event = (event: String, service: String, account: String, scopes: [String], detail: String)
+    typealias Event = AuditLog.Event
 
     /// Builds a batch from fresh reads and commits it with its audit entries; retries when
     /// another writer appended to the audit log in between (the entry create then fails as a
@@ -187,7 +187,7 @@ public final class TokenKeeper: Sendable {
             let head = try AuditLog.head(in: store)
             let (tokens, events) = try build(attempt)
             guard !events.isEmpty else { return }
-            var operations = try tokens.map { StoreOperation.upsert($0.secureStoreAttributes, secret: try $0.secret) }
+            var operations = tokens.map { StoreOperation.upsert($0.secureStoreAttributes, secret: $0.secret) }
             operations += extra()
             operations += try AuditLog.appendOperations(events, after: head, at: time)
             do {

@@ -53,15 +53,16 @@ extension KeysmithCommand {
             try again.rekey()
             print("   the mail password still reads back: \(try Keysmith.load(forAccount: "bob", inService: "mail", from: vault) != nil)")
 
-            step(8, "Flip one byte of a stored record on disk, then read it:")
+            step(8, "Change the mail password, flip one byte of its record on disk, then read it:")
+            try Keysmith.update(Data("tr0ub4dor&3".utf8), forAccount: "bob", inService: "mail", in: again)
             try corruptNewestRecord(in: path)
             let damaged = try FileVault.open(at: path, credential: .keyfile(at: keyfile))
             do {
                 _ = try damaged.read(.genericPassword(service: "mail", account: "bob"))
-                print("   (the flipped byte hit the other record)")
             } catch let error as KeysmithError {
                 print("   \(error.code): \(error.message)")
             }
+            print("   the internet password is unaffected: \(try damaged.read(web)?.secret == Data("hunter2".utf8))")
             print("   verify reports: \(try damaged.verify().map(\.description).joined(separator: "; "))")
 
             step(9, "Delete the internet password; reading it now finds nothing.")
@@ -74,14 +75,16 @@ extension KeysmithCommand {
             print("\(number). \(text)")
         }
 
-        /// Flips a byte inside the snapshot's first record, as a disk error or an attacker might.
+        /// Flips a byte inside the newest commit's record, as a disk error or an attacker might.
         private func corruptNewestRecord(in path: String) throws {
-            let snapshot = path + "/snapshot"
-            guard var bytes = try System.readFile(snapshot), bytes.count > 200 else { return }
-            bytes[40 + 69 + 5] ^= 0x01
-            let fd = try System.open(snapshot, flags: OpenFlags.writeOnly | OpenFlags.truncate)
+            let logs = try System.listDirectory(path + "/log").filter { !$0.hasPrefix(".") }.sorted()
+            guard let newest = logs.last else { return }
+            let file = path + "/log/" + newest
+            guard var bytes = try System.readFile(file), bytes.count > 200 else { return }
+            bytes[40 + 69 + 5] ^= 0x01  // inside the first record's ciphertext
+            let fd = try System.open(file, flags: OpenFlags.writeOnly | OpenFlags.truncate)
             defer { System.close(fd) }
-            try System.writeAll(fd, bytes, path: snapshot)
+            try System.writeAll(fd, bytes, path: file)
         }
 
         private func removeTree(_ path: String) {

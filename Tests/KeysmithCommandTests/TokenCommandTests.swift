@@ -84,6 +84,6 @@ struct TokenCommandTests {
         #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "c", "posts:write"]).status == 0)
         let again = try keysmith.run(["revoke", "--scope", "posts:write", "--client", "web", "--json"])
         #expect(again.stdout.contains(#""changed":0"#))
-        #expect(try keysmith.run(["audit", "verify"]).stdout.contains("5 entries"))
+        #expect(try keysmith.run(["audit", "verify"]).stdout.contains("4 entries"))
     }
 }

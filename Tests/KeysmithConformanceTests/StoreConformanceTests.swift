@@ -187,8 +187,9 @@ struct StoreConformanceTests {
     @Test("restore keeps the dates it is given", arguments: StoreFixture.all)
     func restoreKeepsDates(_ fixture: StoreFixture) throws {
         try fixture.withStore { store throws in
-            let created = Date(timeIntervalSince1970: 1_600_000_000.25)
-            let modified = Date(timeIntervalSince1970: 1_700_000_000.5)
+            // Arbitrary fractions: every Date must come back bit for bit.
+            let created = Date(timeIntervalSinceReferenceDate: 620_000_000.123_456_789)
+            let modified = Date().addingTimeInterval(0.000_000_1)
             let record = SecureRecord(
                 info: ItemInfo(attributes: ItemAttributes(key: Self.internet), created: created, modified: modified),
                 secret: Data("r".utf8))

@@ -195,6 +195,28 @@ struct TokenModelTests {
         #expect(String(decoding: inactive, as: UTF8.self) == #"{"active":false}"#)
     }
 
+    @Test("the stored form round-trips every field and state exactly")
+    func storedFormRoundTrip() throws {
+        var token = try OAuthToken(response: standard, requested: ["groups:read", "posts:write", "x:y"], clientID: "c",
+                                   subject: "s", issuer: "i", audience: ["a", "b"], now: t0.addingTimeInterval(0.123))
+        _ = try token.revoke("posts:write", reason: "r 🔑", at: t0 + 5)
+        token.dataAccessExpiresAt = t0 + 1e6
+        token.refreshedAt = t0 + 7
+        let item = StoredToken(store: MemoryStore(), service: "s", account: "a", token: token)
+        let decoded = try OAuthToken(storedSecret: item.secret)
+        #expect(decoded.scopes == token.scopes)
+        #expect(decoded.issuedAt == token.issuedAt)
+        #expect(decoded.expiresAt == token.expiresAt)
+        #expect(decoded.audience == token.audience)
+        #expect(decoded.revokedAt == token.revokedAt)
+        #expect(decoded.refreshedAt == token.refreshedAt)
+        #expect(decoded.dataAccessExpiresAt == token.dataAccessExpiresAt)
+        #expect(decoded == token)
+        var cut = Array(item.secret)
+        cut.removeLast()
+        #expect(throws: KeysmithError.self) { try OAuthToken(storedSecret: Data(cut)) }
+    }
+
     @Test("a token's description never shows its secrets")
     func redacted() throws {
         let token = try OAuthToken(response: standard, requested: [], now: t0)

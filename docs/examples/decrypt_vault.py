@@ -71,7 +71,8 @@ def identity(record):
 
 def decode(plain):
     kind, created, modified, flags = struct.unpack(">BQQB", plain[:18])
-    as_double = lambda bits: struct.unpack(">d", struct.pack(">Q", bits))[0]
+    # Seconds since 2001-01-01T00:00:00Z; printed as seconds since the Unix epoch.
+    as_double = lambda bits: struct.unpack(">d", struct.pack(">Q", bits))[0] + 978307200
     names = {1: "service", 2: "account", 3: "server", 5: "protocol", 6: "authenticationType",
              7: "securityDomain", 8: "path", 9: "label", 10: "comment", 11: "description", 12: "creator", 13: "type"}
     record = {"kind": {1: "generic-password", 2: "internet-password"}[kind], "created": as_double(created),

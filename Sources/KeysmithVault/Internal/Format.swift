@@ -272,8 +272,8 @@ enum RecordCodec {
         case .genericPassword: writer.append(UInt8(1))
         case .internetPassword: writer.append(UInt8(2))
         }
-        writer.append(record.info.created.timeIntervalSince1970.bitPattern)
-        writer.append(record.info.modified.timeIntervalSince1970.bitPattern)
+        writer.append(record.info.created.timeIntervalSinceReferenceDate.bitPattern)
+        writer.append(record.info.modified.timeIntervalSinceReferenceDate.bitPattern)
         writer.append(UInt8((attributes.isInvisible ? 1 : 0) | (attributes.isNegative ? 2 : 0)))
         switch attributes.key {
         case .genericPassword(let service, let account):
@@ -356,8 +356,8 @@ enum RecordCodec {
             creator: strings[.creator], type: strings[.type], isInvisible: flags & 1 != 0,
             isNegative: flags & 2 != 0, generic: generic)
         let info = ItemInfo(
-            attributes: attributes, created: Date(timeIntervalSince1970: Double(bitPattern: created)),
-            modified: Date(timeIntervalSince1970: Double(bitPattern: modified)))
+            attributes: attributes, created: Date(timeIntervalSinceReferenceDate: Double(bitPattern: created)),
+            modified: Date(timeIntervalSinceReferenceDate: Double(bitPattern: modified)))
         return SecureRecord(info: info, secret: secret)
     }
 }

@@ -223,7 +223,7 @@ struct VaultEngine: ~Copyable {
 
     /// A newer intact version replaces a damaged one: the damage stays on the report, marked as
     /// replaced, and no longer makes reads of the record fail.
-    private mutating func supersedeDamage(of recordID: RecordID) {
+    mutating func supersedeDamage(of recordID: RecordID) {
         guard let old = damagedByID.removeValue(forKey: recordID)?.damage else { return }
         fileDamage.append(VaultDamage(file: old.file, offset: old.offset, recordID: old.recordID, key: old.key,
                                       reason: old.reason + " (a newer version of the record replaces it)", isSuperseded: true))
@@ -411,8 +411,20 @@ struct VaultEngine: ~Copyable {
         try Durable.write(bytes, to: paths.log(sequence), directory: paths.logDirectory)
         lastSequence = sequence
         logsSinceSnapshot += 1
+        // What we sealed is what we know: update the index directly, without decrypting again.
         let name = paths.logName(sequence)
-        for frame in frames { try apply(frame, file: name, offset: 0) }
+        for (write, frame) in zip(writes, frames) {
+            supersedeDamage(of: frame.recordID)
+            switch write {
+            case .put(let record):
+                if let previous = keyByID[frame.recordID], previous != record.key { entries[previous] = nil }
+                keyByID[frame.recordID] = record.key
+                entries[record.key] = Entry(frame: frame, info: record.info, file: name)
+            case .remove(let key):
+                keyByID[frame.recordID] = nil
+                entries[key] = nil
+            }
+        }
     }
 
     func seal(_ plaintext: [UInt8], op: FrameOp, recordID: RecordID, version: UInt64, key: SecretBytes) throws -> Frame {
