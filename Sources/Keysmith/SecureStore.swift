@@ -57,6 +57,13 @@ public protocol SecureStore: AnyObject, Sendable {
     ///   record is corrupt); never for a missing item.
     func read(_ key: ItemKey) throws -> SecureRecord?
 
+    /// Reads many items at once; a store may do it faster than one read at a time.
+    ///
+    /// - Parameter keys: The items' identities.
+    /// - Returns: One entry per key, in order: the record, or `nil` for a missing item.
+    /// - Throws: As ``read(_:)``, for the first key that fails.
+    func read(_ keys: [ItemKey]) throws -> [SecureRecord?]
+
     /// Lists the items that match a query, without their secrets.
     ///
     /// - Parameter query: Which items; ``ItemQuery/init(kind:service:account:server:port:internetProtocol:authenticationType:securityDomain:path:label:type:)`` with no arguments matches all.
@@ -77,6 +84,11 @@ public protocol SecureStore: AnyObject, Sendable {
 }
 
 extension SecureStore {
+    /// Reads the keys one by one with ``read(_:)-(ItemKey)``.
+    public func read(_ keys: [ItemKey]) throws -> [SecureRecord?] {
+        try keys.map { try read($0) }
+    }
+
     /// Creates an item.
     ///
     /// - Parameters:

@@ -54,19 +54,25 @@ extension TokenKeeper {
             report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
             let candidates = try store.search(ItemQuery(service: filter.service, type: StoredToken.itemType))
             var tokens: [StoredToken] = []
-            for (index, info) in candidates.enumerated() {
-                if index % 1024 == 0 { progress?(index, candidates.count) }
-                guard case .genericPassword(let service, let account) = info.key,
-                      var token = try self.token(service: service, account: account)
-                else { continue }
-                if let client = filter.clientID, token.clientID != client { continue }
-                if let subject = filter.subject, token.subject != subject { continue }
-                report.matched += 1
-                guard let status = token.scopes[scope], status.state != .revoked else { continue }
-                _ = try token.revoke(scope, reason: reason, at: time)
-                report.changed += 1
-                report.changedTokens.append("\(account) at \(service)")
-                tokens.append(StoredToken(store: store, service: service, account: account, token: token))
+            // Read in chunks: one store round trip per chunk, and progress between them.
+            let chunk = 4096
+            for start in stride(from: 0, to: candidates.count, by: chunk) {
+                progress?(start, candidates.count)
+                let keys = candidates[start..<min(start + chunk, candidates.count)].map(\.key)
+                for (key, record) in zip(keys, try store.read(keys)) {
+                    guard case .genericPassword(let service, let account) = key, let record,
+                          record.attributes.type == StoredToken.itemType
+                    else { continue }
+                    var token = try TokenCodec.decode(Array(record.secret), what: "the token for \(account) at \(service)")
+                    if let client = filter.clientID, token.clientID != client { continue }
+                    if let subject = filter.subject, token.subject != subject { continue }
+                    report.matched += 1
+                    guard let status = token.scopes[scope], status.state != .revoked else { continue }
+                    _ = try token.revoke(scope, reason: reason, at: time)
+                    report.changed += 1
+                    report.changedTokens.append("\(account) at \(service)")
+                    tokens.append(StoredToken(store: store, service: service, account: account, token: token))
+                }
             }
             progress?(candidates.count, candidates.count)
             guard !dryRun, !tokens.isEmpty else { return ([], []) }

@@ -171,6 +171,14 @@ public final class FileVault: SecureStore {
         }
     }
 
+    /// Reads many items after catching up with other processes once.
+    public func read(_ keys: [ItemKey]) throws -> [SecureRecord?] {
+        try engine.withLock { engine in
+            try engine.refresh()
+            return try keys.map { try engine.read($0) }
+        }
+    }
+
     /// Lists matching items from the decrypted metadata; secrets stay encrypted.
     public func search(_ query: ItemQuery) throws -> [ItemInfo] {
         try engine.withLock { engine in

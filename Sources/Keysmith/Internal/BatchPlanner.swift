@@ -30,56 +30,62 @@ package func resolveBatch(
     _ operations: [StoreOperation], now: Date,
     currentCreationDate: (ItemKey) throws -> Date?
 ) throws -> [ResolvedWrite] {
-    // For each key: does it exist at this point of the batch, and with which creation date.
-    var state: [ItemKey: Date?] = [:]
-    var existedBefore: [ItemKey: Bool] = [:]
-    var finals: [ItemKey: ResolvedWrite] = [:]
-    var order: [ItemKey] = []
-
-    func created(_ key: ItemKey) throws -> Date? {
-        if let known = state[key] { return known }
-        let date = try currentCreationDate(key)
-        state[key] = .some(date)
-        existedBefore[key] = date != nil
-        order.append(key)
-        return date
+    // One slot per key touched, in the order keys first appear: one hash lookup per operation.
+    struct Slot {
+        var key: ItemKey
+        var existedBefore: Bool
+        /// The creation date the key holds at this point of the batch; nil when it is empty.
+        var created: Date?
+        var final: ResolvedWrite?
     }
+    var slots: [Slot] = []
+    var index: [ItemKey: Int] = [:]
+    slots.reserveCapacity(operations.count)
+    index.reserveCapacity(operations.count)
 
     for operation in operations {
         let key = operation.key
         try key.validate()
+        let slotIndex: Int
+        if let known = index[key] {
+            slotIndex = known
+        } else {
+            let date = try currentCreationDate(key)
+            slotIndex = slots.count
+            slots.append(Slot(key: key, existedBefore: date != nil, created: date, final: nil))
+            index[key] = slotIndex
+        }
         switch operation {
         case .create(let attributes, let secret):
             try attributes.validate()
-            if try created(key) != nil { throw KeysmithError.duplicateItem(key) }
+            if slots[slotIndex].created != nil { throw KeysmithError.duplicateItem(key) }
             let info = ItemInfo(attributes: attributes, created: now, modified: now)
-            finals[key] = .put(SecureRecord(info: info, secret: secret))
-            state[key] = .some(now)
+            slots[slotIndex].final = .put(SecureRecord(info: info, secret: secret))
+            slots[slotIndex].created = now
         case .update(let attributes, let secret):
             try attributes.validate()
-            guard let since = try created(key) else { throw KeysmithError.itemNotFound(key) }
+            guard let since = slots[slotIndex].created else { throw KeysmithError.itemNotFound(key) }
             let info = ItemInfo(attributes: attributes, created: since, modified: now)
-            finals[key] = .put(SecureRecord(info: info, secret: secret))
+            slots[slotIndex].final = .put(SecureRecord(info: info, secret: secret))
         case .upsert(let attributes, let secret):
             try attributes.validate()
-            let since = try created(key) ?? now
+            let since = slots[slotIndex].created ?? now
             let info = ItemInfo(attributes: attributes, created: since, modified: now)
-            finals[key] = .put(SecureRecord(info: info, secret: secret))
-            state[key] = .some(since)
+            slots[slotIndex].final = .put(SecureRecord(info: info, secret: secret))
+            slots[slotIndex].created = since
         case .restore(let record):
             try record.attributes.validate()
-            _ = try created(key)
-            finals[key] = .put(record)
-            state[key] = .some(record.info.created)
+            slots[slotIndex].final = .put(record)
+            slots[slotIndex].created = record.info.created
         case .delete:
-            guard try created(key) != nil else { throw KeysmithError.itemNotFound(key) }
-            finals[key] = .remove(key)
-            state[key] = .some(nil)
+            guard slots[slotIndex].created != nil else { throw KeysmithError.itemNotFound(key) }
+            slots[slotIndex].final = .remove(key)
+            slots[slotIndex].created = nil
         }
     }
-    return order.compactMap { key in
-        guard let write = finals[key] else { return nil }
-        if case .remove = write, existedBefore[key] != true { return nil }
+    return slots.compactMap { slot in
+        guard let write = slot.final else { return nil }
+        if case .remove = write, !slot.existedBefore { return nil }
         return write
     }
 }

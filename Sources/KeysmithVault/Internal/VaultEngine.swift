@@ -1,13 +1,22 @@
+import Dispatch
 import Keysmith
 import KeysmithCrypto
 import KeysmithSystem
+import Synchronization
 
 /// One intact record in memory: its sealed frame (the secret stays encrypted until read) and
-/// its decrypted attributes (for search).
-struct Entry {
-    var frame: Frame
-    var info: ItemInfo
-    var file: String
+/// its decrypted attributes (for search). A class, so the index hands out one reference instead
+/// of copying a dozen arrays and strings.
+final class Entry: Sendable {
+    let frame: Frame
+    let info: ItemInfo
+    let file: String
+
+    init(frame: Frame, info: ItemInfo, file: String) {
+        self.frame = frame
+        self.info = info
+        self.file = file
+    }
 }
 
 /// The mutable state of an open vault. Only `FileVault` touches it, always under its mutex;
@@ -394,19 +403,8 @@ struct VaultEngine: ~Copyable {
         guard let dataKey = dataKeys[currentEpoch] else {
             throw KeysmithError(.corruptData, "the vault's current data key is missing from its header")
         }
-        var frames: [Frame] = []
-        frames.reserveCapacity(writes.count)
-        for write in writes {
-            let recordID = recordID(for: write.key)
-            switch write {
-            case .put(let record):
-                var plaintext = RecordCodec.encode(record)
-                defer { cleanse(&plaintext) }
-                frames.append(try seal(plaintext, op: .put, recordID: recordID, version: sequence, key: dataKey))
-            case .remove:
-                frames.append(try seal([], op: .delete, recordID: recordID, version: sequence, key: dataKey))
-            }
-        }
+        let recordIDs = writes.map { recordID(for: $0.key) }
+        let frames = try sealAll(writes, recordIDs: recordIDs, version: sequence, key: dataKey)
         let bytes = FrameFile.encode(kind: .log, vaultID: vaultID, sequence: sequence, frames: frames)
         try Durable.write(bytes, to: paths.log(sequence), directory: paths.logDirectory)
         lastSequence = sequence
@@ -427,8 +425,41 @@ struct VaultEngine: ~Copyable {
         }
     }
 
+    /// Seals a batch's writes, on every core for large batches (each frame is independent).
+    func sealAll(_ writes: [ResolvedWrite], recordIDs: [RecordID], version: UInt64, key: SecretBytes) throws -> [Frame] {
+        let epoch = currentEpoch, vaultID = vaultID
+        @Sendable func sealOne(_ index: Int) throws -> Frame {
+            switch writes[index] {
+            case .put(let record):
+                var plaintext = RecordCodec.encode(record)
+                defer { cleanse(&plaintext) }
+                return try Self.seal(plaintext, op: .put, recordID: recordIDs[index], version: version, epoch: epoch, vaultID: vaultID, key: key)
+            case .remove:
+                return try Self.seal([], op: .delete, recordID: recordIDs[index], version: version, epoch: epoch, vaultID: vaultID, key: key)
+            }
+        }
+        let chunks = ProcessInfo.processInfo.activeProcessorCount
+        guard writes.count >= 2048, chunks > 1 else { return try writes.indices.map(sealOne) }
+        let chunkSize = (writes.count + chunks - 1) / chunks
+        let results = Mutex<[Int: Result<[Frame], any Error>]>([:])
+        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+            let range = (chunk * chunkSize)..<min(writes.count, (chunk + 1) * chunkSize)
+            let sealed = Result { try range.map(sealOne) }
+            results.withLock { $0[chunk] = sealed }
+        }
+        return try results.withLock { results in
+            try (0..<chunks).flatMap { chunk in try results[chunk]?.get() ?? [] }
+        }
+    }
+
     func seal(_ plaintext: [UInt8], op: FrameOp, recordID: RecordID, version: UInt64, key: SecretBytes) throws -> Frame {
-        var frame = Frame(op: op, epoch: currentEpoch, version: version, recordID: recordID, nonce: [], ciphertext: [], tag: [])
+        try Self.seal(plaintext, op: op, recordID: recordID, version: version, epoch: currentEpoch, vaultID: vaultID, key: key)
+    }
+
+    static func seal(
+        _ plaintext: [UInt8], op: FrameOp, recordID: RecordID, version: UInt64, epoch: UInt32, vaultID: [UInt8], key: SecretBytes
+    ) throws -> Frame {
+        var frame = Frame(op: op, epoch: epoch, version: version, recordID: recordID, nonce: [], ciphertext: [], tag: [])
         let sealed = try vaultCrypto {
             try AESGCM.seal(plaintext, key: key, associatedData: frame.associatedData(vaultID: vaultID))
         }
@@ -438,8 +469,6 @@ struct VaultEngine: ~Copyable {
         return frame
     }
 
-    /// Damage to records or record files (a damaged header copy does not count: the other
-    /// copy holds the same keys, and the next write heals it).
     var isDamaged: Bool { !damagedByID.isEmpty || fileDamage.contains { !$0.isHeaderCopy && !$0.isSuperseded } }
 
     /// Rewrites both header copies from the intact one on disk (not from memory: another
