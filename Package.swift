@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "Keysmith", targets: ["Keysmith"]),
         .library(name: "KeysmithVault", targets: ["KeysmithVault"]),
         .library(name: "KeysmithTokens", targets: ["KeysmithTokens"]),
+        .library(name: "KeysmithPolicy", targets: ["KeysmithPolicy"]),
         .executable(name: "keysmith", targets: ["keysmith"]),
     ],
     dependencies: [
@@ -47,11 +48,14 @@ let package = Package(
         // Tokens, scopes, the audit log and the permission manager.
         .target(name: "KeysmithTokens", dependencies: ["Keysmith", "KeysmithCrypto"]),
 
+        // Roles, actions, policies and the engine, fed by token scopes.
+        .target(name: "KeysmithPolicy", dependencies: ["Keysmith", "KeysmithTokens"]),
+
         // The command.
         .executableTarget(
             name: "keysmith",
             dependencies: [
-                "Keysmith", "KeysmithVault", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem",
+                "Keysmith", "KeysmithVault", "KeysmithTokens", "KeysmithPolicy", "KeysmithCrypto", "KeysmithSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -61,6 +65,10 @@ let package = Package(
         .testTarget(name: "KeysmithTests", dependencies: ["Keysmith"]),
         .testTarget(name: "KeysmithCryptoTests", dependencies: ["KeysmithCrypto"]),
         .testTarget(name: "KeysmithTokensTests", dependencies: ["KeysmithTokens", "KeysmithVault"]),
+        .testTarget(
+            name: "KeysmithPolicyTests", dependencies: ["Keysmith", "KeysmithPolicy", "KeysmithTokens"],
+            exclude: ["Cases"]
+        ),
         .testTarget(
             name: "KeysmithVaultTests",
             dependencies: ["KeysmithVault", "KeysmithCrypto", "KeysmithSystem", "vault-stress"]
