@@ -13,6 +13,13 @@ let package = Package(
     dependencies: [.package(path: "..")],
     targets: [
         .executableTarget(
+            name: "PolicyBenchmarks",
+            dependencies: [
+                .product(name: "KeysmithPolicy", package: root),
+                .product(name: "KeysmithTokens", package: root),
+            ]
+        ),
+        .executableTarget(
             name: "TokenBenchmarks",
             dependencies: [
                 .product(name: "Keysmith", package: root),

@@ -133,7 +133,26 @@ public struct PreparedPrincipal: Sendable {
     public let principal: Principal
     let globalMask: UInt64
     let resourceMasks: [String: UInt64]
-    let fixedScopes: Set<Int>?
+    /// The scopes the engine's policies mention, as a bit mask; `nil` for live scopes, which
+    /// are read at each decision.
+    let scopeMask: UInt64?
+}
+
+/// A policy reduced to what a decision reads, shared by reference so a decision copies nothing.
+final class CompiledPolicy: Sendable {
+    let name: String
+    let effect: Effect
+    let resourceType: String?
+    let scopeMask: UInt64
+    let conditions: [Condition]
+
+    init(_ policy: Policy, scopeMask: UInt64) {
+        name = policy.name
+        effect = policy.effect
+        resourceType = policy.resourceType
+        self.scopeMask = scopeMask
+        conditions = policy.conditions
+    }
 }
 
 /// The policy engine: roles with a hierarchy, actions, and policies, built once and immutable.
@@ -169,11 +188,13 @@ public struct PolicyEngine: Sendable {
     /// Local role → the mask of itself and every role it inherits, transitively.
     private let closure: [UInt64]
     private let actionCount: Int
-    /// (local role × actions + local action) → permit / forbid policy indices.
-    private let permits: [[Int32]]
-    private let forbids: [[Int32]]
-    /// Policy → its scopes as interned ids.
-    private let policyScopes: [[Int]]
+    /// (local role × actions + local action) → policy indices, forbids first, as one flat list
+    /// with offsets: `slots[i]..<slots[i + 1]` indexes `candidates`.
+    private let slots: [Int32]
+    private let candidates: [Int32]
+    private let compiled: [CompiledPolicy]
+    /// Scope name id → bit in scope masks (the scopes the policies mention; at most 64).
+    private let scopeBit: [String: UInt64]
     private let anyoneMask: UInt64
     private let authenticatedMask: UInt64
 
@@ -274,19 +295,35 @@ public struct PolicyEngine: Sendable {
         var localAction = [Int16](repeating: -1, count: (actionOf.keys.map(\.id).max() ?? 0) + 1)
         for (action, index) in actionOf { localAction[action.id] = Int16(index) }
         self.localAction = localAction
-        var permits = [[Int32]](repeating: [], count: localOf.count * max(actionOf.count, 1))
-        var forbids = permits
+        var bySlot = [[Int32]](repeating: [], count: localOf.count * max(actionOf.count, 1))
         for (index, policy) in policies.enumerated() {
             for role in Set(policy.roles) {
                 for action in Set(policy.actions) {
-                    let slot = localOf[role]! * max(actionOf.count, 1) + actionOf[action]!
-                    if policy.effect == .permit { permits[slot].append(Int32(index)) } else { forbids[slot].append(Int32(index)) }
+                    bySlot[localOf[role]! * max(actionOf.count, 1) + actionOf[action]!].append(Int32(index))
                 }
             }
         }
-        self.permits = permits
-        self.forbids = forbids
-        self.policyScopes = policies.map { $0.scopes.map { NameTable.id(for: "scope:" + $0.rawValue) } }
+        var slots: [Int32] = [0]
+        var candidates: [Int32] = []
+        for list in bySlot {
+            candidates += list.filter { policies[Int($0)].effect == .forbid } + list.filter { policies[Int($0)].effect == .permit }
+            slots.append(Int32(candidates.count))
+        }
+        self.slots = slots
+        self.candidates = candidates
+        var scopeBit: [String: UInt64] = [:]
+        for policy in policies {
+            for scope in policy.scopes.sorted() where scopeBit[scope.rawValue] == nil && scopeBit.count < 64 {
+                scopeBit[scope.rawValue] = 1 << UInt64(scopeBit.count)
+            }
+        }
+        if Set(policies.flatMap(\.scopes)).count > 64 {
+            throw PolicyValidationError(problems: [PolicyProblem(message: "an engine's policies mention at most 64 distinct scopes")])
+        }
+        self.scopeBit = scopeBit
+        self.compiled = policies.map { policy in
+            CompiledPolicy(policy, scopeMask: policy.scopes.reduce(0) { $0 | (scopeBit[$1.rawValue] ?? 0) })
+        }
         self.anyoneMask = closure[localOf[.anyone]!]
         self.authenticatedMask = closure[localOf[.authenticated]!]
     }
@@ -305,21 +342,21 @@ public struct PolicyEngine: Sendable {
         return mask
     }
 
-    private static func scopeIDs(_ scopes: Set<Scope>) -> Set<Int> {
-        Set(scopes.map { NameTable.id(for: "scope:" + $0.rawValue) })
+    private func scopeMask(_ scopes: Set<Scope>) -> UInt64 {
+        scopes.reduce(0) { $0 | (scopeBit[$1.rawValue] ?? 0) }
     }
 
     /// Resolves a principal's roles and fixed scopes against this engine, for many decisions.
     public func prepare(_ principal: Principal) -> PreparedPrincipal {
-        let fixed: Set<Int>?
+        let fixed: UInt64?
         switch principal.scopes {
-        case .fixed(let scopes): fixed = Self.scopeIDs(scopes)
-        case .none: fixed = []
+        case .fixed(let scopes): fixed = scopeMask(scopes)
+        case .none: fixed = 0
         case .live: fixed = nil
         }
         return PreparedPrincipal(
             engineID: id, principal: principal, globalMask: principal.isAnonymous ? 0 : mask(of: principal.roles),
-            resourceMasks: principal.isAnonymous ? [:] : principal.resourceRoles.mapValues { mask(of: $0) }, fixedScopes: fixed)
+            resourceMasks: principal.isAnonymous ? [:] : principal.resourceRoles.mapValues { mask(of: $0) }, scopeMask: fixed)
     }
 
     /// Decides a request.
@@ -334,14 +371,13 @@ public struct PolicyEngine: Sendable {
             return Decision(isAllowed: false, basis: .noPolicyApplied, deciding: .empty, names: names)
         }
         let actionIndex = Int(localAction[action.id])
-        let principal = prepared.principal
+        let anonymous = prepared.principal.isAnonymous
         var roles = anyoneMask
-        if !principal.isAnonymous {
+        if !anonymous {
             roles |= authenticatedMask | prepared.globalMask
             if let onResource = prepared.resourceMasks[resource.id] { roles |= onResource }
         }
-        let scopes = prepared.fixedScopes ?? Self.scopeIDs(principal.scopes.current)
-        let request = RequestView(principal: principal, action: action, resource: resource)
+        let scopes = prepared.scopeMask ?? scopeMask(prepared.principal.scopes.current)
 
         var errors: [(policy: String, error: String)] = []
         var forbidden = PolicySet.empty
@@ -351,18 +387,14 @@ public struct PolicyEngine: Sendable {
             let role = bits.trailingZeroBitCount
             bits &= bits - 1
             let slot = role * actionCount + actionIndex
-            for index in forbids[slot] {
-                switch applies(Int(index), request, scopes) {
-                case .yes: forbidden.insert(index)
+            for position in Int(slots[slot])..<Int(slots[slot + 1]) {
+                let index = candidates[position]
+                let policy = compiled[Int(index)]
+                switch applies(policy, anonymous: anonymous, scopes: scopes, prepared.principal, action, resource) {
+                case .yes:
+                    if policy.effect == .forbid { forbidden.insert(index) } else { permitted.insert(index) }
                 case .no: break
-                case .failed(let error): errors.append((policies[Int(index)].name, error))
-                }
-            }
-            for index in permits[slot] {
-                switch applies(Int(index), request, scopes) {
-                case .yes: permitted.insert(index)
-                case .no: break
-                case .failed(let error): errors.append((policies[Int(index)].name, error))
+                case .failed(let error): errors.append((policy.name, error))
                 }
             }
         }
@@ -374,39 +406,34 @@ public struct PolicyEngine: Sendable {
         return Decision(isAllowed: false, basis: .noPolicyApplied, deciding: .empty, names: names)
     }
 
-    private struct RequestView {
-        let principal: Principal
-        let action: Action
-        let resource: Resource
-    }
-
     private enum Applies {
         case yes, no
         case failed(String)
     }
 
-    private func applies(_ index: Int, _ request: RequestView, _ scopes: Set<Int>) -> Applies {
-        let policy = policies[index]
-        if let type = policy.resourceType, type != request.resource.type { return .no }
-        let needed = policyScopes[index]
-        if !needed.isEmpty {
-            let holdsAll = needed.allSatisfy { scopes.contains($0) }
+    private func applies(
+        _ policy: CompiledPolicy, anonymous: Bool, scopes: UInt64, _ principal: borrowing Principal, _ action: Action,
+        _ resource: borrowing Resource
+    ) -> Applies {
+        if let type = policy.resourceType, type != resource.type { return .no }
+        if policy.scopeMask != 0 {
+            let holdsAll = scopes & policy.scopeMask == policy.scopeMask
             switch policy.effect {
             case .permit: if !holdsAll { return .no }
             case .forbid:
                 // "Forbid unless granted": applies to principals with a token that lacks a scope.
-                if holdsAll || request.principal.isAnonymous { return .no }
+                if holdsAll || anonymous { return .no }
             }
         }
         for condition in policy.conditions {
             switch condition {
             case .resourceAttribute(let name, let value):
-                if request.resource.attributes[name] != value { return .no }
+                if resource.attributes[name] != value { return .no }
             case .principalAttribute(let name, let value):
-                if request.principal.attributes[name] != value { return .no }
+                if principal.attributes[name] != value { return .no }
             case .custom(let check):
                 do {
-                    if try !check(Request(principal: request.principal, action: request.action, resource: request.resource)) { return .no }
+                    if try !check(Request(principal: copy principal, action: action, resource: copy resource)) { return .no }
                 } catch {
                     return .failed("\(error)")
                 }
