@@ -1,6 +1,8 @@
 import ArgumentParser
 import Keysmith
+import KeysmithPolicy
 import KeysmithSystem
+import KeysmithTokens
 import KeysmithVault
 
 extension KeysmithCommand {
@@ -68,6 +70,40 @@ extension KeysmithCommand {
             step(9, "Delete the internet password; reading it now finds nothing.")
             try? damaged.delete(web)
             print("   read returned \(try damaged.read(web) == nil ? "nil" : "a value")")
+
+            step(10, "Import an OAuth token for bob at news: requested groups:read posts:write posts:delete.")
+            let keeper = TokenKeeper(store: damaged)
+            let response = #"{"access_token":"example-access-token","token_type":"Bearer","expires_in":3600,"scope":"groups:read posts:write"}"#
+            let token = try keeper.importResponse(
+                Data(response.utf8), service: "news", account: "bob",
+                requested: try Scope.parseList("groups:read posts:write posts:delete"), clientID: "news-app", subject: "bob")
+            for (scope, status) in token.statuses(at: keeper.now).sorted(by: { $0.key < $1.key }) {
+                print("   \(scope): \(status.state.rawValue) (\(status.reason))")
+            }
+
+            step(11, "Check a scope: may this token post?")
+            let postsWrite = try Scope("posts:write")
+            print("   hasGranted(posts:write): \(token.hasGranted(postsWrite, at: keeper.now))")
+
+            step(12, "Decide a news-groups request with the example policy (keysmith policy example): may bob, a member of g1, post there?")
+            let engine = try PolicyFile.engine(from: Array(newsGroupsPolicy.utf8))
+            let group = Resource(type: "group", id: "g1", attributes: ["public": .bool(false)])
+            func decide() throws -> Decision {
+                let current = try keeper.token(service: "news", account: "bob") ?? token
+                let bob = Principal(id: "bob", resourceRoles: ["g1": [Role("member")]], token: current, at: keeper.now)
+                return engine.decide(Request(principal: bob, action: Action("post"), resource: group))
+            }
+            print("   \(try decide().explanation)")
+
+            step(13, "Revoke posts:write from the token.")
+            try keeper.revoke([postsWrite], service: "news", account: "bob", reason: "walkthrough")
+
+            step(14, "The same request again: the decision follows the revocation.")
+            print("   \(try decide().explanation)")
+
+            step(15, "Verify the audit log of token changes (each entry chained to the one before by a hash).")
+            let verification = try keeper.verifyAuditLog()
+            print("   \(verification.entries) entries, intact: \(verification.isIntact)")
             print("\nThe throwaway vault is removed. Try `keysmith init` for your own, and `keysmith --help`.")
         }
 
