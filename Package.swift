@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "Keysmith", targets: ["Keysmith"]),
         .library(name: "KeysmithVault", targets: ["KeysmithVault"]),
+        .library(name: "KeysmithSecretService", targets: ["KeysmithSecretService"]),
         .library(name: "KeysmithTokens", targets: ["KeysmithTokens"]),
         .library(name: "KeysmithPolicy", targets: ["KeysmithPolicy"]),
         .executable(name: "keysmith", targets: ["keysmith"]),
@@ -45,6 +46,8 @@ let package = Package(
         // A writer process for the vault's crash and concurrency tests (not a product).
         .executableTarget(name: "vault-stress", dependencies: ["Keysmith", "KeysmithVault"]),
 
+        .target(name: "KeysmithSecretService", dependencies: ["Keysmith", "CLibSecret"]),
+
         // Tokens, scopes, the audit log and the permission manager.
         .target(name: "KeysmithTokens", dependencies: ["Keysmith", "KeysmithCrypto"]),
 
@@ -75,7 +78,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KeysmithConformanceTests",
-            dependencies: ["Keysmith", "KeysmithVault"]
+            dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService"]
         ),
         .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith"]),
     ],

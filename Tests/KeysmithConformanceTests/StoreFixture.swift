@@ -1,5 +1,6 @@
 import Foundation
 import Keysmith
+import KeysmithSecretService
 import KeysmithVault
 import Testing
 
@@ -30,8 +31,22 @@ struct StoreFixture: Sendable, CustomTestStringConvertible {
         return (vault, { try? FileManager.default.removeItem(atPath: directory) })
     }
 
+    /// The Secret Service (a private gnome-keyring-daemon that scripts/test.sh starts), each
+    /// test in a namespace of its own, removed afterwards.
+    static let secretService = StoreFixture(name: "Secret Service") {
+        let store = try SecretServiceStore(namespace: "conformance-\(UUID().uuidString)", timeout: .seconds(10))
+        return (store, {
+            if let items = try? store.search(ItemQuery()) {
+                try? store.perform(items.map { .delete($0.key) })
+            }
+        })
+    }
+
+    /// Whether this run has a Secret Service to test against (scripts/test.sh provides one).
+    static let secretServiceProvided = ProcessInfo.processInfo.environment["KEYSMITH_TEST_SECRET_SERVICE"] == "1"
+
     /// Every store the suite runs against.
-    static let all: [StoreFixture] = [memory, vault, reopenedVault]
+    static let all: [StoreFixture] = [memory, vault, reopenedVault] + (secretServiceProvided ? [secretService] : [])
 
     static let mebibyte = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
 

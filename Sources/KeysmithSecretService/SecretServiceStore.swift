@@ -1,0 +1,263 @@
+public import Keysmith
+import Synchronization
+
+/// The freedesktop Secret Service (gnome-keyring, KeePassXC, …) as a Keysmith store, through
+/// libsecret.
+///
+/// Items are stored under Keysmith's schemas, `org.keysmith.GenericPassword` and
+/// `org.keysmith.InternetPassword`, with attributes the standard tools understand:
+/// `secret-tool search service mail account bob` finds a generic password Keysmith stored, and
+/// an item that `secret-tool store` created with those attributes reads back through Keysmith
+/// (docs/secret-service.md lists every attribute).
+///
+/// ```swift
+/// let store = try SecretServiceStore()                         // the default collection
+/// try Keysmith.save(Data("pw".utf8), forAccount: "bob", inService: "mail", in: store)
+/// ```
+///
+/// Every call has a deadline (``timeout``, 5 s by default): a locked collection, a dismissed
+/// prompt, no Secret Service on the bus and no D-Bus session at all each give their own
+/// ``KeysmithError`` in at most that time, never a hang.
+///
+/// The Secret Service has no transactions: ``perform(_:)`` checks the whole batch first, then
+/// applies it item by item, and on a failure puts back what it had changed (best effort; see
+/// docs/secret-service.md).
+public final class SecretServiceStore: SecureStore {
+    /// The collection's alias or label.
+    public let collectionName: String
+    /// When set, the store sees only items carrying this namespace (attribute
+    /// `keysmith-namespace`), and marks every item it writes with it: several applications, or
+    /// tests, can share a collection without seeing each other's items.
+    public let namespace: String?
+    /// The deadline of every call to the service.
+    public let timeout: Duration
+    private let clock: @Sendable () -> Date
+    private let state: Mutex<Connection>
+
+    private struct Connection: @unchecked Sendable {
+        // GObject references, used only under the mutex.
+        var service: GObjectReference
+        var collection: GObjectReference
+    }
+
+    static let genericSchema = LibSecret.GSchema(
+        name: "org.keysmith.GenericPassword",
+        attributes: ["service", "account", "comment", "description", "creator", "type", "invisible", "negative", "generic",
+                     "keysmith-labelled", "keysmith-created", "keysmith-modified", "keysmith-namespace"])
+    static let internetSchema = LibSecret.GSchema(
+        name: "org.keysmith.InternetPassword",
+        attributes: ["server", "port", "protocol", "authtype", "domain", "path", "account", "comment", "description", "creator",
+                     "type", "invisible", "negative", "generic", "keysmith-labelled", "keysmith-created", "keysmith-modified",
+                     "keysmith-namespace"])
+
+    /// Connects to the Secret Service and opens a collection.
+    ///
+    /// - Parameters:
+    ///   - collection: An alias (`default`, `session`) or a collection's label; `default` if omitted.
+    ///   - namespace: Only items of this namespace (see ``namespace``); all Keysmith-shaped items if `nil`.
+    ///   - timeout: The deadline of every call; 5 seconds if omitted.
+    ///   - clock: The source of created and modified dates.
+    /// - Throws: ``KeysmithError/Code/storeUnavailable`` when there is no D-Bus session, no
+    ///   Secret Service on it, or no such collection; ``KeysmithError/Code/storeLocked`` when the
+    ///   collection is locked; ``KeysmithError/Code/timedOut`` when the service does not answer.
+    public init(
+        collection: String = "default", namespace: String? = nil, timeout: Duration = .seconds(5),
+        clock: @escaping @Sendable () -> Date = { Date() }
+    ) throws {
+        try Self.checkSessionBus()
+        let service = try LibSecret.connect(timeout: timeout)
+        let opened = try LibSecret.collection(service, named: collection, timeout: timeout)
+        if LibSecret.isLocked(opened) {
+            throw KeysmithError(.storeLocked, "the Secret Service collection \"\(collection)\" is locked; unlock it (log in to the desktop, or unlock it in your keyring manager) and try again")
+        }
+        self.collectionName = collection
+        self.namespace = namespace
+        self.timeout = timeout
+        self.clock = clock
+        self.state = Mutex(Connection(service: service, collection: opened))
+    }
+
+    /// Whether a Secret Service answers on this session within `timeout`.
+    public static func isAvailable(timeout: Duration = .seconds(1)) -> Bool {
+        (try? SecretServiceStore(timeout: timeout)) != nil
+    }
+
+    /// Fails fast, with a clear message, when there is no session bus to talk to at all.
+    private static func checkSessionBus() throws {
+        let environment = ProcessInfo.processInfo.environment
+        if let address = environment["DBUS_SESSION_BUS_ADDRESS"], !address.isEmpty { return }
+        if let runtime = environment["XDG_RUNTIME_DIR"], FileManager.default.fileExists(atPath: runtime + "/bus") { return }
+        throw KeysmithError(
+            .storeUnavailable,
+            "there is no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS is unset and $XDG_RUNTIME_DIR/bus does not exist); run inside a desktop session or dbus-run-session, or use the file vault")
+    }
+
+    /// Locks the collection (for tests of the locked state, and for scripts that want to).
+    public func lock() throws {
+        try state.withLock { try LibSecret.lock($0.service, $0.collection, timeout: timeout) }
+    }
+
+    /// `Secret Service collection NAME`.
+    public var storeDescription: String { "Secret Service collection \"\(collectionName)\"" }
+
+    // MARK: SecureStore
+
+    public func read(_ key: ItemKey) throws -> SecureRecord? {
+        try state.withLock { connection in
+            try find(key, in: connection, secrets: true).first.flatMap { try record($0, withSecret: true) }
+        }
+    }
+
+    public func search(_ query: ItemQuery) throws -> [ItemInfo] {
+        try state.withLock { connection in
+            var attributes: [String: String] = [:]
+            if let service = query.service { attributes["service"] = service }
+            if let account = query.account { attributes["account"] = account }
+            if let server = query.server { attributes["server"] = server }
+            if let type = query.type { attributes["type"] = type }
+            if let namespace { attributes["keysmith-namespace"] = namespace }
+            let items = try LibSecret.search(connection.collection, attributes: attributes, loadSecrets: false, timeout: timeout)
+            return try items.compactMap { try record($0, withSecret: false)?.info }.filter { query.matches($0.attributes) }
+        }
+    }
+
+    public func perform(_ operations: [StoreOperation]) throws {
+        try state.withLock { connection in
+            let now = clock()
+            var before: [ItemKey: SecureRecord] = [:]
+            let writes = try resolveBatch(operations, now: now) { key in
+                guard let item = try find(key, in: connection, secrets: true).first, let existing = try record(item, withSecret: true) else {
+                    return nil
+                }
+                before[key] = existing
+                return existing.info.created
+            }
+            var applied: [ResolvedWrite] = []
+            do {
+                for write in writes {
+                    try apply(write, in: connection)
+                    applied.append(write)
+                }
+            } catch {
+                // Put back what this batch changed, newest first.
+                for write in applied.reversed() {
+                    if let previous = before[write.key] {
+                        try? apply(.put(previous), in: connection)
+                    } else {
+                        try? apply(.remove(write.key), in: connection)
+                    }
+                }
+                throw error
+            }
+        }
+    }
+
+    // MARK: Mapping
+
+    private func find(_ key: ItemKey, in connection: Connection, secrets: Bool) throws -> [LibSecret.Item] {
+        let items = try LibSecret.search(connection.collection, attributes: identityQuery(key), loadSecrets: secrets, timeout: timeout)
+        return try items.filter { try record($0, withSecret: false)?.key == key }
+    }
+
+    private func apply(_ write: ResolvedWrite, in connection: Connection) throws {
+        let existing = try find(write.key, in: connection, secrets: false)
+        switch write {
+        case .put(let record):
+            var attributes = Self.attributes(of: record)
+            if let namespace { attributes["keysmith-namespace"] = namespace }
+            let schema = record.key.kind == .genericPassword ? Self.genericSchema : Self.internetSchema
+            try LibSecret.store(connection.collection, schema: schema, attributes: attributes, label: Self.label(of: record),
+                                secret: Array(record.secret), timeout: timeout)
+            // The store replaced an item with exactly these attributes; other versions of the
+            // same item (different metadata) go.
+            for item in existing where item.attributes != attributes {
+                try LibSecret.delete(item.reference, timeout: timeout)
+            }
+        case .remove:
+            for item in existing { try LibSecret.delete(item.reference, timeout: timeout) }
+        }
+    }
+
+    private func identityQuery(_ key: ItemKey) -> [String: String] {
+        var query: [String: String]
+        switch key {
+        case .genericPassword(let service, let account): query = ["service": service, "account": account]
+        case .internetPassword(let internet):
+            query = ["server": internet.server, "protocol": internet.internetProtocol.rawValue, "account": internet.account]
+        }
+        if let namespace { query["keysmith-namespace"] = namespace }
+        return query
+    }
+
+    static func label(of record: SecureRecord) -> String {
+        if let label = record.attributes.label { return label }
+        switch record.key {
+        case .genericPassword(let service, let account): return "\(account) at \(service)"
+        case .internetPassword(let internet): return "\(internet.account) at \(internet.internetProtocol.rawValue)://\(internet.server)"
+        }
+    }
+
+    static func encode(_ date: Date) -> String { String(date.timeIntervalSinceReferenceDate.bitPattern, radix: 16) }
+
+    static func decode(_ text: String?) -> Date? {
+        text.flatMap { UInt64($0, radix: 16) }.map { Date(timeIntervalSinceReferenceDate: Double(bitPattern: $0)) }
+    }
+
+    static func attributes(of record: SecureRecord) -> [String: String] {
+        let attributes = record.attributes
+        var result: [String: String] = [:]
+        switch attributes.key {
+        case .genericPassword(let service, let account):
+            result["service"] = service
+            result["account"] = account
+        case .internetPassword(let internet):
+            result["server"] = internet.server
+            result["port"] = String(internet.port)
+            result["protocol"] = internet.internetProtocol.rawValue
+            result["authtype"] = internet.authenticationType.rawValue
+            result["domain"] = internet.securityDomain
+            result["path"] = internet.path
+            result["account"] = internet.account
+        }
+        if let comment = attributes.comment { result["comment"] = comment }
+        if let description = attributes.itemDescription { result["description"] = description }
+        if let creator = attributes.creator { result["creator"] = creator }
+        if let type = attributes.type { result["type"] = type }
+        if attributes.isInvisible { result["invisible"] = "true" }
+        if attributes.isNegative { result["negative"] = "true" }
+        if let generic = attributes.generic { result["generic"] = generic.base64EncodedString() }
+        if attributes.label != nil { result["keysmith-labelled"] = "true" }
+        result["keysmith-created"] = encode(record.info.created)
+        result["keysmith-modified"] = encode(record.info.modified)
+        return result
+    }
+
+    /// An item as a record; `nil` for items that are not Keysmith-shaped (other programs' items).
+    private func record(_ item: LibSecret.Item, withSecret: Bool) throws -> SecureRecord? {
+        let a = item.attributes
+        guard let account = a["account"], a["keysmith-namespace"] == namespace else { return nil }
+        let key: ItemKey
+        if let service = a["service"], a["server"] == nil {
+            key = .genericPassword(service: service, account: account)
+        } else if let server = a["server"], let name = a["protocol"], let internetProtocol = InternetProtocol(rawValue: name) {
+            guard let authentication = InternetAuthenticationType(rawValue: a["authtype"] ?? "default") else { return nil }
+            key = .internetPassword(InternetPasswordKey(
+                server: server, port: Int(a["port"] ?? "0") ?? 0, internetProtocol: internetProtocol,
+                authenticationType: authentication, securityDomain: a["domain"] ?? "", path: a["path"] ?? "", account: account))
+        } else {
+            return nil
+        }
+        let labelled = a["keysmith-labelled"] == "true" || a["keysmith-created"] == nil
+        let attributes = ItemAttributes(
+            key: key, label: labelled ? item.label : nil, comment: a["comment"], itemDescription: a["description"],
+            creator: a["creator"], type: a["type"], isInvisible: a["invisible"] == "true", isNegative: a["negative"] == "true",
+            generic: a["generic"].flatMap { Data(base64Encoded: $0) })
+        let created = Self.decode(a["keysmith-created"]) ?? Date(timeIntervalSince1970: TimeInterval(item.created))
+        let modified = Self.decode(a["keysmith-modified"]) ?? Date(timeIntervalSince1970: TimeInterval(item.modified))
+        if withSecret, item.secret == nil {
+            throw KeysmithError(.storeLocked, "the Secret Service did not hand over the secret of \(key); is the collection locked?")
+        }
+        return SecureRecord(info: ItemInfo(attributes: attributes, created: created, modified: modified),
+                            secret: Data(item.secret ?? []))
+    }
+}
