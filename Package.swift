@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "Keysmith", targets: ["Keysmith"]),
         .library(name: "KeysmithVault", targets: ["KeysmithVault"]),
         .library(name: "KeysmithSecretService", targets: ["KeysmithSecretService"]),
+        .library(name: "KeysmithStores", targets: ["KeysmithStores"]),
         .library(name: "KeysmithTokens", targets: ["KeysmithTokens"]),
         .library(name: "KeysmithPolicy", targets: ["KeysmithPolicy"]),
         .executable(name: "keysmith", targets: ["keysmith"]),
@@ -48,6 +49,9 @@ let package = Package(
 
         .target(name: "KeysmithSecretService", dependencies: ["Keysmith", "CLibSecret"]),
 
+        // The choice of store: vault, Secret Service or auto.
+        .target(name: "KeysmithStores", dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithSystem"]),
+
         // Tokens, scopes, the audit log and the permission manager.
         .target(name: "KeysmithTokens", dependencies: ["Keysmith", "KeysmithCrypto"]),
 
@@ -58,7 +62,7 @@ let package = Package(
         .executableTarget(
             name: "keysmith",
             dependencies: [
-                "Keysmith", "KeysmithVault", "KeysmithTokens", "KeysmithPolicy", "KeysmithCrypto", "KeysmithSystem",
+                "Keysmith", "KeysmithVault", "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithCrypto", "KeysmithSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -78,8 +82,9 @@ let package = Package(
         ),
         .testTarget(
             name: "KeysmithConformanceTests",
-            dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService"]
+            dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithStores"]
         ),
+        .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService"]),
         .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith"]),
     ],
     swiftLanguageModes: [.v6]

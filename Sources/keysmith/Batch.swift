@@ -47,7 +47,7 @@ extension KeysmithCommand {
                 if raw.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }) { continue }
                 operations.append(try parse(Array(raw), line: index + 1))
             }
-            let vault = try store.openVault()
+            let vault = try store.openStore()
             if dryRun {
                 // Check the whole batch against the vault without committing it.
                 let memory = MemoryStore()

@@ -41,7 +41,7 @@ extension KeysmithCommand.Secret {
         func run() throws {
             var secret = try readSecret()
             defer { cleanse(&secret) }
-            let vault = try store.openVault()
+            let vault = try store.openStore()
             var attributes = ItemAttributes(key: item.key, label: label, comment: comment)
             if !new, let existing = try vault.read(item.key) {
                 // Replacing keeps the metadata not given again.
@@ -91,7 +91,7 @@ extension KeysmithCommand.Secret {
         var noNewline = false
 
         func run() throws {
-            let vault = try store.openVault()
+            let vault = try store.openStore()
             guard let record = try vault.read(item.key) else {
                 throw CommandFailure.notFound("\(item.key) does not exist")
             }
@@ -114,7 +114,7 @@ extension KeysmithCommand.Secret {
         @OptionGroup var item: ItemOptions
 
         func run() throws {
-            try store.openVault().delete(item.key)
+            try store.openStore().delete(item.key)
         }
     }
 
@@ -137,7 +137,7 @@ extension KeysmithCommand.Secret {
         var json = false
 
         func run() throws {
-            let vault = try store.openVault()
+            let vault = try store.openStore()
             let items = try vault.search(ItemQuery(service: service, account: account, server: server))
                 .sorted { $0.key.description < $1.key.description }
             if json {

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Keysmith
 import KeysmithCrypto
+import KeysmithSecretService
+import KeysmithStores
 import KeysmithSystem
 import KeysmithVault
 
@@ -15,7 +17,32 @@ struct StoreOptions: ParsableArguments {
     @Option(name: .customLong("passphrase-fd"), help: ArgumentHelp("Read the passphrase from this file descriptor.", valueName: "n"))
     var passphraseFD: Int32?
 
+    @Option(help: ArgumentHelp("The store: vault, secret-service or auto (default: $KEYSMITH_BACKEND, else the config file, else vault).", valueName: "backend"))
+    var backend: String?
+
+    @Option(help: "The Secret Service collection: an alias or a label (default: default).")
+    var collection: String = "default"
+
+    @Option(help: "Seconds to wait for the Secret Service before giving up (default: 5).")
+    var timeout: Double = 5
+
     var vaultPath: String { vault ?? FileVault.defaultPath }
+
+    /// The backend chosen by --backend, else $KEYSMITH_BACKEND or the config file.
+    func choice() throws -> StoreChoice {
+        if let backend { return try StoreChoice.parse(backend, source: "--backend") }
+        return try StoreChoice.fromEnvironment()
+    }
+
+    /// Opens the chosen store: the vault (unlocked as for `openVault`) or the Secret Service.
+    func openStore() throws -> any SecureStore {
+        try openChosen().store
+    }
+
+    func openChosen() throws -> StoreChoice.Opened {
+        try choice().open(vaultPath: vaultPath, vaultCredential: { try credential() }, collection: collection,
+                          timeout: .milliseconds(Int(max(timeout, 0.1) * 1000)))
+    }
 
     var keyfilePath: String? {
         if let keyfile { return keyfile }

@@ -58,7 +58,7 @@ extension KeysmithCommand.Token {
         func run() throws {
             let requestedScopes = try Scope.parseList(requested)
             let body = Data(try Terminal.readAll(fd: 0))
-            let keeper = TokenKeeper(store: try store.openVault())
+            let keeper = TokenKeeper(store: try store.openStore())
             let token = try keeper.importResponse(
                 body, service: location.service, account: location.account, requested: requestedScopes,
                 clientID: client, subject: subject, issuer: issuer)
@@ -80,7 +80,7 @@ extension KeysmithCommand.Token {
         var json = false
 
         func run() throws {
-            let keeper = TokenKeeper(store: try store.openVault())
+            let keeper = TokenKeeper(store: try store.openStore())
             let token = try loadToken(keeper, location)
             let now = keeper.now
             let statuses = token.statuses(at: now).sorted { $0.key < $1.key }
@@ -118,7 +118,7 @@ extension KeysmithCommand.Token {
         func run() throws {
             let revoking = try parseScopes(scopes)
             guard !revoking.isEmpty else { throw ValidationError("name at least one scope to revoke") }
-            let keeper = TokenKeeper(store: try store.openVault())
+            let keeper = TokenKeeper(store: try store.openStore())
             _ = try keeper.revoke(revoking, service: location.service, account: location.account, reason: reason)
             print("Revoked \(Scope.formatList(revoking)) for \(location.account) at \(location.service).")
         }
@@ -136,7 +136,7 @@ extension KeysmithCommand.Token {
         var reason: String = "logged out with keysmith"
 
         func run() throws {
-            let keeper = TokenKeeper(store: try store.openVault())
+            let keeper = TokenKeeper(store: try store.openStore())
             _ = try keeper.revokeAll(service: location.service, account: location.account, reason: reason)
             print("Revoked every scope of the token for \(location.account) at \(location.service).")
         }
@@ -159,7 +159,7 @@ extension KeysmithCommand.Token {
         func run() throws {
             let needed = try parseScopes(scopes)
             guard !needed.isEmpty else { throw ValidationError("name at least one scope to check") }
-            let keeper = TokenKeeper(store: try store.openVault())
+            let keeper = TokenKeeper(store: try store.openStore())
             let token = try loadToken(keeper, location)
             let now = keeper.now
             let missing = needed.filter { !token.hasGranted($0, at: now) }
@@ -181,7 +181,7 @@ extension KeysmithCommand.Token {
         @OptionGroup var location: TokenLocation
 
         func run() throws {
-            let keeper = TokenKeeper(store: try store.openVault())
+            let keeper = TokenKeeper(store: try store.openStore())
             print(try jsonLine(try loadToken(keeper, location).introspection(at: keeper.now)))
         }
     }
@@ -232,7 +232,7 @@ extension KeysmithCommand {
 
         func run() throws {
             let revoking = try Scope(scope)
-            let keeper = TokenKeeper(store: try store.openVault())
+            let keeper = TokenKeeper(store: try store.openStore())
             let bar = ProgressBar(enabled: Terminal.isTerminal(2))
             let report = try keeper.revoke(
                 scope: revoking, matching: TokenFilter(service: service, clientID: client, subject: subject),
@@ -260,7 +260,7 @@ extension KeysmithCommand {
             @OptionGroup var store: StoreOptions
 
             func run() throws {
-                let verification = try TokenKeeper(store: try store.openVault()).verifyAuditLog()
+                let verification = try TokenKeeper(store: try store.openStore()).verifyAuditLog()
                 if verification.isIntact {
                     print("The audit log is intact: \(verification.entries) entr\(verification.entries == 1 ? "y" : "ies").")
                     return
@@ -276,7 +276,7 @@ extension KeysmithCommand {
             @OptionGroup var store: StoreOptions
 
             func run() throws {
-                for entry in try TokenKeeper(store: try store.openVault()).auditEntries() { print(try jsonLine(entry)) }
+                for entry in try TokenKeeper(store: try store.openStore()).auditEntries() { print(try jsonLine(entry)) }
             }
         }
     }

@@ -1,0 +1,91 @@
+public import Keysmith
+import KeysmithSecretService
+public import KeysmithVault
+import KeysmithSystem
+
+/// Which store to use: the file vault, the Secret Service, or whichever answers.
+///
+/// Chosen in code, by the environment variable `KEYSMITH_BACKEND` (`vault`, `secret-service`,
+/// `auto`), or by a config file (`$XDG_CONFIG_HOME/keysmith/config`, else
+/// `~/.config/keysmith/config`, a line `backend = auto`); in that order of precedence.
+///
+/// ```swift
+/// let opened = try StoreChoice.fromEnvironment().open(vaultCredential: { try .fromEnvironment() })
+/// print("using", opened.store.storeDescription)     // auto says which it chose
+/// ```
+public enum StoreChoice: String, Sendable, CaseIterable {
+    /// The file vault (the default).
+    case vault
+    /// The freedesktop Secret Service.
+    case secretService = "secret-service"
+    /// The Secret Service when one answers within a second, the file vault otherwise.
+    case auto
+
+    /// The choice named by `KEYSMITH_BACKEND`, else the config file, else ``vault``.
+    ///
+    /// - Throws: ``KeysmithError/Code/invalidArgument`` naming the bad value and where it came from.
+    public static func fromEnvironment() throws -> StoreChoice {
+        if let value = System.environment("KEYSMITH_BACKEND"), !value.isEmpty {
+            return try parse(value, source: "KEYSMITH_BACKEND")
+        }
+        let base = System.environment("XDG_CONFIG_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil }
+            ?? ((System.environment("HOME") ?? "") + "/.config")
+        let path = base + "/keysmith/config"
+        if let bytes = try? System.readFile(path) {
+            for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
+                let parts = line.split(separator: "=", maxSplits: 1).map { String($0.filter { $0 != " " && $0 != "\t" }) }
+                if parts.count == 2, parts[0] == "backend" { return try parse(parts[1], source: path) }
+            }
+        }
+        return .vault
+    }
+
+    /// Parses `vault`, `secret-service` or `auto`.
+    public static func parse(_ value: String, source: String) throws -> StoreChoice {
+        guard let choice = StoreChoice(rawValue: value) else {
+            throw KeysmithError.invalidArgument(
+                "\(source) says \"\(value)\"; the backend is one of: \(allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        return choice
+    }
+
+    /// An opened store and what was chosen.
+    public struct Opened: Sendable {
+        /// The store.
+        public var store: any SecureStore
+        /// The backend it is (never ``auto``).
+        public var backend: StoreChoice
+        /// Why: for `auto`, whether a Secret Service answered.
+        public var reason: String
+    }
+
+    /// Opens the chosen store.
+    ///
+    /// - Parameters:
+    ///   - vaultPath: The vault directory; ``FileVault/defaultPath`` if omitted.
+    ///   - vaultCredential: Produces the vault's credential, only when the vault is chosen.
+    ///   - collection: The Secret Service collection.
+    ///   - timeout: The Secret Service's deadline per call (for `auto`, at most one second to answer).
+    /// - Returns: The store, the backend used, and why.
+    public func open(
+        vaultPath: String = FileVault.defaultPath, vaultCredential: () throws -> VaultCredential,
+        collection: String = "default", timeout: Duration = .seconds(5)
+    ) throws -> Opened {
+        switch self {
+        case .vault:
+            return Opened(store: try FileVault.open(at: vaultPath, credential: vaultCredential()), backend: .vault,
+                          reason: "the file vault was chosen")
+        case .secretService:
+            return Opened(store: try SecretServiceStore(collection: collection, timeout: timeout), backend: .secretService,
+                          reason: "the Secret Service was chosen")
+        case .auto:
+            do {
+                let store = try SecretServiceStore(collection: collection, timeout: min(timeout, .seconds(1)))
+                return Opened(store: store, backend: .secretService, reason: "auto: a Secret Service answered")
+            } catch let error as KeysmithError {
+                return Opened(store: try FileVault.open(at: vaultPath, credential: vaultCredential()), backend: .vault,
+                              reason: "auto: no Secret Service (\(error.code)), so the file vault")
+            }
+        }
+    }
+}
