@@ -13,6 +13,13 @@ let package = Package(
     dependencies: [.package(path: "..")],
     targets: [
         .executableTarget(
+            name: "SecretServiceBenchmarks",
+            dependencies: [
+                .product(name: "Keysmith", package: root),
+                .product(name: "KeysmithSecretService", package: root),
+            ]
+        ),
+        .executableTarget(
             name: "PolicyBenchmarks",
             dependencies: [
                 .product(name: "KeysmithPolicy", package: root),
