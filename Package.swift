@@ -85,6 +85,9 @@ let package = Package(
             dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithStores"]
         ),
         .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService"]),
+        .testTarget(
+            name: "KeysmithFuzzRegressionTests", dependencies: ["KeysmithVault", "KeysmithTokens", "KeysmithPolicy"]
+        ),
         .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,0 +1,18 @@
+// swift-tools-version:6.1
+// libFuzzer targets for Keysmith's parsers: the vault format, token responses, policy files.
+//   scripts/fuzz.sh FuzzVaultFormat 600
+import Foundation
+import PackageDescription
+
+// A path dependency's identity is its directory's name, whatever the checkout is called.
+let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().lastPathComponent
+
+let package = Package(
+    name: "KeysmithFuzz",
+    dependencies: [.package(path: "..")],
+    targets: [
+        .executableTarget(name: "FuzzTokenResponse", dependencies: [.product(name: "KeysmithTokens", package: root)]),
+        .executableTarget(name: "FuzzPolicyFile", dependencies: [.product(name: "KeysmithPolicy", package: root)]),
+        .executableTarget(name: "FuzzVaultFormat", dependencies: [.product(name: "KeysmithVault", package: root)]),
+    ]
+)
