@@ -23,20 +23,22 @@ extension KeysmithCommand {
         @Flag(name: .customLong("dry-run"), help: "Check every line and report what would change, without changing anything.")
         var dryRun = false
 
+        /// A line: the operation and its secret, beside the item's fields (``ItemJSON``).
         struct Line: Decodable {
             var op: String
-            var service: String?
-            var account: String?
-            var server: String?
-            var port: Int?
-            var `protocol`: String?
-            var authType: String?
-            var securityDomain: String?
-            var path: String?
             var secret: String?
             var secretBase64: String?
-            var label: String?
-            var comment: String?
+            var item: ItemJSON
+
+            private enum CodingKeys: String, CodingKey { case op, secret, secretBase64 }
+
+            init(from decoder: any Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                op = try container.decode(String.self, forKey: .op)
+                secret = try container.decodeIfPresent(String.self, forKey: .secret)
+                secretBase64 = try container.decodeIfPresent(String.self, forKey: .secretBase64)
+                item = try ItemJSON(from: decoder)
+            }
         }
 
         func run() throws {
@@ -68,24 +70,13 @@ extension KeysmithCommand {
             } catch {
                 throw KeysmithError.invalidArgument("line \(line): not a JSON object of the documented shape; nothing was applied")
             }
-            guard let account = decoded.account else { throw KeysmithError.invalidArgument("line \(line): \"account\" is missing") }
             let key: ItemKey
-            if let service = decoded.service {
-                key = .genericPassword(service: service, account: account)
-            } else if let server = decoded.server {
-                guard let name = decoded.protocol, let internetProtocol = InternetProtocol(rawValue: name) else {
-                    throw KeysmithError.invalidArgument("line \(line): an internet password needs a known \"protocol\"")
-                }
-                guard let authentication = InternetAuthenticationType(rawValue: decoded.authType ?? "default") else {
-                    throw KeysmithError.invalidArgument("line \(line): unknown \"authType\"")
-                }
-                key = .internetPassword(InternetPasswordKey(
-                    server: server, port: decoded.port ?? 0, internetProtocol: internetProtocol, authenticationType: authentication,
-                    securityDomain: decoded.securityDomain ?? "", path: decoded.path ?? "", account: account))
-            } else {
-                throw KeysmithError.invalidArgument("line \(line): give \"service\" or \"server\"")
+            do {
+                key = try decoded.item.key()
+            } catch let error as KeysmithError {
+                throw KeysmithError.invalidArgument("line \(line): \(error.message)")
             }
-            let attributes = ItemAttributes(key: key, label: decoded.label, comment: decoded.comment)
+            let attributes = ItemAttributes(key: key, label: decoded.item.label, comment: decoded.item.comment)
             func secret() throws -> Data {
                 if let text = decoded.secret { return Data(text.utf8) }
                 if let encoded = decoded.secretBase64 {

@@ -158,11 +158,12 @@ extension KeysmithCommand.Secret {
     }
 }
 
-/// An item as `secret list --json` prints it (docs/cli.md).
-struct ItemJSON: Encodable {
-    var kind: String
+/// An item's identity and metadata as JSON: what `secret list --json` prints and what a
+/// `batch` line names (docs/cli.md). One shape for both, so scripts can feed one into the other.
+struct ItemJSON: Codable {
+    var kind: String?
     var service: String?
-    var account: String
+    var account: String?
     var server: String?
     var port: Int?
     var `protocol`: String?
@@ -173,8 +174,8 @@ struct ItemJSON: Encodable {
     var comment: String?
     var description: String?
     var type: String?
-    var created: String
-    var modified: String
+    var created: String?
+    var modified: String?
 
     init(_ info: ItemInfo) {
         let attributes = info.attributes
@@ -197,6 +198,24 @@ struct ItemJSON: Encodable {
         type = attributes.type
         created = iso8601(info.created)
         modified = iso8601(info.modified)
+    }
+
+    /// The identity these fields name.
+    ///
+    /// - Throws: ``KeysmithError/Code/invalidArgument`` saying which field is missing or unknown.
+    func key() throws -> ItemKey {
+        guard let account else { throw KeysmithError.invalidArgument("\"account\" is missing") }
+        if let service { return .genericPassword(service: service, account: account) }
+        guard let server else { throw KeysmithError.invalidArgument("give \"service\" or \"server\"") }
+        guard let name = `protocol`, let internetProtocol = InternetProtocol(rawValue: name) else {
+            throw KeysmithError.invalidArgument("an internet password needs a known \"protocol\"")
+        }
+        guard let authentication = InternetAuthenticationType(rawValue: authType ?? "default") else {
+            throw KeysmithError.invalidArgument("unknown \"authType\"")
+        }
+        return .internetPassword(InternetPasswordKey(
+            server: server, port: port ?? 0, internetProtocol: internetProtocol, authenticationType: authentication,
+            securityDomain: securityDomain ?? "", path: path ?? "", account: account))
     }
 }
 

@@ -14,6 +14,13 @@ struct SecretServiceFailureTests {
         process.arguments = ["--default-signal", "/bin/bash", "-c", body]
         var environment = ProcessInfo.processInfo.environment
         environment["K"] = Keysmith.binary
+        // Starts a private, unlocked gnome-keyring-daemon (pid in $daemon) and stores one item, s/a.
+        environment["PRIVATE_KEYRING"] = """
+            home=$(mktemp -d); export HOME=$home XDG_DATA_HOME=$home/data XDG_RUNTIME_DIR=$home/run; mkdir -p $XDG_RUNTIME_DIR
+            printf pw | gnome-keyring-daemon --foreground --unlock --components=secrets >/dev/null 2>&1 & daemon=$!
+            for i in $(seq 1 50); do secret-tool search --all x y >/dev/null 2>&1 && break; sleep 0.1; done
+            printf s | "$K" secret set --backend secret-service --service s --account a || exit 90
+            """
         environment.removeValue(forKey: "DBUS_SESSION_BUS_ADDRESS")
         environment.removeValue(forKey: "KEYSMITH_INSIDE_DBUS_SESSION")
         environment["XDG_RUNTIME_DIR"] = FileManager.default.temporaryDirectory.appendingPathComponent("ksm-no-runtime-\(UUID().uuidString)").path
@@ -67,10 +74,7 @@ struct SecretServiceFailureTests {
     func locked() throws {
         let result = try script(#"""
             exec dbus-run-session -- bash -c '
-                home=$(mktemp -d); export HOME=$home XDG_DATA_HOME=$home/data XDG_RUNTIME_DIR=$home/run; mkdir -p $XDG_RUNTIME_DIR
-                printf pw | gnome-keyring-daemon --foreground --unlock --components=secrets >/dev/null 2>&1 & daemon=$!
-                for i in $(seq 1 50); do secret-tool search --all x y >/dev/null 2>&1 && break; sleep 0.1; done
-                printf s | "$K" secret set --backend secret-service --service s --account a || exit 90
+                eval "$PRIVATE_KEYRING"
                 dbus-send --session --print-reply --dest=org.freedesktop.secrets /org/freedesktop/secrets \
                     org.freedesktop.Secret.Service.Lock array:objpath:/org/freedesktop/secrets/aliases/default >/dev/null
                 "$K" secret get --backend secret-service --service s --account a --timeout 3
@@ -88,10 +92,7 @@ struct SecretServiceFailureTests {
     func hungDaemon() throws {
         let result = try script(#"""
             exec dbus-run-session -- bash -c '
-                home=$(mktemp -d); export HOME=$home XDG_DATA_HOME=$home/data XDG_RUNTIME_DIR=$home/run; mkdir -p $XDG_RUNTIME_DIR
-                printf pw | gnome-keyring-daemon --foreground --unlock --components=secrets >/dev/null 2>&1 & daemon=$!
-                for i in $(seq 1 50); do secret-tool search --all x y >/dev/null 2>&1 && break; sleep 0.1; done
-                printf s | "$K" secret set --backend secret-service --service s --account a || exit 90
+                eval "$PRIVATE_KEYRING"
                 kill -STOP $daemon
                 start=$(date +%s%N)
                 "$K" secret get --backend secret-service --service s --account a --timeout 2
