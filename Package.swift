@@ -45,7 +45,7 @@ let package = Package(
         ),
 
         // A writer process for the vault's crash and concurrency tests (not a product).
-        .executableTarget(name: "vault-stress", dependencies: ["Keysmith", "KeysmithVault"]),
+        .executableTarget(name: "vault-stress", dependencies: ["Keysmith", "KeysmithVault", "KeysmithTokens"]),
 
         .target(name: "KeysmithSecretService", dependencies: ["Keysmith", "CLibSecret"]),
 
@@ -78,7 +78,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KeysmithVaultTests",
-            dependencies: ["KeysmithVault", "KeysmithCrypto", "KeysmithSystem", "vault-stress"]
+            dependencies: ["KeysmithVault", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem", "vault-stress"]
         ),
         .testTarget(
             name: "KeysmithConformanceTests",

@@ -2,10 +2,12 @@
 // acknowledged write on stdout, unbuffered, so a test can SIGKILL it at any instant and then
 // check that every acknowledged write survived. Not installed; not part of the public API.
 //
-//   vault-stress write  VAULT KEYFILE PREFIX COUNT   creates, updates, deletes, batches
+//   vault-stress write  VAULT KEYFILE PREFIX COUNT   creates, updates, deletes, batches, token
+//                                                    revocations, key changes and rekeys
 //   vault-stress shared VAULT KEYFILE PREFIX COUNT   also upserts one shared key each step
 import Foundation
 import Keysmith
+import KeysmithTokens
 import KeysmithVault
 
 func say(_ line: String) {
@@ -29,7 +31,29 @@ let mode = arguments[1], path = arguments[2], keyfile = arguments[3], prefix = a
 do {
     let vault = try FileVault.open(at: path, credential: .keyfile(at: keyfile))
     func key(_ index: Int) -> ItemKey { .genericPassword(service: "stress", account: "\(prefix)-\(index)") }
+    let keeper = TokenKeeper(store: vault)
+    let scopes = (0..<64).map { try! Scope("s\($0)") }
+    if mode == "write" {
+        say("begin token \(prefix)")
+        try keeper.importResponse(Data(#"{"access_token":"a","token_type":"Bearer"}"#.utf8), service: "stress-token",
+                                  account: prefix, requested: Set(scopes))
+        say("ack token \(prefix)")
+    }
     for index in 0..<count {
+        if mode == "write" && index % 11 == 10 {
+            // Revoke the next scope of this writer's token.
+            let scope = scopes[(index / 11) % scopes.count]
+            say("begin revoke \(prefix) \(scope)")
+            try keeper.revoke([scope], service: "stress-token", account: prefix, reason: "stress")
+            say("ack revoke \(prefix) \(scope)")
+            continue
+        }
+        if mode == "write" && index % 37 == 36 {
+            // Re-wrap the keys (same keyfile, new salt) or re-encrypt everything: both must survive a kill.
+            if index % 74 == 73 { try vault.rekey() } else { try vault.changeCredential(to: .keyfile(at: keyfile)) }
+            say("ack keys \(index)")
+            continue
+        }
         var operations: [StoreOperation] = []
         var lines: [String] = []
         switch index % 7 {

@@ -1,5 +1,6 @@
 import Foundation
 import Keysmith
+import KeysmithTokens
 import KeysmithVault
 import Testing
 
@@ -29,10 +30,24 @@ func startStress(_ mode: String, vault: String, keyfile: String, prefix: String,
 struct Acknowledged {
     var state: [String: String?] = [:]
     var inFlight: Set<String> = []
+    /// Whether the writer's token was acknowledged, and which scope revocations were.
+    var tokenImported = false
+    var revoked: Set<String> = []
+    var revokeInFlight: String?
 
     mutating func read(_ output: String) {
         var pending: [(String, String?)] = []
         for line in output.split(separator: "\n") {
+            let words = line.split(separator: " ").map(String.init)
+            if words.count >= 2, words[1] == "token" {
+                if words[0] == "ack" { tokenImported = true }
+                continue
+            }
+            if words.count == 4, words[1] == "revoke" {
+                if words[0] == "begin" { revokeInFlight = words[3] } else { revoked.insert(words[3]); revokeInFlight = nil }
+                continue
+            }
+            if words.count >= 2, words[1] == "keys" { continue }
             let parts = line.split(separator: " ", maxSplits: 1).map(String.init)
             guard parts.count == 2 else { continue }
             let operations: [(String, String?)] = parts[1].components(separatedBy: " | ").map { item in
@@ -62,7 +77,9 @@ struct ProcessTests {
 
         var everything: [String: String?] = [:]
         var kills = 0, acknowledged = 0, lost = 0
-        for round in 0..<30 {
+        // A short run in the test command; KEYSMITH_CRASH_ROUNDS=500 for a long one.
+        let rounds = Int(ProcessInfo.processInfo.environment["KEYSMITH_CRASH_ROUNDS"] ?? "") ?? 30
+        for round in 0..<rounds {
             let (process, output) = try startStress("write", vault: path, keyfile: keyfile, prefix: "r\(round)", count: 100_000)
             usleep(UInt32.random(in: 5_000...120_000))
             kill(process.processIdentifier, SIGKILL)
@@ -82,6 +99,19 @@ struct ProcessTests {
                     Issue.record("round \(round): \(account) should be \(expected ?? "absent")")
                 }
                 everything[account] = expected
+            }
+            // The token and every acknowledged revocation survived, and the audit chain is whole.
+            if acks.tokenImported {
+                let keeper = TokenKeeper(store: vault)
+                let token = try #require(try keeper.token(service: "stress-token", account: "r\(round)"), "round \(round): the token was lost")
+                for scope in acks.revoked {
+                    acknowledged += 1
+                    if token.scopes[try Scope(scope)]?.state != .revoked {
+                        lost += 1
+                        Issue.record("round \(round): the revocation of \(scope) was lost")
+                    }
+                }
+                #expect(try keeper.verifyAuditLog().isIntact, "round \(round): the audit chain is broken")
             }
         }
         // Every acknowledged write of every round is still there at the end.
