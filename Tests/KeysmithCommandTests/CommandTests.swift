@@ -260,3 +260,29 @@ struct CommandTests {
         #expect(!FileManager.default.fileExists(atPath: keysmith.directory + "/walk"))
     }
 }
+
+@Suite("the keysmith command: choosing the store")
+struct StoreChoiceCommandTests {
+    @Test("KEYSMITH_BACKEND, then the config file, then the vault; a bad value is a usage error naming its source")
+    func choice() throws {
+        var keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        try keysmith.run(["init"])
+        #expect(try keysmith.run(["backend"]).stdout.hasPrefix("vault: file vault at"))
+        let config = keysmith.directory + "/config/keysmith"
+        try FileManager.default.createDirectory(atPath: config, withIntermediateDirectories: true)
+        try "# keysmith\nbackend = bogus\n".write(toFile: config + "/config", atomically: true, encoding: .utf8)
+        keysmith.environment["XDG_CONFIG_HOME"] = keysmith.directory + "/config"
+        let bad = try keysmith.run(["backend"])
+        #expect(bad.status == 64)
+        #expect(bad.stderr.contains(config + "/config says \"bogus\""))
+        try "backend = vault\n".write(toFile: config + "/config", atomically: true, encoding: .utf8)
+        #expect(try keysmith.run(["backend"]).stdout.hasPrefix("vault:"))
+        let fromEnvironment = try keysmith.run(["backend"], environment: ["KEYSMITH_BACKEND": "nonsense"])
+        #expect(fromEnvironment.stderr.contains("KEYSMITH_BACKEND says \"nonsense\""))
+        // auto with no D-Bus session at all falls back to the vault and says why.
+        let auto = try keysmith.run(["backend", "--backend", "auto"])
+        #expect(auto.stdout.contains("vault:") && auto.stdout.contains("auto: no Secret Service"))
+    }
+}
