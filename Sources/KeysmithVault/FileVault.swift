@@ -221,8 +221,8 @@ public final class FileVault: SecureStore {
             }
             try HeaderStore.write(header, engine.paths)
             engine.header = header
+            engine.kek = kek
         }
-        // The engine's KEK is now stale; only re-keying by another process would need it.
     }
 
     /// Re-encrypts every record under a new random data key and retires the old one.
@@ -234,7 +234,7 @@ public final class FileVault: SecureStore {
     /// - Throws: ``KeysmithError/Code/corruptData`` if the vault has damage (repair it first).
     public func rekey() throws {
         try withWriteLock { engine in
-            guard !engine.isDamaged else { try engine.compact() ; return }  // throws the damage error
+            try engine.requireUndamaged()
             var header = try engine.currentHeaderWithAllKeys()
             let newEpoch = (engine.dataKeys.keys.max() ?? 0) + 1
             let newKey = try vaultCrypto { try SecretBytes.random(count: 32) }

@@ -18,7 +18,13 @@ struct SecretServiceFailureTests {
         environment["PRIVATE_KEYRING"] = """
             home=$(mktemp -d); export HOME=$home XDG_DATA_HOME=$home/data XDG_RUNTIME_DIR=$home/run; mkdir -p $XDG_RUNTIME_DIR
             printf pw | gnome-keyring-daemon --foreground --unlock --components=secrets >/dev/null 2>&1 & daemon=$!
-            for i in $(seq 1 50); do secret-tool search --all x y >/dev/null 2>&1 && break; sleep 0.1; done
+            # Wait until this daemon owns the name; asking for it any other way would let D-Bus
+            # activate a second, locked daemon instead.
+            for i in $(seq 1 100); do
+                dbus-send --session --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus \
+                    org.freedesktop.DBus.NameHasOwner string:org.freedesktop.secrets 2>/dev/null | grep -q 'boolean true' && break
+                sleep 0.1
+            done
             printf s | "$K" secret set --backend secret-service --service s --account a || exit 90
             """
         environment.removeValue(forKey: "DBUS_SESSION_BUS_ADDRESS")

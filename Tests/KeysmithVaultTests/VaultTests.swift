@@ -143,6 +143,20 @@ struct VaultTests {
         #expect(try reopened.verify().isEmpty)
     }
 
+    @Test("a rekey after a credential change on the same handle wraps the new key under the new credential")
+    func rekeyAfterCredentialChange() throws {
+        let directory = TemporaryDirectory()
+        let vault = try FileVault.create(at: directory.path, credential: testKey)
+        try vault.create(ItemAttributes(key: genericKey("a")), secret: Data("1".utf8))
+        try vault.changeCredential(to: .passphrase("new"), scrypt: .testing)
+        try vault.rekey()
+        try vault.changeCredential(to: .passphrase("newer"), scrypt: .testing)
+        try vault.rekey()
+        let reopened = try FileVault.open(at: directory.path, credential: .passphrase("newer"))
+        #expect(try reopened.read(genericKey("a"))?.secret == Data("1".utf8))
+        #expect(try reopened.verify().isEmpty)
+    }
+
     @Test("logs are compacted into a snapshot as they pile up, and nothing is lost")
     func automaticCompaction() throws {
         let directory = TemporaryDirectory()

@@ -25,7 +25,9 @@ struct VaultEngine: ~Copyable {
     let paths: VaultPaths
     let vaultID: [UInt8]
     var header: VaultHeader
-    let kek: SecretBytes
+    /// The key-encryption key of the header as this handle last wrote or read it; replaced when
+    /// this handle changes the credential, so later key wraps (rekey) use the new one.
+    var kek: SecretBytes
     let idKey: SecretBytes
     var dataKeys: [UInt32: SecretBytes]
     var currentEpoch: UInt32
@@ -490,12 +492,17 @@ struct VaultEngine: ~Copyable {
 
     /// Writes every live record into a new snapshot and removes the logs it covers.
     /// With `reseal`, records are re-encrypted under the current epoch (rekey).
-    mutating func compact(reseal: Bool = false) throws {
+    /// Throws when the vault has damage that compaction or re-keying would silently drop.
+    func requireUndamaged() throws {
         guard !isDamaged else {
             throw KeysmithError(
                 .corruptData,
                 "the vault has damage (\(damage.count) problem(s); run `keysmith vault verify`); repair it before compacting or re-keying")
         }
+    }
+
+    mutating func compact(reseal: Bool = false) throws {
+        try requireUndamaged()
         var frames: [Frame] = []
         frames.reserveCapacity(entries.count)
         for (key, entry) in entries {
