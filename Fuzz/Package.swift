@@ -11,8 +11,9 @@ let package = Package(
     name: "KeysmithFuzz",
     dependencies: [.package(path: "..")],
     targets: [
-        .executableTarget(name: "FuzzTokenResponse", dependencies: [.product(name: "KeysmithTokens", package: root)]),
-        .executableTarget(name: "FuzzPolicyFile", dependencies: [.product(name: "KeysmithPolicy", package: root)]),
-        .executableTarget(name: "FuzzVaultFormat", dependencies: [.product(name: "KeysmithVault", package: root)]),
+        .target(name: "FuzzDriver"),
+        .executableTarget(name: "FuzzTokenResponse", dependencies: ["FuzzDriver", .product(name: "KeysmithTokens", package: root)]),
+        .executableTarget(name: "FuzzPolicyFile", dependencies: ["FuzzDriver", .product(name: "KeysmithPolicy", package: root)]),
+        .executableTarget(name: "FuzzVaultFormat", dependencies: ["FuzzDriver", .product(name: "KeysmithVault", package: root)]),
     ]
 )

@@ -1,4 +1,5 @@
 import Foundation
+import FuzzDriver
 @_spi(Fuzzing) import KeysmithVault
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -8,17 +9,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     return 0
 }
 
-// SwiftPM links an executable's entry point as `<Target>_main`; hand control to libFuzzer's
-// driver from there.
-@_silgen_name("LLVMFuzzerRunDriver")
-func LLVMFuzzerRunDriver(
-    _ argc: UnsafeMutablePointer<Int32>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
-    _ callback: @convention(c) (UnsafePointer<UInt8>, Int) -> Int32
-) -> Int32
-
 @_cdecl("FuzzVaultFormat_main")
 public func fuzzMain(_ argc: Int32, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
-    var count = argc
-    var arguments = argv
-    return LLVMFuzzerRunDriver(&count, &arguments, fuzz)
+    runFuzzer(argc, argv, fuzz)
 }
