@@ -31,7 +31,9 @@ func secretTool(_ arguments: [String], stdin: String? = nil) -> String {
     return String(decoding: data, as: UTF8.self)
 }
 
-let items = 1000, sample = 200
+let arguments = CommandLine.arguments
+let items = arguments.firstIndex(of: "--items").flatMap { Int(arguments[$0 + 1]) } ?? 1000
+let sample = arguments.firstIndex(of: "--sample").flatMap { Int(arguments[$0 + 1]) } ?? 200
 let namespace = "bench-\(UUID().uuidString)"
 let store = try SecretServiceStore(namespace: namespace, timeout: .seconds(30))
 print("Secret Service benchmark: \(items) items in the default collection (namespace \(namespace))")
@@ -56,11 +58,11 @@ let reads = try seconds {
 print("Keysmith reads: \(String(format: "%.0f", Double(sample) / reads))/s (\(mismatches) wrong)")
 
 let writes = try seconds {
-    for index in 0..<sample {
+    for index in 0..<min(sample, items) {
         try store.update(ItemAttributes(key: .genericPassword(service: "bench", account: "user\(index)")), secret: Data("secret-\(index)".utf8))
     }
 }
-print("Keysmith writes (update): \(String(format: "%.0f", Double(sample) / writes))/s")
+print("Keysmith writes (update): \(String(format: "%.0f", Double(min(sample, items)) / writes))/s")
 
 // secret-tool on items it can find by the same attributes.
 var toolWrong = 0
@@ -74,16 +76,16 @@ let toolReads = seconds {
 }
 print("secret-tool lookup: \(String(format: "%.0f", Double(sample) / toolReads))/s (\(toolWrong) wrong)")
 let toolWrites = seconds {
-    for index in 0..<sample {
+    for index in 0..<min(sample, 100) {
         _ = secretTool(["store", "--label=bench", "service", "bench-tool", "account", "user\(index)", "keysmith-namespace", namespace],
                        stdin: "secret-\(index)")
     }
 }
-print("secret-tool store: \(String(format: "%.0f", Double(sample) / toolWrites))/s")
+print("secret-tool store: \(String(format: "%.0f", Double(min(sample, 100)) / toolWrites))/s")
 
 let keysmithReadsPerSecond = Double(sample) / reads, toolReadsPerSecond = Double(sample) / toolReads
 print("ratio: Keysmith reads \(String(format: "%.1f", keysmithReadsPerSecond / toolReadsPerSecond))× secret-tool; "
-      + "writes \(String(format: "%.1f", (Double(sample) / writes) / (Double(sample) / toolWrites)))×")
+      + "writes \(String(format: "%.1f", (Double(min(sample, items)) / writes) / (Double(min(sample, 100)) / toolWrites)))×")
 
 // Clean up.
 try store.perform(try store.search(ItemQuery()).map { .delete($0.key) })
