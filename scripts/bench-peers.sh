@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the peers (python keyring with keyrings.cryptfile, python keyring over the Secret Service,
-# secret-tool, pass, cedarpy) beside Keysmith's own benchmarks, in one run on this machine, inside
+# secret-tool, pass, cedarpy, casbin) beside Keysmith's own benchmarks, in one run on this machine, inside
 # a private Secret Service session; prints a table with ratios and draws docs/benchmarks-peers.png.
 # Not part of the test command: it takes several minutes.
 #   scripts/bench-peers.sh            (PEERS_ITEMS=1000 PEERS_SS_ITEMS=300 PEERS_SAMPLE=200 by default)
@@ -17,7 +17,7 @@ if ! command -v pass >/dev/null || ! command -v gpg >/dev/null; then
 fi
 venv=${KEYSMITH_PEERS_VENV:-${TMPDIR:-/tmp}/keysmith-peers-venv}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q keyring keyrings.cryptfile cedarpy matplotlib >&2
+"$venv/bin/pip" install -q keyring keyrings.cryptfile cedarpy casbin matplotlib >&2
 (cd Benchmarks && swift build -c release >&2)
 
 out=$(mktemp -d "${TMPDIR:-/tmp}/keysmith-peers.XXXXXX")
@@ -30,6 +30,6 @@ scripts/with-secret-service.sh bash -c "
 Benchmarks/.build/release/VaultBenchmarks --items "$PEERS_ITEMS" > "$out/vault.txt"
 Benchmarks/.build/release/PolicyBenchmarks > "$out/policy.txt"
 echo "machine: $(nproc) cores, $(uname -sr), $(swift --version 2>&1 | head -1), $("$venv/bin/python" --version)"
-"$venv/bin/pip" list 2>/dev/null | grep -iE "^(keyring|keyrings.cryptfile|cedarpy) " || true
+"$venv/bin/pip" list 2>/dev/null | grep -iE "^(keyring|keyrings.cryptfile|cedarpy|casbin) " || true
 "$venv/bin/python" Benchmarks/peers/report.py "$out/peers.json" "$out/vault.txt" "$out/secret-service.txt" "$out/policy.txt" docs/benchmarks-peers.png
 echo; echo "raw figures:"; cat "$out/peers.json"

@@ -165,7 +165,71 @@ def cedar():
                           "version": getattr(cedarpy, "__version__", "?")}
 
 
-for name, job in [("cryptfile", cryptfile), ("secret_service", secret_service_python), ("pass", pass_store), ("cedar", cedar)]:
+CASBIN_MODEL = """
+[request_definition]
+r = sub, obj, act
+
+[policy_definition]
+p = rule, act, eft
+
+[policy_effect]
+e = some(where (p.eft == allow)) && !some(where (p.eft == deny))
+
+[matchers]
+m = r.act == p.act && ( \
+ (p.rule == "browse-public" && r.obj.public) || \
+ (p.rule == "member-browse-post" && (r.obj.id in r.sub.member_of || r.obj.id in r.sub.admin_of)) || \
+ (p.rule == "admin-delete" && r.obj.id in r.sub.admin_of) || \
+ (p.rule == "super-admin" && r.sub.super_admin) || \
+ (p.rule == "scope-browse" && !r.sub.anonymous && !("groups:read" in r.sub.scopes)) || \
+ (p.rule == "scope-post" && !r.sub.anonymous && !("posts:write" in r.sub.scopes)) || \
+ (p.rule == "scope-delete" && !r.sub.anonymous && !("posts:delete" in r.sub.scopes)) )
+"""
+CASBIN_POLICY = """p, browse-public, browse, allow
+p, member-browse-post, browse, allow
+p, member-browse-post, post, allow
+p, admin-delete, delete, allow
+p, super-admin, browse, allow
+p, super-admin, post, allow
+p, super-admin, delete, allow
+p, scope-browse, browse, deny
+p, scope-post, post, deny
+p, scope-delete, delete, deny
+"""
+
+
+def casbin_job():
+    import casbin
+    directory = tempfile.mkdtemp()
+    try:
+        open(os.path.join(directory, "model.conf"), "w").write(CASBIN_MODEL)
+        open(os.path.join(directory, "policy.csv"), "w").write(CASBIN_POLICY)
+        enforcer = casbin.Enforcer(os.path.join(directory, "model.conf"), os.path.join(directory, "policy.csv"))
+    finally:
+        shutil.rmtree(directory)
+    class Attributes:
+        def __init__(self, **values): self.__dict__.update(values)
+    cases_file = os.path.join(os.path.dirname(__file__), "..", "..", "Tests", "KeysmithPolicyTests", "Cases", "exhaustive.expected.jsonl")
+    wrong = 0
+    for case in (json.loads(line) for line in open(cases_file)):
+        p, g = case["principal"], case["group"]
+        subject = Attributes(anonymous=p["anonymous"], super_admin=p["super_admin"], member_of=p["member_of"], admin_of=p["admin_of"], scopes=p["scopes"])
+        if enforcer.enforce(subject, Attributes(id=g["id"], public=g["public"]), case["action"]) != (case["expected"] == "allow"):
+            wrong += 1
+    rng = random.Random(7)
+    groups = [Attributes(id=f"g{i}", public=rng.random() < 0.5) for i in range(1000)]
+    scopes_all = ["groups:read", "posts:write", "posts:delete"]
+    users = [Attributes(anonymous=i % 10 == 0, super_admin=i % 97 == 0, member_of=[f"g{rng.randrange(1000)}" for _ in range(3)],
+                        admin_of=[f"g{rng.randrange(1000)}"], scopes=[s for s in scopes_all if rng.random() < 0.8]) for i in range(1000)]
+    requests = [(users[rng.randrange(1000)], groups[rng.randrange(1000)], rng.choice(["browse", "post", "delete"])) for _ in range(2000)]
+    start = time.perf_counter()
+    for subject, group_, action in requests:
+        enforcer.enforce(subject, group_, action)
+    results["casbin"] = {"decisions_per_s": per_second(len(requests), time.perf_counter() - start), "wrong_on_exhaustive_cases": wrong}
+
+
+for name, job in [("cryptfile", cryptfile), ("secret_service", secret_service_python), ("pass", pass_store), ("cedar", cedar),
+                  ("casbin", casbin_job)]:
     try:
         print(f"peers: {name}…", file=sys.stderr)
         job()

@@ -39,6 +39,8 @@ row("Secret Service reads", "secret-tool", st.get("reads_per_s"), ks_ss_reads, "
 row("Secret Service writes", "secret-tool", st.get("writes_per_s"), ks_ss_writes, "/s")
 cd = peers.get("cedarpy", {})
 row("policy decisions", "cedarpy (batch)", cd.get("decisions_per_s"), engine * 1e6 if engine else None, "/s")
+cb = peers.get("casbin", {})
+row("policy decisions", "casbin", cb.get("decisions_per_s"), engine * 1e6 if engine else None, "/s")
 
 print("| operation | peer | peer | Keysmith | Keysmith ÷ peer |")
 print("|---|---|---|---|---|")
