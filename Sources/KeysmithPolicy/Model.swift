@@ -3,10 +3,14 @@ public import KeysmithTokens
 
 /// An attribute value of a principal or a resource.
 public enum AttributeValue: Hashable, Sendable, CustomStringConvertible {
+    /// A flag, such as a group's `public`.
     case bool(Bool)
+    /// A text value.
     case string(String)
+    /// A whole number.
     case int(Int)
 
+    /// The value as it would be written in a policy file: `true`, `"text"`, `42`.
     public var description: String {
         switch self {
         case .bool(let value): "\(value)"

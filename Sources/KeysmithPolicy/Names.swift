@@ -36,8 +36,11 @@ public struct Role: Hashable, Sendable, CustomStringConvertible {
     /// Every signed-in (non-anonymous) principal holds it.
     public static let authenticated = Role("authenticated")
 
+    /// The role's name.
     public var description: String { name }
+    /// Roles are equal when their names are.
     public static func == (lhs: Role, rhs: Role) -> Bool { lhs.id == rhs.id }
+    /// Hashes the interned name.
     public func hash(into hasher: inout Hasher) { hasher.combine(id) }
 }
 
@@ -53,7 +56,10 @@ public struct Action: Hashable, Sendable, CustomStringConvertible {
         self.id = NameTable.id(for: "action:" + name)
     }
 
+    /// The action's name.
     public var description: String { name }
+    /// Actions are equal when their names are.
     public static func == (lhs: Action, rhs: Action) -> Bool { lhs.id == rhs.id }
+    /// Hashes the interned name.
     public func hash(into hasher: inout Hasher) { hasher.combine(id) }
 }

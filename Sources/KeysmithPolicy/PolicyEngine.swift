@@ -9,6 +9,7 @@ public struct PolicyProblem: Sendable, Hashable, CustomStringConvertible {
     /// What is wrong.
     public var message: String
 
+    /// `line N: message`, or the message alone.
     public var description: String { line.map { "line \($0): \(message)" } ?? message }
 }
 
@@ -17,6 +18,7 @@ public struct PolicyValidationError: Error, Sendable, CustomStringConvertible {
     /// Every problem, in order.
     public var problems: [PolicyProblem]
 
+    /// Every problem, one per line.
     public var description: String { problems.map(\.description).joined(separator: "\n") }
 
     /// The problems as a Keysmith error (code ``KeysmithError/Code/malformedData``).
@@ -77,6 +79,7 @@ public struct Decision: Sendable, CustomStringConvertible {
         }
     }
 
+    /// The ``explanation``.
     public var description: String { explanation }
 }
 

@@ -102,12 +102,18 @@ public final class SecretServiceStore: SecureStore {
 
     // MARK: SecureStore
 
+    /// Reads one item with its secret; `nil` when there is none.
+    ///
+    /// - Throws: ``KeysmithError/Code/storeLocked``, ``KeysmithError/Code/timedOut`` or
+    ///   ``KeysmithError/Code/storeUnavailable`` when the service cannot answer.
     public func read(_ key: ItemKey) throws -> SecureRecord? {
         try state.withLock { connection in
             try find(key, in: connection, secrets: true).first.flatMap { try record($0, withSecret: true) }
         }
     }
 
+    /// Lists the Keysmith-shaped items that match, without loading secrets. Identity fields
+    /// and the type are matched by the service; the rest here.
     public func search(_ query: ItemQuery) throws -> [ItemInfo] {
         try state.withLock { connection in
             var attributes: [String: String] = [:]
@@ -121,6 +127,8 @@ public final class SecretServiceStore: SecureStore {
         }
     }
 
+    /// Checks the whole batch, then applies it item by item; on a failure, puts back what it
+    /// changed (best effort: the Secret Service has no transactions).
     public func perform(_ operations: [StoreOperation]) throws {
         try state.withLock { connection in
             let now = clock()

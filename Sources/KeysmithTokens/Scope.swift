@@ -50,14 +50,18 @@ public struct Scope: Hashable, Sendable, Comparable, Codable, CustomStringConver
         scopes.sorted().map(\.rawValue).joined(separator: " ")
     }
 
+    /// The scope token.
     public var description: String { rawValue }
 
+    /// Orders scopes by their tokens, for stable output.
     public static func < (lhs: Scope, rhs: Scope) -> Bool { lhs.rawValue < rhs.rawValue }
 
+    /// Decodes a scope from a string, validating it.
     public init(from decoder: any Decoder) throws {
         try self.init(try decoder.singleValueContainer().decode(String.self))
     }
 
+    /// Encodes the scope as its token string.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(rawValue)
