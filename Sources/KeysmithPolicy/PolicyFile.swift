@@ -162,9 +162,10 @@ public enum PolicyFile {
                 return nil
             }
             var effect = Effect.permit
-            switch item["effect"]?.value {
-            case .string(let text)? where Effect(rawValue: text) != nil: effect = Effect(rawValue: text)!
-            default: problem(item["effect"]?.line ?? item.line, "the policy \"\(name)\" needs an \"effect\" of \"permit\" or \"forbid\"")
+            if case .string(let text)? = item["effect"]?.value, let named = Effect(rawValue: text) {
+                effect = named
+            } else {
+                problem(item["effect"]?.line ?? item.line, "the policy \"\(name)\" needs an \"effect\" of \"permit\" or \"forbid\"")
             }
             let roles = strings(item["roles"], "the policy \"\(name)\"'s \"roles\"")
             for (role, line) in roles where !declaredRoles.contains(role) {

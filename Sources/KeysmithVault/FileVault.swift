@@ -214,9 +214,12 @@ public final class FileVault: SecureStore {
                 try VaultHeader.wrap(engine.idKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.id, epoch: 0)
             }
             header.dataKeys = try header.dataKeys.map { wrapped in
-                try vaultCrypto {
-                    try VaultHeader.wrap(engine.dataKeys[wrapped.epoch]!, with: kek, vaultID: engine.vaultID,
-                                         purpose: KeyPurpose.data, epoch: wrapped.epoch)
+                // currentHeaderWithAllKeys() unwrapped every epoch the header holds, or threw.
+                guard let dataKey = engine.dataKeys[wrapped.epoch] else {
+                    throw KeysmithError(.corruptData, "the vault's data key of epoch \(wrapped.epoch) could not be unwrapped")
+                }
+                return try vaultCrypto {
+                    try VaultHeader.wrap(dataKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: wrapped.epoch)
                 }
             }
             try HeaderStore.write(header, engine.paths)
