@@ -67,7 +67,7 @@ package enum AESGCM {
         defer { EVP_CIPHER_CTX_free(context) }
         let direction: Int32 = encrypt ? 1 : 0
 
-        guard EVP_CipherInit_ex(context, EVP_aes_256_gcm(), nil, nil, nil, direction) == 1 else {
+        guard EVP_CipherInit_ex(context, fetchedAES256GCM ?? EVP_aes_256_gcm(), nil, nil, nil, direction) == 1 else {
             throw CryptoError.library("EVP_CipherInit_ex")
         }
         guard EVP_CIPHER_CTX_ctrl(context, COpenSSL_EVP_CTRL_GCM_SET_IVLEN(), Int32(nonceSize), nil) == 1 else {

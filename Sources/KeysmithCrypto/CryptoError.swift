@@ -51,3 +51,12 @@ package struct CryptoError: Error, Sendable, Equatable, CustomStringConvertible 
 /// Initialises OpenSSL once, without its configuration file, before the first call into it.
 /// Every entry point that calls OpenSSL touches `openSSLReady` first.
 let openSSLReady: Bool = COpenSSL_init_without_config() == 1
+
+/// AES-256-GCM fetched once from the default provider. OpenSSL 3 fetches implicitly on every
+/// `EVP_aes_256_gcm()` initialisation otherwise, which costs more than sealing a small record.
+/// Fetched algorithm objects are immutable and safe to share between threads; this one lives
+/// for the process.
+nonisolated(unsafe) let fetchedAES256GCM: OpaquePointer? = {
+    _ = openSSLReady
+    return EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
+}()
