@@ -133,17 +133,20 @@ public final class SecretServiceStore: SecureStore {
         try state.withLock { connection in
             let now = clock()
             var before: [ItemKey: SecureRecord] = [:]
+            // The items each key holds now, found once while checking the batch and reused when
+            // applying it (resolveBatch gives one write per key, so nothing changes in between).
+            var found: [ItemKey: [LibSecret.Item]] = [:]
             let writes = try resolveBatch(operations, now: now) { key in
-                guard let item = try find(key, in: connection, secrets: true).first, let existing = try record(item, withSecret: true) else {
-                    return nil
-                }
+                let items = try find(key, in: connection, secrets: true)
+                found[key] = items
+                guard let item = items.first, let existing = try record(item, withSecret: true) else { return nil }
                 before[key] = existing
                 return existing.info.created
             }
             var applied: [ResolvedWrite] = []
             do {
                 for write in writes {
-                    try apply(write, in: connection)
+                    try apply(write, replacing: found[write.key], in: connection)
                     applied.append(write)
                 }
             } catch {
@@ -167,8 +170,10 @@ public final class SecretServiceStore: SecureStore {
         return try items.filter { try record($0, withSecret: false)?.key == key }
     }
 
-    private func apply(_ write: ResolvedWrite, in connection: Connection) throws {
-        let existing = try find(write.key, in: connection, secrets: false)
+    /// Writes one item. `existing` is what the key holds now, when the caller already knows;
+    /// otherwise it is looked up (rollback, after other writes).
+    private func apply(_ write: ResolvedWrite, replacing known: [LibSecret.Item]? = nil, in connection: Connection) throws {
+        let existing = try known ?? find(write.key, in: connection, secrets: false)
         switch write {
         case .put(let record):
             var attributes = Self.attributes(of: record)
