@@ -47,7 +47,7 @@ let package = Package(
         // A writer process for the vault's crash and concurrency tests (not a product).
         .executableTarget(name: "vault-stress", dependencies: ["Keysmith", "KeysmithVault", "KeysmithTokens"]),
 
-        .target(name: "KeysmithSecretService", dependencies: ["Keysmith", "CLibSecret"]),
+        .target(name: "KeysmithSecretService", dependencies: ["Keysmith", "CLibSecret", "KeysmithSystem"]),
 
         // The choice of store: vault, Secret Service or auto.
         .target(name: "KeysmithStores", dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithSystem"]),

@@ -36,5 +36,10 @@ static inline int CLibSecret_io_error_cancelled(void) { return G_IO_ERROR_CANCEL
 static inline int CLibSecret_io_error_timed_out(void) { return G_IO_ERROR_TIMED_OUT; }
 static inline int CLibSecret_secret_error_is_locked(void) { return SECRET_ERROR_IS_LOCKED; }
 static inline int CLibSecret_secret_error_no_such_object(void) { return SECRET_ERROR_NO_SUCH_OBJECT; }
+static inline int CLibSecret_dbus_error_service_unknown(void) { return G_DBUS_ERROR_SERVICE_UNKNOWN; }
+static inline int CLibSecret_dbus_error_name_has_no_owner(void) { return G_DBUS_ERROR_NAME_HAS_NO_OWNER; }
+static inline int CLibSecret_dbus_error_no_reply(void) { return G_DBUS_ERROR_NO_REPLY; }
+static inline int CLibSecret_dbus_error_timeout(void) { return G_DBUS_ERROR_TIMEOUT; }
+static inline int CLibSecret_dbus_error_timed_out(void) { return G_DBUS_ERROR_TIMED_OUT; }
 
 #endif

@@ -8,26 +8,33 @@ public protocol CreateableSecureStorable: SecureStorable {
 }
 
 extension CreateableSecureStorable {
-    /// Stores the item as a new item.
+    /// Stores the item as a new item (only if none with its identity exists).
     ///
     /// - Throws: ``KeysmithError/Code/duplicateItem`` if an item with the same identity exists;
-    ///   ``KeysmithError/Code/invalidArgument`` for an empty account or service; a store failure.
+    ///   ``KeysmithError/Code/invalidArgument`` for an empty account or service, or a property
+    ///   that looks like an attribute but would be ignored (``SecureStorable/checkDeclaredAttributes()``);
+    ///   a store failure.
     public func createInSecureStore() throws {
+        try checkDeclaredAttributes()
         try secureStore.create(secureStoreAttributes, secret: secret)
     }
 
-    /// Replaces the stored item's metadata and secret with this one's.
+    /// Replaces the stored item's secret, and the metadata of the attribute protocols this type
+    /// adopts; metadata it does not declare are kept (the update rule, ``ItemAttributes``).
     ///
     /// - Throws: ``KeysmithError/Code/itemNotFound`` if no item with the same identity exists;
     ///   a store failure.
     public func updateInSecureStore() throws {
+        try checkDeclaredAttributes()
         try secureStore.update(secureStoreAttributes, secret: secret)
     }
 
-    /// Creates the item, or replaces it if one with the same identity exists.
+    /// Creates the item, or replaces it if one with the same identity exists, keeping the
+    /// metadata this type does not declare.
     ///
     /// - Throws: A store failure.
     public func saveInSecureStore() throws {
+        try checkDeclaredAttributes()
         try secureStore.upsert(secureStoreAttributes, secret: secret)
     }
 }
@@ -70,6 +77,7 @@ extension ReadableSecureStorable {
     /// - Returns: The typed result, or `nil` when the store holds no such item.
     /// - Throws: A store failure; never "not found".
     public func readFromSecureStore() throws -> Result? {
+        try checkDeclaredAttributes()
         guard let record = try secureStore.read(secureStoreKey) else { return nil }
         return try Result(record: record)
     }
@@ -83,6 +91,7 @@ extension DeleteableSecureStorable {
     ///
     /// - Throws: ``KeysmithError/Code/itemNotFound`` if there is none; a store failure.
     public func deleteFromSecureStore() throws {
+        try checkDeclaredAttributes()
         try secureStore.delete(secureStoreKey)
     }
 }

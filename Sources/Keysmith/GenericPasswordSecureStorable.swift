@@ -11,9 +11,10 @@
 /// ```
 public protocol GenericPasswordSecureStorable: AccountBasedSecureStorable
 where Result == GenericPasswordResult {
-    /// The service, such as a host name or an application name. Case-sensitive.
+    /// The service, such as a host name or an application name. Compared by its bytes.
     var service: String { get }
-    /// Application data stored with the item; `nil` by default.
+    /// Application data stored with the item; `nil` by default. Declare it as `Data?`: a
+    /// `generic` property of another type is reported at first use (see ``SecureStorable``).
     var generic: Data? { get }
 }
 
@@ -32,12 +33,19 @@ extension GenericPasswordSecureStorable {
 ///
 /// Reads of such a type return ``InternetPasswordResult``, also through generic code.
 ///
+/// Every part of the identity is required, with its exact type: a property of the wrong type
+/// (`let securityDomain = "realm"`, a `String` where `String?` is required, or
+/// `let authenticationType = "http-basic"`) or a misspelled name (`secDomain`) is a compile
+/// error, never an item silently stored under a default identity. Declare `nil` for "none".
+///
 /// ```swift
 /// struct Router: InternetPasswordSecureStorable, CreateableSecureStorable {
 ///     let server = "192.168.1.1"
 ///     let port = 443
 ///     let internetProtocol = InternetProtocol.https
 ///     let authenticationType = InternetAuthenticationType.httpBasic
+///     let securityDomain: String? = "admin area"
+///     let path: String? = nil
 ///     let account = "admin"
 ///     let secret: Data
 /// }
@@ -50,22 +58,15 @@ where Result == InternetPasswordResult {
     var port: Int { get }
     /// The protocol.
     var internetProtocol: InternetProtocol { get }
-    /// How the password authenticates; ``InternetAuthenticationType/default`` by default.
+    /// How the password authenticates (``InternetAuthenticationType/default`` for the protocol's usual one).
     var authenticationType: InternetAuthenticationType { get }
-    /// The security domain; `nil` by default.
+    /// The security domain (an HTTP realm, for instance); `nil` for none.
     var securityDomain: String? { get }
-    /// The path on the server; `nil` by default.
+    /// The path on the server; `nil` for none.
     var path: String? { get }
 }
 
 extension InternetPasswordSecureStorable {
-    /// The protocol's default authentication.
-    public var authenticationType: InternetAuthenticationType { .default }
-    /// No security domain.
-    public var securityDomain: String? { nil }
-    /// No path.
-    public var path: String? { nil }
-
     /// The internet identity, with the metadata of the attribute protocols the type adopts.
     public var secureStoreAttributes: ItemAttributes {
         let key = InternetPasswordKey(

@@ -3,19 +3,23 @@ internal import Synchronization
 /// The one-line API for the simple case, and the process-wide default store.
 ///
 /// In the spirit of Locksmith's `saveData` / `loadDataForUserAccount` / `updateData` /
-/// `deleteDataForUserAccount`, with Swift-style labels. Every call takes an optional store;
-/// without one it uses ``defaultStore``.
+/// `deleteDataForUserAccount`, named after what they do, as KeychainAccess and keyring-rs name
+/// theirs. Every call takes an optional store; without one it uses ``defaultStore``.
+///
+/// | call | the item exists | it does not |
+/// |---|---|---|
+/// | ``set(_:forAccount:inService:in:)`` | replaces the secret, keeps the metadata | creates it |
+/// | ``create(_:forAccount:inService:in:)`` | throws ``KeysmithError/Code/duplicateItem`` | creates it |
+/// | ``update(_:forAccount:inService:in:)`` | replaces the secret, keeps the metadata | throws ``KeysmithError/Code/itemNotFound`` |
+/// | ``load(forAccount:inService:from:)`` | returns the secret | returns `nil` |
+/// | ``delete(forAccount:inService:from:)`` | deletes it | throws ``KeysmithError/Code/itemNotFound`` |
 ///
 /// ```swift
-/// try Keysmith.save(Data("s3cret".utf8), forAccount: "bob", inService: "mail")
+/// try Keysmith.set(Data("s3cret".utf8), forAccount: "bob", inService: "mail")
 /// let secret = try Keysmith.load(forAccount: "bob", inService: "mail")   // Data?
 /// try Keysmith.update(Data("n3w".utf8), forAccount: "bob", inService: "mail")
 /// try Keysmith.delete(forAccount: "bob", inService: "mail")
 /// ```
-///
-/// Reads return `nil` when there is nothing; update and delete of a missing item throw
-/// ``KeysmithError/Code/itemNotFound``; save of an existing one throws
-/// ``KeysmithError/Code/duplicateItem`` (use ``set(_:forAccount:inService:in:)`` to create or replace).
 public enum Keysmith {
     private enum DefaultStore {
         case none
@@ -84,7 +88,7 @@ public enum Keysmith {
         .genericPassword(service: service, account: account)
     }
 
-    /// Stores a new secret for an account of a service.
+    /// Stores a new secret for an account of a service, only if there is none.
     ///
     /// - Parameters:
     ///   - secret: The secret.
@@ -92,28 +96,27 @@ public enum Keysmith {
     ///   - service: The service.
     ///   - store: The store; ``defaultStore`` if `nil`.
     /// - Throws: ``KeysmithError/Code/duplicateItem`` if one exists; a store failure.
-    public static func save(
+    public static func create(
         _ secret: Data, forAccount account: String, inService service: String, in store: (any SecureStore)? = nil
     ) throws {
         try resolve(store).create(ItemAttributes(key: key(account, service)), secret: secret)
     }
 
-    /// Stores any `Encodable` value, as JSON, for an account of a service.
+    /// Stores any `Encodable` value, as JSON, for an account of a service, creating or replacing it.
     ///
     /// - Parameters:
     ///   - value: The value.
     ///   - account: The account.
     ///   - service: The service.
     ///   - store: The store; ``defaultStore`` if `nil`.
-    /// - Throws: ``KeysmithError/Code/duplicateItem`` if one exists;
-    ///   ``KeysmithError/Code/invalidArgument`` if the value cannot be encoded; a store failure.
-    public static func save<Value: Encodable>(
+    /// - Throws: ``KeysmithError/Code/invalidArgument`` if the value cannot be encoded; a store failure.
+    public static func set<Value: Encodable>(
         _ value: Value, forAccount account: String, inService service: String, in store: (any SecureStore)? = nil
     ) throws {
-        try save(SecretCoding.encode(value), forAccount: account, inService: service, in: store)
+        try set(SecretCoding.encode(value), forAccount: account, inService: service, in: store)
     }
 
-    /// Creates or replaces the secret for an account of a service.
+    /// Creates the secret for an account of a service, or replaces it keeping the item's metadata.
     ///
     /// - Parameters:
     ///   - secret: The secret.
@@ -125,6 +128,16 @@ public enum Keysmith {
         _ secret: Data, forAccount account: String, inService service: String, in store: (any SecureStore)? = nil
     ) throws {
         try resolve(store).upsert(ItemAttributes(key: key(account, service)), secret: secret)
+    }
+
+    /// Locksmith's name, which read as "create or replace" to most people while it only created.
+    /// Use ``set(_:forAccount:inService:in:)`` to create or replace, or
+    /// ``create(_:forAccount:inService:in:)`` to create only.
+    @available(*, deprecated, message: "use set(_:forAccount:inService:in:) to create or replace, or create(_:forAccount:inService:in:) to create only")
+    public static func save(
+        _ secret: Data, forAccount account: String, inService service: String, in store: (any SecureStore)? = nil
+    ) throws {
+        try set(secret, forAccount: account, inService: service, in: store)
     }
 
     /// Reads the secret for an account of a service.
@@ -160,7 +173,7 @@ public enum Keysmith {
         return try SecretCoding.decode(type, from: record.secret, key: key)
     }
 
-    /// Replaces the secret for an account of a service.
+    /// Replaces the secret for an account of a service, keeping the item's metadata.
     ///
     /// - Parameters:
     ///   - secret: The new secret.
@@ -171,11 +184,7 @@ public enum Keysmith {
     public static func update(
         _ secret: Data, forAccount account: String, inService service: String, in store: (any SecureStore)? = nil
     ) throws {
-        let store = try resolve(store)
-        let key = key(account, service)
-        // Keep the item's metadata: only the secret changes.
-        guard let existing = try store.read(key) else { throw KeysmithError.itemNotFound(key) }
-        try store.update(existing.attributes, secret: secret)
+        try resolve(store).update(ItemAttributes(key: key(account, service)), secret: secret)
     }
 
     /// Deletes the secret for an account of a service.

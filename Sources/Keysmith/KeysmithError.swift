@@ -33,6 +33,9 @@ public struct KeysmithError: Error, Sendable, Hashable, CustomStringConvertible 
             case timedOut = "timed out"
             case invalidScope = "invalid scope"
             case malformedData = "malformed data"
+            case writeConflict = "write conflict"
+            case limitExceeded = "limit exceeded"
+            case partiallyApplied = "partially applied"
         }
 
         private let base: Base
@@ -61,6 +64,14 @@ public struct KeysmithError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let invalidScope = Code(.invalidScope)
         /// Input to be parsed (a token response, a policy file, a JSON line) is malformed.
         public static let malformedData = Code(.malformedData)
+        /// A conditional write found the item changed since it was read (another handle or
+        /// process wrote it): read it again and retry.
+        public static let writeConflict = Code(.writeConflict)
+        /// An item is larger than the store can keep (``StoreLimits``); nothing was written.
+        public static let limitExceeded = Code(.limitExceeded)
+        /// A batch failed midway in a store without transactions and could not be fully rolled
+        /// back; the message names the keys left changed.
+        public static let partiallyApplied = Code(.partiallyApplied)
 
         /// A short lower-case name of the code, such as `item not found`.
         public var description: String { base.rawValue }
@@ -87,6 +98,11 @@ public struct KeysmithError: Error, Sendable, Hashable, CustomStringConvertible 
     /// An item with this identity already exists.
     public static func duplicateItem(_ key: ItemKey) -> KeysmithError {
         KeysmithError(.duplicateItem, "\(key) already exists; update it instead of creating it")
+    }
+
+    /// The item was written since the version a conditional write expected.
+    public static func writeConflict(_ key: ItemKey) -> KeysmithError {
+        KeysmithError(.writeConflict, "\(key) was changed by another writer since it was read; read it again and retry")
     }
 
     /// No item with this identity exists.

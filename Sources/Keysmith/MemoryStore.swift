@@ -11,40 +11,63 @@ internal import Synchronization
 /// try Keysmith.save(Data("s3cret".utf8), forAccount: "bob", inService: "mail", in: store)
 /// ```
 public final class MemoryStore: SecureStore {
-    private let records = Mutex<[ItemKey: SecureRecord]>([:])
+    private struct State {
+        var records: [ItemKey: SecureRecord] = [:]
+        /// The last version handed out; every batch takes the next.
+        var lastVersion: UInt64 = 0
+    }
+
+    private let state = Mutex(State())
     private let clock: @Sendable () -> Date
+    /// The largest item the store accepts.
+    public let limits: StoreLimits
 
     /// Creates an empty in-memory store.
     ///
-    /// - Parameter clock: The source of created and modified dates; the system clock if omitted.
-    public init(clock: @escaping @Sendable () -> Date = { Date() }) {
+    /// - Parameters:
+    ///   - limits: The largest item it accepts; the file vault's (``StoreLimits/standard``) if omitted,
+    ///     so that code tested here is refused here what the vault would refuse.
+    ///   - clock: The source of created and modified dates; the system clock if omitted.
+    public init(limits: StoreLimits = .standard, clock: @escaping @Sendable () -> Date = { Date() }) {
+        self.limits = limits
         self.clock = clock
     }
 
     /// `in-memory store`.
     public var storeDescription: String { "in-memory store" }
 
+    /// ``StoreIsolation/serializable``: one mutex covers every batch (within this process; the
+    /// store is not shared with others).
+    public var isolation: StoreIsolation { .serializable }
+
     /// Reads one item; `nil` when there is none.
     public func read(_ key: ItemKey) throws -> SecureRecord? {
-        records.withLock { $0[key] }
+        state.withLock { $0.records[key] }
     }
 
     /// Lists matching items without their secrets.
     public func search(_ query: ItemQuery) throws -> [ItemInfo] {
-        records.withLock { records in
-            records.values.lazy.filter { query.matches($0.attributes) }.map(\.info)
+        state.withLock { state in
+            state.records.values.lazy.filter { query.matches($0.attributes) }.map(\.info)
         }
     }
 
     /// Applies a batch, all or nothing.
     public func perform(_ operations: [StoreOperation]) throws {
         let now = clock()
-        try records.withLock { records in
-            let writes = try resolveBatch(operations, now: now) { records[$0]?.info.created }
+        try state.withLock { state in
+            let version = ItemVersion(rawValue: "m\(state.lastVersion + 1)")
+            let writes = try resolveBatch(
+                operations, now: now, version: version, limits: limits, store: storeDescription
+            ) { key in
+                state.records[key].map { .present($0.info) } ?? .absent
+            }
+            guard !writes.isEmpty else { return }
+            state.lastVersion += 1
             for write in writes {
                 switch write {
-                case .put(let record): records[record.key] = record
-                case .remove(let key): records[key] = nil
+                case .put(let record): state.records[record.key] = record
+                case .remove(let key): state.records[key] = nil
                 }
             }
         }

@@ -32,15 +32,19 @@ extension SecureStorableResult {
 /// The result of reading a generic password: every attribute, the secret and the dates.
 ///
 /// `description` never shows the secret.
-public struct GenericPasswordResult: SecureStorableResult, Hashable, CustomStringConvertible {
+public struct GenericPasswordResult: SecureStorableResult, Hashable, CustomStringConvertible,
+    CustomDebugStringConvertible, CustomReflectable
+{
     /// All stored attributes.
     public let attributes: ItemAttributes
     /// The secret.
     public let secret: Data
+    /// The attributes, dates and version as the store returned them.
+    public let info: ItemInfo
     /// When the item was first stored.
-    public let created: Date
+    public var created: Date { info.created }
     /// When it last changed.
-    public let modified: Date
+    public var modified: Date { info.modified }
 
     /// Builds the result from a stored generic password.
     ///
@@ -51,8 +55,7 @@ public struct GenericPasswordResult: SecureStorableResult, Hashable, CustomStrin
         }
         attributes = record.attributes
         secret = record.secret
-        created = record.info.created
-        modified = record.info.modified
+        info = record.info
     }
 
     /// The service.
@@ -72,28 +75,38 @@ public struct GenericPasswordResult: SecureStorableResult, Hashable, CustomStrin
     /// The application-defined type, if any.
     public var type: String? { attributes.type }
     /// Whether tools should hide the item.
-    public var isInvisible: Bool { attributes.isInvisible }
+    public var isInvisible: Bool { attributes.isInvisible ?? false }
     /// Whether the item is a negative entry.
-    public var isNegative: Bool { attributes.isNegative }
+    public var isNegative: Bool { attributes.isNegative ?? false }
+    /// The store's version of the item, for a conditional write.
+    public var version: ItemVersion { info.version }
 
     /// The identity and the secret's size, never the secret.
     public var description: String { "\(attributes.key) (secret: \(secret.count) bytes, redacted)" }
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+    /// What `dump` shows: metadata and dates, the secret as `<redacted>`.
+    public var customMirror: Mirror { redactedMirror(info: info, secretSize: secret.count) }
 }
 
 /// The result of reading an internet password: every attribute, the secret and the dates.
 ///
 /// `description` never shows the secret.
-public struct InternetPasswordResult: SecureStorableResult, Hashable, CustomStringConvertible {
+public struct InternetPasswordResult: SecureStorableResult, Hashable, CustomStringConvertible,
+    CustomDebugStringConvertible, CustomReflectable
+{
     /// All stored attributes.
     public let attributes: ItemAttributes
     /// The internet identity.
     public let internetKey: InternetPasswordKey
     /// The secret.
     public let secret: Data
+    /// The attributes, dates and version as the store returned them.
+    public let info: ItemInfo
     /// When the item was first stored.
-    public let created: Date
+    public var created: Date { info.created }
     /// When it last changed.
-    public let modified: Date
+    public var modified: Date { info.modified }
 
     /// Builds the result from a stored internet password.
     ///
@@ -105,8 +118,7 @@ public struct InternetPasswordResult: SecureStorableResult, Hashable, CustomStri
         attributes = record.attributes
         internetKey = key
         secret = record.secret
-        created = record.info.created
-        modified = record.info.modified
+        info = record.info
     }
 
     /// The server.
@@ -134,10 +146,16 @@ public struct InternetPasswordResult: SecureStorableResult, Hashable, CustomStri
     /// The application-defined type, if any.
     public var type: String? { attributes.type }
     /// Whether tools should hide the item.
-    public var isInvisible: Bool { attributes.isInvisible }
+    public var isInvisible: Bool { attributes.isInvisible ?? false }
     /// Whether the item is a negative entry.
-    public var isNegative: Bool { attributes.isNegative }
+    public var isNegative: Bool { attributes.isNegative ?? false }
+    /// The store's version of the item, for a conditional write.
+    public var version: ItemVersion { info.version }
 
     /// The identity and the secret's size, never the secret.
     public var description: String { "\(attributes.key) (secret: \(secret.count) bytes, redacted)" }
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+    /// What `dump` shows: metadata and dates, the secret as `<redacted>`.
+    public var customMirror: Mirror { redactedMirror(info: info, secretSize: secret.count) }
 }

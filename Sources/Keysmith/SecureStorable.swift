@@ -1,3 +1,5 @@
+internal import Synchronization
+
 /// The base of every item type: something that can live in a secure store.
 ///
 /// You rarely adopt `SecureStorable` directly. Adopt an item kind
@@ -89,6 +91,19 @@ public protocol IsNegativeAssignableSecureStorable: SecureStorable {
 }
 
 extension SecureStorable {
+    /// Checks that the type declares no attribute it does not deliver: a stored property named
+    /// like an attribute (`label`, `comment`, `type`, `generic`…) in a type that does not adopt
+    /// the protocol that reads it, or of another type than the protocol requires, would be
+    /// silently ignored. The capability methods call this before touching the store; the
+    /// answer is worked out once per type.
+    ///
+    /// - Throws: ``KeysmithError/Code/invalidArgument`` naming the property and the protocol to adopt.
+    public func checkDeclaredAttributes() throws {
+        if let problem = AttributeDeclarationCheck.problem(in: self) {
+            throw KeysmithError.invalidArgument(problem)
+        }
+    }
+
     /// Builds attributes for a key from every attribute protocol the type adopts.
     ///
     /// The item kinds call this; it is public so that a new item kind can too.
@@ -107,5 +122,54 @@ extension SecureStorable {
         if let item = self as? any IsInvisibleAssignableSecureStorable { attributes.isInvisible = item.isInvisible }
         if let item = self as? any IsNegativeAssignableSecureStorable { attributes.isNegative = item.isNegative }
         return attributes
+    }
+}
+
+/// Finds properties that look like attributes but would be ignored; one answer per type.
+enum AttributeDeclarationCheck {
+    private static let cache = Mutex<[ObjectIdentifier: String?]>([:])
+
+    /// Attribute name → (the protocol that reads it, whether the value adopts it, the type it must have).
+    private static func expectations(for value: any SecureStorable) -> [String: (protocolName: String, adopted: Bool, type: Any.Type)] {
+        [
+            "label": ("LabellableSecureStorable", value is any LabellableSecureStorable, String.self),
+            "comment": ("CommentableSecureStorable", value is any CommentableSecureStorable, String.self),
+            "itemDescription": ("DescribableSecureStorable", value is any DescribableSecureStorable, String.self),
+            "creator": ("CreatorDesignatableSecureStorable", value is any CreatorDesignatableSecureStorable, String.self),
+            "type": ("TypeDesignatableSecureStorable", value is any TypeDesignatableSecureStorable, String.self),
+            "isInvisible": ("IsInvisibleAssignableSecureStorable", value is any IsInvisibleAssignableSecureStorable, Bool.self),
+            "isNegative": ("IsNegativeAssignableSecureStorable", value is any IsNegativeAssignableSecureStorable, Bool.self),
+            "generic": ("GenericPasswordSecureStorable", value is any GenericPasswordSecureStorable, Optional<Data>.self),
+        ]
+    }
+
+    static func problem(in value: some SecureStorable) -> String? {
+        let id = ObjectIdentifier(type(of: value))
+        if let known = cache.withLock({ $0[id] }) { return known }
+        let found = examine(value)
+        cache.withLock { $0[id] = found }
+        return found
+    }
+
+    private static func examine(_ value: some SecureStorable) -> String? {
+        let expected = expectations(for: value)
+        let typeName = String(describing: type(of: value))
+        let folded = Dictionary(uniqueKeysWithValues: expected.keys.map { ($0.lowercased(), $0) })
+        for child in Mirror(reflecting: value).children {
+            guard var name = child.label else { continue }
+            if name.hasPrefix("_") { name.removeFirst() }  // property wrappers' storage
+            let valueType = Swift.type(of: child.value)
+            if let rule = expected[name] {
+                if !rule.adopted {
+                    return "\(typeName) declares `\(name)` but does not adopt \(rule.protocolName), so it would be ignored; adopt the protocol or rename the property"
+                }
+                if valueType != rule.type {
+                    return "\(typeName) declares `\(name)` as \(valueType), but \(rule.protocolName) reads a \(rule.type), so it would be ignored; declare it as \(rule.type)"
+                }
+            } else if let intended = folded[String(name.lowercased().filter { $0 != "_" })] {
+                return "\(typeName) declares `\(name)`, which Keysmith does not read; did you mean `\(intended)`?"
+            }
+        }
+        return nil
     }
 }

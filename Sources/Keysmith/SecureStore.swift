@@ -1,25 +1,108 @@
 /// One change to a store, for ``SecureStore/perform(_:)``.
+///
+/// Metadata follow the update rule (``ItemAttributes``): a field left `nil` is kept by an
+/// update or upsert, stored as none by a create; an empty string clears it.
 public enum StoreOperation: Sendable {
-    /// Creates an item; fails with ``KeysmithError/Code/duplicateItem`` if its key exists.
+    /// Creates an item only if its key is absent: fails with ``KeysmithError/Code/duplicateItem``
+    /// if it exists, also when another handle or process created it a moment earlier.
     case create(ItemAttributes, secret: Data)
-    /// Replaces an existing item's metadata and secret, keeping its creation date; fails with
-    /// ``KeysmithError/Code/itemNotFound`` if its key does not exist.
-    case update(ItemAttributes, secret: Data)
-    /// Creates the item or replaces it if it exists.
+    /// Replaces an existing item's secret and the metadata given, keeping its creation date;
+    /// fails with ``KeysmithError/Code/itemNotFound`` if its key does not exist. With
+    /// `ifVersion`, only if the item is still at that version (it was not written since it was
+    /// read): otherwise it fails with ``KeysmithError/Code/writeConflict``.
+    case update(ItemAttributes, secret: Data, ifVersion: ItemVersion? = nil)
+    /// Creates the item, or replaces its secret and the metadata given if it exists.
     case upsert(ItemAttributes, secret: Data)
-    /// Stores a record exactly as given, dates included, replacing any item with its key.
-    /// Used by migration and restore.
+    /// Stores a record exactly as given, dates and metadata included, replacing any item with its
+    /// key. Used by migration and restore; the store gives it a new version.
     case restore(SecureRecord)
-    /// Deletes an existing item; fails with ``KeysmithError/Code/itemNotFound`` if it does not exist.
-    case delete(ItemKey)
+    /// Deletes an existing item; fails with ``KeysmithError/Code/itemNotFound`` if it does not
+    /// exist, and with ``KeysmithError/Code/writeConflict`` if `ifVersion` is given and the item
+    /// was written since.
+    case delete(ItemKey, ifVersion: ItemVersion? = nil)
 
     /// The key the operation touches.
     public var key: ItemKey {
         switch self {
-        case .create(let attributes, _), .update(let attributes, _), .upsert(let attributes, _):
+        case .create(let attributes, _), .update(let attributes, _, _), .upsert(let attributes, _):
             attributes.key
         case .restore(let record): record.key
-        case .delete(let key): key
+        case .delete(let key, _): key
+        }
+    }
+}
+
+/// What a store guarantees about concurrent batches (``SecureStore/isolation``).
+public enum StoreIsolation: String, Sendable, Hashable, CaseIterable {
+    /// Every batch is applied at once and in isolation, across handles and processes: a reader
+    /// sees all of a batch or none of it, and a batch's checks (duplicates, versions) and its
+    /// writes happen under one lock. The file vault (a `flock` and one atomic commit file) and the
+    /// in-memory store (one mutex).
+    case serializable
+    /// Writers are serialized across handles and processes (so create-only-if-absent and
+    /// conditional updates hold), but a batch is applied item by item: a concurrent reader may see
+    /// part of it, and a batch that fails midway is rolled back item by item; a rollback that
+    /// fails throws ``KeysmithError/Code/partiallyApplied`` naming the keys left changed. The
+    /// Secret Service, which has no transactions.
+    case serializedWrites
+}
+
+/// The largest item a store accepts (``SecureStore/limits``). A write over a limit is refused
+/// with ``KeysmithError/Code/limitExceeded`` before anything is written: a store never
+/// acknowledges what it could not read back.
+public struct StoreLimits: Hashable, Sendable, CustomStringConvertible {
+    /// The largest secret, in bytes.
+    public var maximumSecretSize: Int
+    /// The largest name, metadata string or `generic` data, in UTF-8 bytes.
+    public var maximumFieldSize: Int
+
+    /// Creates limits.
+    ///
+    /// - Parameters:
+    ///   - maximumSecretSize: The largest secret, in bytes.
+    ///   - maximumFieldSize: The largest name or metadata field, in bytes.
+    public init(maximumSecretSize: Int, maximumFieldSize: Int) {
+        self.maximumSecretSize = maximumSecretSize
+        self.maximumFieldSize = maximumFieldSize
+    }
+
+    /// The file vault's limits, also the in-memory store's by default: secrets up to 32 MiB,
+    /// fields up to 64 KiB.
+    public static let standard = StoreLimits(maximumSecretSize: 32 << 20, maximumFieldSize: 64 << 10)
+
+    /// `secrets up to N bytes, fields up to M bytes`.
+    public var description: String {
+        "secrets up to \(maximumSecretSize) bytes, names and metadata up to \(maximumFieldSize) bytes each"
+    }
+
+    /// Checks a record about to be written.
+    ///
+    /// - Parameters:
+    ///   - record: The record.
+    ///   - store: The store's description, for the message.
+    /// - Throws: ``KeysmithError/Code/limitExceeded`` naming the item, the field and the limit;
+    ///   never quoting the secret.
+    public func check(_ record: SecureRecord, in store: String) throws {
+        if record.secret.count > maximumSecretSize {
+            throw KeysmithError(
+                .limitExceeded,
+                "the secret of \(record.key) is \(record.secret.count) bytes; \(store) keeps secrets of at most \(maximumSecretSize) bytes; nothing was written")
+        }
+        var fields = record.attributes.metadataStrings.compactMap { name, value in value.map { (name, $0.utf8.count) } }
+        switch record.key {
+        case .genericPassword(let service, let account):
+            fields += [("service", service.utf8.count), ("account", account.utf8.count)]
+        case .internetPassword(let key):
+            fields += [("server", key.server.utf8.count), ("account", key.account.utf8.count),
+                       ("security domain", key.securityDomain.utf8.count), ("path", key.path.utf8.count)]
+        case .keysmithRecord(let key):
+            fields += [("service", key.service.utf8.count), ("account", key.account.utf8.count)]
+        }
+        if let generic = record.attributes.generic { fields.append(("generic data", generic.count)) }
+        for (name, size) in fields where size > maximumFieldSize {
+            throw KeysmithError(
+                .limitExceeded,
+                "the \(name) of an item is \(size) bytes; \(store) keeps names and metadata of at most \(maximumFieldSize) bytes; nothing was written")
         }
     }
 }
@@ -34,10 +117,18 @@ public enum StoreOperation: Sendable {
 /// Rules every store keeps, checked by the shared conformance suite:
 /// - Reads that find nothing return `nil` (or an empty array); they never throw "not found".
 ///   Update and delete of a missing item throw ``KeysmithError/Code/itemNotFound``;
-///   create of an existing one throws ``KeysmithError/Code/duplicateItem``.
+///   create of an existing one throws ``KeysmithError/Code/duplicateItem``, also across
+///   handles and processes.
 /// - ``perform(_:)`` is all or nothing: if any operation fails, none is applied.
-/// - Keys compare exactly: `"Bob"` and `"bob"` are two accounts.
-/// - Every method is safe to call from many threads and tasks at once.
+/// - Identity is bytes (``ItemKey``): `"Bob"` and `"bob"`, and the two Unicode spellings of
+///   `"café"`, are different items in every store.
+/// - Metadata follow the update rule (``ItemAttributes``): what a write does not give is kept.
+/// - Every read returns the item's ``ItemVersion``; a conditional update or delete fails with
+///   ``KeysmithError/Code/writeConflict`` if the item was written since.
+/// - A write over ``limits`` is refused before anything is written.
+/// - Keysmith's own records (``ItemNamespace/keysmith``) are listed only when asked for.
+/// - Every method is safe to call from many threads and tasks at once; ``isolation`` says what
+///   a concurrent reader sees of a batch.
 ///
 /// ```swift
 /// let store: any SecureStore = MemoryStore()
@@ -48,6 +139,12 @@ public enum StoreOperation: Sendable {
 public protocol SecureStore: AnyObject, Sendable {
     /// A short description of the store for messages, such as `file vault at /home/me/.local/share/keysmith`.
     var storeDescription: String { get }
+
+    /// What the store guarantees about concurrent batches.
+    var isolation: StoreIsolation { get }
+
+    /// The largest item the store accepts; larger writes are refused before anything is written.
+    var limits: StoreLimits { get }
 
     /// Reads one item with its secret.
     ///
@@ -99,17 +196,19 @@ extension SecureStore {
         try perform([.create(attributes, secret: secret)])
     }
 
-    /// Replaces an existing item's metadata and secret.
+    /// Replaces an existing item's secret and the metadata given (the rest is kept).
     ///
     /// - Parameters:
-    ///   - attributes: The item's identity and its new metadata.
+    ///   - attributes: The item's identity and the metadata to change.
     ///   - secret: The new secret.
-    /// - Throws: ``KeysmithError/Code/itemNotFound`` if the key does not exist, or a store failure.
-    public func update(_ attributes: ItemAttributes, secret: Data) throws {
-        try perform([.update(attributes, secret: secret)])
+    ///   - version: Only if the item is still at this version; unconditionally if `nil`.
+    /// - Throws: ``KeysmithError/Code/itemNotFound`` if the key does not exist;
+    ///   ``KeysmithError/Code/writeConflict`` if it is no longer at `version`; a store failure.
+    public func update(_ attributes: ItemAttributes, secret: Data, ifVersion version: ItemVersion? = nil) throws {
+        try perform([.update(attributes, secret: secret, ifVersion: version)])
     }
 
-    /// Creates the item, or replaces it if it exists.
+    /// Creates the item, or replaces its secret and the metadata given if it exists.
     ///
     /// - Parameters:
     ///   - attributes: The item's identity and metadata.
@@ -121,10 +220,13 @@ extension SecureStore {
 
     /// Deletes an existing item.
     ///
-    /// - Parameter key: The item's identity.
-    /// - Throws: ``KeysmithError/Code/itemNotFound`` if the key does not exist, or a store failure.
-    public func delete(_ key: ItemKey) throws {
-        try perform([.delete(key)])
+    /// - Parameters:
+    ///   - key: The item's identity.
+    ///   - version: Only if the item is still at this version; unconditionally if `nil`.
+    /// - Throws: ``KeysmithError/Code/itemNotFound`` if the key does not exist;
+    ///   ``KeysmithError/Code/writeConflict`` if it is no longer at `version`; a store failure.
+    public func delete(_ key: ItemKey, ifVersion version: ItemVersion? = nil) throws {
+        try perform([.delete(key, ifVersion: version)])
     }
 
     /// Whether the store holds an item with this key.

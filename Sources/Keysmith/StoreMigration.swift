@@ -40,7 +40,8 @@ public enum StoreMigration {
     /// - Parameters:
     ///   - source: Where the items are.
     ///   - destination: Where they go.
-    ///   - query: Which items; all if omitted.
+    ///   - query: Which items; every item of both namespaces if omitted, so that tokens and the
+    ///     audit log move with the secrets, each as the kind of record it is.
     ///   - conflicts: What to do with a different item of the same identity in the destination.
     ///   - removeFromSource: Remove migrated items from the source after verifying the copies.
     ///   - dryRun: Report what would happen without writing anything.
@@ -49,7 +50,7 @@ public enum StoreMigration {
     ///   (nothing written then); ``KeysmithError/Code/corruptData`` if a copy does not read back
     ///   identical (nothing removed then); any store failure.
     public static func migrate(
-        from source: any SecureStore, to destination: any SecureStore, query: ItemQuery = ItemQuery(),
+        from source: any SecureStore, to destination: any SecureStore, query: ItemQuery = ItemQuery(namespace: .any),
         conflicts: MigrationConflictPolicy = .fail, removeFromSource: Bool = false, dryRun: Bool = false
     ) throws -> MigrationReport {
         var report = MigrationReport(dryRun: dryRun)
@@ -65,7 +66,7 @@ public enum StoreMigration {
                 migrated.append(record)
                 continue
             }
-            if present == record {
+            if present.hasSameContents(as: record) {
                 report.alreadyPresent.append(record.key)
                 migrated.append(record)
                 continue
@@ -91,13 +92,13 @@ public enum StoreMigration {
 
         // Read every copy back before touching the source.
         let copies = try destination.read(migrated.map(\.key))
-        for (record, copy) in zip(migrated, copies) where copy != record {
+        for (record, copy) in zip(migrated, copies) where copy.map({ !$0.hasSameContents(as: record) }) ?? true {
             throw KeysmithError(
                 .corruptData,
                 "the copy of \(record.key) in \(destination.storeDescription) does not read back identical; nothing was removed from \(source.storeDescription)")
         }
         if removeFromSource, !migrated.isEmpty {
-            try source.perform(migrated.map { .delete($0.key) })
+            try source.perform(migrated.map { .delete($0.key, ifVersion: $0.info.version) })
             report.removedFromSource = migrated.map(\.key)
         }
         return report

@@ -1,4 +1,5 @@
 public import Keysmith
+import KeysmithSystem
 import Synchronization
 
 /// The freedesktop Secret Service (gnome-keyring, KeePassXC, …) as a Keysmith store, through
@@ -19,9 +20,11 @@ import Synchronization
 /// prompt, no Secret Service on the bus and no D-Bus session at all each give their own
 /// ``KeysmithError`` in at most that time, never a hang.
 ///
-/// The Secret Service has no transactions: ``perform(_:)`` checks the whole batch first, then
-/// applies it item by item, and on a failure puts back what it had changed (best effort; see
-/// docs/secret-service.md).
+/// The Secret Service has no transactions: ``perform(_:)`` takes a writer lock that every
+/// Keysmith process shares (a `flock` on a file under `$XDG_RUNTIME_DIR`), checks the whole
+/// batch, then applies it item by item, and on a failure puts back what it had changed; if that
+/// fails too, it throws ``KeysmithError/Code/partiallyApplied`` naming the keys left changed
+/// (``isolation`` is ``StoreIsolation/serializedWrites``; see docs/secret-service.md).
 public final class SecretServiceStore: SecureStore {
     /// The collection's alias or label.
     public let collectionName: String
@@ -33,6 +36,7 @@ public final class SecretServiceStore: SecureStore {
     public let timeout: Duration
     private let clock: @Sendable () -> Date
     private let state: Mutex<Connection>
+    private let writerLock: WriterLock
 
     private struct Connection: @unchecked Sendable {
         // GObject references, used only under the mutex.
@@ -43,12 +47,19 @@ public final class SecretServiceStore: SecureStore {
     static let genericSchema = LibSecret.GSchema(
         name: "org.keysmith.GenericPassword",
         attributes: ["service", "account", "comment", "description", "creator", "type", "invisible", "negative", "generic",
-                     "keysmith-labelled", "keysmith-created", "keysmith-modified", "keysmith-namespace"])
+                     "keysmith-labelled", "keysmith-created", "keysmith-modified", "keysmith-namespace", "keysmith-version"])
     static let internetSchema = LibSecret.GSchema(
         name: "org.keysmith.InternetPassword",
         attributes: ["server", "port", "protocol", "authtype", "domain", "path", "account", "comment", "description", "creator",
                      "type", "invisible", "negative", "generic", "keysmith-labelled", "keysmith-created", "keysmith-modified",
-                     "keysmith-namespace"])
+                     "keysmith-namespace", "keysmith-version"])
+    /// Keysmith's own records (tokens, the audit log): a schema of their own, marked by the
+    /// `keysmith-record` attribute, so user-level searches and `secret-tool` users can tell them apart.
+    static let recordSchema = LibSecret.GSchema(
+        name: "org.keysmith.Record",
+        attributes: ["keysmith-record", "service", "account", "comment", "description", "creator", "type", "invisible",
+                     "negative", "generic", "keysmith-labelled", "keysmith-created", "keysmith-modified",
+                     "keysmith-namespace", "keysmith-version"])
 
     /// Connects to the Secret Service and opens a collection.
     ///
@@ -75,6 +86,7 @@ public final class SecretServiceStore: SecureStore {
         self.timeout = timeout
         self.clock = clock
         self.state = Mutex(Connection(service: service, collection: opened))
+        self.writerLock = try WriterLock.forSecretService()
     }
 
     /// Whether a Secret Service answers on this session within `timeout`.
@@ -100,6 +112,16 @@ public final class SecretServiceStore: SecureStore {
     /// `Secret Service collection NAME`.
     public var storeDescription: String { "Secret Service collection \"\(collectionName)\"" }
 
+    /// ``StoreIsolation/serializedWrites``: writers are serialized across processes by the writer
+    /// lock, but the service applies a batch item by item.
+    public var isolation: StoreIsolation { .serializedWrites }
+
+    /// Secrets up to 8 MiB (each goes over D-Bus in one message and lives in the daemon's memory),
+    /// names and metadata up to 64 KiB each.
+    public var limits: StoreLimits { Self.limits }
+
+    static let limits = StoreLimits(maximumSecretSize: 8 << 20, maximumFieldSize: 64 << 10)
+
     // MARK: SecureStore
 
     /// Reads one item with its secret; `nil` when there is none.
@@ -121,46 +143,82 @@ public final class SecretServiceStore: SecureStore {
             if let account = query.account { attributes["account"] = account }
             if let server = query.server { attributes["server"] = server }
             if let type = query.type { attributes["type"] = type }
+            if let recordType = query.recordType { attributes["keysmith-record"] = recordType.rawValue }
             if let namespace { attributes["keysmith-namespace"] = namespace }
             let items = try LibSecret.search(connection.collection, attributes: attributes, loadSecrets: false, timeout: timeout)
             return try items.compactMap { try record($0, withSecret: false)?.info }.filter { query.matches($0.attributes) }
         }
     }
 
-    /// Checks the whole batch, then applies it item by item; on a failure, puts back what it
-    /// changed (best effort: the Secret Service has no transactions).
+    /// Under the writer lock shared by every Keysmith process, checks the whole batch, then
+    /// applies it item by item; on a failure, puts back what it changed.
+    ///
+    /// - Throws: The batch's first error when nothing is left changed; ``KeysmithError/Code/partiallyApplied``
+    ///   naming the keys left changed when putting them back failed too; ``KeysmithError/Code/timedOut``
+    ///   when another process holds the writer lock past the deadline.
     public func perform(_ operations: [StoreOperation]) throws {
         try state.withLock { connection in
-            let now = clock()
-            var before: [ItemKey: SecureRecord] = [:]
-            // The items each key holds now, found once while checking the batch and reused when
-            // applying it (resolveBatch gives one write per key, so nothing changes in between).
-            var found: [ItemKey: [LibSecret.Item]] = [:]
-            let writes = try resolveBatch(operations, now: now) { key in
-                let items = try find(key, in: connection, secrets: true)
-                found[key] = items
-                guard let item = items.first, let existing = try record(item, withSecret: true) else { return nil }
-                before[key] = existing
-                return existing.info.created
-            }
-            var applied: [ResolvedWrite] = []
-            do {
-                for write in writes {
-                    try apply(write, replacing: found[write.key], in: connection)
-                    applied.append(write)
-                }
-            } catch {
-                // Put back what this batch changed, newest first.
-                for write in applied.reversed() {
-                    if let previous = before[write.key] {
-                        try? apply(.put(previous), in: connection)
-                    } else {
-                        try? apply(.remove(write.key), in: connection)
-                    }
-                }
-                throw error
+            try writerLock.withExclusive(timeout: timeout) {
+                try performLocked(operations, in: connection)
             }
         }
+    }
+
+    private func performLocked(_ operations: [StoreOperation], in connection: Connection) throws {
+        let now = clock()
+        var before: [ItemKey: SecureRecord] = [:]
+        // The items each key holds now, found once while checking the batch and reused when
+        // applying it (resolveBatch gives one write per key, so nothing changes in between).
+        var found: [ItemKey: [LibSecret.Item]] = [:]
+        let version = ItemVersion(rawValue: try Self.newVersion())
+        let writes = try resolveBatch(operations, now: now, version: version, limits: limits, store: storeDescription) { key in
+            let items = try find(key, in: connection, secrets: true)
+            found[key] = items
+            guard let item = items.first, let existing = try record(item, withSecret: true) else { return .absent }
+            before[key] = existing
+            return .present(existing.info)
+        }
+        var applied: [ResolvedWrite] = []
+        do {
+            for write in writes {
+                try apply(write, replacing: found[write.key], in: connection)
+                applied.append(write)
+            }
+        } catch {
+            // Put back what this batch changed, newest first; what cannot be put back is named.
+            var leftChanged: [ItemKey] = []
+            var rollbackErrors: [KeysmithError] = []
+            for write in applied.reversed() {
+                do {
+                    if let previous = before[write.key] {
+                        try apply(.put(previous), in: connection)
+                    } else {
+                        try apply(.remove(write.key), in: connection)
+                    }
+                } catch let rollbackError as KeysmithError {
+                    leftChanged.append(write.key)
+                    rollbackErrors.append(rollbackError)
+                }
+            }
+            guard leftChanged.isEmpty else {
+                throw KeysmithError(
+                    .partiallyApplied,
+                    "a batch failed in \(storeDescription) (\(error)) and \(leftChanged.count) of its changes could not be put back: "
+                        + leftChanged.map(\.description).joined(separator: "; ")
+                        + "; first rollback error: \(rollbackErrors[0].message)")
+            }
+            throw error
+        }
+    }
+
+    /// A fresh version tag: 16 random bytes as hex.
+    private static func newVersion() throws -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<2).map { _ in
+            let value = generator.next() as UInt64
+            let digits = String(value, radix: 16)
+            return String(repeating: "0", count: 16 - digits.count) + digits
+        }.joined()
     }
 
     // MARK: Mapping
@@ -178,7 +236,11 @@ public final class SecretServiceStore: SecureStore {
         case .put(let record):
             var attributes = Self.attributes(of: record)
             if let namespace { attributes["keysmith-namespace"] = namespace }
-            let schema = record.key.kind == .genericPassword ? Self.genericSchema : Self.internetSchema
+            let schema = switch record.key.kind {
+            case .genericPassword: Self.genericSchema
+            case .internetPassword: Self.internetSchema
+            case .keysmithRecord: Self.recordSchema
+            }
             try LibSecret.store(connection.collection, schema: schema, attributes: attributes, label: Self.label(of: record),
                                 secret: Array(record.secret), timeout: timeout)
             // The store replaced an item with exactly these attributes; other versions of the
@@ -197,6 +259,8 @@ public final class SecretServiceStore: SecureStore {
         case .genericPassword(let service, let account): query = ["service": service, "account": account]
         case .internetPassword(let internet):
             query = ["server": internet.server, "protocol": internet.internetProtocol.rawValue, "account": internet.account]
+        case .keysmithRecord(let record):
+            query = ["keysmith-record": record.recordType.rawValue, "service": record.service, "account": record.account]
         }
         if let namespace { query["keysmith-namespace"] = namespace }
         return query
@@ -207,6 +271,7 @@ public final class SecretServiceStore: SecureStore {
         switch record.key {
         case .genericPassword(let service, let account): return "\(account) at \(service)"
         case .internetPassword(let internet): return "\(internet.account) at \(internet.internetProtocol.rawValue)://\(internet.server)"
+        case .keysmithRecord(let record): return "Keysmith \(record.recordType): \(record.account) at \(record.service)"
         }
     }
 
@@ -231,17 +296,22 @@ public final class SecretServiceStore: SecureStore {
             result["domain"] = internet.securityDomain
             result["path"] = internet.path
             result["account"] = internet.account
+        case .keysmithRecord(let key):
+            result["keysmith-record"] = key.recordType.rawValue
+            result["service"] = key.service
+            result["account"] = key.account
         }
         if let comment = attributes.comment { result["comment"] = comment }
         if let description = attributes.itemDescription { result["description"] = description }
         if let creator = attributes.creator { result["creator"] = creator }
         if let type = attributes.type { result["type"] = type }
-        if attributes.isInvisible { result["invisible"] = "true" }
-        if attributes.isNegative { result["negative"] = "true" }
+        if attributes.isInvisible == true { result["invisible"] = "true" }
+        if attributes.isNegative == true { result["negative"] = "true" }
         if let generic = attributes.generic { result["generic"] = generic.base64EncodedString() }
         if attributes.label != nil { result["keysmith-labelled"] = "true" }
         result["keysmith-created"] = encode(record.info.created)
         result["keysmith-modified"] = encode(record.info.modified)
+        result["keysmith-version"] = record.info.version.rawValue
         return result
     }
 
@@ -250,7 +320,10 @@ public final class SecretServiceStore: SecureStore {
         let a = item.attributes
         guard let account = a["account"], a["keysmith-namespace"] == namespace else { return nil }
         let key: ItemKey
-        if let service = a["service"], a["server"] == nil {
+        if let recordType = a["keysmith-record"] {
+            guard let service = a["service"] else { return nil }
+            key = .keysmithRecord(KeysmithRecordKey(recordType: KeysmithRecordType(rawValue: recordType), service: service, account: account))
+        } else if let service = a["service"], a["server"] == nil {
             key = .genericPassword(service: service, account: account)
         } else if let server = a["server"], let name = a["protocol"], let internetProtocol = InternetProtocol(rawValue: name) {
             guard let authentication = InternetAuthenticationType(rawValue: a["authtype"] ?? "default") else { return nil }
@@ -270,7 +343,11 @@ public final class SecretServiceStore: SecureStore {
         if withSecret, item.secret == nil {
             throw KeysmithError(.storeLocked, "the Secret Service did not hand over the secret of \(key); is the collection locked?")
         }
-        return SecureRecord(info: ItemInfo(attributes: attributes, created: created, modified: modified),
+        // Items Keysmith wrote carry their version; others (secret-tool's) change their modified
+        // time, to the second, when the service rewrites them.
+        let version = a["keysmith-version"].map { ItemVersion(rawValue: $0) }
+            ?? ItemVersion(rawValue: "ss-\(item.created)-\(item.modified)")
+        return SecureRecord(info: ItemInfo(attributes: attributes, created: created, modified: modified, version: version),
                             secret: Data(item.secret ?? []))
     }
 }

@@ -180,6 +180,22 @@ package enum System {
         guard retrying({ flock(fd, LOCK_EX) }) == 0 else { throw SystemError(call: "flock", path: path, errno: errno) }
     }
 
+    /// Tries to take an exclusive advisory lock without waiting; `false` if another open file
+    /// description holds it. The corresponding C function is `flock` with `LOCK_NB`.
+    package static func tryLockExclusive(_ fd: Int32, path: String) throws -> Bool {
+        if retrying({ flock(fd, LOCK_EX | LOCK_NB) }) == 0 { return true }
+        if errno == EWOULDBLOCK { return false }
+        throw SystemError(call: "flock", path: path, errno: errno)
+    }
+
+    /// Sleeps the calling thread. The corresponding C function is `usleep`.
+    package static func sleep(microseconds: UInt32) {
+        _ = usleep(microseconds)
+    }
+
+    /// The real user id of the process. The corresponding C function is `getuid`.
+    package static var userID: UInt32 { getuid() }
+
     /// Releases an advisory lock.
     package static func unlock(_ fd: Int32) {
         _ = flock(fd, LOCK_UN)

@@ -52,13 +52,14 @@ public struct AuditVerification: Sendable, Hashable {
     public var isIntact: Bool { problems.isEmpty }
 }
 
-/// Where the audit log lives in a store: one generic password per entry under the service
-/// `keysmith.audit`, accounts `000000000001`, `000000000002`, …, and a head item (`head`) that
-/// names the last entry and its hash.
+/// Where the audit log lives in a store: Keysmith records in the reserved namespace, one
+/// ``KeysmithRecordType/auditEntry`` per entry (service `audit`, accounts `000000000001`,
+/// `000000000002`, …), and one ``KeysmithRecordType/auditHead`` (service `audit`, account `head`)
+/// that names the last entry and its hash. Appends are conditional: an entry is created only if
+/// its sequence is free, the head replaced only if unchanged.
 enum AuditLog {
-    static let service = "keysmith.audit"
+    static let service = "audit"
     static let headAccount = "head"
-    static let entryType = "audit-entry"
     static let genesis = String(repeating: "0", count: 64)
 
     /// A change to record: the event, where, which scopes, why, and for bulk changes the tokens.
@@ -87,37 +88,49 @@ enum AuditLog {
 
     static func entryKey(_ sequence: Int) -> ItemKey {
         let digits = String(sequence)
-        return .genericPassword(service: service, account: String(repeating: "0", count: max(0, 12 - digits.count)) + digits)
+        return .keysmithRecord(KeysmithRecordKey(
+            recordType: .auditEntry, service: service, account: String(repeating: "0", count: max(0, 12 - digits.count)) + digits))
     }
 
-    static let headKey = ItemKey.genericPassword(service: service, account: headAccount)
+    static let headKey = ItemKey.keysmithRecord(KeysmithRecordKey(recordType: .auditHead, service: service, account: headAccount))
 
-    static func head(in store: any SecureStore) throws -> Head {
-        guard let record = try store.read(headKey) else { return Head(sequence: 0, hash: genesis) }
-        return try TokenCoding.decode(Head.self, from: record.secret, what: "the audit log's head")
+    /// The head as read, with the version of its record (`nil` when the log is empty).
+    struct ReadHead {
+        var head: Head
+        var version: ItemVersion?
+    }
+
+    static func head(in store: any SecureStore) throws -> ReadHead {
+        guard let record = try store.read(headKey) else { return ReadHead(head: Head(sequence: 0, hash: genesis), version: nil) }
+        return ReadHead(head: try TokenCoding.decode(Head.self, from: record.secret, what: "the audit log's head"),
+                        version: record.info.version)
     }
 
     /// Operations that append `events` after the current head: entry creates (which fail with
     /// a duplicate if another writer appended first) and the head's update.
-    static func appendOperations(_ events: [Event], after head: Head, at time: Date) throws -> [StoreOperation] {
+    static func appendOperations(_ events: [Event], after read: ReadHead, at time: Date) throws -> [StoreOperation] {
         var operations: [StoreOperation] = []
-        var previous = head
+        var previous = read.head
         for event in events {
             var entry = AuditEntry(
                 sequence: previous.sequence + 1, time: time, event: event.event, service: event.service,
                 account: event.account, scopes: event.scopes.sorted(), detail: event.detail, tokens: event.tokens,
                 previousHash: previous.hash, hash: "")
             entry.hash = try entry.computedHash()
-            operations.append(.create(ItemAttributes(key: entryKey(entry.sequence), type: entryType),
-                                      secret: try TokenCoding.encode(entry)))
+            operations.append(.create(ItemAttributes(key: entryKey(entry.sequence)), secret: try TokenCoding.encode(entry)))
             previous = Head(sequence: entry.sequence, hash: entry.hash)
         }
-        operations.append(.upsert(ItemAttributes(key: headKey, type: entryType), secret: try TokenCoding.encode(previous)))
+        let headSecret = try TokenCoding.encode(previous)
+        if let version = read.version {
+            operations.append(.update(ItemAttributes(key: headKey), secret: headSecret, ifVersion: version))
+        } else {
+            operations.append(.create(ItemAttributes(key: headKey), secret: headSecret))
+        }
         return operations
     }
 
     static func verify(in store: any SecureStore) throws -> AuditVerification {
-        let head = try head(in: store)
+        let head = try head(in: store).head
         var problems: [String] = []
         var previousHash = genesis
         for sequence in stride(from: 1, through: head.sequence, by: 1) {
@@ -145,7 +158,7 @@ enum AuditLog {
         if head.sequence > 0, !previousHash.isEmpty, previousHash != head.hash {
             problems.append("the log's head does not name the last entry's hash")
         }
-        let stored = try store.search(ItemQuery(service: service, type: entryType)).count - (head.sequence > 0 ? 1 : 0)
+        let stored = try store.search(ItemQuery(service: service, recordType: .auditEntry)).count
         if stored > head.sequence {
             problems.append("\(stored - head.sequence) entr\(stored - head.sequence == 1 ? "y lies" : "ies lie") beyond the log's head (inserted, or the head was rolled back)")
         }
@@ -153,7 +166,7 @@ enum AuditLog {
     }
 
     static func entries(in store: any SecureStore) throws -> [AuditEntry] {
-        let head = try head(in: store)
+        let head = try head(in: store).head
         return try stride(from: 1, through: head.sequence, by: 1).compactMap { sequence in
             try store.read(entryKey(sequence)).map {
                 try TokenCoding.decode(AuditEntry.self, from: $0.secret, what: "audit entry \(sequence)")

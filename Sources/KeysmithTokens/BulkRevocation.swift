@@ -52,17 +52,16 @@ extension TokenKeeper {
         let time = now
         try commit(at: time) { _ in
             report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
-            let candidates = try store.search(ItemQuery(service: filter.service, type: StoredToken.itemType))
-            var tokens: [StoredToken] = []
+            let candidates = try store.search(ItemQuery(service: filter.service, recordType: .oauthToken))
+            var tokens: [TokenWrite] = []
             // Read in chunks: one store round trip per chunk, and progress between them.
             let chunk = 4096
             for start in stride(from: 0, to: candidates.count, by: chunk) {
                 progress?(start, candidates.count)
                 let keys = candidates[start..<min(start + chunk, candidates.count)].map(\.key)
                 for (key, record) in zip(keys, try store.read(keys)) {
-                    guard case .genericPassword(let service, let account) = key, let record,
-                          record.attributes.type == StoredToken.itemType
-                    else { continue }
+                    guard case .keysmithRecord(let recordKey) = key, let record else { continue }
+                    let service = recordKey.service, account = recordKey.account
                     var token = try TokenCodec.decode(Array(record.secret), what: "the token for \(account) at \(service)")
                     if let client = filter.clientID, token.clientID != client { continue }
                     if let subject = filter.subject, token.subject != subject { continue }
@@ -71,7 +70,7 @@ extension TokenKeeper {
                     _ = try token.revoke(scope, reason: reason, at: time)
                     report.changed += 1
                     report.changedTokens.append("\(account) at \(service)")
-                    tokens.append(StoredToken(store: store, service: service, account: account, token: token))
+                    tokens.append(TokenWrite(StoredToken(service: service, account: account, token: token), replacing: record.info.version))
                 }
             }
             progress?(candidates.count, candidates.count)

@@ -1,13 +1,16 @@
 public import Keysmith
 
 /// Keeps OAuth tokens in a store and records every change of state in a hash-chained audit log
-/// kept in the same store.
+/// kept in the same store. Tokens and audit entries are Keysmith's own records
+/// (``ItemNamespace/keysmith``): user-level secret operations cannot see or change them.
 ///
-/// Each change (import, revoke, refresh, grant, log-out) is one all-or-nothing batch: the new
-/// token and its audit entry land together or not at all. The audit log's head also serves as a
-/// version check: when another process changed a token in between, the batch fails, the keeper
-/// reads again and retries, so no update is lost. A failed change leaves the stored token as
-/// it was.
+/// Each change (import, revoke, refresh, grant, log-out) is one all-or-nothing batch of
+/// conditional writes: the token is replaced only if it is still at the version that was read,
+/// the audit entry is created only if its sequence number is free, and the log's head is replaced
+/// only if it is unchanged. When another handle or process changed either in between, the batch
+/// fails as a whole, the keeper reads again and retries, so no update is lost and the audit chain
+/// never forks. This holds on every store, across processes (``StoreIsolation``). A failed change
+/// leaves the stored token as it was.
 ///
 /// ```swift
 /// let keeper = TokenKeeper(store: vault)
@@ -34,7 +37,7 @@ public final class TokenKeeper: Sendable {
     public var now: Date { clock() }
 
     static func key(service: String, account: String) -> ItemKey {
-        .genericPassword(service: service, account: account)
+        StoredToken.key(service: service, account: account)
     }
 
     // MARK: Reading
@@ -42,20 +45,23 @@ public final class TokenKeeper: Sendable {
     /// Reads a token.
     ///
     /// - Returns: The token, or `nil` if there is none for this service and account.
-    /// - Throws: ``KeysmithError/Code/corruptData`` if the item is not a token; a store failure.
+    /// - Throws: ``KeysmithError/Code/corruptData`` if the record does not decode; a store failure.
     public func token(service: String, account: String) throws -> OAuthToken? {
+        try versionedToken(service: service, account: account)?.token
+    }
+
+    /// A token with the store's version of its record, for a conditional write.
+    func versionedToken(service: String, account: String) throws -> (token: OAuthToken, version: ItemVersion)? {
         guard let record = try store.read(Self.key(service: service, account: account)) else { return nil }
-        guard record.attributes.type == StoredToken.itemType else {
-            throw KeysmithError(.invalidArgument, "\(record.key) is not a token (its type is \(record.attributes.type ?? "none"))")
-        }
-        return try TokenCodec.decode(Array(record.secret), what: "the token for \(account) at \(service)")
+        let token = try TokenCodec.decode(Array(record.secret), what: "the token for \(account) at \(service)")
+        return (token, record.info.version)
     }
 
     /// Lists where tokens are stored, optionally for one service.
     public func tokenKeys(service: String? = nil) throws -> [(service: String, account: String)] {
-        try store.search(ItemQuery(service: service, type: StoredToken.itemType)).compactMap { info in
-            guard case .genericPassword(let service, let account) = info.key else { return nil }
-            return (service, account)
+        try store.search(ItemQuery(service: service, recordType: .oauthToken)).compactMap { info in
+            guard case .keysmithRecord(let key) = info.key else { return nil }
+            return (key.service, key.account)
         }
     }
 
@@ -86,7 +92,8 @@ public final class TokenKeeper: Sendable {
         try commit(at: time) { _ in
             let granted = token.scopes.filter { $0.value.state == .granted }.map(\.key.rawValue)
             let declined = token.scopes.filter { $0.value.state == .declined }.map(\.key.rawValue)
-            return ([StoredToken(store: store, service: service, account: account, token: token)],
+            let existing = try store.read(Self.key(service: service, account: account))?.info.version
+            return ([TokenWrite(StoredToken(service: service, account: account, token: token), replacing: existing)],
                     [Event("import", service, account, granted + declined,
                            "imported; granted: \(granted.sorted().joined(separator: " ")); declined: \(declined.sorted().joined(separator: " "))")])
         }
@@ -137,12 +144,14 @@ public final class TokenKeeper: Sendable {
     /// Deletes a token (the audit log keeps its history).
     public func delete(service: String, account: String) throws {
         let key = Self.key(service: service, account: account)
+        var deletion: [StoreOperation] = []
         try commit(at: now) { _ in
-            guard try self.token(service: service, account: account) != nil else {
+            guard let current = try self.versionedToken(service: service, account: account) else {
                 throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
             }
+            deletion = [.delete(key, ifVersion: current.version)]
             return ([], [Event("delete", service, account, [], "deleted")])
-        } extra: { [.delete(key)] }
+        } extra: { deletion }
     }
 
     /// Verifies the audit log's hash chain.
@@ -158,13 +167,13 @@ public final class TokenKeeper: Sendable {
         let time = now
         var result: OAuthToken?
         try commit(at: time) { _ in
-            guard var token = try self.token(service: service, account: account) else {
+            guard var (token, version) = try self.versionedToken(service: service, account: account) else {
                 throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
             }
             let changed = try body(&token, time)
             result = token
             guard changed else { return ([], []) }
-            return ([StoredToken(store: store, service: service, account: account, token: token)],
+            return ([TokenWrite(StoredToken(service: service, account: account, token: token), replacing: version)],
                     [Event(event, service, account, scopes, detail)])
         }
         guard let result else { throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)") }
@@ -173,12 +182,29 @@ public final class TokenKeeper: Sendable {
 
     typealias Event = AuditLog.Event
 
-    /// Builds a batch from fresh reads and commits it with its audit entries; retries when
-    /// another writer appended to the audit log in between (the entry create then fails as a
-    /// duplicate, and nothing of the batch was applied).
+    /// A token to write: replacing the record at `version`, or creating it when `version` is `nil`.
+    struct TokenWrite {
+        var stored: StoredToken
+        var version: ItemVersion?
+
+        init(_ stored: StoredToken, replacing version: ItemVersion?) {
+            self.stored = stored
+            self.version = version
+        }
+
+        var operation: StoreOperation {
+            if let version { return .update(stored.attributes, secret: stored.secret, ifVersion: version) }
+            return .create(stored.attributes, secret: stored.secret)
+        }
+    }
+
+    /// Builds a batch from fresh reads and commits it with its audit entries, every write
+    /// conditional on what was read; retries when another writer changed a token or appended to
+    /// the audit log in between (the batch then fails as a duplicate or a write conflict, and
+    /// nothing of it was applied).
     func commit(
-        at time: Date, attempts: Int = 50,
-        _ build: (Int) throws -> (tokens: [StoredToken], events: [Event]),
+        at time: Date, attempts: Int = 200,
+        _ build: (Int) throws -> (tokens: [TokenWrite], events: [Event]),
         extra: () -> [StoreOperation] = { [] }
     ) throws {
         var attempt = 0
@@ -187,14 +213,16 @@ public final class TokenKeeper: Sendable {
             let head = try AuditLog.head(in: store)
             let (tokens, events) = try build(attempt)
             guard !events.isEmpty else { return }
-            var operations = tokens.map { StoreOperation.upsert($0.secureStoreAttributes, secret: $0.secret) }
+            var operations = tokens.map(\.operation)
             operations += extra()
             operations += try AuditLog.appendOperations(events, after: head, at: time)
             do {
                 try store.perform(operations)
                 return
-            } catch let error as KeysmithError where error.code == .duplicateItem && attempt < attempts {
-                continue  // another writer appended first: read again and retry
+            } catch let error as KeysmithError
+                where (error.code == .duplicateItem || error.code == .writeConflict) && attempt < attempts
+            {
+                continue  // another writer went first: read again and retry
             }
         }
     }

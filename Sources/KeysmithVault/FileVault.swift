@@ -160,6 +160,14 @@ public final class FileVault: SecureStore {
     /// `file vault at PATH`.
     public var storeDescription: String { "file vault at \(path)" }
 
+    /// ``StoreIsolation/serializable``: every batch is one commit file written under the vault's
+    /// exclusive `flock`, across handles and processes.
+    public var isolation: StoreIsolation { .serializable }
+
+    /// ``StoreLimits/standard``: secrets up to 32 MiB, names and metadata up to 64 KiB each, so
+    /// that every sealed record stays under the 64 MiB a frame may hold.
+    public var limits: StoreLimits { .standard }
+
     /// Reads one item, decrypting its secret.
     ///
     /// - Throws: ``KeysmithError/Code/corruptData`` naming the record and the file if the

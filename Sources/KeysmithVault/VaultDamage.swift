@@ -20,9 +20,11 @@ public struct VaultDamage: Sendable, Hashable, CustomStringConvertible {
     /// tied to a record, so a record that seems absent may have been there.
     public let hidesRecords: Bool
 
-    /// Whether the damage is only in an old version that a newer one replaced: nothing is lost,
-    /// and the next compaction drops the damaged bytes.
-    let isSuperseded: Bool
+    /// Whether the damage is only in an old version that a newer one replaced (the item was
+    /// written again, which repairs it): nothing is lost, reads are unaffected, and the next
+    /// compaction drops the damaged bytes. ``FileVault/verify()`` lists such damage; the vault
+    /// counts as intact when all its damage is superseded.
+    public let isSuperseded: Bool
 
     init(file: String, offset: Int, recordID: String?, key: ItemKey?, reason: String, hidesRecords: Bool = false,
          isSuperseded: Bool = false) {

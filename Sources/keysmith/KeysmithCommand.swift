@@ -16,7 +16,7 @@ struct KeysmithCommand: ParsableCommand {
 
             Exit codes: 0 success, 1 other failure, 2 not found, 3 denied or not granted, \
             4 authentication failed, 5 store unavailable or locked, 6 corrupt data, \
-            7 already exists, 64 usage error.
+            7 already exists, 8 changed by another writer (retry), 64 usage error or bad input.
             """,
         version: "0.1.0",
         subcommands: [Init.self, Secret.self, Token.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self, Walkthrough.self]
@@ -49,7 +49,8 @@ struct KeysmithCommand: ParsableCommand {
         case .storeLocked, .storeUnavailable, .timedOut: 5
         case .corruptData: 6
         case .duplicateItem: 7
-        case .invalidArgument, .invalidScope, .malformedData: 64
+        case .writeConflict: 8
+        case .invalidArgument, .invalidScope, .malformedData, .limitExceeded: 64
         default: 1
         }
     }

@@ -20,7 +20,13 @@ extension KeysmithCommand.Secret {
         static let configuration = CommandConfiguration(
             commandName: "set",
             abstract: "Store a secret read from standard input (or typed at a prompt), creating or replacing the item.",
-            discussion: "One trailing newline is removed from standard input unless --keep-newline is given."
+            discussion: """
+                One trailing newline is removed from standard input unless --keep-newline is given. An empty \
+                secret is refused unless --allow-empty is given, so that a failed pipeline (`false | keysmith \
+                secret set …`) never replaces a real secret. Replacing keeps the label and comment unless \
+                given again (an empty --label "" clears it). Writing an item whose record is damaged \
+                replaces it: that is how a damaged item is repaired.
+                """
         )
 
         @OptionGroup var store: StoreOptions
@@ -38,20 +44,19 @@ extension KeysmithCommand.Secret {
         @Flag(name: .customLong("keep-newline"), help: "Keep a trailing newline read from standard input.")
         var keepNewline = false
 
+        @Flag(name: .customLong("allow-empty"), help: "Store an empty secret (refused otherwise).")
+        var allowEmpty = false
+
         func run() throws {
             var secret = try readSecret()
             defer { cleanse(&secret) }
-            let vault = try store.openStore()
-            var attributes = ItemAttributes(key: item.key, label: label, comment: comment)
-            if !new, let existing = try vault.read(item.key) {
-                // Replacing keeps the metadata not given again.
-                attributes.label = label ?? existing.attributes.label
-                attributes.comment = comment ?? existing.attributes.comment
-                attributes.itemDescription = existing.attributes.itemDescription
-                attributes.creator = existing.attributes.creator
-                attributes.type = existing.attributes.type
-                attributes.generic = existing.attributes.generic
+            guard !secret.isEmpty || allowEmpty else {
+                throw KeysmithError.invalidArgument(
+                    "the secret is empty (standard input was empty); nothing was stored. Give --allow-empty to store an empty secret")
             }
+            let vault = try store.openStore()
+            // The store keeps the metadata not given again (the update rule).
+            let attributes = ItemAttributes(key: item.key, label: label, comment: comment)
             let operation: StoreOperation = new ? .create(attributes, secret: Data(secret)) : .upsert(attributes, secret: Data(secret))
             try vault.perform([operation])
         }
@@ -136,10 +141,13 @@ extension KeysmithCommand.Secret {
         @Flag(help: "Print JSON lines, one object per item.")
         var json = false
 
+        @Flag(help: "Also list Keysmith's own records (tokens, the audit log), marked as such; never their contents.")
+        var all = false
+
         func run() throws {
             let vault = try store.openStore()
-            let items = try vault.search(ItemQuery(service: service, account: account, server: server))
-                .sorted { $0.key.description < $1.key.description }
+            let query = ItemQuery(service: service, account: account, server: server, namespace: all ? .any : .user)
+            let items = try vault.search(query).sorted { $0.key.description < $1.key.description }
             if json {
                 for info in items { print(try jsonLine(ItemJSON(info))) }
                 return
@@ -149,7 +157,7 @@ extension KeysmithCommand.Secret {
                 return
             }
             for info in items {
-                var line = info.key.description
+                var line = info.key.namespace == .keysmith ? "[keysmith] " + info.key.description : info.key.description
                 if let label = info.attributes.label { line += "  label \"\(label)\"" }
                 line += "  modified \(iso8601(info.modified))"
                 print(line)
@@ -170,6 +178,8 @@ struct ItemJSON: Codable {
     var authType: String?
     var securityDomain: String?
     var path: String?
+    /// Set for Keysmith's own records (`secret list --all`): their record type.
+    var recordType: String?
     var label: String?
     var comment: String?
     var description: String?
@@ -191,6 +201,9 @@ struct ItemJSON: Codable {
             authType = key.authenticationType.rawValue
             securityDomain = key.securityDomain
             path = key.path
+        case .keysmithRecord(let key):
+            service = key.service
+            recordType = key.recordType.rawValue
         }
         label = attributes.label
         comment = attributes.comment
@@ -204,6 +217,10 @@ struct ItemJSON: Codable {
     ///
     /// - Throws: ``KeysmithError/Code/invalidArgument`` saying which field is missing or unknown.
     func key() throws -> ItemKey {
+        if recordType != nil || kind == ItemKind.keysmithRecord.rawValue {
+            throw KeysmithError.invalidArgument(
+                "Keysmith's own records (tokens, the audit log) cannot be written as secrets; use `keysmith token …`")
+        }
         guard let account else { throw KeysmithError.invalidArgument("\"account\" is missing") }
         if let service { return .genericPassword(service: service, account: account) }
         guard let server else { throw KeysmithError.invalidArgument("give \"service\" or \"server\"") }

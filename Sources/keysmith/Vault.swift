@@ -19,7 +19,11 @@ extension KeysmithCommand.Vault {
     struct Verify: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Check every file of the vault and list any damage.",
-            discussion: "Exit code 0 when the vault is intact, 6 when something is damaged."
+            discussion: """
+                Exit code 0 when the vault is intact, 6 when something is damaged. Damage in an old version \
+                of a record that was written again since (repaired) is listed as superseded and does not \
+                count: the vault is intact, and the next compaction drops those bytes.
+                """
         )
 
         @OptionGroup var store: StoreOptions
@@ -31,19 +35,24 @@ extension KeysmithCommand.Vault {
             let vault = try store.openVault()
             let damage = try vault.verify()
             let items = try vault.statistics.items
+            let open = damage.filter { !$0.isSuperseded }
             if json {
-                struct Problem: Encodable { var file: String; var offset: Int; var record: String?; var item: String?; var reason: String }
+                struct Problem: Encodable {
+                    var file: String; var offset: Int; var record: String?; var item: String?; var reason: String; var superseded: Bool
+                }
                 for problem in damage {
                     print(try jsonLine(Problem(file: problem.file, offset: problem.offset, record: problem.recordID,
-                                               item: problem.key?.description, reason: problem.reason)))
+                                               item: problem.key?.description, reason: problem.reason,
+                                               superseded: problem.isSuperseded)))
                 }
-            } else if damage.isEmpty {
+            } else if open.isEmpty {
                 print("The vault at \(vault.path) is intact: \(items) item(s).")
+                for problem in damage { print("superseded (repaired): \(problem)") }
             } else {
-                for problem in damage { print(problem) }
+                for problem in damage { print(problem.isSuperseded ? "superseded (repaired): \(problem)" : "\(problem)") }
             }
-            if !damage.isEmpty {
-                throw CommandFailure(message: "the vault has \(damage.count) problem(s)", exitCode: ExitCode(6))
+            if !open.isEmpty {
+                throw CommandFailure(message: "the vault has \(open.count) problem(s)", exitCode: ExitCode(6))
             }
         }
     }

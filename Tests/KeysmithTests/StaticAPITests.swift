@@ -4,10 +4,14 @@ import Testing
 
 @Suite("static API", .serialized)
 struct StaticAPITests {
-    @Test("save, load, update and delete in one line each, against an explicit store")
+    @Test("create, load, update and delete in one line each, against an explicit store")
     func oneLiners() throws {
         let store = MemoryStore()
-        try Keysmith.save(Data("one".utf8), forAccount: "bob", inService: "mail", in: store)
+        try Keysmith.create(Data("one".utf8), forAccount: "bob", inService: "mail", in: store)
+        let duplicate = #expect(throws: KeysmithError.self) {
+            try Keysmith.create(Data("again".utf8), forAccount: "bob", inService: "mail", in: store)
+        }
+        #expect(duplicate?.code == .duplicateItem)
         #expect(try Keysmith.load(forAccount: "bob", inService: "mail", from: store) == Data("one".utf8))
         try Keysmith.update(Data("two".utf8), forAccount: "bob", inService: "mail", in: store)
         #expect(try Keysmith.load(forAccount: "bob", inService: "mail", from: store) == Data("two".utf8))
@@ -29,18 +33,31 @@ struct StaticAPITests {
         #expect(record.info.modified.timeIntervalSince(record.info.created) == 60)
     }
 
-    @Test("set creates or replaces")
+    @Test("set creates or replaces, keeping the metadata; the deprecated save does the same as set")
     func setUpserts() throws {
         let store = MemoryStore()
+        let key = ItemKey.genericPassword(service: "s", account: "a")
         try Keysmith.set(Data("1".utf8), forAccount: "a", inService: "s", in: store)
+        try store.update(ItemAttributes(key: key, label: "L", isInvisible: true), secret: Data("1".utf8))
         try Keysmith.set(Data("2".utf8), forAccount: "a", inService: "s", in: store)
         #expect(try Keysmith.load(forAccount: "a", inService: "s", from: store) == Data("2".utf8))
+        #expect(try store.read(key)?.attributes.label == "L")
+        #expect(try store.read(key)?.attributes.isInvisible == true)
+        try deprecatedSave(Data("3".utf8), store)
+        try deprecatedSave(Data("4".utf8), store)  // a second save replaces, as the guide always said
+        #expect(try Keysmith.load(forAccount: "a", inService: "s", from: store) == Data("4".utf8))
+        #expect(try store.read(key)?.attributes.label == "L")
+    }
+
+    @available(*, deprecated)
+    private func deprecatedSave(_ secret: Data, _ store: MemoryStore) throws {
+        try Keysmith.save(secret, forAccount: "a", inService: "s", in: store)
     }
 
     @Test("a Codable value saved by the static API loads back")
     func codable() throws {
         let store = MemoryStore()
-        try Keysmith.save(["k": 1, "j": 2], forAccount: "a", inService: "s", in: store)
+        try Keysmith.set(["k": 1, "j": 2], forAccount: "a", inService: "s", in: store)
         #expect(try Keysmith.load([String: Int].self, forAccount: "a", inService: "s", from: store) == ["k": 1, "j": 2])
         #expect(try Keysmith.load([String: Int].self, forAccount: "b", inService: "s", from: store) == nil)
     }
@@ -60,7 +77,7 @@ struct StaticAPITests {
             opened.increment()
             return store
         }
-        try Keysmith.save(Data("x".utf8), forAccount: "a", inService: "s")
+        try Keysmith.set(Data("x".utf8), forAccount: "a", inService: "s")
         #expect(try Keysmith.load(forAccount: "a", inService: "s") == Data("x".utf8))
         #expect(try store.read(.genericPassword(service: "s", account: "a")) != nil)
         #expect(opened.value == 1)

@@ -50,11 +50,13 @@ struct TokenKeeperTests {
             let reopened = try FileVault.open(at: vault.path, credential: .key([UInt8](repeating: 3, count: 32)))
             #expect(try TokenKeeper(store: reopened).token(service: "news", account: "bob") == token)
         }
-        // Through the capability protocols, as any item.
-        let item = StoredToken(store: store, service: "news", account: "bob", token: token)
-        let read = try #require(try item.readFromSecureStore())
-        #expect(read.type == "oauth-token")
+        // A Keysmith record in the reserved namespace, not a generic password.
+        let item = StoredToken(service: "news", account: "bob", token: token)
+        let read = try #require(try store.read(item.key))
+        #expect(read.key.namespace == .keysmith)
         #expect(try OAuthToken(storedSecret: read.secret) == token)
+        #expect(try store.read(.genericPassword(service: "news", account: "bob")) == nil)
+        #expect(try store.search(ItemQuery()).isEmpty)
         let notAToken = #expect(throws: KeysmithError.self) { try OAuthToken(storedSecret: Data("{}".utf8)) }
         #expect(notAToken?.code == .corruptData)
     }
@@ -108,7 +110,9 @@ struct TokenKeeperTests {
         try keeper.revoke(["posts:write"], service: "news", account: "bob", reason: "again")
         #expect(try keeper.auditEntries().count == 4)
 
-        func entryKey(_ n: Int) -> ItemKey { .genericPassword(service: "keysmith.audit", account: String(format: "%012d", n)) }
+        func entryKey(_ n: Int) -> ItemKey {
+            .keysmithRecord(KeysmithRecordKey(recordType: .auditEntry, service: "audit", account: String(format: "%012d", n)))
+        }
 
         // Edited: change the detail of entry 2 in place.
         let original2 = try #require(try store.read(entryKey(2)))

@@ -202,7 +202,7 @@ struct TokenModelTests {
         _ = try token.revoke("posts:write", reason: "r 🔑", at: t0 + 5)
         token.dataAccessExpiresAt = t0 + 1e6
         token.refreshedAt = t0 + 7
-        let item = StoredToken(store: MemoryStore(), service: "s", account: "a", token: token)
+        let item = StoredToken(service: "s", account: "a", token: token)
         let decoded = try OAuthToken(storedSecret: item.secret)
         #expect(decoded.scopes == token.scopes)
         #expect(decoded.issuedAt == token.issuedAt)

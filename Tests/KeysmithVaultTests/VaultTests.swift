@@ -16,7 +16,7 @@ struct VaultTests {
 
         let reopened = try FileVault.open(at: directory.path, credential: .passphrase("pw"))
         let record = try #require(try reopened.read(genericKey("bob")))
-        #expect(record.attributes == attributes)
+        #expect(record.attributes == attributes.merged(over: nil))
         #expect(record.secret == Data("secret-one".utf8))
         #expect(try reopened.read(genericKey("gone")) == nil)
         #expect(try reopened.search(ItemQuery()).count == 1)

@@ -14,34 +14,63 @@ package enum ResolvedWrite: Sendable {
     }
 }
 
+/// What a key holds when a batch starts, as the store sees it.
+package enum ExistingItem: Sendable {
+    /// Nothing.
+    case absent
+    /// An intact item.
+    case present(ItemInfo)
+    /// A record the store cannot read (damaged): it exists, but its metadata are unknown. An
+    /// update, upsert or delete replaces it (repair); a create is refused.
+    case damaged
+}
+
 /// Checks a batch of operations against a store's current state and works out its net effect.
 ///
 /// Every store applies batches the same way through this one function, so that duplicate,
-/// not-found and validation rules cannot drift apart between stores.
+/// not-found, version, limit, validation and update rules cannot drift apart between stores.
 ///
 /// - Parameters:
 ///   - operations: The batch, in order.
 ///   - now: The time to stamp on created and modified dates.
-///   - currentCreationDate: The creation date of the item a key holds now, or `nil` if none.
+///   - version: The version every record the batch writes gets.
+///   - limits: The store's limits; `store` names the store in their errors.
+///   - existing: What a key holds now.
 /// - Returns: One write per key touched, in the order keys first appear; a key created and
 ///   deleted within the batch appears not at all.
 /// - Throws: The first operation's error that cannot be applied; nothing is applied then.
 package func resolveBatch(
-    _ operations: [StoreOperation], now: Date,
-    currentCreationDate: (ItemKey) throws -> Date?
+    _ operations: [StoreOperation], now: Date, version: ItemVersion, limits: StoreLimits, store: String,
+    existing: (ItemKey) throws -> ExistingItem
 ) throws -> [ResolvedWrite] {
     // One slot per key touched, in the order keys first appear: one hash lookup per operation.
     struct Slot {
-        var key: ItemKey
         var existedBefore: Bool
-        /// The creation date the key holds at this point of the batch; nil when it is empty.
-        var created: Date?
+        /// What the key holds at this point of the batch.
+        var current: ExistingItem
         var final: ResolvedWrite?
     }
     var slots: [Slot] = []
     var index: [ItemKey: Int] = [:]
     slots.reserveCapacity(operations.count)
     index.reserveCapacity(operations.count)
+
+    func put(_ attributes: ItemAttributes, over current: ExistingItem, secret: Data, created: Date?) throws -> SecureRecord {
+        var old: ItemAttributes?
+        if case .present(let info) = current { old = info.attributes }
+        let info = ItemInfo(attributes: attributes.merged(over: old), created: created ?? now, modified: now, version: version)
+        let record = SecureRecord(info: info, secret: secret)
+        try limits.check(record, in: store)
+        return record
+    }
+    func check(_ expected: ItemVersion?, against current: ExistingItem, key: ItemKey) throws {
+        guard let expected else { return }
+        switch current {
+        case .present(let info) where info.version == expected: return
+        case .absent: throw KeysmithError.itemNotFound(key)
+        default: throw KeysmithError.writeConflict(key)
+        }
+    }
 
     for operation in operations {
         let key = operation.key
@@ -50,37 +79,49 @@ package func resolveBatch(
         if let known = index[key] {
             slotIndex = known
         } else {
-            let date = try currentCreationDate(key)
+            let state = try existing(key)
+            let existed: Bool
+            if case .absent = state { existed = false } else { existed = true }
             slotIndex = slots.count
-            slots.append(Slot(key: key, existedBefore: date != nil, created: date, final: nil))
+            slots.append(Slot(existedBefore: existed, current: state, final: nil))
             index[key] = slotIndex
         }
+        let current = slots[slotIndex].current
+        var createdBefore: Date?
+        if case .present(let info) = current { createdBefore = info.created }
+        let record: SecureRecord?
         switch operation {
         case .create(let attributes, let secret):
             try attributes.validate()
-            if slots[slotIndex].created != nil { throw KeysmithError.duplicateItem(key) }
-            let info = ItemInfo(attributes: attributes, created: now, modified: now)
-            slots[slotIndex].final = .put(SecureRecord(info: info, secret: secret))
-            slots[slotIndex].created = now
-        case .update(let attributes, let secret):
+            if case .absent = current {} else { throw KeysmithError.duplicateItem(key) }
+            record = try put(attributes, over: current, secret: secret, created: nil)
+        case .update(let attributes, let secret, let expected):
             try attributes.validate()
-            guard let since = slots[slotIndex].created else { throw KeysmithError.itemNotFound(key) }
-            let info = ItemInfo(attributes: attributes, created: since, modified: now)
-            slots[slotIndex].final = .put(SecureRecord(info: info, secret: secret))
+            if case .absent = current { throw KeysmithError.itemNotFound(key) }
+            try check(expected, against: current, key: key)
+            record = try put(attributes, over: current, secret: secret, created: createdBefore)
         case .upsert(let attributes, let secret):
             try attributes.validate()
-            let since = slots[slotIndex].created ?? now
-            let info = ItemInfo(attributes: attributes, created: since, modified: now)
-            slots[slotIndex].final = .put(SecureRecord(info: info, secret: secret))
-            slots[slotIndex].created = since
-        case .restore(let record):
-            try record.attributes.validate()
+            record = try put(attributes, over: current, secret: secret, created: createdBefore)
+        case .restore(let given):
+            try given.attributes.validate()
+            var info = given.info
+            info.attributes = given.attributes.merged(over: nil)
+            info.version = version
+            let restored = SecureRecord(info: info, secret: given.secret)
+            try limits.check(restored, in: store)
+            record = restored
+        case .delete(_, let expected):
+            if case .absent = current { throw KeysmithError.itemNotFound(key) }
+            try check(expected, against: current, key: key)
+            record = nil
+        }
+        if let record {
             slots[slotIndex].final = .put(record)
-            slots[slotIndex].created = record.info.created
-        case .delete:
-            guard slots[slotIndex].created != nil else { throw KeysmithError.itemNotFound(key) }
+            slots[slotIndex].current = .present(record.info)
+        } else {
             slots[slotIndex].final = .remove(key)
-            slots[slotIndex].created = nil
+            slots[slotIndex].current = .absent
         }
     }
     return slots.compactMap { slot in

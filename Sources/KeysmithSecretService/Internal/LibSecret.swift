@@ -14,31 +14,70 @@ final class GObjectReference: @unchecked Sendable {
     deinit { g_object_unref(gpointer(pointer)) }
 }
 
-/// Turns a GError into a Keysmith error and frees it.
+/// Turns a GError into a Keysmith error and frees it. Errors are told apart by their domain and
+/// code, and a D-Bus error by its name (`org.freedesktop.Secret.Error.IsLocked`), never by the
+/// text of a message; the message is only quoted.
 func takeError(_ error: UnsafeMutablePointer<GError>?, doing what: String, timedOut: Bool) -> KeysmithError {
     guard let error else { return KeysmithError(.storeUnavailable, "the Secret Service failed to \(what) and said nothing") }
     defer { g_error_free(error) }
     let domain = error.pointee.domain, code = error.pointee.code
     let message = error.pointee.message.map { String(cString: $0) } ?? "no message"
-    if domain == CLibSecret_io_error_quark() && code == CLibSecret_io_error_cancelled() && timedOut {
-        return KeysmithError(.timedOut, "the Secret Service did not answer within the timeout while trying to \(what); is its daemon hung?")
+    var remoteName: String?
+    if let name = g_dbus_error_get_remote_error(error) {
+        remoteName = String(cString: name)
+        g_free(name)
     }
-    if domain == CLibSecret_io_error_quark() && code == CLibSecret_io_error_timed_out() {
+    return classifySecretServiceError(
+        SecretServiceErrorKind(domain: domain, code: code, remoteName: remoteName), message: message, doing: what,
+        timedOut: timedOut)
+}
+
+/// What a GError is, without its text: enough to classify it.
+struct SecretServiceErrorKind {
+    var isIO = false, isDBus = false, isSecret = false
+    var code: Int32
+    var remoteName: String?
+
+    init(domain: GQuark, code: Int32, remoteName: String?) {
+        isIO = domain == CLibSecret_io_error_quark()
+        isDBus = domain == CLibSecret_dbus_error_quark()
+        isSecret = domain == CLibSecret_secret_error_quark()
+        self.code = code
+        self.remoteName = remoteName
+    }
+}
+
+/// Maps an error's kind to a Keysmith error.
+func classifySecretServiceError(_ kind: SecretServiceErrorKind, message: String, doing what: String, timedOut: Bool) -> KeysmithError {
+    switch kind.remoteName {
+    case "org.freedesktop.Secret.Error.IsLocked":
+        return KeysmithError(.storeLocked, "the Secret Service collection is locked; unlock it (for example by logging in to the desktop) and try again")
+    case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
+        return KeysmithError(.storeUnavailable, "no Secret Service is running on the D-Bus session bus (start gnome-keyring-daemon or KeePassXC): \(message)")
+    case "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout", "org.freedesktop.DBus.Error.TimedOut":
+        return KeysmithError(.timedOut, "the Secret Service did not answer in time while trying to \(what): \(message)")
+    default: break
+    }
+    if kind.isIO && kind.code == CLibSecret_io_error_cancelled() {
+        return timedOut
+            ? KeysmithError(.timedOut, "the Secret Service did not answer within the timeout while trying to \(what); is its daemon hung?")
+            // Keysmith cancels only at its deadline; any other cancellation is a dismissed prompt.
+            : KeysmithError(.storeLocked, "the Secret Service's unlock prompt was dismissed or could not be shown: \(message)")
+    }
+    if (kind.isIO && kind.code == CLibSecret_io_error_timed_out())
+        || (kind.isDBus && [CLibSecret_dbus_error_no_reply(), CLibSecret_dbus_error_timeout(), CLibSecret_dbus_error_timed_out()].contains(kind.code))
+    {
         return KeysmithError(.timedOut, "the Secret Service did not answer in time while trying to \(what): \(message)")
     }
-    if domain == CLibSecret_secret_error_quark() && code == CLibSecret_secret_error_is_locked() {
+    if kind.isSecret && kind.code == CLibSecret_secret_error_is_locked() {
         return KeysmithError(.storeLocked, "the Secret Service collection is locked; unlock it (for example by logging in to the desktop) and try again")
     }
-    if message.contains("org.freedesktop.DBus.Error.ServiceUnknown") || message.contains("was not provided by any .service files")
-        || message.contains("NameHasNoOwner")
-    {
+    if kind.isDBus && (kind.code == CLibSecret_dbus_error_service_unknown() || kind.code == CLibSecret_dbus_error_name_has_no_owner()) {
         return KeysmithError(.storeUnavailable, "no Secret Service is running on the D-Bus session bus (start gnome-keyring-daemon or KeePassXC): \(message)")
     }
-    if message.contains("Cannot autolaunch") || message.contains("DBUS_SESSION_BUS_ADDRESS") || message.contains("Could not connect") {
-        return KeysmithError(.storeUnavailable, "there is no D-Bus session bus to reach a Secret Service on: \(message)")
-    }
-    if message.lowercased().contains("dismissed") || message.lowercased().contains("prompt") {
-        return KeysmithError(.storeLocked, "the Secret Service's unlock prompt was dismissed or could not be shown: \(message)")
+    if kind.isIO {
+        // Failing to reach the bus itself (no socket, refused, no autolaunch) is an I/O error.
+        return KeysmithError(.storeUnavailable, "cannot reach a Secret Service over the D-Bus session bus while trying to \(what): \(message)")
     }
     return KeysmithError(.storeUnavailable, "the Secret Service failed to \(what): \(message)")
 }

@@ -107,6 +107,8 @@ struct FrameFile {
         var reason: String
         /// Whether the damage runs to the end of the file, so frames after it may be lost.
         var endsFile = false
+        /// Whether only the frame's trailer is damaged: its record verified and was counted as a frame.
+        var inTrailer = false
     }
 
     static func encode(kind: Kind, vaultID: [UInt8], sequence: UInt64, frames: [Frame]) -> [UInt8] {
@@ -190,13 +192,13 @@ struct FrameFile {
             // tag says so), but the file is not.
             return .frame(frame, end: bytes.count, trailerDamage: ParseDamage(
                 offset: trailerStart, recordID: recordID, version: version,
-                reason: "the record's trailer is truncated (the record itself verified)", endsFile: true))
+                reason: "the record's trailer is truncated (the record itself verified)", endsFile: true, inTrailer: true))
         }
         let trailerOK = trailerCRC == CRC32.checksum(bytes[trailerStart..<trailerStart + 40])
             && trailerID == idBytes && trailerVersion == version
         return .frame(frame, end: reader.offset, trailerDamage: trailerOK ? nil : ParseDamage(
             offset: trailerStart, recordID: recordID, version: version,
-            reason: "the record's trailer is damaged (the record itself verified)"))
+            reason: "the record's trailer is damaged (the record itself verified)", inTrailer: true))
     }
 
     private static func nextFrameStart(_ bytes: [UInt8], after offset: Int) -> Int {
@@ -234,6 +236,8 @@ enum RecordCodec {
     private enum Tag: UInt8 {
         case service = 1, account, server, port, internetProtocol, authenticationType, securityDomain, path
         case label, comment, itemDescription, creator, type, generic, secret
+        /// The record type of a Keysmith record (kind 3).
+        case recordType
     }
 
     /// The canonical identity bytes that a record id is the HMAC of.
@@ -254,6 +258,11 @@ enum RecordCodec {
             writer.appendField(internet.securityDomain.utf8)
             writer.appendField(internet.path.utf8)
             writer.appendField(internet.account.utf8)
+        case .keysmithRecord(let record):
+            writer.append(UInt8(3))
+            writer.appendField(record.recordType.rawValue.utf8)
+            writer.appendField(record.service.utf8)
+            writer.appendField(record.account.utf8)
         }
         return writer.bytes
     }
@@ -271,14 +280,19 @@ enum RecordCodec {
         switch attributes.key {
         case .genericPassword: writer.append(UInt8(1))
         case .internetPassword: writer.append(UInt8(2))
+        case .keysmithRecord: writer.append(UInt8(3))
         }
         writer.append(record.info.created.timeIntervalSinceReferenceDate.bitPattern)
         writer.append(record.info.modified.timeIntervalSinceReferenceDate.bitPattern)
-        writer.append(UInt8((attributes.isInvisible ? 1 : 0) | (attributes.isNegative ? 2 : 0)))
+        writer.append(UInt8((attributes.isInvisible == true ? 1 : 0) | (attributes.isNegative == true ? 2 : 0)))
         switch attributes.key {
         case .genericPassword(let service, let account):
             field(.service, service.utf8)
             field(.account, account.utf8)
+        case .keysmithRecord(let key):
+            field(.recordType, key.recordType.rawValue.utf8)
+            field(.service, key.service.utf8)
+            field(.account, key.account.utf8)
         case .internetPassword(let internet):
             field(.account, internet.account.utf8)
             field(.server, internet.server.utf8)
@@ -348,6 +362,12 @@ enum RecordCodec {
                 server: server, port: port, internetProtocol: internetProtocol,
                 authenticationType: authenticationType, securityDomain: strings[.securityDomain] ?? "",
                 path: strings[.path] ?? "", account: account))
+        case 3:
+            guard let service = strings[.service], let recordType = strings[.recordType] else {
+                throw DecodeError(reason: "a Keysmith record without a record type or a service")
+            }
+            key = .keysmithRecord(KeysmithRecordKey(
+                recordType: KeysmithRecordType(rawValue: recordType), service: service, account: account))
         default:
             throw DecodeError(reason: "unknown item kind \(kind)")
         }

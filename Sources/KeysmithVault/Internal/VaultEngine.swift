@@ -192,7 +192,7 @@ struct VaultEngine: ~Copyable {
         let header = FrameFile.parseHeader(bytes, kind: kind)
         // Frames may be missing without a trace (a cut at a frame boundary): the header's count
         // tells. Damage that runs to the end of the file may have swallowed frames too.
-        let found = parsed.frames.count + parsed.damage.filter { $0.recordID != nil && !$0.reason.contains("trailer") }.count
+        let found = parsed.frames.count + parsed.damage.filter { $0.recordID != nil && !$0.inTrailer }.count
         if let header, found < header.count {
             fileDamage.append(VaultDamage(
                 file: name, offset: bytes.count, recordID: nil, key: nil,
@@ -269,9 +269,10 @@ struct VaultEngine: ~Copyable {
             if let key = keyByID.removeValue(forKey: frame.recordID) { entries[key] = nil }
             supersedeDamage(of: frame.recordID)
         case .put:
-            let record: SecureRecord
+            var record: SecureRecord
             do {
                 record = try RecordCodec.decode(plaintext, withSecret: false)
+                record.info.version = Self.version(of: frame)
             } catch let error as RecordCodec.DecodeError {
                 markDamaged(frame.recordID, version: frame.version, file: file, offset: offset,
                             reason: "the record authenticated but does not decode: \(error.reason)")
@@ -371,13 +372,19 @@ struct VaultEngine: ~Copyable {
                 associatedData: entry.frame.associatedData(vaultID: vaultID))
         }
         defer { cleanse(&plaintext) }
-        let record: SecureRecord
+        var record: SecureRecord
         do {
             record = try RecordCodec.decode(plaintext, withSecret: true)
         } catch {
             throw KeysmithError(.corruptData, "\(key) in \(entry.file) does not decode")
         }
+        record.info.version = entry.info.version
         return record
+    }
+
+    /// A record's version: the commit that last wrote it. Compaction and rekey keep it.
+    static func version(of frame: Frame) -> ItemVersion {
+        ItemVersion(rawValue: "c" + String(frame.version))
     }
 
     static func damagedError(_ key: ItemKey, _ damage: VaultDamage) -> KeysmithError {
@@ -396,12 +403,15 @@ struct VaultEngine: ~Copyable {
     /// Seals a batch's net effect into one log file and commits it durably. The caller holds the flock.
     mutating func commit(_ operations: [StoreOperation]) throws {
         let now = clock()
-        let writes = try resolveBatch(operations, now: now) { key in
-            if let entry = entries[key] { return entry.info.created }
-            return damage(for: key) != nil ? now : nil
+        let sequence = lastSequence + 1
+        let writes = try resolveBatch(
+            operations, now: now, version: ItemVersion(rawValue: "c" + String(sequence)), limits: StoreLimits.standard,
+            store: "the file vault"
+        ) { key in
+            if let entry = entries[key] { return .present(entry.info) }
+            return damage(for: key) != nil ? .damaged : .absent
         }
         guard !writes.isEmpty else { return }
-        let sequence = lastSequence + 1
         guard let dataKey = dataKeys[currentEpoch] else {
             throw KeysmithError(.corruptData, "the vault's current data key is missing from its header")
         }
