@@ -49,6 +49,10 @@ let package = Package(
 
         .target(name: "KeysmithSecretService", dependencies: ["Keysmith", "CLibSecret", "KeysmithSystem"]),
 
+        // A process that races others on one store, for the conformance suite (not a product).
+        .executableTarget(
+            name: "store-race", dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithTokens"]),
+
         // The choice of store: vault, Secret Service or auto.
         .target(name: "KeysmithStores", dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithSystem"]),
 
@@ -82,7 +86,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KeysmithConformanceTests",
-            dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithStores"]
+            dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithStores", "KeysmithTokens", "store-race"]
         ),
         .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService"]),
         .testTarget(
