@@ -37,6 +37,24 @@ public final class SecretServiceStore: SecureStore {
     private let clock: @Sendable () -> Date
     private let state: Mutex<Connection>
     private let writerLock: WriterLock
+    private let faults = Mutex(FaultPlan())
+
+    /// Failures to inject, for the tests of rollback (the real service fails rarely on cue).
+    package struct FaultPlan: Sendable {
+        /// Fail the write with this index (0-based) within the next batch.
+        package var failWrite: Int?
+        /// Fail every rollback write of that batch too.
+        package var failRollback = false
+        package init(failWrite: Int? = nil, failRollback: Bool = false) {
+            self.failWrite = failWrite
+            self.failRollback = failRollback
+        }
+    }
+
+    /// Makes the next batch fail as planned (tests only).
+    package func injectFaults(_ plan: FaultPlan) {
+        faults.withLock { $0 = plan }
+    }
 
     private struct Connection: @unchecked Sendable {
         // GObject references, used only under the mutex.
@@ -179,8 +197,13 @@ public final class SecretServiceStore: SecureStore {
             return .present(existing.info)
         }
         var applied: [ResolvedWrite] = []
+        let plan = faults.withLock { plan in
+            defer { plan = FaultPlan() }
+            return plan
+        }
         do {
-            for write in writes {
+            for (index, write) in writes.enumerated() {
+                if plan.failWrite == index { throw KeysmithError(.storeUnavailable, "a write failed (injected fault)") }
                 try apply(write, replacing: found[write.key], in: connection)
                 applied.append(write)
             }
@@ -190,6 +213,7 @@ public final class SecretServiceStore: SecureStore {
             var rollbackErrors: [KeysmithError] = []
             for write in applied.reversed() {
                 do {
+                    if plan.failRollback { throw KeysmithError(.storeUnavailable, "a rollback write failed (injected fault)") }
                     if let previous = before[write.key] {
                         try apply(.put(previous), in: connection)
                     } else {

@@ -23,7 +23,12 @@ public enum StoreChoice: String, Sendable, CaseIterable {
 
     /// The choice named by `KEYSMITH_BACKEND`, else the config file, else ``vault``.
     ///
-    /// - Throws: ``KeysmithError/Code/invalidArgument`` naming the bad value and where it came from.
+    /// The config file holds `key = value` lines, blank lines and `#` comments; `backend` is the
+    /// one key. A config file that exists but cannot be read, or holds anything else, is an error,
+    /// never silently ignored.
+    ///
+    /// - Throws: ``KeysmithError/Code/invalidArgument`` naming the bad value or line and where it
+    ///   came from; ``KeysmithError/Code/ioFailure`` when the config file exists but cannot be read.
     public static func fromEnvironment() throws -> StoreChoice {
         if let value = System.environment("KEYSMITH_BACKEND"), !value.isEmpty {
             return try parse(value, source: "KEYSMITH_BACKEND")
@@ -31,13 +36,28 @@ public enum StoreChoice: String, Sendable, CaseIterable {
         let base = System.environment("XDG_CONFIG_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil }
             ?? ((System.environment("HOME") ?? "") + "/.config")
         let path = base + "/keysmith/config"
-        if let bytes = try? System.readFile(path) {
-            for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
-                let parts = line.split(separator: "=", maxSplits: 1).map { String($0.filter { $0 != " " && $0 != "\t" }) }
-                if parts.count == 2, parts[0] == "backend" { return try parse(parts[1], source: path) }
-            }
+        let bytes: [UInt8]?
+        do {
+            bytes = try System.readFile(path)
+        } catch let error as SystemError {
+            throw KeysmithError(.ioFailure, "cannot read the config file \(path) (\(error)); fix it or remove it")
         }
-        return .vault
+        guard let bytes else { return .vault }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw KeysmithError.invalidArgument("the config file \(path) is not UTF-8 text")
+        }
+        var choice = StoreChoice.vault
+        for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let trimmed = line.filter { $0 != " " && $0 != "\t" && $0 != "\r" }
+            if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
+            let parts = trimmed.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+            guard parts.count == 2, parts[0] == "backend" else {
+                throw KeysmithError.invalidArgument(
+                    "the config file \(path), line \(number + 1): expected `backend = vault|secret-service|auto`")
+            }
+            choice = try parse(parts[1], source: "\(path), line \(number + 1),")
+        }
+        return choice
     }
 
     /// Parses `vault`, `secret-service` or `auto`.

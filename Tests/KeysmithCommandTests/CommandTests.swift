@@ -276,9 +276,20 @@ struct StoreChoiceCommandTests {
         keysmith.environment["XDG_CONFIG_HOME"] = keysmith.directory + "/config"
         let bad = try keysmith.run(["backend"])
         #expect(bad.status == 64)
-        #expect(bad.stderr.contains(config + "/config says \"bogus\""))
+        #expect(bad.stderr.contains(config + "/config, line 2, says \"bogus\""))
         try "backend = vault\n".write(toFile: config + "/config", atomically: true, encoding: .utf8)
         #expect(try keysmith.run(["backend"]).stdout.hasPrefix("vault:"))
+        // A line that is not a setting, and a config file that cannot be read, are errors, not ignored.
+        try "backend = vault\nbakend = auto\n".write(toFile: config + "/config", atomically: true, encoding: .utf8)
+        let typo = try keysmith.run(["secret", "list"])
+        #expect(typo.status == 64, "\(typo.output)")
+        #expect(typo.stderr.contains("line 2"))
+        try FileManager.default.removeItem(atPath: config + "/config")
+        try FileManager.default.createDirectory(atPath: config + "/config", withIntermediateDirectories: false)
+        let unreadable = try keysmith.run(["secret", "list"])
+        #expect(unreadable.status == 1, "\(unreadable.output)")
+        #expect(unreadable.stderr.contains("cannot read the config file"))
+        try FileManager.default.removeItem(atPath: config + "/config")
         let fromEnvironment = try keysmith.run(["backend"], environment: ["KEYSMITH_BACKEND": "nonsense"])
         #expect(fromEnvironment.stderr.contains("KEYSMITH_BACKEND says \"nonsense\""))
         // auto with no D-Bus session at all falls back to the vault and says why.
