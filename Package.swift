@@ -15,6 +15,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         // C libraries: a module map and a shim header each. All unsafe calls into them stay in
@@ -41,13 +42,15 @@ let package = Package(
         // Backends.
         .target(
             name: "KeysmithVault",
-            dependencies: ["Keysmith", "KeysmithCrypto", "KeysmithSystem"]
+            dependencies: ["Keysmith", "KeysmithCrypto", "KeysmithSystem", .product(name: "Logging", package: "swift-log")]
         ),
 
         // A writer process for the vault's crash and concurrency tests (not a product).
         .executableTarget(name: "vault-stress", dependencies: ["Keysmith", "KeysmithVault", "KeysmithTokens"]),
 
-        .target(name: "KeysmithSecretService", dependencies: ["Keysmith", "CLibSecret", "KeysmithSystem"]),
+        .target(
+            name: "KeysmithSecretService",
+            dependencies: ["Keysmith", "CLibSecret", "KeysmithSystem", .product(name: "Logging", package: "swift-log")]),
 
         // A process that races others on one store, for the conformance suite (not a product).
         .executableTarget(
@@ -68,6 +71,7 @@ let package = Package(
             dependencies: [
                 "Keysmith", "KeysmithVault", "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithCrypto", "KeysmithSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
 
@@ -82,7 +86,10 @@ let package = Package(
         ),
         .testTarget(
             name: "KeysmithVaultTests",
-            dependencies: ["KeysmithVault", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem", "vault-stress"]
+            dependencies: [
+                "KeysmithVault", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem", "vault-stress",
+                .product(name: "InMemoryLogging", package: "swift-log"),
+            ]
         ),
         .testTarget(
             name: "KeysmithConformanceTests",

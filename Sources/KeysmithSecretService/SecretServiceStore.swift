@@ -1,4 +1,5 @@
 public import Keysmith
+public import Logging
 import KeysmithSystem
 import Synchronization
 
@@ -38,6 +39,9 @@ public final class SecretServiceStore: SecureStore {
     private let state: Mutex<Connection>
     private let writerLock: WriterLock
     private let faults = Mutex(FaultPlan())
+    /// Where the store reports what it does: batches at `debug`, a failed rollback at `error`.
+    /// Messages never contain a secret, and name items only at `trace`.
+    public let logger: Logger
 
     /// Failures to inject, for the tests of rollback (the real service fails rarely on cue).
     package struct FaultPlan: Sendable {
@@ -86,12 +90,13 @@ public final class SecretServiceStore: SecureStore {
     ///   - namespace: Only items of this namespace (see ``namespace``); all Keysmith-shaped items if `nil`.
     ///   - timeout: The deadline of every call; 5 seconds if omitted.
     ///   - clock: The source of created and modified dates.
+    ///   - logger: Where to report what the store does (label `keysmith.secret-service` if omitted).
     /// - Throws: ``KeysmithError/Code/storeUnavailable`` when there is no D-Bus session, no
     ///   Secret Service on it, or no such collection; ``KeysmithError/Code/storeLocked`` when the
     ///   collection is locked; ``KeysmithError/Code/timedOut`` when the service does not answer.
     public init(
         collection: String = "default", namespace: String? = nil, timeout: Duration = .seconds(5),
-        clock: @escaping @Sendable () -> Date = { Date() }
+        clock: @escaping @Sendable () -> Date = { Date() }, logger: Logger = Logger(label: "keysmith.secret-service")
     ) throws {
         try Self.checkSessionBus()
         let service = try LibSecret.connect(timeout: timeout)
@@ -105,6 +110,7 @@ public final class SecretServiceStore: SecureStore {
         self.clock = clock
         self.state = Mutex(Connection(service: service, collection: opened))
         self.writerLock = try WriterLock.forSecretService()
+        self.logger = logger
     }
 
     /// Whether a Secret Service answers on this session within `timeout`.
@@ -224,7 +230,11 @@ public final class SecretServiceStore: SecureStore {
                     rollbackErrors.append(rollbackError)
                 }
             }
+            logger.warning("a batch failed midway and was rolled back", metadata: [
+                "writes": "\(writes.count)", "applied": "\(applied.count)", "leftChanged": "\(leftChanged.count)",
+            ])
             guard leftChanged.isEmpty else {
+                logger.error("a rollback failed: changes are left applied", metadata: ["leftChanged": "\(leftChanged.count)"])
                 throw KeysmithError(
                     .partiallyApplied,
                     "a batch failed in \(storeDescription) (\(error)) and \(leftChanged.count) of its changes could not be put back: "
@@ -233,6 +243,7 @@ public final class SecretServiceStore: SecureStore {
             }
             throw error
         }
+        logger.debug("applied a batch", metadata: ["writes": "\(writes.count)"])
     }
 
     /// A fresh version tag: 16 random bytes as hex.

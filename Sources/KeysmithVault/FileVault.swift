@@ -1,4 +1,5 @@
 public import Keysmith
+public import Logging
 import KeysmithCrypto
 import KeysmithSystem
 internal import Synchronization
@@ -25,11 +26,19 @@ public final class FileVault: SecureStore {
     /// The vault's directory.
     public let path: String
     private let engine: Mutex<VaultEngine>
+    /// Where the vault reports what it does: commits and compactions at `debug`, damage at
+    /// `warning`. Messages never contain a secret, and name items only at `trace`.
+    public let logger: Logger
 
-    private init(path: String, engine: consuming VaultEngine) {
+    private init(path: String, engine: consuming VaultEngine, logger: Logger) {
         self.path = path
         self.engine = Mutex(engine)
+        self.logger = logger
     }
+
+    /// The logger a vault uses when given none: label `keysmith.vault`, through the process's
+    /// `LoggingSystem`.
+    public static func defaultLogger() -> Logger { Logger(label: "keysmith.vault") }
 
     // MARK: Creating and opening
 
@@ -61,12 +70,13 @@ public final class FileVault: SecureStore {
     ///   - credential: What will unlock it.
     ///   - scrypt: scrypt's cost for a passphrase; ignored for a keyfile.
     ///   - clock: The source of created and modified dates; the system clock if omitted.
+    ///   - logger: Where the vault reports what it does (``defaultLogger()`` if omitted).
     /// - Returns: The open vault.
     /// - Throws: ``KeysmithError/Code/duplicateItem`` if a vault or other files are already
     ///   there; ``KeysmithError/Code/ioFailure`` if the directory cannot be made.
     public static func create(
         at path: String, credential: VaultCredential, scrypt: ScryptParameters = .default,
-        clock: @escaping @Sendable () -> Date = { Date() }
+        clock: @escaping @Sendable () -> Date = { Date() }, logger: Logger = FileVault.defaultLogger()
     ) throws -> FileVault {
         let paths = VaultPaths(root: path)
         try io {
@@ -92,7 +102,8 @@ public final class FileVault: SecureStore {
             dataKeys: [try vaultCrypto { try VaultHeader.wrap(dataKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.data, epoch: 1) }])
         try HeaderStore.write(header, paths)
         let unlocked = UnlockedHeader(header: header, kek: kek, idKey: idKey, dataKeys: [1: dataKey])
-        return try open(paths: paths, unlocked: unlocked, clock: clock)
+        logger.debug("created a vault", metadata: ["path": "\(path)"])
+        return try open(paths: paths, unlocked: unlocked, clock: clock, logger: logger)
     }
 
     /// Opens and unlocks an existing vault.
@@ -101,6 +112,7 @@ public final class FileVault: SecureStore {
     ///   - path: The vault's directory.
     ///   - credential: Its passphrase or keyfile.
     ///   - clock: The source of created and modified dates; the system clock if omitted.
+    ///   - logger: Where the vault reports what it does (``defaultLogger()`` if omitted).
     /// - Returns: The open vault. Damaged records do not stop it from opening; reads of them
     ///   throw, and ``verify()`` lists them.
     /// - Throws: ``KeysmithError/Code/storeUnavailable`` if there is no vault there;
@@ -108,7 +120,8 @@ public final class FileVault: SecureStore {
     ///   ``KeysmithError/Code/corruptData`` if both copies of the header are damaged or the
     ///   header belongs to another vault's records.
     public static func open(
-        at path: String, credential: VaultCredential, clock: @escaping @Sendable () -> Date = { Date() }
+        at path: String, credential: VaultCredential, clock: @escaping @Sendable () -> Date = { Date() },
+        logger: Logger = FileVault.defaultLogger()
     ) throws -> FileVault {
         let paths = VaultPaths(root: path)
         guard let status = try io({ try System.status(path) }), status.isDirectory else {
@@ -130,10 +143,12 @@ public final class FileVault: SecureStore {
             _ = try HeaderStore.read(paths)  // throws the precise "no header" / "damaged" error
             throw KeysmithError(.corruptData, "the vault header cannot be read")
         }
-        return try open(paths: paths, unlocked: unlocked, clock: clock)
+        return try open(paths: paths, unlocked: unlocked, clock: clock, logger: logger)
     }
 
-    private static func open(paths: VaultPaths, unlocked: UnlockedHeader, clock: @escaping @Sendable () -> Date) throws -> FileVault {
+    private static func open(
+        paths: VaultPaths, unlocked: UnlockedHeader, clock: @escaping @Sendable () -> Date, logger: Logger
+    ) throws -> FileVault {
         let lockFD = try io {
             try System.open(paths.lock, flags: OpenFlags.readWrite | OpenFlags.create, mode: 0o600)
         }
@@ -144,7 +159,16 @@ public final class FileVault: SecureStore {
                 .corruptData,
                 "the vault header belongs to another vault than its records (header from another vault?); restore the header from a backup")
         }
-        return FileVault(path: paths.root, engine: engine)
+        logger.debug("opened the vault", metadata: [
+            "path": "\(paths.root)", "items": "\(engine.entries.count)", "logs": "\(engine.logsSinceSnapshot)",
+        ])
+        let damage = engine.damage.filter { !$0.isSuperseded }
+        if !damage.isEmpty {
+            logger.warning("the vault has damage; run `keysmith vault verify`", metadata: [
+                "path": "\(paths.root)", "problems": "\(damage.count)",
+            ])
+        }
+        return FileVault(path: paths.root, engine: engine, logger: logger)
     }
 
     private static func makeDirectories(_ path: String) throws {
@@ -198,8 +222,18 @@ public final class FileVault: SecureStore {
     /// Commits a batch as one durable log file: all of it survives a crash, or none of it.
     public func perform(_ operations: [StoreOperation]) throws {
         try withWriteLock { engine in
+            let before = engine.lastSequence
             try engine.commit(operations)
-            if engine.wantsCompaction { try engine.compact() }
+            if engine.lastSequence != before {
+                logger.debug("committed", metadata: ["sequence": "\(engine.lastSequence)", "operations": "\(operations.count)"])
+                if logger.logLevel <= .trace {
+                    logger.trace("committed items", metadata: ["keys": "\(operations.map(\.key.description))"])
+                }
+            }
+            if engine.wantsCompaction {
+                try engine.compact()
+                logger.debug("compacted", metadata: ["through": "\(engine.lastSequence)", "items": "\(engine.entries.count)"])
+            }
         }
     }
 

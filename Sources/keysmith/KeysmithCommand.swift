@@ -1,6 +1,7 @@
 import ArgumentParser
 import Keysmith
 import KeysmithSystem
+import Logging
 
 /// The `keysmith` command: secrets from a terminal or a script.
 @main
@@ -14,6 +15,10 @@ struct KeysmithCommand: ParsableCommand {
             from --passphrase-fd, $KEYSMITH_PASSPHRASE or a prompt on the terminal. Secrets are never \
             taken from the command line.
 
+            Diagnostics go to standard error at the level KEYSMITH_LOG_LEVEL names (trace, debug, info, \
+            notice, warning, error, critical; warning by default). They never contain a secret, and name \
+            items only at trace.
+
             Exit codes: 0 success, 1 other failure, 2 not found, 3 denied or not granted, \
             4 authentication failed, 5 store unavailable or locked, 6 corrupt data, \
             7 already exists, 8 changed by another writer (retry), 64 usage error or bad input.
@@ -24,6 +29,7 @@ struct KeysmithCommand: ParsableCommand {
 
     /// Runs the command, turning every error into one line on stderr and a stable exit code.
     static func main() {
+        bootstrapLogging()
         do {
             var command = try parseAsRoot()
             try command.run()
@@ -33,6 +39,20 @@ struct KeysmithCommand: ParsableCommand {
             fail(error.message, code: error.exitCode)
         } catch {
             exit(withError: error)
+        }
+    }
+
+    /// Diagnostics on standard error, at the level `KEYSMITH_LOG_LEVEL` names (warning by default).
+    static func bootstrapLogging() {
+        let named = System.environment("KEYSMITH_LOG_LEVEL").flatMap { Logger.Level(rawValue: $0.lowercased()) }
+        let level = named ?? .warning
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        if let raw = System.environment("KEYSMITH_LOG_LEVEL"), !raw.isEmpty, named == nil {
+            Logger(label: "keysmith").warning("KEYSMITH_LOG_LEVEL=\(raw) is not a level; using warning")
         }
     }
 
