@@ -14,7 +14,7 @@ import Synchronization
 ///
 /// ```swift
 /// let store = try SecretServiceStore()                         // the default collection
-/// try Keysmith.save(Data("pw".utf8), forAccount: "bob", inService: "mail", in: store)
+/// try Keysmith.set(Data("pw".utf8), forAccount: "bob", inService: "mail", in: store)
 /// ```
 ///
 /// Every call has a deadline (``timeout``, 5 s by default): a locked collection, a dismissed

@@ -14,7 +14,7 @@ internal import Synchronization
 ///
 /// ```swift
 /// let vault = try FileVault.create(at: "/tmp/demo-vault", credential: .passphrase("correct horse"))
-/// try Keysmith.save(Data("s3cret".utf8), forAccount: "bob", inService: "mail", in: vault)
+/// try Keysmith.set(Data("s3cret".utf8), forAccount: "bob", inService: "mail", in: vault)
 ///
 /// let again = try FileVault.open(at: "/tmp/demo-vault", credential: .passphrase("correct horse"))
 /// let secret = try Keysmith.load(forAccount: "bob", inService: "mail", from: again)

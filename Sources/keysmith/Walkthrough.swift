@@ -27,7 +27,7 @@ extension KeysmithCommand {
             let vault = try FileVault.create(at: path, credential: .keyfile(at: keyfile))
 
             step(2, "Store a generic password for service \"mail\", account \"bob\".")
-            try Keysmith.save(Data("correct horse battery staple".utf8), forAccount: "bob", inService: "mail", in: vault)
+            try Keysmith.create(Data("correct horse battery staple".utf8), forAccount: "bob", inService: "mail", in: vault)
 
             step(3, "Store an internet password for https://example.com:443, account \"alice\".")
             let web = ItemKey.internetPassword(
@@ -41,7 +41,7 @@ extension KeysmithCommand {
 
             step(5, "Creating the mail password again is refused, and nothing changes:")
             do {
-                try Keysmith.save(Data("other".utf8), forAccount: "bob", inService: "mail", in: again)
+                try Keysmith.create(Data("other".utf8), forAccount: "bob", inService: "mail", in: again)
             } catch let error as KeysmithError {
                 print("   \(error)")
             }
