@@ -22,6 +22,8 @@ package struct SystemError: Error, Sendable, Equatable, CustomStringConvertible 
     package var isPermissionDenied: Bool { errno == EACCES || errno == EPERM }
     /// Whether the target already exists.
     package var isAlreadyExists: Bool { errno == EEXIST }
+    /// Whether the file system is mounted read-only.
+    package var isReadOnlyFileSystem: Bool { errno == EROFS }
 }
 
 /// Each system call goes through one function here, so `errno` handling lives in one place and
@@ -221,6 +223,88 @@ package enum OpenFlags {
     package static let truncate = O_TRUNC
     package static let directory = O_DIRECTORY
     package static let noFollow = O_NOFOLLOW
+}
+
+extension System {
+    /// The status of an open descriptor. The corresponding C function is `fstat`.
+    package static func status(fd: Int32, path: String) throws -> FileStatus {
+        var status = stat()
+        guard fstat(fd, &status) == 0 else { throw SystemError(call: "fstat", path: path, errno: errno) }
+        return FileStatus(
+            inode: UInt64(status.st_ino), size: Int(status.st_size), mode: UInt32(status.st_mode) & 0o7777,
+            isDirectory: (status.st_mode & S_IFMT) == S_IFDIR,
+            modifiedNanoseconds: Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec))
+    }
+
+    /// Opens a regular file for reading without following a symbolic link and without blocking
+    /// on a FIFO or a device, so a hostile name can neither hang nor redirect the reader.
+    /// Returns `nil` when nothing is there.
+    ///
+    /// - Throws: ``SystemError`` with call `open` and `ELOOP` for a symbolic link, `EINVAL`
+    ///   (call `open (not a regular file)`) for a FIFO, device, socket or directory, or
+    ///   `EFBIG` when the file is larger than `maximumSize`.
+    package static func openRegularFile(_ path: String, maximumSize: Int) throws -> (fd: Int32, status: FileStatus)? {
+        let fd: Int32
+        do {
+            fd = try open(path, flags: O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
+        } catch let error as SystemError where error.isNotFound {
+            return nil
+        }
+        do {
+            var raw = stat()
+            guard fstat(fd, &raw) == 0 else { throw SystemError(call: "fstat", path: path, errno: errno) }
+            guard (raw.st_mode & S_IFMT) == S_IFREG else {
+                throw SystemError(call: "open (not a regular file)", path: path, errno: EINVAL)
+            }
+            guard Int(raw.st_size) <= maximumSize else { throw SystemError(call: "open (file too large)", path: path, errno: EFBIG) }
+            return (fd, try status(fd: fd, path: path))
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+
+    /// Reads up to `count` bytes at `offset`; fewer only at the end of the file.
+    /// The corresponding C function is `pread`.
+    package static func read(_ fd: Int32, count: Int, at offset: Int, path: String) throws -> [UInt8] {
+        guard count > 0 else { return [] }
+        var bytes = [UInt8](repeating: 0, count: count)
+        var filled = 0
+        while filled < count {
+            let got = bytes.withUnsafeMutableBytes { buffer in
+                pread(fd, buffer.baseAddress! + filled, count - filled, off_t(offset + filled))
+            }
+            if got < 0 {
+                if errno == EINTR { continue }
+                throw SystemError(call: "pread", path: path, errno: errno)
+            }
+            if got == 0 { break }
+            filled += got
+        }
+        if filled < count { bytes.removeSubrange(filled...) }
+        return bytes
+    }
+
+    /// Writes every byte at `offset`. The corresponding C function is `pwrite`.
+    package static func write(_ fd: Int32, _ bytes: [UInt8], at offset: Int, path: String) throws {
+        try bytes.withUnsafeBytes { buffer in
+            var done = 0
+            while done < buffer.count {
+                let written = pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    throw SystemError(call: "pwrite", path: path, errno: errno)
+                }
+                done += written
+            }
+        }
+    }
+
+    /// Ends the process at once with `code`, running no handlers: the fault-injection tests'
+    /// stand-in for a crash. The corresponding C function is `_exit`.
+    package static func exitImmediately(_ code: Int32) -> Never {
+        _exit(code)
+    }
 }
 
 extension System {

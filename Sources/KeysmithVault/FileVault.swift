@@ -25,20 +25,29 @@ internal import Synchronization
 public final class FileVault: SecureStore {
     /// The vault's directory.
     public let path: String
-    private let engine: Mutex<VaultEngine>
+    private let backend: Mutex<any VaultBackend>
     /// Where the vault reports what it does: commits and compactions at `debug`, damage at
     /// `warning`. Messages never contain a secret, and name items only at `trace`.
     public let logger: Logger
+    /// The format version of the vault's files: 2 for vaults made by this Keysmith, 1 for older
+    /// ones until ``upgrade(at:credential:scrypt:logger:)`` converts them.
+    public let formatVersion: Int
 
-    private init(path: String, engine: consuming VaultEngine, logger: Logger) {
+    private init(path: String, backend: sending any VaultBackend, formatVersion: Int, logger: Logger) {
         self.path = path
-        self.engine = Mutex(engine)
+        self.formatVersion = formatVersion
+        self.backend = Mutex(backend)
         self.logger = logger
     }
 
     /// The logger a vault uses when given none: label `keysmith.vault`, through the process's
     /// `LoggingSystem`.
     public static func defaultLogger() -> Logger { Logger(label: "keysmith.vault") }
+
+    /// Where a vault's rollback anchor lives unless told otherwise: `$KEYSMITH_ANCHOR_DIR`,
+    /// else `$XDG_STATE_HOME/keysmith/anchors`, else `~/.local/state/keysmith/anchors`. One
+    /// small file per vault id holds the newest commit this machine saw (docs/format.md, "The anchor").
+    public static var defaultAnchorDirectory: String { AnchorStore.defaultDirectory }
 
     // MARK: Creating and opening
 
@@ -60,7 +69,7 @@ public final class FileVault: SecureStore {
         }
     }
 
-    /// Creates a new, empty vault.
+    /// Creates a new, empty vault (format version 2).
     ///
     /// The directory is created with mode 0700 (and its parents, 0700, if missing); every file
     /// in it is created with mode 0600.
@@ -68,17 +77,21 @@ public final class FileVault: SecureStore {
     /// - Parameters:
     ///   - path: The vault's directory. It must not exist, or be empty.
     ///   - credential: What will unlock it.
-    ///   - scrypt: scrypt's cost for a passphrase; ignored for a keyfile.
+    ///   - scrypt: scrypt's cost for a passphrase (within ``ScryptParameters``' bounds);
+    ///     ignored for a keyfile.
     ///   - clock: The source of created and modified dates; the system clock if omitted.
+    ///   - anchorDirectory: Where the rollback anchor is kept (``defaultAnchorDirectory`` if
+    ///     omitted); `nil` keeps none.
     ///   - logger: Where the vault reports what it does (``defaultLogger()`` if omitted).
     /// - Returns: The open vault.
     /// - Throws: ``KeysmithError/Code/duplicateItem`` if a vault or other files are already
-    ///   there; ``KeysmithError/Code/ioFailure`` if the directory cannot be made.
+    ///   there; ``KeysmithError/Code/invalidArgument`` for scrypt parameters out of bounds;
+    ///   ``KeysmithError/Code/ioFailure`` if the directory cannot be made.
     public static func create(
         at path: String, credential: VaultCredential, scrypt: ScryptParameters = .default,
-        clock: @escaping @Sendable () -> Date = { Date() }, logger: Logger = FileVault.defaultLogger()
+        clock: @escaping @Sendable () -> Date = { Date() }, anchorDirectory: String? = FileVault.defaultAnchorDirectory,
+        logger: Logger = FileVault.defaultLogger()
     ) throws -> FileVault {
-        let paths = VaultPaths(root: path)
         try io {
             try makeDirectories(path)
             let existing = try System.listDirectory(path)
@@ -88,49 +101,92 @@ public final class FileVault: SecureStore {
                     existing.contains(VaultHeader.primaryName)
                         ? "a vault already exists at \(path)" : "\(path) is not empty; choose an empty or new directory")
             }
-            try System.mkdir(paths.logDirectory)
         }
-        let vaultID = try vaultCrypto { try Random.bytes(count: Format.vaultIDSize) }
-        let kdf = try HeaderStore.newKDF(for: credential, scrypt: scrypt)
-        let kek = try HeaderStore.deriveKEK(kdf, credential: credential)
-        let idKey = try vaultCrypto { try SecretBytes.random(count: 32) }
-        let dataKey = try vaultCrypto { try SecretBytes.random(count: 32) }
-        let header = VaultHeader(
-            format: VaultHeader.formatName, version: Int(Format.version), vaultId: vaultID.hexString,
-            created: iso8601(clock()), kdf: kdf,
-            idKey: try vaultCrypto { try VaultHeader.wrap(idKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.id, epoch: 0) },
-            dataKeys: [try vaultCrypto { try VaultHeader.wrap(dataKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.data, epoch: 1) }])
-        try HeaderStore.write(header, paths)
-        let unlocked = UnlockedHeader(header: header, kek: kek, idKey: idKey, dataKeys: [1: dataKey])
+        _ = try Vault2.create(paths: Paths2(root: path), credential: credential, scrypt: scrypt, created: clock())
         logger.debug("created a vault", metadata: ["path": "\(path)"])
-        return try open(paths: paths, unlocked: unlocked, clock: clock, logger: logger)
+        return try open(at: path, credential: credential, clock: clock, anchorDirectory: anchorDirectory, logger: logger)
     }
 
-    /// Opens and unlocks an existing vault.
+    /// Opens and unlocks an existing vault of either format version.
     ///
     /// - Parameters:
     ///   - path: The vault's directory.
     ///   - credential: Its passphrase or keyfile.
     ///   - clock: The source of created and modified dates; the system clock if omitted.
+    ///   - anchorDirectory: Where the rollback anchor is kept (``defaultAnchorDirectory`` if
+    ///     omitted); `nil` keeps none. Format 1 vaults have no anchor.
     ///   - logger: Where the vault reports what it does (``defaultLogger()`` if omitted).
     /// - Returns: The open vault. Damaged records do not stop it from opening; reads of them
     ///   throw, and ``verify()`` lists them.
     /// - Throws: ``KeysmithError/Code/storeUnavailable`` if there is no vault there;
-    ///   ``KeysmithError/Code/authenticationFailed`` for a wrong passphrase or keyfile;
-    ///   ``KeysmithError/Code/corruptData`` if both copies of the header are damaged or the
-    ///   header belongs to another vault's records.
+    ///   ``KeysmithError/Code/authenticationFailed`` for a wrong passphrase or keyfile (or a
+    ///   header altered by someone without it); ``KeysmithError/Code/corruptData`` if both
+    ///   copies of the header are damaged, or its KDF parameters are out of bounds.
     public static func open(
         at path: String, credential: VaultCredential, clock: @escaping @Sendable () -> Date = { Date() },
-        logger: Logger = FileVault.defaultLogger()
+        anchorDirectory: String? = FileVault.defaultAnchorDirectory, logger: Logger = FileVault.defaultLogger()
     ) throws -> FileVault {
-        let paths = VaultPaths(root: path)
         guard let status = try io({ try System.status(path) }), status.isDirectory else {
             throw KeysmithError(.storeUnavailable, "there is no vault at \(path); create one with `keysmith init`")
         }
-        let headers = HeaderStore.intactCopies(paths)
+        let paths = Paths2(root: path)
+        var problems: [String] = []
+        var found = false
+        for (file, name) in [(paths.header, VaultHeader.primaryName), (paths.headerBackup, VaultHeader.backupName)] {
+            let bytes: [UInt8]?
+            do {
+                bytes = try HeaderFormat.readCopy(file)
+            } catch {
+                problems.append("\(name): \(error)")
+                continue
+            }
+            guard let bytes else { continue }
+            found = true
+            switch HeaderFormat.probe(bytes) {
+            case .version2(let copy):
+                let kek = try HeaderFormat.deriveKEK(copy.header.kdf, credential: credential)
+                let unlocked = try UnlockedHeader2.unlock(copy, kek: kek, credential: credential)
+                let engine = Engine2(paths: paths, unlocked: unlocked, clock: clock, anchor: anchorDirectory.map(AnchorStore.init))
+                try engine.reloadAll()
+                if engine.foreignSnapshot {
+                    throw KeysmithError(
+                        .corruptData,
+                        "the vault header belongs to another vault than its records (header from another vault?); restore the header from a backup")
+                }
+                return opened(engine, version: 2, path: path, logger: logger)
+            case .version1:
+                return try openFormat1(path: path, credential: credential, clock: clock, logger: logger)
+            case .unsupported(let version):
+                throw KeysmithError(.corruptData, "the vault is format version \(version); this Keysmith reads versions 1 and 2; upgrade Keysmith")
+            case .damaged(let why):
+                problems.append("\(name): \(why)")
+            }
+        }
+        guard found || !problems.isEmpty else {
+            throw KeysmithError(.storeUnavailable, "\(path) is not a Keysmith vault (it has no header); create one with `keysmith init`")
+        }
+        throw KeysmithError(
+            .corruptData, "both copies of the vault header are damaged (\(problems.joined(separator: "; "))); restore the vault from a backup")
+    }
+
+    private static func opened(_ backend: sending any VaultBackend, version: Int, path: String, logger: Logger) -> FileVault {
+        let damage = backend.damage.filter { !$0.isSuperseded }
+        logger.debug("opened the vault", metadata: ["path": "\(path)", "format": "\(version)", "sequence": "\(backend.lastSequence)"])
+        if !damage.isEmpty {
+            logger.warning("the vault has damage; run `keysmith vault verify`", metadata: [
+                "path": "\(path)", "problems": "\(damage.count)",
+            ])
+        }
+        return FileVault(path: path, backend: backend, formatVersion: version, logger: logger)
+    }
+
+    private static func openFormat1(
+        path: String, credential: VaultCredential, clock: @escaping @Sendable () -> Date, logger: Logger
+    ) throws -> FileVault {
+        let paths = VaultPaths(root: path)
         var unlocked: UnlockedHeader?
         var firstError: (any Error)?
-        for header in headers {
+        for header in HeaderStore.intactCopies(paths) {
             do {
                 unlocked = try HeaderStore.unlock(header, credential: credential)
                 break
@@ -143,12 +199,6 @@ public final class FileVault: SecureStore {
             _ = try HeaderStore.read(paths)  // throws the precise "no header" / "damaged" error
             throw KeysmithError(.corruptData, "the vault header cannot be read")
         }
-        return try open(paths: paths, unlocked: unlocked, clock: clock, logger: logger)
-    }
-
-    private static func open(
-        paths: VaultPaths, unlocked: UnlockedHeader, clock: @escaping @Sendable () -> Date, logger: Logger
-    ) throws -> FileVault {
         let lockFD = try io {
             try System.open(paths.lock, flags: OpenFlags.readWrite | OpenFlags.create, mode: 0o600)
         }
@@ -159,19 +209,10 @@ public final class FileVault: SecureStore {
                 .corruptData,
                 "the vault header belongs to another vault than its records (header from another vault?); restore the header from a backup")
         }
-        logger.debug("opened the vault", metadata: [
-            "path": "\(paths.root)", "items": "\(engine.entries.count)", "logs": "\(engine.logsSinceSnapshot)",
-        ])
-        let damage = engine.damage.filter { !$0.isSuperseded }
-        if !damage.isEmpty {
-            logger.warning("the vault has damage; run `keysmith vault verify`", metadata: [
-                "path": "\(paths.root)", "problems": "\(damage.count)",
-            ])
-        }
-        return FileVault(path: paths.root, engine: engine, logger: logger)
+        return opened(Format1Backend(engine), version: 1, path: path, logger: logger)
     }
 
-    private static func makeDirectories(_ path: String) throws {
+    fileprivate static func makeDirectories(_ path: String) throws {
         var current = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             current += "/" + component
@@ -192,47 +233,48 @@ public final class FileVault: SecureStore {
     /// that every sealed record stays under the 64 MiB a frame may hold.
     public var limits: StoreLimits { .standard }
 
-    /// Reads one item, decrypting its secret.
+    /// Reads one item, decrypting its secret. In a format 2 vault this reads one index page and
+    /// one record, whatever the vault's size.
     ///
     /// - Throws: ``KeysmithError/Code/corruptData`` naming the record and the file if the
-    ///   item's latest version is damaged. A missing item returns `nil`.
+    ///   item's latest version is damaged, or if the vault is damaged where a newer version of
+    ///   it may have been (a missing or damaged commit, a rollback). A missing item returns `nil`.
     public func read(_ key: ItemKey) throws -> SecureRecord? {
-        try engine.withLock { engine in
-            try engine.refresh()
-            return try engine.read(key)
+        try backend.withLock { backend in
+            try backend.refresh()
+            return try backend.read(key)
         }
     }
 
     /// Reads many items after catching up with other processes once.
     public func read(_ keys: [ItemKey]) throws -> [SecureRecord?] {
-        try engine.withLock { engine in
-            try engine.refresh()
-            return try keys.map { try engine.read($0) }
+        try backend.withLock { backend in
+            try backend.refresh()
+            return try keys.map { try backend.read($0) }
         }
     }
 
-    /// Lists matching items from the decrypted metadata; secrets stay encrypted.
+    /// Lists matching items; secrets are decrypted only to be dropped. A format 2 vault streams
+    /// its records, so memory follows the matches, not the vault. Damaged records are left out
+    /// (``verify()`` lists them).
     public func search(_ query: ItemQuery) throws -> [ItemInfo] {
-        try engine.withLock { engine in
-            try engine.refresh()
-            return engine.entries.values.lazy.filter { query.matches($0.info.attributes) }.map(\.info)
+        try backend.withLock { backend in
+            try backend.refresh()
+            return try backend.search(query)
         }
     }
 
     /// Commits a batch as one durable log file: all of it survives a crash, or none of it.
     public func perform(_ operations: [StoreOperation]) throws {
-        try withWriteLock { engine in
-            let before = engine.lastSequence
-            try engine.commit(operations)
-            if engine.lastSequence != before {
-                logger.debug("committed", metadata: ["sequence": "\(engine.lastSequence)", "operations": "\(operations.count)"])
-                if logger.logLevel <= .trace {
-                    logger.trace("committed items", metadata: ["keys": "\(operations.map(\.key.description))"])
-                }
+        try withWriteLock { backend in
+            guard try backend.commit(operations) else { return }
+            logger.debug("committed", metadata: ["sequence": "\(backend.lastSequence)", "operations": "\(operations.count)"])
+            if logger.logLevel <= .trace {
+                logger.trace("committed items", metadata: ["keys": "\(operations.map(\.key.description))"])
             }
-            if engine.wantsCompaction {
-                try engine.compact()
-                logger.debug("compacted", metadata: ["through": "\(engine.lastSequence)", "items": "\(engine.entries.count)"])
+            if backend.wantsCompaction {
+                try backend.compact(reseal: false)
+                logger.debug("compacted", metadata: ["through": "\(backend.lastSequence)"])
             }
         }
     }
@@ -240,34 +282,18 @@ public final class FileVault: SecureStore {
     // MARK: Maintenance
 
     /// Changes what unlocks the vault: re-wraps the keys under a new passphrase or keyfile.
-    /// Records are not touched. Crash-safe: the header is replaced atomically.
+    /// Records are not touched. One atomic switch: after a crash at any instant exactly one of
+    /// the old and the new credential opens the vault.
     ///
     /// - Parameters:
     ///   - credential: The new passphrase or keyfile.
     ///   - scrypt: scrypt's cost for a new passphrase.
-    /// - Throws: ``KeysmithError/Code/ioFailure`` if the header cannot be written.
+    /// - Throws: ``KeysmithError/Code/storeLocked`` if another process changed the credential
+    ///   since this handle opened the vault; ``KeysmithError/Code/ioFailure`` if the header
+    ///   cannot be written.
     public func changeCredential(to credential: VaultCredential, scrypt: ScryptParameters = .default) throws {
-        try withWriteLock { engine in
-            let kdf = try HeaderStore.newKDF(for: credential, scrypt: scrypt)
-            let kek = try HeaderStore.deriveKEK(kdf, credential: credential)
-            var header = try engine.currentHeaderWithAllKeys()
-            header.kdf = kdf
-            header.idKey = try vaultCrypto {
-                try VaultHeader.wrap(engine.idKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.id, epoch: 0)
-            }
-            header.dataKeys = try header.dataKeys.map { wrapped in
-                // currentHeaderWithAllKeys() unwrapped every epoch the header holds, or threw.
-                guard let dataKey = engine.dataKeys[wrapped.epoch] else {
-                    throw KeysmithError(.corruptData, "the vault's data key of epoch \(wrapped.epoch) could not be unwrapped")
-                }
-                return try vaultCrypto {
-                    try VaultHeader.wrap(dataKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: wrapped.epoch)
-                }
-            }
-            try HeaderStore.write(header, engine.paths)
-            engine.header = header
-            engine.kek = kek
-        }
+        try withWriteLock { backend in try backend.changeCredential(to: credential, scrypt: scrypt) }
+        logger.debug("changed the credential", metadata: ["path": "\(path)"])
     }
 
     /// Re-encrypts every record under a new random data key and retires the old one.
@@ -276,28 +302,12 @@ public final class FileVault: SecureStore {
     /// written into a new snapshot under it, the old key is removed. A crash between steps
     /// leaves a vault that opens with every record.
     ///
-    /// - Throws: ``KeysmithError/Code/corruptData`` if the vault has damage (repair it first).
+    /// - Throws: ``KeysmithError/Code/corruptData`` if the vault has damage (repair it first);
+    ///   ``KeysmithError/Code/storeLocked`` if another process changed the credential since
+    ///   this handle opened the vault.
     public func rekey() throws {
-        try withWriteLock { engine in
-            try engine.requireUndamaged()
-            var header = try engine.currentHeaderWithAllKeys()
-            let newEpoch = (engine.dataKeys.keys.max() ?? 0) + 1
-            let newKey = try vaultCrypto { try SecretBytes.random(count: 32) }
-            header.dataKeys.append(try vaultCrypto {
-                try VaultHeader.wrap(newKey, with: engine.kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: newEpoch)
-            })
-            try HeaderStore.write(header, engine.paths)
-            engine.header = header
-            engine.dataKeys[newEpoch] = newKey
-            engine.currentEpoch = newEpoch
-
-            try engine.compact(reseal: true)
-
-            header.dataKeys.removeAll { $0.epoch != newEpoch }
-            try HeaderStore.write(header, engine.paths)
-            engine.header = header
-            engine.dataKeys = [newEpoch: newKey]
-        }
+        try withWriteLock { backend in try backend.rekey() }
+        logger.debug("re-keyed", metadata: ["path": "\(path)"])
     }
 
     /// Writes every record into one snapshot and removes the logs it covers. Writes do this by
@@ -305,40 +315,150 @@ public final class FileVault: SecureStore {
     ///
     /// - Throws: ``KeysmithError/Code/corruptData`` if the vault has damage.
     public func compact() throws {
-        try withWriteLock { engine in try engine.compact() }
+        try withWriteLock { backend in try backend.compact(reseal: false) }
     }
 
-    /// Checks every file and lists what is damaged; an empty list means the vault is intact.
+    /// Checks every file and every record and lists what is damaged; an empty list (or one of
+    /// superseded damage only) means the vault is intact.
     ///
     /// - Returns: The damage found, by file and record.
     /// - Throws: ``KeysmithError/Code/ioFailure`` if the files cannot be read.
     public func verify() throws -> [VaultDamage] {
-        try engine.withLock { engine in
-            try engine.reloadAll()
-            return engine.damage
+        try backend.withLock { backend in try backend.verify() }
+    }
+
+    /// The newest commit the vault holds: scripts record it and check it later with
+    /// `keysmith vault verify --expect-sequence N` to notice a rollback on any machine.
+    public var sequence: UInt64 {
+        get throws {
+            try backend.withLock { backend in
+                try backend.refresh()
+                return backend.lastSequence
+            }
+        }
+    }
+
+    /// Accepts the vault as it is after a deliberate restore from a backup: forgets this
+    /// machine's anchor, so the rollback it reported no longer fails reads.
+    public func acceptRollback() throws {
+        try backend.withLock { backend in
+            try backend.acceptRollback()
+            try backend.refresh()
         }
     }
 
     /// How many items the vault holds and how many log files await compaction.
     public var statistics: (items: Int, logFiles: Int) {
         get throws {
-            try engine.withLock { engine in
-                try engine.refresh()
-                return (engine.entries.count, engine.logsSinceSnapshot)
+            try backend.withLock { backend in
+                try backend.refresh()
+                return try backend.statistics()
             }
         }
     }
 
     /// Runs `body` holding the in-process mutex and the vault's exclusive `flock`, after
-    /// catching up with every commit other processes made.
-    private func withWriteLock<T>(_ body: (inout VaultEngine) throws -> T) throws -> T {
-        try engine.withLock { engine in
-            let fd = engine.lockFD
-            try io { try System.lockExclusive(fd, path: engine.paths.lock) }
+    /// catching up with every commit other processes made and with the header on disk.
+    private func withWriteLock<T>(_ body: (any VaultBackend) throws -> T) throws -> T {
+        try backend.withLock { backend in
+            let fd = try backend.lockFD()
+            try io { try System.lockExclusive(fd, path: path + "/lock") }
             defer { System.unlock(fd) }
-            try engine.refresh()
-            try engine.healHeaderCopies()
-            return try body(&engine)
+            try backend.prepareWrite()
+            return try body(backend)
         }
+    }
+}
+
+extension FileVault {
+    /// Converts a format 1 vault to format 2 in place, atomically: the new files are written
+    /// beside the old ones under the vault's lock, and the new header's rename is the one
+    /// instant the vault changes format. A crash before it leaves the format 1 vault as it was
+    /// (the next upgrade starts over); after it, the format 2 vault with every record. Records
+    /// keep their versions; the credential stays the same (a passphrase gets a fresh salt and
+    /// `scrypt`'s cost, since format 2 refuses the lower costs format 1 allowed).
+    ///
+    /// ```swift
+    /// if try FileVault.upgrade(at: path, credential: .keyfile(at: keyfile)) {
+    ///     print("upgraded to format 2")
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - path: The vault's directory.
+    ///   - credential: What unlocks it.
+    ///   - scrypt: scrypt's cost for a passphrase in the new header.
+    ///   - logger: Where the upgrade is reported.
+    /// - Returns: `true` if the vault was upgraded, `false` if it already was format 2.
+    /// - Throws: ``KeysmithError/Code/corruptData`` if the format 1 vault has damage (an
+    ///   upgrade never drops a record silently: repair or restore it first), and what
+    ///   ``open(at:credential:clock:anchorDirectory:logger:)`` throws.
+    @discardableResult
+    public static func upgrade(
+        at path: String, credential: VaultCredential, scrypt: ScryptParameters = .default, logger: Logger = FileVault.defaultLogger()
+    ) throws -> Bool {
+        let vault = try open(at: path, credential: credential, logger: logger)
+        guard vault.formatVersion == 1 else { return false }
+        try vault.backend.withLock { backend in
+            guard let format1 = backend as? Format1Backend else { return }
+            let fd = try format1.lockFD()
+            try io { try System.lockExclusive(fd, path: path + "/lock") }
+            defer { System.unlock(fd) }
+            try format1.prepareWrite()
+            let records = try format1.allRecords()
+            let paths = Paths2(root: path)
+            try removeTree(paths.data)
+            let created = try Vault2.create(
+                paths: paths, credential: credential, scrypt: scrypt, created: Date(), idKey: format1.idKey,
+                through: format1.lastSequence, records: records, writeHeader: false)
+            // The switch: the primary header's rename. The backup follows; a stale format 1
+            // backup is never used while the primary's checksum holds.
+            try Durable.write(created.header, to: paths.header, directory: path)
+            try Durable.write(created.header, to: paths.headerBackup, directory: path)
+            try removeTree(path + "/log")
+            try io { try System.unlink(path + "/snapshot") }
+            logger.info("upgraded the vault to format 2", metadata: ["path": "\(path)", "items": "\(records.count)"])
+        }
+        return true
+    }
+
+    /// Removes a directory of plain files (the vault's own layout: at most one level below).
+    private static func removeTree(_ directory: String) throws {
+        guard let names = try? System.listDirectory(directory) else { return }
+        for name in names {
+            let child = directory + "/" + name
+            if let status = try io({ try System.status(child) }), status.isDirectory {
+                try removeTree(child)
+            } else {
+                try io { try System.unlink(child) }
+            }
+        }
+        System.rmdir(directory)
+    }
+}
+
+extension FileVault {
+    /// Creates a vault of format version 1, as Keysmith did before format 2: only for the tests
+    /// that keep format 1 readable and writable forever.
+    static func createFormat1(at path: String, credential: VaultCredential, scrypt: ScryptParameters = .testing,
+                              clock: @escaping @Sendable () -> Date = { Date() }) throws -> FileVault {
+        let paths = VaultPaths(root: path)
+        try io {
+            try makeDirectories(path)
+            guard try System.listDirectory(path).isEmpty else { throw KeysmithError(.duplicateItem, "\(path) is not empty") }
+            try System.mkdir(paths.logDirectory)
+        }
+        let vaultID = try vaultCrypto { try Random.bytes(count: Format.vaultIDSize) }
+        let kdf = try HeaderStore.newKDF(for: credential, scrypt: scrypt)
+        let kek = try HeaderStore.deriveKEK(kdf, credential: credential)
+        let idKey = try vaultCrypto { try SecretBytes.random(count: 32) }
+        let dataKey = try vaultCrypto { try SecretBytes.random(count: 32) }
+        let header = VaultHeader(
+            format: VaultHeader.formatName, version: Int(Format.version), vaultId: vaultID.hexString,
+            created: iso8601(clock()), kdf: kdf,
+            idKey: try vaultCrypto { try VaultHeader.wrap(idKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.id, epoch: 0) },
+            dataKeys: [try vaultCrypto { try VaultHeader.wrap(dataKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.data, epoch: 1) }])
+        try HeaderStore.write(header, paths)
+        return try open(at: path, credential: credential, clock: clock)
     }
 }

@@ -156,9 +156,9 @@ public struct ScryptParameters: Sendable, Hashable {
     /// Creates parameters.
     ///
     /// - Parameters:
-    ///   - n: The cost, a power of two from 2 to 2²².
-    ///   - r: The block size, 1 to 32.
-    ///   - p: The parallelism, 1 to 16.
+    ///   - n: The cost, a power of two from 2¹⁴ to 2²⁰.
+    ///   - r: The block size: 8.
+    ///   - p: The parallelism, 1 to 4.
     public init(n: UInt64, r: UInt64 = 8, p: UInt64 = 1) {
         self.n = n
         self.r = r
@@ -168,13 +168,25 @@ public struct ScryptParameters: Sendable, Hashable {
     /// N = 2¹⁷, r = 8, p = 1.
     public static let `default` = ScryptParameters(n: 1 << 17, r: 8, p: 1)
 
-    /// Cheap parameters for tests only (N = 2¹⁰): never for real secrets.
-    public static let testing = ScryptParameters(n: 1 << 10, r: 8, p: 1)
+    /// The cheapest parameters a vault accepts (N = 2¹⁴, 16 MiB), for tests only: never for
+    /// real secrets.
+    public static let testing = ScryptParameters(n: 1 << 14, r: 8, p: 1)
 
+    /// The bounds of format 2, which every new vault and credential change must meet, so that
+    /// an unlock never costs more than 1 GiB of memory and 4 passes, and never less than 16 MiB.
     func validate() throws {
-        guard n >= 2, n <= 1 << 22, n & (n - 1) == 0, (1...32).contains(r), (1...16).contains(p) else {
+        guard n >= Format2.scryptMinimumN, n <= Format2.scryptMaximumN, n & (n - 1) == 0, r == Format2.scryptR,
+              (1...Format2.scryptMaximumP).contains(p)
+        else {
             throw KeysmithError.invalidArgument(
-                "scrypt parameters N=\(n) r=\(r) p=\(p) are out of range (N a power of two up to 2^22, r 1...32, p 1...16)")
+                "scrypt parameters N=\(n) r=\(r) p=\(p) are out of range (N a power of two from 2^14 to 2^20, r 8, p 1...4)")
+        }
+    }
+
+    /// The looser bounds format 1 vaults were written with (N from 2 to 2²², r 1...32, p 1...16).
+    func validateFormat1() throws {
+        guard n >= 2, n <= 1 << 22, n & (n - 1) == 0, (1...32).contains(r), (1...16).contains(p) else {
+            throw KeysmithError.invalidArgument("scrypt parameters N=\(n) r=\(r) p=\(p) are out of range")
         }
     }
 }

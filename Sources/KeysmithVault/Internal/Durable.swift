@@ -1,6 +1,7 @@
 import Keysmith
 import KeysmithCrypto
 import KeysmithSystem
+import Synchronization
 
 /// Where a vault keeps its files (docs/format.md, "Directory layout").
 struct VaultPaths: Sendable {
@@ -26,13 +27,48 @@ struct VaultPaths: Sendable {
 enum Durable {
     static let temporaryPrefix = ".tmp-"
 
-    static func write(_ bytes: [UInt8], to path: String, directory: String) throws {
+    /// Replaces `path` atomically and durably.
+    static func write(_ bytes: [UInt8], to path: String, directory: String, syncDirectory: Bool = true) throws {
+        let temporary = try writeTemporary(bytes, directory: directory)
+        try io {
+            try FaultInjection.step()
+            do {
+                try System.rename(temporary, path)
+            } catch {
+                try? System.unlink(temporary)
+                throw error
+            }
+            if syncDirectory {
+                try FaultInjection.step()
+                try System.fsyncDirectory(directory)
+            }
+        }
+    }
+
+    /// Creates `path` atomically and durably; fails with `EEXIST` if it exists (a hard link,
+    /// unlike a rename, never replaces a file another writer made).
+    static func create(_ bytes: [UInt8], at path: String, directory: String) throws {
+        let temporary = try writeTemporary(bytes, directory: directory)
+        defer { try? System.unlink(temporary) }
+        try io {
+            try FaultInjection.step()
+            try System.link(temporary, path)
+            try FaultInjection.step()
+            try System.fsyncDirectory(directory)
+        }
+    }
+
+    /// A new temporary file in `directory` (mode 0600, created exclusively) holding `bytes`, synced.
+    static func writeTemporary(_ bytes: [UInt8], directory: String) throws -> String {
         let random = (try? Random.bytes(count: 6).hexString) ?? "000000000000"
         let temporary = directory + "/" + temporaryPrefix + "\(System.processID)-" + random
         try io {
+            try FaultInjection.step()
             let fd = try System.open(temporary, flags: OpenFlags.writeOnly | OpenFlags.create | OpenFlags.exclusive, mode: 0o600)
             do {
+                try FaultInjection.step()
                 try System.writeAll(fd, bytes, path: temporary)
+                try FaultInjection.step()
                 try System.fsync(fd, path: temporary)
                 System.close(fd)
             } catch {
@@ -40,14 +76,25 @@ enum Durable {
                 try? System.unlink(temporary)
                 throw error
             }
-            do {
-                try System.rename(temporary, path)
-            } catch {
-                try? System.unlink(temporary)
-                throw error
-            }
-            try System.fsyncDirectory(directory)
         }
+        return temporary
+    }
+}
+
+/// Crash injection for the fault tests: with `KEYSMITH_FAULT_EXIT_AT=N` in the environment the
+/// process ends (exit status 86, no clean-up, as a SIGKILL would) just before the Nth file-system
+/// step of the vault's durable writes. Never set in normal use.
+enum FaultInjection {
+    private static let exitAt: Int? = System.environment("KEYSMITH_FAULT_EXIT_AT").flatMap { Int($0) }
+    private static let counter = Mutex<Int>(0)
+
+    static func step() throws {
+        guard let exitAt else { return }
+        let reached = counter.withLock { count in
+            count += 1
+            return count >= exitAt
+        }
+        if reached { System.exitImmediately(86) }
     }
 }
 
@@ -112,7 +159,7 @@ enum HeaderStore {
             }
             let parameters = ScryptParameters(n: n, r: r, p: p)
             do {
-                try parameters.validate()
+                try parameters.validateFormat1()
             } catch {
                 throw KeysmithError(.corruptData, "the vault header's scrypt parameters are out of range: N=\(n) r=\(r) p=\(p)")
             }

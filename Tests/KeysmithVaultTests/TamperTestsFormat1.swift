@@ -7,12 +7,15 @@ import Testing
 struct SmallVault {
     let directory = TemporaryDirectory()
     var path: String { directory.sub("vault") }
-    static let credential = VaultCredential.passphrase("tamper")
+    static let credential = VaultCredential.key([UInt8](repeating: 0x5A, count: 32))
     /// What each key should read as: a secret, or nil for the deleted one.
     var expected: [ItemKey: Data?] = [:]
 
-    init() throws {
-        let vault = try FileVault.create(at: directory.sub("vault"), credential: Self.credential, scrypt: .testing)
+    /// - Parameter format: 2 (what `FileVault.create` makes) or 1 (the format 1 tests).
+    init(format: Int = 2) throws {
+        let vault = format == 1
+            ? try FileVault.createFormat1(at: directory.sub("vault"), credential: Self.credential)
+            : try FileVault.create(at: directory.sub("vault"), credential: Self.credential, anchorDirectory: nil)
         let web = ItemKey.internetPassword(InternetPasswordKey(server: "example.com", internetProtocol: .https, account: "w"))
         try vault.create(ItemAttributes(key: genericKey("snap1")), secret: Data("secret-snap-1".utf8))
         try vault.create(ItemAttributes(key: genericKey("snap2"), label: "L"), secret: Data("secret-snap-2".utf8))
@@ -41,7 +44,7 @@ struct SmallVault {
     func checkDamagedCopy(_ copy: String, context: String) throws -> (readable: Int, reported: Bool) {
         let vault: FileVault
         do {
-            vault = try FileVault.open(at: copy, credential: Self.credential)
+            vault = try FileVault.open(at: copy, credential: Self.credential, anchorDirectory: nil)
         } catch let error as KeysmithError {
             #expect([.corruptData, .authenticationFailed].contains(error.code), "\(context): \(error)")
             return (0, true)
@@ -64,11 +67,11 @@ struct SmallVault {
     }
 }
 
-@Suite("file vault: tampering and damage")
-struct TamperTests {
+@Suite("file vault, format 1: tampering and damage")
+struct TamperTestsFormat1 {
     @Test("flipping any single byte of any file is detected, never yields a wrong secret, and spares the other records")
     func everyByteFlip() throws {
-        let vault = try SmallVault()
+        let vault = try SmallVault(format: 1)
         let scratch = vault.directory.sub("scratch")
         var flips = 0
         var undetected: [String] = []
@@ -94,7 +97,7 @@ struct TamperTests {
 
     @Test("truncating any file at any length is detected and never yields a wrong secret")
     func everyTruncation() throws {
-        let vault = try SmallVault()
+        let vault = try SmallVault(format: 1)
         let scratch = vault.directory.sub("scratch")
         for name in try files(in: vault.path) where name != "lock" {
             let original = try Data(contentsOf: URL(fileURLWithPath: vault.path + "/" + name))
@@ -109,8 +112,8 @@ struct TamperTests {
 
     @Test("a wrong passphrase is told apart from a damaged header")
     func wrongPassphraseVersusDamage() throws {
-        let vault = try SmallVault()
-        let wrong = #expect(throws: KeysmithError.self) { try FileVault.open(at: vault.path, credential: .passphrase("nope")) }
+        let vault = try SmallVault(format: 1)
+        let wrong = #expect(throws: KeysmithError.self) { try FileVault.open(at: vault.path, credential: .key([UInt8](repeating: 1, count: 32))) }
         #expect(wrong?.code == .authenticationFailed)
         // Both header copies damaged: corrupt, not "wrong passphrase".
         for name in ["header", "header.backup"] {
@@ -118,16 +121,16 @@ struct TamperTests {
             bytes[40] ^= 1
             try bytes.write(to: URL(fileURLWithPath: vault.path + "/" + name))
         }
-        let damaged = #expect(throws: KeysmithError.self) { try FileVault.open(at: vault.path, credential: SmallVault.credential) }
+        let damaged = #expect(throws: KeysmithError.self) { try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil) }
         #expect(damaged?.code == .corruptData)
         #expect(damaged?.message.contains("header") == true)
     }
 
     @Test("one damaged header copy is reported, the vault opens, and the next write heals it")
     func headerCopyHeals() throws {
-        let vault = try SmallVault()
+        let vault = try SmallVault(format: 1)
         try Data("garbage".utf8).write(to: URL(fileURLWithPath: vault.path + "/header"))
-        let opened = try FileVault.open(at: vault.path, credential: SmallVault.credential)
+        let opened = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
         #expect(try opened.verify().map(\.file) == ["header"])
         try opened.create(ItemAttributes(key: genericKey("new")), secret: Data("n".utf8))
         #expect(try opened.verify().isEmpty)
@@ -137,8 +140,8 @@ struct TamperTests {
 
     @Test("a record file swapped in from another vault is reported and never read as this vault's")
     func swapBetweenVaults() throws {
-        let a = try SmallVault()
-        let b = try SmallVault()  // same keys, same passphrase, different vault id and keys
+        let a = try SmallVault(format: 1)
+        let b = try SmallVault(format: 1)  // same keys, same passphrase, different vault id and keys
         // Log 4 of each holds "log1" (logs 1-3 went into the snapshot); put B's in A.
         try FileManager.default.removeItem(atPath: a.path + "/log/0000000000000004")
         try FileManager.default.copyItem(atPath: b.path + "/log/0000000000000004", toPath: a.path + "/log/0000000000000004")
@@ -154,12 +157,12 @@ struct TamperTests {
 
     @Test("log files renamed or swapped within a vault are reported for the records they hold")
     func swapWithinVault() throws {
-        let vault = try SmallVault()
+        let vault = try SmallVault(format: 1)
         let log2 = vault.path + "/log/0000000000000004", log3 = vault.path + "/log/0000000000000005"
         try FileManager.default.moveItem(atPath: log2, toPath: vault.path + "/tmp")
         try FileManager.default.moveItem(atPath: log3, toPath: log2)
         try FileManager.default.moveItem(atPath: vault.path + "/tmp", toPath: log3)
-        let opened = try FileVault.open(at: vault.path, credential: SmallVault.credential)
+        let opened = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
         let error = #expect(throws: KeysmithError.self) { try opened.read(genericKey("log1")) }
         #expect(error?.code == .corruptData)
         #expect(error?.message.contains("log1") == true)
@@ -169,7 +172,7 @@ struct TamperTests {
     @Test("records renamed inside a file (ids swapped, checksums fixed) fail authentication, each named")
     func renameRecordId() throws {
         let directory = TemporaryDirectory()
-        let vault = try FileVault.create(at: directory.path, credential: testKey)
+        let vault = try FileVault.createFormat1(at: directory.path, credential: testKey)
         try vault.create(ItemAttributes(key: genericKey("one")), secret: Data("secret-one".utf8))
         try vault.create(ItemAttributes(key: genericKey("two")), secret: Data("secret-two".utf8))
         try vault.create(ItemAttributes(key: genericKey("three")), secret: Data("secret-three".utf8))
@@ -206,8 +209,8 @@ struct TamperTests {
 
     @Test("a header from another vault is a clear error, not a wrong secret")
     func foreignHeader() throws {
-        let a = try SmallVault()
-        let b = try SmallVault()
+        let a = try SmallVault(format: 1)
+        let b = try SmallVault(format: 1)
         for name in ["header", "header.backup"] {
             try FileManager.default.removeItem(atPath: a.path + "/" + name)
             try FileManager.default.copyItem(atPath: b.path + "/" + name, toPath: a.path + "/" + name)
@@ -219,12 +222,12 @@ struct TamperTests {
 
     @Test("a damaged record is repaired by writing it again")
     func repairByWriting() throws {
-        let vault = try SmallVault()
+        let vault = try SmallVault(format: 1)
         let log = vault.path + "/log/0000000000000004"
         var bytes = try Data(contentsOf: URL(fileURLWithPath: log))
         bytes[bytes.count - 60] ^= 1  // inside log1's ciphertext or tag
         try bytes.write(to: URL(fileURLWithPath: log))
-        let opened = try FileVault.open(at: vault.path, credential: SmallVault.credential)
+        let opened = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
         let error = #expect(throws: KeysmithError.self) { try opened.read(genericKey("log1")) }
         #expect(error?.message.contains("log/0000000000000004") == true)
         #expect(error?.message.contains("secret-log-1") == false)

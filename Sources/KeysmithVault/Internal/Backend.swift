@@ -1,0 +1,124 @@
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+
+/// What `FileVault` needs of an open vault, whichever its format version. Only `FileVault`
+/// calls it, under its mutex (hence `@unchecked Sendable`: the mutex is what makes sharing
+/// safe); the write methods also under the vault's `flock`.
+protocol VaultBackend: AnyObject, Sendable {
+    func lockFD() throws -> Int32
+    func refresh() throws
+    func read(_ key: ItemKey) throws -> SecureRecord?
+    func search(_ query: ItemQuery) throws -> [ItemInfo]
+    /// Under the lock, before a write: catch up with other processes and the header on disk.
+    func prepareWrite() throws
+    func commit(_ operations: [StoreOperation]) throws -> Bool
+    var lastSequence: UInt64 { get }
+    var wantsCompaction: Bool { get }
+    func compact(reseal: Bool) throws
+    func changeCredential(to credential: VaultCredential, scrypt: ScryptParameters) throws
+    func rekey() throws
+    func verify() throws -> [VaultDamage]
+    func statistics() throws -> (items: Int, logFiles: Int)
+    func acceptRollback() throws
+    var damage: [VaultDamage] { get }
+}
+
+extension Engine2: VaultBackend, @unchecked Sendable {}
+
+/// A format 1 vault, read and written as before format 2 existed.
+final class Format1Backend: VaultBackend, @unchecked Sendable {
+    var engine: VaultEngine
+
+    init(_ engine: consuming VaultEngine) {
+        self.engine = engine
+    }
+
+    func lockFD() throws -> Int32 { engine.lockFD }
+    func refresh() throws { try engine.refresh() }
+    func read(_ key: ItemKey) throws -> SecureRecord? { try engine.read(key) }
+    func search(_ query: ItemQuery) throws -> [ItemInfo] {
+        engine.entries.values.lazy.filter { query.matches($0.info.attributes) }.map(\.info)
+    }
+
+    func prepareWrite() throws {
+        // A format 1 handle must not write into a vault another process upgraded.
+        if let bytes = try HeaderFormat.readCopy(engine.paths.header), case .version2 = HeaderFormat.probe(bytes) {
+            throw KeysmithError(.storeLocked, "the vault was upgraded to format 2 by another process; open it again")
+        }
+        try engine.refresh()
+        try engine.healHeaderCopies()
+    }
+
+    func commit(_ operations: [StoreOperation]) throws -> Bool {
+        let before = engine.lastSequence
+        try engine.commit(operations)
+        return engine.lastSequence != before
+    }
+
+    var lastSequence: UInt64 { engine.lastSequence }
+    var wantsCompaction: Bool { engine.wantsCompaction }
+    func compact(reseal: Bool) throws { try engine.compact(reseal: reseal) }
+
+    func changeCredential(to credential: VaultCredential, scrypt: ScryptParameters) throws {
+        let kdf = try HeaderStore.newKDF(for: credential, scrypt: scrypt)
+        let kek = try HeaderStore.deriveKEK(kdf, credential: credential)
+        var header = try engine.currentHeaderWithAllKeys()
+        header.kdf = kdf
+        header.idKey = try vaultCrypto {
+            try VaultHeader.wrap(engine.idKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.id, epoch: 0)
+        }
+        header.dataKeys = try header.dataKeys.map { wrapped in
+            guard let dataKey = engine.dataKeys[wrapped.epoch] else {
+                throw KeysmithError(.corruptData, "the vault's data key of epoch \(wrapped.epoch) could not be unwrapped")
+            }
+            return try vaultCrypto {
+                try VaultHeader.wrap(dataKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: wrapped.epoch)
+            }
+        }
+        try HeaderStore.write(header, engine.paths)
+        engine.header = header
+        engine.kek = kek
+    }
+
+    func rekey() throws {
+        try engine.requireUndamaged()
+        var header = try engine.currentHeaderWithAllKeys()
+        let newEpoch = (engine.dataKeys.keys.max() ?? 0) + 1
+        let newKey = try vaultCrypto { try SecretBytes.random(count: 32) }
+        header.dataKeys.append(try vaultCrypto {
+            try VaultHeader.wrap(newKey, with: engine.kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: newEpoch)
+        })
+        try HeaderStore.write(header, engine.paths)
+        engine.header = header
+        engine.dataKeys[newEpoch] = newKey
+        engine.currentEpoch = newEpoch
+        try engine.compact(reseal: true)
+        header.dataKeys.removeAll { $0.epoch != newEpoch }
+        try HeaderStore.write(header, engine.paths)
+        engine.header = header
+        engine.dataKeys = [newEpoch: newKey]
+    }
+
+    func verify() throws -> [VaultDamage] {
+        try engine.reloadAll()
+        return engine.damage
+    }
+
+    func statistics() throws -> (items: Int, logFiles: Int) { (engine.entries.count, engine.logsSinceSnapshot) }
+    func acceptRollback() throws {}
+    var damage: [VaultDamage] { engine.damage }
+
+    /// Every record with the commit that last wrote it, decrypted: the input of an upgrade.
+    func allRecords() throws -> [(record: SecureRecord, version: UInt64)] {
+        try engine.requireUndamaged()
+        return try engine.entries.values.map { entry in
+            guard let record = try engine.read(entry.info.key) else {
+                throw KeysmithError(.corruptData, "\(entry.info.key) vanished while upgrading")
+            }
+            return (record, entry.frame.version)
+        }
+    }
+
+    var idKey: SecretBytes { engine.idKey }
+}

@@ -1,0 +1,1128 @@
+import Dispatch
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+import Synchronization
+
+/// The files of a format-2 vault under its directory.
+struct Paths2: Sendable {
+    let root: String
+    var header: String { root + "/" + VaultHeader.primaryName }
+    var headerBackup: String { root + "/" + VaultHeader.backupName }
+    var lock: String { root + "/lock" }
+    var data: String { root + "/" + Format2.dataDirectory }
+    var snapshot: String { data + "/snapshot" }
+    var logDirectory: String { data + "/log" }
+    func logName(_ sequence: UInt64) -> String { Format2.dataDirectory + "/log/" + VaultPaths.hex16(sequence) }
+    func log(_ sequence: UInt64) -> String { root + "/" + logName(sequence) }
+    static let snapshotName = Format2.dataDirectory + "/snapshot"
+}
+
+/// An open format-2 vault. Only `FileVault` touches it, under its mutex; writes also hold the
+/// vault's `flock`. Opening reads the header, the snapshot's header and directory and the
+/// logs' tables: never the records. A read costs one page and one record.
+final class Engine2 {
+    let paths: Paths2
+    let vaultID: [UInt8]
+    var unlocked: UnlockedHeader2
+    let clock: @Sendable () -> Date
+    let anchor: AnchorStore?
+    private var lockDescriptor: Int32 = -1
+
+    // The snapshot.
+    private var snapshotFD: Int32 = -1
+    private var snapshotStatus: System.FileStatus?
+    private(set) var snapshotHead: SnapshotFile2.Head?
+    private var directory: [(first: [UInt8], mac: [UInt8])] = []
+    private var pageCache: [Int: [SnapshotFile2.IndexEntry]] = [:]
+    private var damagedPages: [Int: VaultDamage] = [:]
+    /// Whether the snapshot verified; when it did not, only logs chained from the genesis count.
+    private(set) var snapshotUsable = false
+    /// Whether the snapshot names another vault: the header and the records do not belong together.
+    private(set) var foreignSnapshot = false
+
+    // The logs since the snapshot.
+    private var logFDs: [UInt64: Int32] = [:]
+    private var logMACs: [UInt64: [UInt8]] = [:]
+    private(set) var lastSequence: UInt64 = 0
+    /// The chain value of the newest commit, `nil` when that commit is damaged.
+    private var lastMAC: [UInt8]? = Format2.genesisMAC
+    private(set) var logsSinceSnapshot = 0
+    private var logBytes = 0
+    private var overlay: [RecordID: SealedRef] = [:]
+
+    // What is wrong.
+    private var recordDamage: [RecordID: (version: UInt64, damage: VaultDamage)] = [:]
+    private var fileDamage: [VaultDamage] = []
+    /// Records older than this sequence (and absent ones) cannot be trusted: a commit that may
+    /// have changed them is missing or damaged.
+    private var uncertainBefore: (sequence: UInt64, damage: VaultDamage)?
+    private var rollback: VaultDamage?
+
+    init(paths: Paths2, unlocked: UnlockedHeader2, clock: @escaping @Sendable () -> Date, anchor: AnchorStore?) {
+        self.paths = paths
+        self.vaultID = unlocked.copy.header.vaultIDBytes
+        self.unlocked = unlocked
+        self.clock = clock
+        self.anchor = anchor
+    }
+
+    deinit {
+        closeFiles()
+        if lockDescriptor >= 0 { System.close(lockDescriptor) }
+    }
+
+    private func closeFiles() {
+        if snapshotFD >= 0 { System.close(snapshotFD) }
+        snapshotFD = -1
+        for fd in logFDs.values { System.close(fd) }
+        logFDs = [:]
+    }
+
+    /// The lock file, opened on the first write, so a read-only vault can still be read.
+    func lockFD() throws -> Int32 {
+        if lockDescriptor < 0 {
+            lockDescriptor = try io { try System.open(paths.lock, flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600) }
+        }
+        return lockDescriptor
+    }
+
+    var currentEpoch: UInt32 { unlocked.copy.header.currentEpoch }
+
+    // MARK: Loading
+
+    /// Brings the state up to date with the files: two system calls when nothing changed (a
+    /// `stat` of the snapshot and an `open` of the next log).
+    func refresh() throws {
+        let status = try io { try System.status(paths.snapshot) }
+        if status != snapshotStatus {
+            try reloadAll()
+            return
+        }
+        while try loadLog(lastSequence + 1) {}
+    }
+
+    /// Reads everything but the records again: the header copies, the snapshot's directory,
+    /// every log's table, the chain and the anchor.
+    func reloadAll() throws {
+        closeFiles()
+        snapshotStatus = nil
+        snapshotHead = nil
+        directory = []
+        pageCache = [:]
+        damagedPages = [:]
+        snapshotUsable = false
+        foreignSnapshot = false
+        logMACs = [:]
+        lastSequence = 0
+        lastMAC = Format2.genesisMAC
+        logsSinceSnapshot = 0
+        logBytes = 0
+        overlay = [:]
+        recordDamage = [:]
+        fileDamage = []
+        uncertainBefore = nil
+        rollback = nil
+
+        checkHeaderCopies()
+        loadSnapshot()
+        var base: UInt64 = 0
+        if snapshotUsable, let head = snapshotHead {
+            base = head.through
+            lastSequence = head.through
+            lastMAC = head.throughMAC
+        }
+        var present: [UInt64] = []
+        for name in (try? System.listDirectory(paths.logDirectory)) ?? [] {
+            if name.hasPrefix(Durable.temporaryPrefix) { continue }
+            guard name.count == 16, let number = UInt64(name, radix: 16), VaultPaths.hex16(number) == name else {
+                fileDamage.append(VaultDamage(file: Format2.dataDirectory + "/log/" + name, offset: 0, recordID: nil, key: nil,
+                                              reason: "a file that is not a log sits among the logs (ignored)", isSuperseded: true))
+                continue
+            }
+            if number > base { present.append(number) }
+        }
+        present.sort()
+        if !snapshotUsable, present.first != 1 {
+            // Nothing proves what the snapshot held: every record older than the first
+            // surviving log, and every absent one, is in doubt.
+            markUncertain(before: present.first ?? 1, fileDamage.last(where: { $0.file == Paths2.snapshotName })
+                          ?? VaultDamage(file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil, reason: "the snapshot is unusable", hidesRecords: true))
+        }
+        var expected = base + 1
+        for number in present {
+            if number != expected {
+                let damage = VaultDamage(
+                    file: paths.logName(expected), offset: 0, recordID: nil, key: nil,
+                    reason: number - expected == 1
+                        ? "log \(expected) is missing: the commit it held is lost"
+                        : "logs \(expected) to \(number - 1) are missing: the commits they held are lost",
+                    hidesRecords: true)
+                fileDamage.append(damage)
+                markUncertain(before: number, damage)
+                lastMAC = nil
+            }
+            _ = try loadLog(number)
+            expected = number + 1
+        }
+        checkAnchor()
+    }
+
+    private func markUncertain(before sequence: UInt64, _ damage: VaultDamage) {
+        if sequence > (uncertainBefore?.sequence ?? 0) { uncertainBefore = (sequence, damage) }
+    }
+
+    /// Reports damaged, missing or stale copies of the header (the copy in force keeps the
+    /// vault open; the next write heals the other).
+    private func checkHeaderCopies() {
+        let primary = try? HeaderFormat.readCopy(paths.header)
+        let backup = try? HeaderFormat.readCopy(paths.headerBackup)
+        if let primary, let backup, primary == backup { return }
+        var inForce: HeaderCopy2?
+        for (bytes, name) in [(primary, VaultHeader.primaryName), (backup, VaultHeader.backupName)] {
+            var reason: String?
+            if let bytes = bytes ?? nil {
+                switch HeaderFormat.probe(bytes) {
+                case .version2(let copy):
+                    if copy.header.vaultIDBytes != vaultID {
+                        reason = "the header copy belongs to another vault"
+                    } else if let inForce, inForce.bytes != copy.bytes {
+                        reason = copy.header.generation < inForce.header.generation
+                            ? "the header copy is older than the primary (generation \(copy.header.generation), primary \(inForce.header.generation))"
+                            : "the header copy differs from the primary"
+                    } else {
+                        inForce = copy
+                    }
+                case .damaged(let why): reason = "the header copy is damaged: \(why)"
+                case .version1, .unsupported: reason = "the header copy is of another format version"
+                }
+            } else {
+                reason = "the header copy is missing or unreadable"
+            }
+            if let reason { fileDamage.append(VaultDamage(file: name, offset: 0, recordID: nil, key: nil, reason: reason)) }
+        }
+    }
+
+    private func snapshotDamage(_ reason: String) {
+        let damage = VaultDamage(file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil, reason: reason, hidesRecords: true)
+        fileDamage.append(damage)
+    }
+
+    private func loadSnapshot() {
+        let opened: (fd: Int32, status: System.FileStatus)?
+        do {
+            opened = try System.openRegularFile(paths.snapshot, maximumSize: Format2.maximumFileSize)
+        } catch {
+            snapshotDamage("the snapshot cannot be opened (\(error)); it must be a regular file")
+            return
+        }
+        guard let (fd, status) = opened else {
+            snapshotDamage("the snapshot is missing")
+            return
+        }
+        snapshotFD = fd
+        snapshotStatus = try? System.status(paths.snapshot)
+        do {
+            let headBytes = try System.read(fd, count: Format2.snapshotHeaderSize, at: 0, path: paths.snapshot)
+            let head: SnapshotFile2.Head
+            do {
+                head = try SnapshotFile2.parseHead(headBytes, fileSize: status.size)
+            } catch .tooShort {
+                return snapshotDamage("the snapshot is cut short inside its header")
+            } catch .badMagic {
+                return snapshotDamage("the snapshot's header is damaged (wrong magic)")
+            } catch .outOfBounds(let why) {
+                return snapshotDamage("the snapshot's header is damaged: \(why)")
+            }
+            guard head.vaultID == vaultID else {
+                foreignSnapshot = true
+                return snapshotDamage("the snapshot belongs to another vault (vault id \(head.vaultID.hexString))")
+            }
+            guard let keys = try keys(for: head.epoch) else {
+                return snapshotDamage("the snapshot is authenticated under key epoch \(head.epoch), which the header does not hold")
+            }
+            let directoryBytes = try System.read(fd, count: head.pageCount * Format2.directoryEntrySize + Format2.macSize,
+                                                 at: head.directoryStart, path: paths.snapshot)
+            guard directoryBytes.count == head.pageCount * Format2.directoryEntrySize + Format2.macSize else {
+                return snapshotDamage("the snapshot is cut short inside its directory")
+            }
+            let directoryPart = Array(directoryBytes[0..<(head.pageCount * Format2.directoryEntrySize)])
+            let mac = Array(directoryBytes[(head.pageCount * Format2.directoryEntrySize)...])
+            guard SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: headBytes, directory: directoryPart) == mac else {
+                return snapshotDamage("the snapshot's header or directory fails authentication: it is damaged or was altered")
+            }
+            var entries: [(first: [UInt8], mac: [UInt8])] = []
+            entries.reserveCapacity(head.pageCount)
+            for page in 0..<head.pageCount {
+                let start = page * Format2.directoryEntrySize
+                entries.append((Array(directoryPart[start..<(start + 32)]), Array(directoryPart[(start + 32)..<(start + 64)])))
+            }
+            for page in entries.indices.dropFirst() where !entries[page - 1].first.lexicographicallyPrecedes(entries[page].first) {
+                return snapshotDamage("the snapshot's directory is not in record-id order")
+            }
+            directory = entries
+            snapshotHead = head
+            snapshotUsable = true
+        } catch {
+            snapshotDamage("the snapshot cannot be read: \(error)")
+        }
+    }
+
+    /// Loads log `sequence` if it exists; `false` when there is no such file.
+    @discardableResult
+    private func loadLog(_ sequence: UInt64) throws -> Bool {
+        let path = paths.log(sequence)
+        let name = paths.logName(sequence)
+        let opened: (fd: Int32, status: System.FileStatus)?
+        do {
+            opened = try System.openRegularFile(path, maximumSize: Format2.maximumFileSize)
+        } catch {
+            lastSequence = max(lastSequence, sequence)
+            logDamaged(sequence, name, "the log cannot be opened (\(error)); it must be a regular file")
+            return true
+        }
+        guard let (fd, status) = opened else { return false }
+        var keep = false
+        defer { if !keep { System.close(fd) } }
+        lastSequence = max(lastSequence, sequence)
+        logsSinceSnapshot += 1
+        logBytes += status.size
+
+        let headBytes = try io { try System.read(fd, count: Format2.logHeaderSize, at: 0, path: path) }
+        let head: LogFile2.Head
+        do {
+            head = try LogFile2.parseHead(headBytes, fileSize: status.size)
+        } catch .tooShort {
+            logDamaged(sequence, name, "the log is cut short inside its header")
+            return true
+        } catch .badMagic {
+            logDamaged(sequence, name, "the log's header is damaged (wrong magic)")
+            return true
+        } catch .outOfBounds(let why) {
+            logDamaged(sequence, name, "the log's header is damaged: \(why)")
+            return true
+        }
+        guard head.vaultID == vaultID else {
+            logDamaged(sequence, name, "the log belongs to another vault (vault id \(head.vaultID.hexString))")
+            return true
+        }
+        guard head.sequence == sequence else {
+            logDamaged(sequence, name, "the file holds commit \(head.sequence), not \(sequence): it was renamed or copied over")
+            return true
+        }
+        guard let keys = try keys(for: head.epoch) else {
+            logDamaged(sequence, name, "the log is authenticated under key epoch \(head.epoch), which the header does not hold")
+            return true
+        }
+        let tableSize = head.count * Format2.tableEntrySize
+        let rest = try io { try System.read(fd, count: tableSize + Format2.macSize, at: Format2.logHeaderSize, path: path) }
+        guard rest.count == tableSize + Format2.macSize else {
+            logDamaged(sequence, name, "the log is cut short inside its table")
+            return true
+        }
+        let table = Array(rest[0..<tableSize])
+        let mac = Array(rest[tableSize...])
+        guard LogFile2.commitMAC(chainKey: keys.chain, headerAndTable: headBytes + table) == mac else {
+            logDamaged(sequence, name, "the commit fails authentication: its header or table is damaged or was altered")
+            return true
+        }
+        let bodiesStart = Format2.logHeaderSize + tableSize + Format2.macSize
+        let parsed = LogFile2.parseTable(table, count: head.count, bodiesStart: bodiesStart, fileSize: status.size)
+        if let problem = parsed.problem {
+            // The table authenticated, so the records it names are known: each is damaged.
+            logDamaged(sequence, name, "the commit authenticated but \(problem): it was cut short or extended")
+            return true
+        }
+        if let previous = lastMAC, head.previousMAC != previous {
+            let damage = VaultDamage(
+                file: name, offset: 40, recordID: nil, key: nil,
+                reason: "the commit does not follow the one before it: a log or the snapshot was replaced, or comes from another history",
+                hidesRecords: true)
+            fileDamage.append(damage)
+            markUncertain(before: sequence, damage)
+        }
+        var offset = bodiesStart
+        for entry in parsed.entries {
+            let ref = SealedRef(recordID: entry.recordID, op: entry.op, version: sequence, epoch: head.epoch, fd: fd, file: name,
+                                offset: offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)
+            offset += entry.length
+            if let old = recordDamage.removeValue(forKey: entry.recordID) {
+                fileDamage.append(old.damage.superseded())
+            }
+            overlay[entry.recordID] = ref
+        }
+        logFDs[sequence] = fd
+        logMACs[sequence] = mac
+        keep = true
+        lastMAC = mac
+        return true
+    }
+
+    private func logDamaged(_ sequence: UInt64, _ name: String, _ reason: String) {
+        let damage = VaultDamage(file: name, offset: 0, recordID: nil, key: nil, reason: reason + "; which records it changed cannot be told",
+                                 hidesRecords: true)
+        fileDamage.append(damage)
+        markUncertain(before: sequence + 1, damage)
+        lastMAC = nil
+    }
+
+    private func checkAnchor() {
+        guard let anchor, let mark = anchor.read(vaultID) else {
+            updateAnchor()
+            return
+        }
+        var known: [UInt8]?
+        if let mac = logMACs[mark.sequence] { known = mac }
+        if snapshotUsable, let head = snapshotHead, head.through == mark.sequence { known = head.throughMAC }
+        if mark.sequence > lastSequence {
+            rollback = VaultDamage(
+                file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil,
+                reason: "the vault was rolled back: this machine saw commit \(mark.sequence), the vault now ends at commit \(lastSequence) "
+                    + "(its newest commits were removed or an older copy was put back); if you restored it on purpose, accept the rollback "
+                    + "with `keysmith vault verify --accept-rollback`", hidesRecords: true)
+        } else if let known, known != mark.mac {
+            rollback = VaultDamage(
+                file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil,
+                reason: "the vault's history forked: commit \(mark.sequence) is not the one this machine saw (an older copy was put back "
+                    + "and written to); if you restored it on purpose, accept it with `keysmith vault verify --accept-rollback`",
+                hidesRecords: true)
+        } else {
+            updateAnchor(over: mark)
+        }
+    }
+
+    private func updateAnchor(over mark: AnchorStore.Mark? = nil) {
+        guard let anchor, let mac = lastMAC, lastSequence > (mark?.sequence ?? 0) || mark == nil else { return }
+        anchor.write(vaultID, AnchorStore.Mark(sequence: lastSequence, mac: mac))
+    }
+
+    /// Forgets this machine's anchor and takes the vault as it is now.
+    func acceptRollback() throws {
+        try anchor?.remove(vaultID)
+        rollback = nil
+        updateAnchor()
+    }
+
+    // MARK: Keys
+
+    /// The keys of an epoch, re-reading the header once if another process re-keyed.
+    func keys(for epoch: UInt32) throws -> EpochKeys? {
+        if let keys = unlocked.epochs[epoch] { return keys }
+        try? adoptHeaderOnDisk(requireSameCredential: false)
+        return unlocked.epochs[epoch]
+    }
+
+    /// The copy of the header in force: the primary when its checksum holds, else the backup.
+    func headerInForce() throws -> HeaderCopy2 {
+        var problems: [String] = []
+        for (path, name) in [(paths.header, VaultHeader.primaryName), (paths.headerBackup, VaultHeader.backupName)] {
+            let bytes: [UInt8]?
+            do {
+                bytes = try HeaderFormat.readCopy(path)
+            } catch {
+                problems.append("\(name): \(error)")
+                continue
+            }
+            guard let bytes else {
+                problems.append("\(name): missing")
+                continue
+            }
+            switch HeaderFormat.probe(bytes) {
+            case .version2(let copy): return copy
+            case .damaged(let why): problems.append("\(name): \(why)")
+            case .version1, .unsupported: problems.append("\(name): another format version")
+            }
+        }
+        throw KeysmithError(.corruptData, "both copies of the vault header are damaged (\(problems.joined(separator: "; ")))")
+    }
+
+    /// Takes the header as it is on disk if it changed and this handle's credential opens it.
+    /// Returns the copy in force.
+    @discardableResult
+    func adoptHeaderOnDisk(requireSameCredential: Bool) throws -> HeaderCopy2 {
+        let copy = try headerInForce()
+        if copy.bytes == unlocked.copy.bytes { return copy }
+        guard copy.header.vaultIDBytes == vaultID else {
+            throw KeysmithError(.corruptData, "the vault header now belongs to another vault; open the vault again")
+        }
+        guard VaultHeader2.mac(copy.body, kek: unlocked.kek) == copy.mac else {
+            if requireSameCredential {
+                throw KeysmithError(
+                    .storeLocked,
+                    "another process changed this vault's passphrase or keyfile since it was opened; open it again with the new one")
+            }
+            return copy
+        }
+        let fresh = try UnlockedHeader2.unlock(copy, kek: unlocked.kek, credential: .key([]))
+        guard fresh.idKey == unlocked.idKey else {
+            throw KeysmithError(.corruptData, "the vault header's id key changed; open the vault again")
+        }
+        unlocked = fresh
+        return copy
+    }
+
+    /// The epoch the header on disk names as current, checked at the start of every write.
+    private var writeEpoch: UInt32 = 0
+
+    /// Writes both header copies, primary first: the primary's rename is the one instant the
+    /// change takes effect. The caller holds the flock and the header in force is this
+    /// handle's (``requireCurrentHeader()``).
+    func writeHeader(_ header: VaultHeader2, kek: SecretBytes) throws {
+        var header = header
+        header.generation = unlocked.copy.header.generation + 1
+        let bytes = try vaultCrypto { try header.encode(kek: kek) }
+        guard case .version2(let copy) = HeaderFormat.probe(bytes) else {
+            throw KeysmithError(.corruptData, "the new vault header does not parse back")
+        }
+        let fresh = try UnlockedHeader2.unlock(copy, kek: kek, credential: .key([]))
+        try Durable.write(bytes, to: paths.header, directory: paths.root)
+        unlocked = fresh
+        writeEpoch = fresh.copy.header.currentEpoch
+        try Durable.write(bytes, to: paths.headerBackup, directory: paths.root)
+    }
+
+    /// For `passwd` and `rekey`, which rewrite the header: the header in force must be one this
+    /// handle's credential opens, or the change would undo another process's.
+    private func requireCurrentHeader() throws {
+        let copy = try adoptHeaderOnDisk(requireSameCredential: true)
+        guard copy.bytes == unlocked.copy.bytes else {
+            throw KeysmithError(.storeLocked, "the vault header changed while it was being read; try again")
+        }
+    }
+
+    /// Under the lock before a write: the header as it is on disk now, both copies healed from
+    /// the copy in force (never from memory), every commit of other processes loaded.
+    ///
+    /// A handle whose credential was changed by another process may still write, as long as
+    /// the header's current epoch is one whose data key it holds: that key did not change
+    /// (a credential change re-wraps keys, it does not replace them). After a re-key it may
+    /// not: the write is refused, never sealed under a retired key.
+    func prepareWrite() throws {
+        let copy = try adoptHeaderOnDisk(requireSameCredential: false)
+        guard copy.header.vaultIDBytes == vaultID, unlocked.epochs[copy.header.currentEpoch] != nil else {
+            throw KeysmithError(
+                .storeLocked,
+                "another process changed this vault's passphrase or keyfile and re-keyed it since it was opened; open it again with the new credential")
+        }
+        writeEpoch = copy.header.currentEpoch
+        let primary = try? HeaderFormat.readCopy(paths.header)
+        let backup = try? HeaderFormat.readCopy(paths.headerBackup)
+        if (primary ?? nil) != copy.bytes { try Durable.write(copy.bytes, to: paths.header, directory: paths.root) }
+        if (backup ?? nil) != copy.bytes { try Durable.write(copy.bytes, to: paths.headerBackup, directory: paths.root) }
+        try refresh()
+        fileDamage.removeAll(where: \.isHeaderCopy)
+    }
+
+    // MARK: Reading
+
+    func recordID(for key: ItemKey) -> RecordID {
+        RecordID(SHA256.hmac(key: unlocked.idKey, RecordCodec.identity(key)))!
+    }
+
+    private enum Lookup {
+        case found(SealedRef)
+        case absent
+    }
+
+    private func lookup(_ recordID: RecordID, key: ItemKey?) throws -> Lookup {
+        if let rollback { throw KeysmithError(.corruptData, "\(rollback.reason)") }
+        if let damage = recordDamage[recordID] { throw Self.damagedError(key, damage.damage) }
+        var found: SealedRef?
+        if let ref = overlay[recordID] {
+            found = ref
+        } else if snapshotUsable, let head = snapshotHead {
+            found = try snapshotLookup(recordID, head: head, key: key)
+        }
+        if let uncertain = uncertainBefore, (found?.version ?? 0) < uncertain.sequence {
+            let what = key.map { "\($0)" } ?? "record \(recordID)"
+            throw KeysmithError(
+                .corruptData,
+                (found == nil ? "\(what) was not found, but" : "\(what) may be out of date:")
+                    + " the vault is damaged where a newer version may have been (\(uncertain.damage)); "
+                    + "restore the vault from a backup, or write the item again")
+        }
+        guard let found, found.op == .put else { return .absent }
+        return .found(found)
+    }
+
+    private func snapshotLookup(_ recordID: RecordID, head: SnapshotFile2.Head, key: ItemKey?) throws -> SealedRef? {
+        // The last page whose first id is not after the one sought.
+        var low = 0, high = directory.count
+        while low < high {
+            let middle = (low + high) / 2
+            if recordID.bytes.lexicographicallyPrecedes(directory[middle].first) { high = middle } else { low = middle + 1 }
+        }
+        guard low > 0 else { return nil }
+        let entries = try page(low - 1, head: head, cache: true)
+        guard let entries else {
+            throw KeysmithError(
+                .corruptData,
+                "\(key.map { "\($0)" } ?? "record \(recordID)") is in a damaged part of the snapshot's index (\(damagedPages[low - 1]!)); "
+                    + "restore the vault from a backup, or write the item again")
+        }
+        var lo = 0, hi = entries.count
+        while lo < hi {
+            let middle = (lo + hi) / 2
+            if entries[middle].recordID.bytes.lexicographicallyPrecedes(recordID.bytes) { lo = middle + 1 } else { hi = middle }
+        }
+        guard lo < entries.count, entries[lo].recordID == recordID else { return nil }
+        let entry = entries[lo]
+        return SealedRef(recordID: recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: snapshotFD,
+                         file: Paths2.snapshotName, offset: entry.offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)
+    }
+
+    /// One index page, verified; `nil` when it is damaged (and recorded).
+    private func page(_ index: Int, head: SnapshotFile2.Head, cache: Bool) throws -> [SnapshotFile2.IndexEntry]? {
+        if let cached = pageCache[index] { return cached }
+        if damagedPages[index] != nil { return nil }
+        let count = head.entryCount(ofPage: index)
+        let offset = head.pagesStart + index * head.entriesPerPage * Format2.indexEntrySize
+        let bytes = try io { try System.read(snapshotFD, count: count * Format2.indexEntrySize, at: offset, path: paths.snapshot) }
+        guard let keys = unlocked.epochs[head.epoch] else { return nil }
+        var problem: String?
+        if bytes.count != count * Format2.indexEntrySize {
+            problem = "the snapshot is cut short inside index page \(index)"
+        } else if SnapshotFile2.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: head.through, page: index, bytes: bytes)
+                    != directory[index].mac
+        {
+            problem = "index page \(index) fails authentication: it is damaged or was altered"
+        }
+        var entries: [SnapshotFile2.IndexEntry] = []
+        if problem == nil {
+            let parsed = SnapshotFile2.parsePage(bytes, count: count, head: head, fileSize: snapshotStatus?.size ?? 0,
+                                                 first: directory[index].first)
+            entries = parsed.entries
+            problem = parsed.problem.map { "index page \(index) authenticated but \($0)" }
+            if problem == nil, index + 1 < directory.count, let last = entries.last,
+               !last.recordID.bytes.lexicographicallyPrecedes(directory[index + 1].first)
+            {
+                problem = "index page \(index) overlaps the next one"
+            }
+        }
+        if let problem {
+            damagedPages[index] = VaultDamage(file: Paths2.snapshotName, offset: offset, recordID: nil, key: nil,
+                                              reason: problem + "; the up to \(head.entriesPerPage) records it indexes cannot be read",
+                                              hidesRecords: true)
+            return nil
+        }
+        if cache {
+            if pageCache.count >= 256 { pageCache.removeAll(keepingCapacity: true) }
+            pageCache[index] = entries
+        }
+        return entries
+    }
+
+    /// Opens a sealed record: reads its body, checks it, decodes it, and checks it is `key`'s.
+    private func open(_ ref: SealedRef, key: ItemKey?, withSecret: Bool) throws -> SecureRecord {
+        let path = paths.root + "/" + ref.file
+        let body = try io { try System.read(ref.fd, count: ref.length, at: ref.offset, path: path) }
+        var plaintext: [UInt8]
+        do {
+            guard body.count == ref.length else { throw RecordCodec.DecodeError(reason: "") }
+            guard let keys = try keys(for: ref.epoch) else {
+                throw markDamaged(ref, key: key, "the record is sealed under key epoch \(ref.epoch), which the header does not hold")
+            }
+            plaintext = try AESGCM.open(
+                ciphertext: body, tag: ref.tag, key: keys.record, nonce: ref.nonce,
+                associatedData: SealedRef.associatedData(vaultID: vaultID, epoch: ref.epoch, version: ref.version, op: ref.op,
+                                                         recordID: ref.recordID))
+        } catch let error as KeysmithError {
+            throw error
+        } catch {
+            throw markDamaged(ref, key: key, body.count == ref.length
+                              ? "the record fails authentication: it is damaged or was altered"
+                              : "the file ends inside the record (truncated)")
+        }
+        defer { cleanse(&plaintext) }
+        var record: SecureRecord
+        do {
+            record = try RecordCodec.decode(plaintext, withSecret: withSecret)
+        } catch let error as RecordCodec.DecodeError {
+            throw markDamaged(ref, key: key, "the record authenticated but does not decode: \(error.reason)")
+        }
+        if let key, record.key != key {
+            throw markDamaged(ref, key: key, "the record's identity does not match its record id: it was renamed")
+        }
+        if key == nil, recordID(for: record.key) != ref.recordID {
+            throw markDamaged(ref, key: nil, "the record's identity does not match its record id: it was renamed")
+        }
+        record.info.version = ItemVersion(rawValue: "c" + String(ref.version))
+        return record
+    }
+
+    private func markDamaged(_ ref: SealedRef, key: ItemKey?, _ reason: String) -> KeysmithError {
+        let damage = VaultDamage(file: ref.file, offset: ref.offset, recordID: ref.recordID.description, key: key, reason: reason)
+        recordDamage[ref.recordID] = (ref.version, damage)
+        return Self.damagedError(key, damage)
+    }
+
+    static func damagedError(_ key: ItemKey?, _ damage: VaultDamage) -> KeysmithError {
+        KeysmithError(
+            .corruptData,
+            "\(key.map { "\($0)" } ?? "a record") (record \(damage.recordID ?? "?")) is damaged in \(damage.file) at byte \(damage.offset): "
+                + "\(damage.reason); other records are unaffected; write or delete this item to replace it")
+    }
+
+    func read(_ key: ItemKey) throws -> SecureRecord? {
+        switch try lookup(recordID(for: key), key: key) {
+        case .absent: return nil
+        case .found(let ref): return try open(ref, key: key, withSecret: true)
+        }
+    }
+
+    /// Every live record's metadata, streamed page by page; damaged records are skipped (and
+    /// recorded), so memory follows the matches, not the vault.
+    func search(_ query: ItemQuery) throws -> [ItemInfo] {
+        var results: [ItemInfo] = []
+        try forEachLive { ref in
+            if let record = try? open(ref, key: nil, withSecret: false), query.matches(record.info.attributes) {
+                results.append(record.info)
+            }
+        }
+        return results
+    }
+
+    /// Calls `body` for every live (put) record the vault can vouch for.
+    private func forEachLive(_ body: (SealedRef) throws -> Void) throws {
+        if let rollback { throw KeysmithError(.corruptData, "\(rollback.reason)") }
+        let floor = uncertainBefore?.sequence ?? 0
+        if snapshotUsable, let head = snapshotHead {
+            for index in 0..<head.pageCount {
+                guard let entries = try page(index, head: head, cache: false) else { continue }
+                for entry in entries where overlay[entry.recordID] == nil && entry.version >= floor && recordDamage[entry.recordID] == nil {
+                    try body(SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: snapshotFD,
+                                       file: Paths2.snapshotName, offset: entry.offset, length: entry.length,
+                                       nonce: entry.nonce, tag: entry.tag))
+                }
+            }
+        }
+        for ref in overlay.values.sorted(by: { $0.recordID.bytes.lexicographicallyPrecedes($1.recordID.bytes) })
+        where ref.op == .put && ref.version >= floor && recordDamage[ref.recordID] == nil {
+            try body(ref)
+        }
+    }
+
+    // MARK: Writing
+
+    /// Seals a batch's net effect into one log and commits it durably (the caller holds the
+    /// flock and called ``prepareWrite()``). Returns whether anything was written.
+    func commit(_ operations: [StoreOperation]) throws -> Bool {
+        if let rollback { throw KeysmithError(.corruptData, "\(rollback.reason)") }
+        guard snapshotUsable || uncertainBefore == nil else {
+            throw KeysmithError(
+                .corruptData,
+                "the vault's snapshot is missing or damaged, so a write could hide what it held; restore the vault from a backup "
+                    + "(run `keysmith vault verify` for details)")
+        }
+        let now = clock()
+        let sequence = lastSequence + 1
+        guard sequence < Format2.maximumSequence else { throw KeysmithError(.limitExceeded, "the vault has run out of commit numbers") }
+        let writes = try resolveBatch(
+            operations, now: now, version: ItemVersion(rawValue: "c" + String(sequence)), limits: StoreLimits.standard,
+            store: "the file vault"
+        ) { key in
+            do {
+                switch try lookup(recordID(for: key), key: key) {
+                case .absent: return .absent
+                case .found(let ref): return .present(try open(ref, key: key, withSecret: false).info)
+                }
+            } catch let error as KeysmithError where error.code == .corruptData {
+                return .damaged
+            }
+        }
+        guard !writes.isEmpty else { return false }
+        guard writes.count <= Format2.maximumFramesPerCommit else {
+            throw KeysmithError(.limitExceeded, "a batch may change at most \(Format2.maximumFramesPerCommit) items; this one changes \(writes.count)")
+        }
+        guard let keys = unlocked.epochs[writeEpoch] else {
+            throw KeysmithError(.corruptData, "the vault's current data key is missing from its header")
+        }
+        let recordIDs = writes.map { recordID(for: $0.key) }
+        let sealed = try sealAll(writes, recordIDs: recordIDs, sequence: sequence, keys: keys)
+        let head = LogFile2.Head(vaultID: vaultID, sequence: sequence, epoch: keys.epoch, count: sealed.count,
+                                 previousMAC: lastMAC ?? Format2.genesisMAC)
+        let entries = zip(recordIDs, sealed).map { id, frame in
+            LogFile2.TableEntry(recordID: id, op: frame.op, length: frame.ciphertext.count, nonce: frame.nonce, tag: frame.tag)
+        }
+        let encoded = LogFile2.encode(head: head, entries: entries, bodies: sealed.map(\.ciphertext), chainKey: keys.chain)
+        try Durable.create(encoded.bytes, at: paths.log(sequence), directory: paths.logDirectory)
+        try loadLog(sequence)
+        if let anchor { anchor.write(vaultID, AnchorStore.Mark(sequence: sequence, mac: encoded.mac)) }
+        return true
+    }
+
+    private struct SealedFrame: Sendable {
+        var op: FrameOp
+        var nonce: [UInt8]
+        var ciphertext: [UInt8]
+        var tag: [UInt8]
+    }
+
+    /// Seals a batch's writes, on every core for large batches (each record is independent).
+    private func sealAll(_ writes: [ResolvedWrite], recordIDs: [RecordID], sequence: UInt64, keys: EpochKeys) throws -> [SealedFrame] {
+        let vaultID = vaultID
+        @Sendable func sealOne(_ index: Int) throws -> SealedFrame {
+            var plaintext: [UInt8] = []
+            let op: FrameOp
+            switch writes[index] {
+            case .put(let record):
+                plaintext = RecordCodec.encode(record)
+                op = .put
+            case .remove:
+                op = .delete
+            }
+            defer { cleanse(&plaintext) }
+            let sealed = try vaultCrypto {
+                try AESGCM.seal(plaintext, key: keys.record, associatedData: SealedRef.associatedData(
+                    vaultID: vaultID, epoch: keys.epoch, version: sequence, op: op, recordID: recordIDs[index]))
+            }
+            return SealedFrame(op: op, nonce: sealed.nonce, ciphertext: sealed.ciphertext, tag: sealed.tag)
+        }
+        let chunks = ProcessInfo.processInfo.activeProcessorCount
+        guard writes.count >= 2048, chunks > 1 else { return try writes.indices.map(sealOne) }
+        let chunkSize = (writes.count + chunks - 1) / chunks
+        let results = Mutex<[Int: Result<[SealedFrame], any Error>]>([:])
+        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+            let range = (chunk * chunkSize)..<min(writes.count, (chunk + 1) * chunkSize)
+            let sealed = Result { try range.map(sealOne) }
+            results.withLock { $0[chunk] = sealed }
+        }
+        return try results.withLock { results in try (0..<chunks).flatMap { try results[$0]?.get() ?? [] } }
+    }
+
+    // MARK: Maintenance
+
+    var isDamaged: Bool {
+        rollback != nil || uncertainBefore != nil || !recordDamage.isEmpty || !damagedPages.isEmpty
+            || fileDamage.contains { !$0.isHeaderCopy && !$0.isSuperseded }
+    }
+
+    func requireUndamaged() throws {
+        guard !isDamaged else {
+            throw KeysmithError(
+                .corruptData,
+                "the vault has damage (run `keysmith vault verify`); repair it before compacting or re-keying")
+        }
+    }
+
+    /// Whether logs piled up past the bound an open replays.
+    var wantsCompaction: Bool {
+        guard !isDamaged, let head = snapshotHead else { return false }
+        return logsSinceSnapshot >= Format2.compactAfterLogs
+            || logBytes >= max(Format2.compactAfterLogBytes, head.bodiesStart / 2 + (snapshotStatus?.size ?? 0) / 2)
+    }
+
+    /// Writes every live record into a new snapshot and removes the logs it covers. Records
+    /// are copied sealed as they are; with `reseal` they are re-encrypted under the current epoch.
+    func compact(reseal: Bool = false) throws {
+        try requireUndamaged()
+        guard let keys = unlocked.epochs[reseal ? currentEpoch : writeEpoch], let throughMAC = lastMAC else {
+            throw KeysmithError(.corruptData, "the vault's current key or chain is missing")
+        }
+        var live: [SealedRef] = []
+        try forEachLive { live.append($0) }
+        live.sort { $0.recordID.bytes.lexicographicallyPrecedes($1.recordID.bytes) }
+        let perPage = Format2.entriesPerPage
+        var head = SnapshotFile2.Head(vaultID: vaultID, through: lastSequence, epoch: keys.epoch, recordCount: live.count,
+                                      pageCount: (live.count + perPage - 1) / perPage, entriesPerPage: perPage, throughMAC: throughMAC)
+        head.throughMAC = throughMAC
+        let temporary = paths.data + "/" + Durable.temporaryPrefix + "snapshot-\(System.processID)"
+        try? System.unlink(temporary)
+        let fd = try io {
+            try System.open(temporary, flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.exclusive, mode: 0o600)
+        }
+        var closed = false
+        defer {
+            if !closed { System.close(fd) }
+            try? System.unlink(temporary)
+        }
+        // Bodies first (their nonces and tags go into the index), then pages, directory, header.
+        var index: [SnapshotFile2.IndexEntry] = []
+        index.reserveCapacity(live.count)
+        var offset = head.bodiesStart
+        var buffer = ByteWriter(capacity: 1 << 20)
+        var bufferStart = offset
+        func flush() throws {
+            try io { try System.write(fd, buffer.bytes, at: bufferStart, path: temporary) }
+            bufferStart += buffer.bytes.count
+            buffer.bytes.removeAll(keepingCapacity: true)
+        }
+        for ref in live {
+            var body = try io { try System.read(ref.fd, count: ref.length, at: ref.offset, path: paths.root + "/" + ref.file) }
+            var entry = SnapshotFile2.IndexEntry(recordID: ref.recordID, version: ref.version, epoch: ref.epoch, offset: offset,
+                                                 length: ref.length, nonce: ref.nonce, tag: ref.tag)
+            if reseal && ref.epoch != keys.epoch {
+                guard let old = try self.keys(for: ref.epoch) else {
+                    throw KeysmithError(.corruptData, "record \(ref.recordID) is sealed under a key this vault no longer holds")
+                }
+                var plaintext = try vaultCrypto {
+                    try AESGCM.open(ciphertext: body, tag: ref.tag, key: old.record, nonce: ref.nonce, associatedData: SealedRef.associatedData(
+                        vaultID: vaultID, epoch: ref.epoch, version: ref.version, op: .put, recordID: ref.recordID))
+                }
+                defer { cleanse(&plaintext) }
+                let sealed = try vaultCrypto {
+                    try AESGCM.seal(plaintext, key: keys.record, associatedData: SealedRef.associatedData(
+                        vaultID: vaultID, epoch: keys.epoch, version: ref.version, op: .put, recordID: ref.recordID))
+                }
+                body = sealed.ciphertext
+                entry.epoch = keys.epoch
+                entry.nonce = sealed.nonce
+                entry.tag = sealed.tag
+            }
+            guard body.count == ref.length else { throw KeysmithError(.corruptData, "record \(ref.recordID) is cut short") }
+            buffer.append(body)
+            if buffer.bytes.count >= 1 << 20 { try flush() }
+            offset += ref.length
+            index.append(entry)
+        }
+        try flush()
+        var directoryBytes = ByteWriter(capacity: head.pageCount * Format2.directoryEntrySize)
+        var pagesBytes = ByteWriter(capacity: index.count * Format2.indexEntrySize)
+        for page in 0..<head.pageCount {
+            let range = (page * perPage)..<min(index.count, (page + 1) * perPage)
+            var writer = ByteWriter(capacity: range.count * Format2.indexEntrySize)
+            for entry in index[range] { SnapshotFile2.encode(entry, into: &writer) }
+            directoryBytes.append(index[range.lowerBound].recordID.bytes)
+            directoryBytes.append(SnapshotFile2.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: head.through, page: page,
+                                                        bytes: writer.bytes))
+            pagesBytes.append(writer.bytes)
+        }
+        let headBytes = SnapshotFile2.encodeHead(head)
+        let mac = SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: headBytes, directory: directoryBytes.bytes)
+        try io {
+            try System.write(fd, headBytes + directoryBytes.bytes + mac, at: 0, path: temporary)
+            try System.write(fd, pagesBytes.bytes, at: head.pagesStart, path: temporary)
+            try FaultInjection.step()
+            try System.fsync(fd, path: temporary)
+            System.close(fd)
+            closed = true
+            try FaultInjection.step()
+            try System.rename(temporary, paths.snapshot)
+            try FaultInjection.step()
+            try System.fsyncDirectory(paths.data)
+        }
+        try removeCoveredLogs(through: head.through)
+        try reloadAll()
+    }
+
+    /// Deletes logs the snapshot covers and temporary files that crashed writers left. Only
+    /// under the flock, so no writer's temporary file is in use.
+    private func removeCoveredLogs(through sequence: UInt64) throws {
+        for name in try io({ try System.listDirectory(paths.logDirectory) }) {
+            if name.hasPrefix(Durable.temporaryPrefix) {
+                try io { try System.unlink(paths.logDirectory + "/" + name) }
+            } else if name.count == 16, let number = UInt64(name, radix: 16), number <= sequence {
+                try FaultInjection.step()
+                try io { try System.unlink(paths.logDirectory + "/" + name) }
+            }
+        }
+        for directory in [paths.root, paths.data] {
+            for name in try io({ try System.listDirectory(directory) }) where name.hasPrefix(Durable.temporaryPrefix) {
+                try io { try System.unlink(directory + "/" + name) }
+            }
+        }
+        try io { try System.fsyncDirectory(paths.logDirectory) }
+    }
+
+    /// Changes the credential: one new header, written primary first (the primary's rename is
+    /// the switch). The caller holds the flock and called ``prepareWrite()``.
+    func changeCredential(to credential: VaultCredential, scrypt: ScryptParameters) throws {
+        try requireCurrentHeader()
+        let kdf = try Vault2.newKDF(for: credential, scrypt: scrypt)
+        let kek = try HeaderFormat.deriveKEK(kdf, credential: credential)
+        var header = unlocked.copy.header
+        header.kdf = kdf
+        header.idKey = try VaultHeader2.wrap(unlocked.idKey, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.id, epoch: 0)
+        header.dataKeys = try header.dataKeys.map { wrapped in
+            guard let key = unlocked.dataKeys[wrapped.epoch] else {
+                throw KeysmithError(.corruptData, "the vault's data key of epoch \(wrapped.epoch) could not be unwrapped")
+            }
+            return try VaultHeader2.wrap(key, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.data, epoch: wrapped.epoch)
+        }
+        try writeHeader(header, kek: kek)
+    }
+
+    /// Re-encrypts every record under a new data key and retires the others, in three atomic
+    /// steps (key added and made current; snapshot resealed; old keys removed).
+    func rekey() throws {
+        try requireCurrentHeader()
+        try requireUndamaged()
+        var header = unlocked.copy.header
+        let newEpoch = (header.dataKeys.map(\.epoch).max() ?? 0) + 1
+        guard newEpoch < Format2.maximumEpoch else { throw KeysmithError(.limitExceeded, "the vault has run out of key epochs") }
+        let newKey = try vaultCrypto { try SecretBytes.random(count: 32) }
+        if header.dataKeys.count >= Format2.maximumDataKeys { header.dataKeys.removeFirst() }
+        header.dataKeys.append(try VaultHeader2.wrap(newKey, kek: unlocked.kek, vaultID: vaultID, kdf: header.kdf,
+                                                     purpose: KeyPurpose.data, epoch: newEpoch))
+        header.currentEpoch = newEpoch
+        try writeHeader(header, kek: unlocked.kek)
+        try compact(reseal: true)
+        header = unlocked.copy.header
+        header.dataKeys.removeAll { $0.epoch != newEpoch }
+        try writeHeader(header, kek: unlocked.kek)
+    }
+
+    // MARK: Verification and figures
+
+    /// Reads every file and every record again and lists everything wrong. Streams: memory
+    /// follows the damage found, not the vault.
+    func verify() throws -> [VaultDamage] {
+        try reloadAll()
+        if let head = snapshotHead, snapshotUsable {
+            for index in 0..<head.pageCount {
+                guard let entries = try page(index, head: head, cache: false) else { continue }
+                for entry in entries {
+                    let ref = SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: snapshotFD,
+                                        file: Paths2.snapshotName, offset: entry.offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)
+                    checkRecord(ref, superseded: overlay[entry.recordID] != nil)
+                }
+            }
+        }
+        // Every log's records, not only the newest version of each: damage in an old version
+        // is reported as superseded.
+        for (sequence, fd) in logFDs.sorted(by: { $0.key < $1.key }) {
+            for ref in overlayRefs(ofLog: sequence, fd: fd) where ref.op == .put {
+                checkRecord(ref, superseded: (overlay[ref.recordID]?.version ?? 0) > sequence)
+            }
+        }
+        return damage
+    }
+
+    private func overlayRefs(ofLog sequence: UInt64, fd: Int32) -> [SealedRef] {
+        let path = paths.log(sequence)
+        guard let size = try? System.status(fd: fd, path: path).size,
+              let headBytes = try? System.read(fd, count: Format2.logHeaderSize, at: 0, path: path),
+              let head = try? LogFile2.parseHead(headBytes, fileSize: size),
+              let table = try? System.read(fd, count: head.count * Format2.tableEntrySize, at: Format2.logHeaderSize, path: path)
+        else { return [] }
+        let bodiesStart = Format2.logHeaderSize + head.count * Format2.tableEntrySize + Format2.macSize
+        var offset = bodiesStart
+        return LogFile2.parseTable(table, count: head.count, bodiesStart: bodiesStart, fileSize: size).entries.map { entry in
+            defer { offset += entry.length }
+            return SealedRef(recordID: entry.recordID, op: entry.op, version: sequence, epoch: head.epoch, fd: fd,
+                             file: paths.logName(sequence), offset: offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)
+        }
+    }
+
+    private func checkRecord(_ ref: SealedRef, superseded: Bool) {
+        let before = recordDamage[ref.recordID]
+        do {
+            _ = try open(ref, key: nil, withSecret: false)
+        } catch {
+            if superseded, let damage = recordDamage[ref.recordID]?.damage {
+                fileDamage.append(damage.superseded())
+                recordDamage[ref.recordID] = before
+            }
+        }
+    }
+
+    var damage: [VaultDamage] {
+        var all = fileDamage + damagedPages.values.sorted { $0.offset < $1.offset }
+        all += recordDamage.values.map(\.damage).sorted { ($0.file, $0.offset) < ($1.file, $1.offset) }
+        if let rollback { all.insert(rollback, at: 0) }
+        return all
+    }
+
+    /// How many items the vault holds (counted by streaming the index) and how many logs
+    /// await compaction.
+    func statistics() throws -> (items: Int, logFiles: Int) {
+        var items = 0
+        if snapshotUsable, let head = snapshotHead {
+            for index in 0..<head.pageCount {
+                for entry in try page(index, head: head, cache: false) ?? [] where overlay[entry.recordID] == nil { items += 1 }
+            }
+        }
+        items += overlay.values.filter { $0.op == .put }.count
+        return (items, logsSinceSnapshot)
+    }
+}
+
+extension VaultDamage {
+    func superseded() -> VaultDamage {
+        VaultDamage(file: file, offset: offset, recordID: recordID, key: key,
+                    reason: reason + " (a newer version of the record replaces it)", isSuperseded: true)
+    }
+}
+
+/// Creating format-2 vaults.
+enum Vault2 {
+    static func newKDF(for credential: VaultCredential, scrypt: ScryptParameters) throws -> VaultHeader.KDF {
+        let salt = try vaultCrypto { try Random.bytes(count: Format2.saltSize) }
+        let encoded = Data(salt).base64EncodedString()
+        if credential.isPassphrase {
+            try scrypt.validate()
+            return VaultHeader.KDF(type: "scrypt", n: scrypt.n, r: scrypt.r, p: scrypt.p, salt: encoded)
+        }
+        _ = try credential.keyMaterial()
+        return VaultHeader.KDF(type: "keyfile", n: nil, r: nil, p: nil, salt: encoded)
+    }
+
+    /// Writes a new vault's files into `root` (which exists and is empty apart from what the
+    /// caller allows): the data directory, an empty snapshot (or `records`, sealed), then the
+    /// header last. Returns the header bytes.
+    static func create(
+        paths: Paths2, credential: VaultCredential, scrypt: ScryptParameters, created: Date, idKey: SecretBytes? = nil,
+        through: UInt64 = 0, records: [(record: SecureRecord, version: UInt64)] = [], writeHeader: Bool = true
+    ) throws -> (header: [UInt8], kek: SecretBytes) {
+        let vaultID = try vaultCrypto { try Random.bytes(count: Format.vaultIDSize) }
+        let kdf = try newKDF(for: credential, scrypt: scrypt)
+        let kek = try HeaderFormat.deriveKEK(kdf, credential: credential)
+        let idKey = try idKey ?? vaultCrypto { try SecretBytes.random(count: 32) }
+        let dataKey = try vaultCrypto { try SecretBytes.random(count: 32) }
+        let header = VaultHeader2(
+            format: VaultHeader.formatName, version: Format2.version, vaultId: vaultID.hexString, created: iso8601(created),
+            generation: 1, kdf: kdf,
+            idKey: try VaultHeader2.wrap(idKey, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.id, epoch: 0),
+            dataKeys: [try VaultHeader2.wrap(dataKey, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.data, epoch: 1)],
+            currentEpoch: 1)
+        let keys = EpochKeys(epoch: 1, dataKey: dataKey)
+        try io {
+            try System.mkdir(paths.data, mode: 0o700)
+            try System.mkdir(paths.logDirectory, mode: 0o700)
+        }
+        // The first snapshot: what `records` hold, sorted by record id, chained from the genesis.
+        var sealed: [(id: RecordID, version: UInt64, nonce: [UInt8], ciphertext: [UInt8], tag: [UInt8])] = []
+        for (record, version) in records {
+            let id = RecordID(SHA256.hmac(key: idKey, RecordCodec.identity(record.key)))!
+            var plaintext = RecordCodec.encode(record)
+            defer { cleanse(&plaintext) }
+            let box = try vaultCrypto {
+                try AESGCM.seal(plaintext, key: keys.record, associatedData: SealedRef.associatedData(
+                    vaultID: vaultID, epoch: 1, version: version, op: .put, recordID: id))
+            }
+            sealed.append((id, version, box.nonce, box.ciphertext, box.tag))
+        }
+        sealed.sort { $0.id.bytes.lexicographicallyPrecedes($1.id.bytes) }
+        let perPage = Format2.entriesPerPage
+        let head = SnapshotFile2.Head(vaultID: vaultID, through: through, epoch: 1, recordCount: sealed.count,
+                                      pageCount: (sealed.count + perPage - 1) / perPage, entriesPerPage: perPage,
+                                      throughMAC: Format2.genesisMAC)
+        var pages = ByteWriter()
+        var directory = ByteWriter()
+        var bodies = ByteWriter()
+        var offset = head.bodiesStart
+        for page in 0..<head.pageCount {
+            var writer = ByteWriter()
+            let range = (page * perPage)..<min(sealed.count, (page + 1) * perPage)
+            for item in sealed[range] {
+                SnapshotFile2.encode(SnapshotFile2.IndexEntry(recordID: item.id, version: item.version, epoch: 1, offset: offset,
+                                                              length: item.ciphertext.count, nonce: item.nonce, tag: item.tag),
+                                     into: &writer)
+                offset += item.ciphertext.count
+                bodies.append(item.ciphertext)
+            }
+            directory.append(sealed[range.lowerBound].id.bytes)
+            directory.append(SnapshotFile2.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: through, page: page, bytes: writer.bytes))
+            pages.append(writer.bytes)
+        }
+        let headBytes = SnapshotFile2.encodeHead(head)
+        let mac = SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: headBytes, directory: directory.bytes)
+        try Durable.write(headBytes + directory.bytes + mac + pages.bytes + bodies.bytes, to: paths.snapshot, directory: paths.data)
+        let bytes = try vaultCrypto { try header.encode(kek: kek) }
+        if writeHeader {
+            try Durable.write(bytes, to: paths.header, directory: paths.root)
+            try Durable.write(bytes, to: paths.headerBackup, directory: paths.root)
+        }
+        return (bytes, kek)
+    }
+}

@@ -1,0 +1,330 @@
+import Keysmith
+import KeysmithCrypto
+
+/// Constants and byte layouts of vault format version 2 (docs/format.md, "Format version 2").
+/// Every number read from disk is checked against the bounds here before it is used.
+enum Format2 {
+    static let version = 2
+    static let dataDirectory = "data"
+
+    static let logMagic = Array("KSMVLOG2".utf8)
+    static let snapshotMagic = Array("KSMVSNP2".utf8)
+
+    /// magic 8 ‖ vault id 16 ‖ sequence 8 ‖ epoch 4 ‖ frame count 4 ‖ previous commit MAC 32.
+    static let logHeaderSize = 72
+    /// record id 32 ‖ op 1 ‖ ciphertext length 4 ‖ nonce 12 ‖ tag 16.
+    static let tableEntrySize = 65
+    static let macSize = 32
+    /// magic 8 ‖ vault id 16 ‖ through-sequence 8 ‖ epoch 4 ‖ record count 8 ‖ page count 4 ‖
+    /// entries per page 4 ‖ through-MAC 32.
+    static let snapshotHeaderSize = 84
+    /// first record id 32 ‖ page MAC 32.
+    static let directoryEntrySize = 64
+    /// record id 32 ‖ version 8 ‖ epoch 4 ‖ offset 8 ‖ length 4 ‖ nonce 12 ‖ tag 16.
+    static let indexEntrySize = 84
+    /// Records per index page: a damaged page costs at most this many records.
+    static let entriesPerPage = 64
+    static let maximumEntriesPerPage = 4096
+
+    /// The largest sealed record: 64 MiB (the store's limits keep records well under it).
+    static let maximumCiphertext = 64 << 20
+    /// The most frames one commit may hold.
+    static let maximumFramesPerCommit = 1 << 20
+    /// The most records a snapshot may hold.
+    static let maximumRecords: UInt64 = 1 << 32
+    /// Sequences and versions are below 2⁶²; epochs below 2²⁰.
+    static let maximumSequence: UInt64 = 1 << 62
+    static let maximumEpoch: UInt32 = 1 << 20
+    /// The header is at most 64 KiB and holds at most 16 data keys.
+    static let maximumHeaderSize = 64 << 10
+    static let maximumDataKeys = 16
+    /// A log file: its table and bodies (2⁶⁰ bytes is a bound on arithmetic, not a goal).
+    static let maximumFileSize = 1 << 60
+
+    /// Logs since the snapshot before a write compacts: the bound on what an open replays.
+    static let compactAfterLogs = 32
+    /// Log bytes since the snapshot before a write compacts, at least.
+    static let compactAfterLogBytes = 8 << 20
+
+    static let recordADLabel = Array("keysmith-vault-v2 record".utf8)
+    static let commitLabel = Array("keysmith-vault-v2 commit".utf8)
+    static let snapshotLabel = Array("keysmith-vault-v2 snapshot".utf8)
+    static let pageLabel = Array("keysmith-vault-v2 page".utf8)
+    static let recordKeyLabel = Array("keysmith-vault-v2 record-key".utf8)
+    static let chainKeyLabel = Array("keysmith-vault-v2 chain-key".utf8)
+    static let headerMACLabel = Array("keysmith-vault-v2 header-mac".utf8)
+    static let keyWrapLabel = Array("keysmith-vault-v2 key-wrap".utf8)
+    static let keyfileKEKLabel = Array("keysmith-vault-v2 keyfile-kek".utf8)
+
+    /// The chain value before the first commit.
+    static let genesisMAC = [UInt8](repeating: 0, count: 32)
+
+    /// scrypt bounds for format 2, checked before any work: N a power of two from 2¹⁴ to 2²⁰,
+    /// r = 8, p from 1 to 4 (at most 1 GiB of memory and 4 passes); salts are 32 bytes.
+    static let scryptMinimumN: UInt64 = 1 << 14
+    static let scryptMaximumN: UInt64 = 1 << 20
+    static let scryptR: UInt64 = 8
+    static let scryptMaximumP: UInt64 = 4
+    static let saltSize = 32
+}
+
+/// The two keys of one epoch, derived from its data key.
+struct EpochKeys: Sendable {
+    let epoch: UInt32
+    /// AES-256-GCM key of the records sealed under this epoch.
+    let record: SecretBytes
+    /// HMAC-SHA-256 key of the commits, snapshots and pages written under this epoch.
+    let chain: SecretBytes
+
+    init(epoch: UInt32, dataKey: SecretBytes) {
+        self.epoch = epoch
+        record = SecretBytes(copying: SHA256.hmac(key: dataKey, Format2.recordKeyLabel))
+        chain = SecretBytes(copying: SHA256.hmac(key: dataKey, Format2.chainKeyLabel))
+    }
+}
+
+/// Where one sealed record sits: its table or index entry, resolved to a file and an offset.
+struct SealedRef: Sendable {
+    var recordID: RecordID
+    var op: FrameOp
+    var version: UInt64
+    var epoch: UInt32
+    /// The descriptor of the file that holds the body (the engine keeps it open).
+    var fd: Int32
+    var file: String
+    var offset: Int
+    var length: Int
+    var nonce: [UInt8]
+    var tag: [UInt8]
+
+    static func associatedData(vaultID: [UInt8], epoch: UInt32, version: UInt64, op: FrameOp, recordID: RecordID) -> [UInt8] {
+        var writer = ByteWriter(capacity: 96)
+        writer.append(Format2.recordADLabel)
+        writer.append(vaultID)
+        writer.append(epoch)
+        writer.append(version)
+        writer.append(op.rawValue)
+        writer.append(recordID.bytes)
+        return writer.bytes
+    }
+}
+
+/// A commit log file of format 2: header, table, commit MAC, then the bodies.
+enum LogFile2 {
+    struct Head {
+        var vaultID: [UInt8]
+        var sequence: UInt64
+        var epoch: UInt32
+        var count: Int
+        var previousMAC: [UInt8]
+    }
+
+    struct TableEntry {
+        var recordID: RecordID
+        var op: FrameOp
+        var length: Int
+        var nonce: [UInt8]
+        var tag: [UInt8]
+    }
+
+    static func commitMAC(chainKey: SecretBytes, headerAndTable: [UInt8]) -> [UInt8] {
+        SHA256.hmac(key: chainKey, Format2.commitLabel + headerAndTable)
+    }
+
+    static func encodeHead(_ head: Head) -> [UInt8] {
+        var writer = ByteWriter(capacity: Format2.logHeaderSize)
+        writer.append(Format2.logMagic)
+        writer.append(head.vaultID)
+        writer.append(head.sequence)
+        writer.append(head.epoch)
+        writer.append(UInt32(head.count))
+        writer.append(head.previousMAC)
+        return writer.bytes
+    }
+
+    /// The whole file for a commit.
+    static func encode(head: Head, entries: [TableEntry], bodies: [[UInt8]], chainKey: SecretBytes) -> (bytes: [UInt8], mac: [UInt8]) {
+        var writer = ByteWriter(capacity: Format2.logHeaderSize + entries.count * Format2.tableEntrySize + 32
+                                    + bodies.reduce(0) { $0 + $1.count })
+        writer.append(encodeHead(head))
+        for entry in entries {
+            writer.append(entry.recordID.bytes)
+            writer.append(entry.op.rawValue)
+            writer.append(UInt32(entry.length))
+            writer.append(entry.nonce)
+            writer.append(entry.tag)
+        }
+        let mac = commitMAC(chainKey: chainKey, headerAndTable: writer.bytes)
+        writer.append(mac)
+        for body in bodies { writer.append(body) }
+        return (writer.bytes, mac)
+    }
+
+    enum HeadProblem: Error { case tooShort, badMagic, outOfBounds(String) }
+
+    /// Parses and bounds the fixed header of a log of `fileSize` bytes.
+    static func parseHead(_ bytes: [UInt8], fileSize: Int) throws(HeadProblem) -> Head {
+        var reader = ByteReader(bytes)
+        guard let magic = reader.readBytes(8), let vaultID = reader.readBytes(16), let sequence = reader.readUInt64(),
+              let epoch = reader.readUInt32(), let count = reader.readUInt32(), let previous = reader.readBytes(32)
+        else { throw .tooShort }
+        guard magic == Format2.logMagic else { throw .badMagic }
+        guard sequence >= 1, sequence < Format2.maximumSequence else { throw .outOfBounds("its sequence \(sequence) is out of range") }
+        guard epoch >= 1, epoch < Format2.maximumEpoch else { throw .outOfBounds("its key epoch \(epoch) is out of range") }
+        guard count >= 1, Int(count) <= Format2.maximumFramesPerCommit else {
+            throw .outOfBounds("its frame count \(count) is out of range")
+        }
+        let fixed = Format2.logHeaderSize + Int(count) * Format2.tableEntrySize + Format2.macSize
+        guard fixed <= fileSize else { throw .outOfBounds("it claims \(count) frames but is only \(fileSize) bytes long") }
+        return Head(vaultID: vaultID, sequence: sequence, epoch: epoch, count: Int(count), previousMAC: previous)
+    }
+
+    /// Parses the table (already authenticated by the caller) and checks that the bodies it
+    /// describes fill the rest of the file exactly.
+    static func parseTable(_ bytes: [UInt8], count: Int, bodiesStart: Int, fileSize: Int) -> (entries: [TableEntry], problem: String?) {
+        var reader = ByteReader(bytes)
+        var entries: [TableEntry] = []
+        entries.reserveCapacity(count)
+        var total = 0
+        for _ in 0..<count {
+            guard let id = reader.readBytes(32).flatMap(RecordID.init), let opByte = reader.readUInt8(),
+                  let length = reader.readUInt32(), let nonce = reader.readBytes(12), let tag = reader.readBytes(16)
+            else { return (entries, "its table is cut short") }
+            guard let op = FrameOp(rawValue: opByte) else { return (entries, "its table names an unknown operation \(opByte)") }
+            guard Int(length) <= Format2.maximumCiphertext, op == .put || length == 0 else {
+                return (entries, "its table gives a record a length of \(length) bytes")
+            }
+            total += Int(length)
+            entries.append(TableEntry(recordID: id, op: op, length: Int(length), nonce: nonce, tag: tag))
+        }
+        guard bodiesStart + total == fileSize else {
+            return (entries, "its records should end at byte \(bodiesStart + total) but the file is \(fileSize) bytes long")
+        }
+        return (entries, nil)
+    }
+}
+
+/// The snapshot of format 2: every live record, sorted by record id, with a paged index.
+enum SnapshotFile2 {
+    struct Head {
+        var vaultID: [UInt8]
+        var through: UInt64
+        var epoch: UInt32
+        var recordCount: Int
+        var pageCount: Int
+        var entriesPerPage: Int
+        var throughMAC: [UInt8]
+
+        var directoryStart: Int { Format2.snapshotHeaderSize }
+        var macStart: Int { directoryStart + pageCount * Format2.directoryEntrySize }
+        var pagesStart: Int { macStart + Format2.macSize }
+        var bodiesStart: Int { pagesStart + recordCount * Format2.indexEntrySize }
+
+        func entryCount(ofPage page: Int) -> Int {
+            page == pageCount - 1 ? recordCount - page * entriesPerPage : entriesPerPage
+        }
+    }
+
+    struct IndexEntry {
+        var recordID: RecordID
+        var version: UInt64
+        var epoch: UInt32
+        var offset: Int
+        var length: Int
+        var nonce: [UInt8]
+        var tag: [UInt8]
+    }
+
+    static func encodeHead(_ head: Head) -> [UInt8] {
+        var writer = ByteWriter(capacity: Format2.snapshotHeaderSize)
+        writer.append(Format2.snapshotMagic)
+        writer.append(head.vaultID)
+        writer.append(head.through)
+        writer.append(head.epoch)
+        writer.append(UInt64(head.recordCount))
+        writer.append(UInt32(head.pageCount))
+        writer.append(UInt32(head.entriesPerPage))
+        writer.append(head.throughMAC)
+        return writer.bytes
+    }
+
+    static func encode(_ entry: IndexEntry, into writer: inout ByteWriter) {
+        writer.append(entry.recordID.bytes)
+        writer.append(entry.version)
+        writer.append(entry.epoch)
+        writer.append(UInt64(entry.offset))
+        writer.append(UInt32(entry.length))
+        writer.append(entry.nonce)
+        writer.append(entry.tag)
+    }
+
+    static func pageMAC(chainKey: SecretBytes, vaultID: [UInt8], through: UInt64, page: Int, bytes: [UInt8]) -> [UInt8] {
+        var writer = ByteWriter(capacity: 64 + bytes.count)
+        writer.append(Format2.pageLabel)
+        writer.append(vaultID)
+        writer.append(through)
+        writer.append(UInt32(page))
+        writer.append(bytes)
+        return SHA256.hmac(key: chainKey, writer.bytes)
+    }
+
+    static func snapshotMAC(chainKey: SecretBytes, head: [UInt8], directory: [UInt8]) -> [UInt8] {
+        SHA256.hmac(key: chainKey, Format2.snapshotLabel + head + directory)
+    }
+
+    enum HeadProblem: Error { case tooShort, badMagic, outOfBounds(String) }
+
+    static func parseHead(_ bytes: [UInt8], fileSize: Int) throws(HeadProblem) -> Head {
+        var reader = ByteReader(bytes)
+        guard let magic = reader.readBytes(8), let vaultID = reader.readBytes(16), let through = reader.readUInt64(),
+              let epoch = reader.readUInt32(), let count = reader.readUInt64(), let pages = reader.readUInt32(),
+              let perPage = reader.readUInt32(), let throughMAC = reader.readBytes(32)
+        else { throw .tooShort }
+        guard magic == Format2.snapshotMagic else { throw .badMagic }
+        guard through < Format2.maximumSequence else { throw .outOfBounds("its through-sequence \(through) is out of range") }
+        guard epoch >= 1, epoch < Format2.maximumEpoch else { throw .outOfBounds("its key epoch \(epoch) is out of range") }
+        guard count <= Format2.maximumRecords else { throw .outOfBounds("its record count \(count) is out of range") }
+        guard perPage >= 1, Int(perPage) <= Format2.maximumEntriesPerPage else {
+            throw .outOfBounds("it claims \(perPage) records per index page")
+        }
+        let recordCount = Int(count), perPageInt = Int(perPage)
+        guard Int(pages) == (recordCount + perPageInt - 1) / perPageInt else {
+            throw .outOfBounds("its page count \(pages) does not fit its \(count) records")
+        }
+        let head = Head(vaultID: vaultID, through: through, epoch: epoch, recordCount: recordCount, pageCount: Int(pages),
+                        entriesPerPage: perPageInt, throughMAC: throughMAC)
+        // Every region must fit inside the file before anything is allocated for it.
+        guard recordCount <= fileSize / Format2.indexEntrySize, head.bodiesStart <= fileSize else {
+            throw .outOfBounds("it claims \(count) records but is only \(fileSize) bytes long")
+        }
+        return head
+    }
+
+    /// Parses one authenticated page and checks its order and that each body lies in the
+    /// bodies region. `after` is the last record id of the page before (strict order).
+    static func parsePage(_ bytes: [UInt8], count: Int, head: Head, fileSize: Int, first: [UInt8]) -> (entries: [IndexEntry], problem: String?) {
+        var reader = ByteReader(bytes)
+        var entries: [IndexEntry] = []
+        entries.reserveCapacity(count)
+        for index in 0..<count {
+            guard let id = reader.readBytes(32).flatMap(RecordID.init), let version = reader.readUInt64(),
+                  let epoch = reader.readUInt32(), let offset = reader.readUInt64(), let length = reader.readUInt32(),
+                  let nonce = reader.readBytes(12), let tag = reader.readBytes(16)
+            else { return (entries, "the page is cut short") }
+            guard version >= 1, version <= head.through, epoch >= 1, epoch < Format2.maximumEpoch else {
+                return (entries, "an entry's version or epoch is out of range")
+            }
+            guard offset >= UInt64(head.bodiesStart), offset <= UInt64(fileSize), Int(length) <= Format2.maximumCiphertext,
+                  Int(offset) + Int(length) <= fileSize
+            else { return (entries, "an entry points outside the file's records") }
+            if index == 0 {
+                guard id.bytes == first else { return (entries, "the page does not start where the directory says") }
+            } else if let previous = entries.last, !(previous.recordID.bytes.lexicographicallyPrecedes(id.bytes)) {
+                return (entries, "the page is not in record-id order")
+            }
+            entries.append(IndexEntry(recordID: id, version: version, epoch: epoch, offset: Int(offset), length: Int(length),
+                                      nonce: nonce, tag: tag))
+        }
+        return (entries, nil)
+    }
+}

@@ -1,0 +1,233 @@
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+
+/// The header of format 2 (docs/format.md, "The header (format 2)"): a JSON body, a MAC line
+/// under a key derived from the credential, and a SHA-256 line that tells accidental damage
+/// from a wrong credential.
+struct VaultHeader2: Codable, Sendable {
+    var format: String
+    var version: Int
+    var vaultId: String
+    var created: String
+    /// Incremented by every header write; the primary copy is written first.
+    var generation: UInt64
+    var kdf: VaultHeader.KDF
+    var idKey: VaultHeader.WrappedKey
+    var dataKeys: [VaultHeader.WrappedKey]
+    /// The epoch new records are sealed under.
+    var currentEpoch: UInt32
+
+    var vaultIDBytes: [UInt8] { [UInt8](hex: vaultId) ?? [] }
+
+    /// Encodes the header, authenticated under `kek`.
+    func encode(kek: SecretBytes) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        let body = Array(try encoder.encode(self))
+        let withMAC = body + Array("\nmac=\(Self.mac(body, kek: kek).hexString)".utf8)
+        return withMAC + Array("\nsha256=\(SHA256.hash(withMAC).hexString)\n".utf8)
+    }
+
+    static func mac(_ body: [UInt8], kek: SecretBytes) -> [UInt8] {
+        let key = SecretBytes(copying: SHA256.hmac(key: kek, Format2.headerMACLabel))
+        return SHA256.hmac(key: key, body)
+    }
+
+    /// The canonical text of the KDF parameters that the key wraps bind.
+    static func kdfDescriptor(_ kdf: VaultHeader.KDF) -> [UInt8] {
+        Array("\(kdf.type)|\(kdf.n ?? 0)|\(kdf.r ?? 0)|\(kdf.p ?? 0)|\(kdf.salt)".utf8)
+    }
+
+    static func keyWrapAD(vaultID: [UInt8], kdf: VaultHeader.KDF, purpose: UInt8, epoch: UInt32) -> [UInt8] {
+        var writer = ByteWriter()
+        writer.append(Format2.keyWrapLabel)
+        writer.append(vaultID)
+        writer.append(purpose)
+        writer.append(epoch)
+        writer.appendField(kdfDescriptor(kdf))
+        return writer.bytes
+    }
+
+    static func wrap(_ key: SecretBytes, kek: SecretBytes, vaultID: [UInt8], kdf: VaultHeader.KDF, purpose: UInt8, epoch: UInt32) throws -> VaultHeader.WrappedKey {
+        var plain = key.copyBytes()
+        defer { cleanse(&plain) }
+        let sealed = try vaultCrypto {
+            try AESGCM.seal(plain, key: kek, associatedData: keyWrapAD(vaultID: vaultID, kdf: kdf, purpose: purpose, epoch: epoch))
+        }
+        return VaultHeader.WrappedKey(
+            epoch: epoch, nonce: Data(sealed.nonce).base64EncodedString(),
+            ciphertext: Data(sealed.ciphertext).base64EncodedString(), tag: Data(sealed.tag).base64EncodedString())
+    }
+
+    static func unwrap(_ wrapped: VaultHeader.WrappedKey, kek: SecretBytes, vaultID: [UInt8], kdf: VaultHeader.KDF, purpose: UInt8) -> SecretBytes? {
+        guard let nonce = Data(base64Encoded: wrapped.nonce), let ciphertext = Data(base64Encoded: wrapped.ciphertext),
+              let tag = Data(base64Encoded: wrapped.tag), nonce.count == 12, ciphertext.count == 32, tag.count == 16,
+              var plain = try? AESGCM.open(
+                  ciphertext: Array(ciphertext), tag: Array(tag), key: kek, nonce: Array(nonce),
+                  associatedData: keyWrapAD(vaultID: vaultID, kdf: kdf, purpose: purpose, epoch: wrapped.epoch))
+        else { return nil }
+        return SecretBytes(takingOwnershipOf: &plain)
+    }
+}
+
+/// A header copy as found on disk, before the credential is applied.
+struct HeaderCopy2 {
+    let header: VaultHeader2
+    /// The JSON body the MAC covers.
+    let body: [UInt8]
+    let mac: [UInt8]
+    /// The exact file bytes, to notice when another process rewrote the header.
+    let bytes: [UInt8]
+}
+
+/// The format version a header file declares, after its checksum is verified.
+enum HeaderProbe {
+    case version1
+    case version2(HeaderCopy2)
+    case damaged(String)
+    case unsupported(Int)
+}
+
+enum HeaderFormat {
+    private struct Peek: Decodable {
+        var format: String
+        var version: Int
+    }
+
+    /// Reads a header copy with every bound checked: a regular file (no link, FIFO or device),
+    /// at most 64 KiB. `nil` when it is missing.
+    static func readCopy(_ path: String) throws -> [UInt8]? {
+        guard let (fd, _) = try System.openRegularFile(path, maximumSize: Format2.maximumHeaderSize) else { return nil }
+        defer { System.close(fd) }
+        return try System.readAll(fd, path: path)
+    }
+
+    /// Classifies header bytes: their checksum, then the version they declare; a format-2
+    /// header is parsed and every field bounded (the MAC is checked later, with the credential).
+    static func probe(_ bytes: [UInt8]) -> HeaderProbe {
+        let shaLine = 8 + 64 + 1
+        guard bytes.count > shaLine else { return .damaged("it is too short") }
+        let covered = Array(bytes[0..<(bytes.count - shaLine)])
+        guard String(decoding: bytes[(bytes.count - shaLine)...], as: UTF8.self) == "\nsha256=\(SHA256.hash(covered).hexString)\n" else {
+            return .damaged("its checksum does not match its contents")
+        }
+        let macLine = 5 + 64
+        var body = covered
+        var mac: [UInt8]?
+        if covered.count > macLine, String(decoding: covered[(covered.count - macLine)..<(covered.count - 64)], as: UTF8.self) == "\nmac=" {
+            body = Array(covered[0..<(covered.count - macLine)])
+            mac = [UInt8](hex: String(decoding: covered[(covered.count - 64)...], as: UTF8.self))
+        }
+        guard let peek = try? JSONDecoder().decode(Peek.self, from: Data(body)), peek.format == VaultHeader.formatName else {
+            return .damaged("it is not a valid header document")
+        }
+        switch peek.version {
+        case 1:
+            return mac == nil ? .version1 : .damaged("a format 1 header carries a MAC line")
+        case 2:
+            guard let mac, mac.count == 32 else { return .damaged("a format 2 header has no MAC line") }
+            guard let header = try? JSONDecoder().decode(VaultHeader2.self, from: Data(body)) else {
+                return .damaged("it is not a valid format 2 header document")
+            }
+            if let problem = boundsProblem(header) { return .damaged(problem) }
+            return .version2(HeaderCopy2(header: header, body: body, mac: mac, bytes: bytes))
+        default:
+            return .unsupported(peek.version)
+        }
+    }
+
+    /// Every bound of a format-2 header that can be checked without the credential.
+    static func boundsProblem(_ header: VaultHeader2) -> String? {
+        guard header.vaultIDBytes.count == Format.vaultIDSize else { return "its vault id is not 32 hex digits" }
+        guard (1...Format2.maximumDataKeys).contains(header.dataKeys.count) else {
+            return "it holds \(header.dataKeys.count) data keys (1 to \(Format2.maximumDataKeys) allowed)"
+        }
+        guard Set(header.dataKeys.map(\.epoch)).count == header.dataKeys.count,
+              header.dataKeys.allSatisfy({ $0.epoch >= 1 && $0.epoch < Format2.maximumEpoch }),
+              header.dataKeys.contains(where: { $0.epoch == header.currentEpoch })
+        else { return "its data key epochs are invalid or do not include the current epoch \(header.currentEpoch)" }
+        return kdfProblem(header.kdf)
+    }
+
+    /// The KDF bounds: refused before any derivation, so an edited header cannot make an
+    /// unlock cost gigabytes or hours.
+    static func kdfProblem(_ kdf: VaultHeader.KDF) -> String? {
+        guard let salt = Data(base64Encoded: kdf.salt), salt.count == Format2.saltSize else {
+            return "its KDF salt is not \(Format2.saltSize) bytes"
+        }
+        switch kdf.type {
+        case "scrypt":
+            guard let n = kdf.n, let r = kdf.r, let p = kdf.p, n >= Format2.scryptMinimumN, n <= Format2.scryptMaximumN,
+                  n & (n - 1) == 0, r == Format2.scryptR, (1...Format2.scryptMaximumP).contains(p)
+            else {
+                return "its scrypt parameters N=\(kdf.n.map(String.init) ?? "-") r=\(kdf.r.map(String.init) ?? "-") "
+                    + "p=\(kdf.p.map(String.init) ?? "-") are outside the allowed bounds (N a power of two from 2^14 to 2^20, r=8, p 1...4)"
+            }
+            return nil
+        case "keyfile":
+            return kdf.n == nil && kdf.r == nil && kdf.p == nil ? nil : "its keyfile KDF carries scrypt parameters"
+        default:
+            return "it names an unknown key derivation `\(kdf.type)`"
+        }
+    }
+
+    /// Derives the key-encryption key of a format-2 header (bounds already checked).
+    static func deriveKEK(_ kdf: VaultHeader.KDF, credential: VaultCredential) throws -> SecretBytes {
+        guard let salt = Data(base64Encoded: kdf.salt).map(Array.init), salt.count == Format2.saltSize else {
+            throw KeysmithError(.corruptData, "the vault header's KDF salt is malformed")
+        }
+        switch (kdf.type, credential.source) {
+        case ("scrypt", .passphrase(let passphrase)):
+            guard let n = kdf.n, let r = kdf.r, let p = kdf.p else {
+                throw KeysmithError(.corruptData, "the vault header's scrypt parameters are missing")
+            }
+            return try vaultCrypto { try Scrypt.derive(passphrase: passphrase, salt: salt, n: n, r: r, p: p, length: 32) }
+        case ("keyfile", .keyfile), ("keyfile", .key):
+            let key = try credential.keyMaterial()
+            return SecretBytes(copying: SHA256.hmac(key: key, Format2.keyfileKEKLabel + salt))
+        case ("scrypt", _):
+            throw KeysmithError(.authenticationFailed, "this vault is unlocked by a passphrase, not a keyfile")
+        default:
+            throw KeysmithError(.authenticationFailed, "this vault is unlocked by a keyfile, not a passphrase")
+        }
+    }
+}
+
+/// A format-2 header opened with a credential: every key unwrapped.
+struct UnlockedHeader2 {
+    var copy: HeaderCopy2
+    var kek: SecretBytes
+    var idKey: SecretBytes
+    var epochs: [UInt32: EpochKeys]
+    /// The data keys themselves, to re-wrap them on a credential change.
+    var dataKeys: [UInt32: SecretBytes]
+
+    /// Checks the MAC and unwraps every key.
+    ///
+    /// - Throws: `.authenticationFailed` when the MAC does not verify (a wrong credential, or
+    ///   a header altered by someone without it: the two cannot be told apart).
+    static func unlock(_ copy: HeaderCopy2, kek: SecretBytes, credential: VaultCredential) throws -> UnlockedHeader2 {
+        guard VaultHeader2.mac(copy.body, kek: kek) == copy.mac else {
+            throw KeysmithError(
+                .authenticationFailed,
+                (credential.isPassphrase ? "wrong passphrase for this vault" : "the key in \(credential) does not unlock this vault")
+                    + " (or its header was altered)")
+        }
+        let header = copy.header
+        let vaultID = header.vaultIDBytes
+        guard let idKey = VaultHeader2.unwrap(header.idKey, kek: kek, vaultID: vaultID, kdf: header.kdf, purpose: KeyPurpose.id),
+              header.idKey.epoch == 0
+        else { throw KeysmithError(.corruptData, "the vault header's id key does not unwrap") }
+        var epochs: [UInt32: EpochKeys] = [:]
+        var dataKeys: [UInt32: SecretBytes] = [:]
+        for wrapped in header.dataKeys {
+            guard let key = VaultHeader2.unwrap(wrapped, kek: kek, vaultID: vaultID, kdf: header.kdf, purpose: KeyPurpose.data) else {
+                throw KeysmithError(.corruptData, "the vault header's data key of epoch \(wrapped.epoch) does not unwrap")
+            }
+            dataKeys[wrapped.epoch] = key
+            epochs[wrapped.epoch] = EpochKeys(epoch: wrapped.epoch, dataKey: key)
+        }
+        return UnlockedHeader2(copy: copy, kek: kek, idKey: idKey, epochs: epochs, dataKeys: dataKeys)
+    }
+}
