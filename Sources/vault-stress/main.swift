@@ -5,6 +5,10 @@
 //   vault-stress write  VAULT KEYFILE PREFIX COUNT   creates, updates, deletes, batches, token
 //                                                    revocations, key changes and rekeys
 //   vault-stress shared VAULT KEYFILE PREFIX COUNT   also upserts one shared key each step
+//   vault-stress maintain VAULT KEYFILE PREFIX COUNT compacts, re-keys and re-wraps (same
+//                                                    keyfile, new salt) in turn, COUNT times
+//   vault-stress passwd VAULT KEYFILE NEWKEYFILE     changes the credential once
+//   vault-stress rekey  VAULT KEYFILE                re-keys once
 import Foundation
 import Keysmith
 import KeysmithTokens
@@ -23,6 +27,23 @@ func say(_ line: String) {
 }
 
 let arguments = CommandLine.arguments
+if arguments.count >= 4, ["passwd", "rekey"].contains(arguments[1]) {
+    do {
+        let vault = try FileVault.open(at: arguments[2], credential: .keyfile(at: arguments[3]))
+        if arguments[1] == "passwd", arguments.count == 5 {
+            try vault.changeCredential(to: .keyfile(at: arguments[4]))
+        } else {
+            try vault.rekey()
+        }
+        say("ack \(arguments[1])")
+        exit(0)
+    } catch let error as KeysmithError {
+        FileHandle.standardError.write(Data("vault-stress: \(error)\n".utf8))
+        exit(error.code == .storeLocked ? 4 : 1)
+    } catch {
+        exit(1)
+    }
+}
 guard arguments.count == 6, let count = Int(arguments[5]) else {
     FileHandle.standardError.write(Data("usage: vault-stress write|shared VAULT KEYFILE PREFIX COUNT\n".utf8))
     exit(2)
@@ -31,6 +52,18 @@ let mode = arguments[1], path = arguments[2], keyfile = arguments[3], prefix = a
 do {
     let vault = try FileVault.open(at: path, credential: .keyfile(at: keyfile))
     func key(_ index: Int) -> ItemKey { .genericPassword(service: "stress", account: "\(prefix)-\(index)") }
+    if mode == "maintain" {
+        for index in 0..<count {
+            switch index % 3 {
+            case 0: try vault.compact()
+            case 1: try vault.rekey()
+            default: try vault.changeCredential(to: .keyfile(at: keyfile))
+            }
+            say("ack maintain \(index)")
+        }
+        say("done")
+        exit(0)
+    }
     let keeper = TokenKeeper(store: vault)
     let scopes = (0..<64).map { try! Scope("s\($0)") }
     if mode == "write" {
