@@ -969,13 +969,22 @@ final class Engine2 {
     func verify() throws -> [VaultDamage] {
         try reloadAll()
         if let head = snapshotHead, snapshotUsable {
+            var recordBytes = 0
             for index in 0..<head.pageCount {
                 guard let entries = try page(index, head: head, cache: false) else { continue }
                 for entry in entries {
+                    recordBytes += entry.length
                     let ref = SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: snapshotFD,
                                         file: Paths2.snapshotName, offset: entry.offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)
                     checkRecord(ref, superseded: overlay[entry.recordID] != nil)
                 }
+            }
+            // The records fill the file exactly: nothing was cut off or added at the end.
+            let size = snapshotStatus?.size ?? 0
+            if damagedPages.isEmpty, head.bodiesStart + recordBytes != size {
+                fileDamage.append(VaultDamage(
+                    file: Paths2.snapshotName, offset: min(size, head.bodiesStart + recordBytes), recordID: nil, key: nil,
+                    reason: "the snapshot's records should end at byte \(head.bodiesStart + recordBytes) but the file is \(size) bytes long"))
             }
         }
         // Every log's records, not only the newest version of each: damage in an old version
