@@ -39,7 +39,7 @@ if arguments.count >= 4, ["passwd", "rekey"].contains(arguments[1]) {
         exit(0)
     } catch let error as KeysmithError {
         FileHandle.standardError.write(Data("vault-stress: \(error)\n".utf8))
-        exit(error.code == .storeLocked ? 4 : 1)
+        exit(error.code == .storeLocked ? 4 : error.code == .authenticationFailed ? 5 : 1)
     } catch {
         exit(1)
     }

@@ -2,6 +2,7 @@ import Foundation
 import Keysmith
 import KeysmithTokens
 import KeysmithVault
+import Synchronization
 import Testing
 
 /// The directory of the built products (the test runner sits beside `vault-stress`).
@@ -26,9 +27,22 @@ func startStress(_ arguments: [String], environment: [String: String] = [:]) thr
     process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
     let output = Pipe()
     process.standardOutput = output
-    process.standardError = FileHandle.nullDevice
+    // Standard error goes to a file a failed test can show: `stressErrors(process)`.
+    let errors = FileManager.default.temporaryDirectory.appendingPathComponent("vault-stress-\(UUID().uuidString).err")
+    FileManager.default.createFile(atPath: errors.path, contents: nil)
+    process.standardError = try FileHandle(forWritingTo: errors)
     try process.run()
+    stressErrorFiles.withLock { $0[process.processIdentifier] = errors.path }
     return (process, output)
+}
+
+let stressErrorFiles = Mutex<[Int32: String]>([:])
+
+/// What a `vault-stress` process wrote to standard error.
+func stressErrors(_ process: Process) -> String {
+    guard let path = stressErrorFiles.withLock({ $0[process.processIdentifier] }) else { return "" }
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
 }
 
 /// What the writer's acknowledgements promise: the last acknowledged state of each key, and
@@ -162,7 +176,7 @@ struct ProcessTests {
         var expected: [String: String?] = [:]
         for (process, output) in writers {
             process.waitUntilExit()
-            #expect(process.terminationStatus == 0)
+            #expect(process.terminationStatus == 0, "\(stressErrors(process))")
             let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             #expect(text.hasSuffix("done\n"))
             var acks = Acknowledged()
@@ -192,10 +206,10 @@ struct ProcessTests {
         let rekey = try startStress(["rekey", path, old])
         passwd.0.waitUntilExit()
         rekey.0.waitUntilExit()
-        // The passphrase change always succeeds; the rekey succeeds, or (when it took the lock
-        // after the change) refuses cleanly because its credential no longer opens the header.
-        #expect(passwd.0.terminationStatus == 0)
-        #expect([0, 4].contains(rekey.0.terminationStatus))
+        // The passphrase change always succeeds; the rekey succeeds, or refuses cleanly because
+        // its credential no longer opens the vault (4: changed after it opened; 5: before).
+        #expect(passwd.0.terminationStatus == 0, "\(stressErrors(passwd.0))")
+        #expect([0, 4, 5].contains(rekey.0.terminationStatus), "\(stressErrors(rekey.0))")
         let reopened = try FileVault.open(at: path, credential: .keyfile(at: new))
         for index in 0..<200 {
             #expect(try reopened.read(.genericPassword(service: "s", account: "a\(index)"))?.secret == Data("v\(index)".utf8))

@@ -27,6 +27,8 @@ struct AnchorStore: Sendable {
 
     /// Records a newer mark; best effort (a read-only home must not stop a read).
     func write(_ vaultID: [UInt8], _ mark: Mark) {
+        // Only forward: a reader that saw less must not lower what a writer recorded.
+        if let current = read(vaultID), current.sequence >= mark.sequence { return }
         do {
             var current = ""
             for component in directory.split(separator: "/") {

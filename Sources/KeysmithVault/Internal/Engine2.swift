@@ -105,6 +105,20 @@ final class Engine2 {
     /// Reads everything but the records again: the header copies, the snapshot's directory,
     /// every log's table, the chain and the anchor.
     func reloadAll() throws {
+        // Another process may commit or compact while this one reads the files without the
+        // lock: a view that the anchor says is behind is read again before it counts as a rollback.
+        for _ in 0..<8 {
+            try reloadOnce()
+            if !anchorAhead { return }
+        }
+    }
+
+    /// Set by ``checkAnchor()`` when the anchor is ahead of the files read and the snapshot
+    /// changed meanwhile: another process compacted, so the view must be read again.
+    private var anchorAhead = false
+
+    private func reloadOnce() throws {
+        anchorAhead = false
         closeFiles()
         snapshotStatus = nil
         snapshotHead = nil
@@ -165,7 +179,7 @@ final class Engine2 {
             _ = try loadLog(number)
             expected = number + 1
         }
-        checkAnchor()
+        try checkAnchor()
     }
 
     private func markUncertain(before sequence: UInt64, _ damage: VaultDamage) {
@@ -366,10 +380,19 @@ final class Engine2 {
         lastMAC = nil
     }
 
-    private func checkAnchor() {
+    private func checkAnchor() throws {
         guard let anchor, let mark = anchor.read(vaultID) else {
             updateAnchor()
             return
+        }
+        if mark.sequence > lastSequence {
+            // Commits made since the logs were listed: catch up, or read everything again if a
+            // compaction replaced the snapshot meanwhile.
+            while try loadLog(lastSequence + 1) {}
+            if mark.sequence > lastSequence, try io({ try System.status(paths.snapshot) }) != snapshotStatus {
+                anchorAhead = true
+                return
+            }
         }
         var known: [UInt8]?
         if let mac = logMACs[mark.sequence] { known = mac }
