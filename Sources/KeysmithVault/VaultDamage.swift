@@ -37,6 +37,17 @@ public struct VaultDamage: Sendable, Hashable, CustomStringConvertible {
         self.hidesRecords = hidesRecords
     }
 
+    /// The damage `vault verify --expect-sequence` reports: the vault ends below a commit
+    /// someone saw.
+    ///
+    /// - Parameters:
+    ///   - sequence: The vault's newest commit.
+    ///   - expected: The commit the caller saw.
+    public static func rolledBack(sequence: UInt64, expected: UInt64) -> VaultDamage {
+        VaultDamage(file: "data", offset: 0, recordID: nil, key: nil,
+                    reason: "the vault was rolled back: it ends at commit \(sequence), below the expected \(expected)", hidesRecords: true)
+    }
+
     var isHeaderCopy: Bool { file == "header" || file == "header.backup" }
 
     /// One line naming the file, the record and the reason.

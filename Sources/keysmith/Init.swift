@@ -18,11 +18,11 @@ extension KeysmithCommand {
 
         @OptionGroup var store: StoreOptions
 
-        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost as log2(N), 10 to 22 (default: 17).")
+        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost as log2(N), 14 to 20 (default: 17).")
         var scryptLogN: Int = 17
 
         func validate() throws {
-            guard (10...22).contains(scryptLogN) else { throw ValidationError("--scrypt-log-n must be between 10 and 22") }
+            guard (14...20).contains(scryptLogN) else { throw ValidationError("--scrypt-log-n must be between 14 and 20") }
         }
 
         func run() throws {

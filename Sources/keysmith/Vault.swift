@@ -8,8 +8,8 @@ extension KeysmithCommand {
     /// Vault maintenance: verify, change the passphrase, rekey, compact.
     struct Vault: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Check and maintain the vault: verify, change its passphrase or keyfile, rekey, compact.",
-            subcommands: [Verify.self, Passwd.self, Rekey.self, Compact.self]
+            abstract: "Check and maintain the vault: verify, change its passphrase or keyfile, rekey, compact, upgrade.",
+            subcommands: [Verify.self, Passwd.self, Rekey.self, Compact.self, Upgrade.self]
         )
     }
 }
@@ -23,6 +23,11 @@ extension KeysmithCommand.Vault {
                 Exit code 0 when the vault is intact, 6 when something is damaged. Damage in an old version \
                 of a record that was written again since (repaired) is listed as superseded and does not \
                 count: the vault is intact, and the next compaction drops those bytes.
+
+                The report ends with the vault's newest commit sequence. A script that keeps it can later run \
+                `keysmith vault verify --expect-sequence N` on any machine: a vault that ends below N was \
+                rolled back (exit 6). On this machine the rollback anchor does the same by itself; after a \
+                deliberate restore from a backup, --accept-rollback makes the anchor take the vault as it is.
                 """
         )
 
@@ -31,10 +36,22 @@ extension KeysmithCommand.Vault {
         @Flag(help: "Print JSON lines, one object per problem.")
         var json = false
 
+        @Option(name: .customLong("expect-sequence"), help: ArgumentHelp(
+            "Report a rollback when the vault's newest commit is below this sequence.", valueName: "n"))
+        var expectSequence: UInt64?
+
+        @Flag(name: .customLong("accept-rollback"), help: "Accept the vault as it is after a deliberate restore (resets this machine's anchor).")
+        var acceptRollback = false
+
         func run() throws {
             let vault = try store.openVault()
-            let damage = try vault.verify()
-            let items = try vault.statistics.items
+            if acceptRollback { try vault.acceptRollback() }
+            var damage = try vault.verify()
+            let sequence = try vault.sequence
+            if let expectSequence, sequence < expectSequence {
+                damage.insert(VaultDamage.rolledBack(sequence: sequence, expected: expectSequence), at: 0)
+            }
+            let items = damage.contains { !$0.isSuperseded && $0.hidesRecords } ? nil : try? vault.statistics.items
             let open = damage.filter { !$0.isSuperseded }
             if json {
                 struct Problem: Encodable {
@@ -46,10 +63,11 @@ extension KeysmithCommand.Vault {
                                                superseded: problem.isSuperseded)))
                 }
             } else if open.isEmpty {
-                print("The vault at \(vault.path) is intact: \(items) item(s).")
+                print("The vault at \(vault.path) is intact: \(items ?? 0) item(s), format \(vault.formatVersion), newest commit \(sequence).")
                 for problem in damage { print("superseded (repaired): \(problem)") }
             } else {
                 for problem in damage { print(problem.isSuperseded ? "superseded (repaired): \(problem)" : "\(problem)") }
+                print("Newest commit: \(sequence).")
             }
             if !open.isEmpty {
                 throw CommandFailure(message: "the vault has \(open.count) problem(s)", exitCode: ExitCode(6))
@@ -75,8 +93,12 @@ extension KeysmithCommand.Vault {
         @Option(name: .customLong("new-passphrase-fd"), help: ArgumentHelp("Read the new passphrase from this descriptor.", valueName: "n"))
         var newPassphraseFD: Int32?
 
-        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost for the new passphrase, as log2(N) (default: 17).")
+        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost for the new passphrase, as log2(N), 14 to 20 (default: 17).")
         var scryptLogN: Int = 17
+
+        func validate() throws {
+            guard (14...20).contains(scryptLogN) else { throw ValidationError("--scrypt-log-n must be between 14 and 20") }
+        }
 
         func run() throws {
             let vault = try store.openVault()
@@ -100,7 +122,7 @@ extension KeysmithCommand.Vault {
                 guard first == second, !first.isEmpty else { throw KeysmithError.invalidArgument("the passphrases differ or are empty; nothing changed") }
                 credential = .passphrase(bytes: first)
             }
-            try vault.changeCredential(to: credential, scrypt: ScryptParameters(n: 1 << UInt64(min(max(scryptLogN, 10), 22))))
+            try vault.changeCredential(to: credential, scrypt: ScryptParameters(n: 1 << UInt64(scryptLogN)))
             print("The vault at \(vault.path) is now unlocked by its new \(credential.description.hasPrefix("keyfile") ? "keyfile" : "passphrase").")
         }
     }
@@ -126,6 +148,32 @@ extension KeysmithCommand.Vault {
 
         func run() throws {
             try store.openVault().compact()
+        }
+    }
+
+    /// Converts a format 1 vault to format 2.
+    struct Upgrade: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Convert a format 1 vault to format 2, atomically (a vault already in format 2 is left as it is).",
+            discussion: """
+                The credential stays the same; a passphrase gets a fresh salt and scrypt's cost from \
+                --scrypt-log-n. A crash during the upgrade leaves the format 1 vault as it was; run it again.
+                """
+        )
+
+        @OptionGroup var store: StoreOptions
+
+        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost for a passphrase, as log2(N), 14 to 20 (default: 17).")
+        var scryptLogN: Int = 17
+
+        func validate() throws {
+            guard (14...20).contains(scryptLogN) else { throw ValidationError("--scrypt-log-n must be between 14 and 20") }
+        }
+
+        func run() throws {
+            let upgraded = try FileVault.upgrade(at: store.vaultPath, credential: try store.credential(),
+                                                 scrypt: ScryptParameters(n: 1 << UInt64(scryptLogN)))
+            print(upgraded ? "The vault at \(store.vaultPath) is now format 2." : "The vault at \(store.vaultPath) already is format 2.")
         }
     }
 }

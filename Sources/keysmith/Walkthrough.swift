@@ -113,11 +113,11 @@ extension KeysmithCommand {
 
         /// Flips a byte inside the newest commit's record, as a disk error or an attacker might.
         private func corruptNewestRecord(in path: String) throws {
-            let logs = try System.listDirectory(path + "/log").filter { !$0.hasPrefix(".") }.sorted()
+            let logs = try System.listDirectory(path + "/data/log").filter { !$0.hasPrefix(".") }.sorted()
             guard let newest = logs.last else { return }
-            let file = path + "/log/" + newest
+            let file = path + "/data/log/" + newest
             guard var bytes = try System.readFile(file), bytes.count > 200 else { return }
-            bytes[40 + 69 + 5] ^= 0x01  // inside the first record's ciphertext
+            bytes[bytes.count - 5] ^= 0x01  // inside the last record's ciphertext (records end the file)
             let fd = try System.open(file, flags: OpenFlags.writeOnly | OpenFlags.truncate)
             defer { System.close(fd) }
             try System.writeAll(fd, bytes, path: file)

@@ -117,7 +117,7 @@ struct CommandTests {
     func passphrases() throws {
         let keysmith = try Keysmith()
         defer { keysmith.cleanup() }
-        let created = try keysmith.run(["init", "--scrypt-log-n", "10"], environment: ["KEYSMITH_PASSPHRASE": "right horse"])
+        let created = try keysmith.run(["init", "--scrypt-log-n", "14"], environment: ["KEYSMITH_PASSPHRASE": "right horse"])
         #expect(created.status == 0, "\(created.output)")
         #expect(try keysmith.run(["secret", "set", "--service", "s", "--account", "a"], stdin: "x",
                                  environment: ["KEYSMITH_PASSPHRASE": "right horse"]).status == 0)
@@ -206,13 +206,13 @@ struct CommandTests {
         try keysmith.run(["init", "--keyfile", keysmith.keyfile])
         try keysmith.run(["secret", "set", "--keyfile", keysmith.keyfile, "--service", "s", "--account", "a"], stdin: "x")
         #expect(try keysmith.run(["vault", "verify", "--keyfile", keysmith.keyfile]).status == 0)
-        let log = keysmith.vault + "/log/0000000000000001"
+        let log = keysmith.vault + "/data/log/0000000000000001"
         var bytes = try Data(contentsOf: URL(fileURLWithPath: log))
         bytes[bytes.count - 50] ^= 0xFF
         try bytes.write(to: URL(fileURLWithPath: log))
         let verify = try keysmith.run(["vault", "verify", "--json", "--keyfile", keysmith.keyfile])
         #expect(verify.status == 6)
-        #expect(verify.stdout.contains("log/0000000000000001"))
+        #expect(verify.stdout.contains("data/log/0000000000000001"))
         let get = try keysmith.run(["secret", "get", "--keyfile", keysmith.keyfile, "--service", "s", "--account", "a"])
         #expect(get.status == 6)
         #expect(get.stderr.contains("damaged"))
@@ -224,7 +224,7 @@ struct CommandTests {
         defer { keysmith.cleanup() }
         try keysmith.run(["init", "--keyfile", keysmith.keyfile])
         try keysmith.run(["secret", "set", "--keyfile", keysmith.keyfile, "--service", "s", "--account", "a"], stdin: "x")
-        let passwd = try keysmith.run(["vault", "passwd", "--keyfile", keysmith.keyfile, "--scrypt-log-n", "10"],
+        let passwd = try keysmith.run(["vault", "passwd", "--keyfile", keysmith.keyfile, "--scrypt-log-n", "14"],
                                       environment: ["KEYSMITH_NEW_PASSPHRASE": "new pass"])
         #expect(passwd.status == 0, "\(passwd.output)")
         #expect(try keysmith.run(["secret", "list", "--keyfile", keysmith.keyfile]).status == 4)

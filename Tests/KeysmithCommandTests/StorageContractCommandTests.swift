@@ -86,9 +86,10 @@ struct StorageContractCommandTests {
         defer { keysmith.cleanup() }
         #expect(try keysmith.run(["secret", "set", "--service", "s", "--account", "a", "--label", "L"], stdin: "one").status == 0)
         // Flip one byte inside the sealed record of the only log file.
-        let log = keysmith.vault + "/log/" + (try #require(try FileManager.default.contentsOfDirectory(atPath: keysmith.vault + "/log").first))
+        let log = keysmith.vault + "/data/log/"
+            + (try #require(try FileManager.default.contentsOfDirectory(atPath: keysmith.vault + "/data/log").first))
         var bytes = try Data(contentsOf: URL(fileURLWithPath: log))
-        bytes[40 + 69 + 3] ^= 0x01
+        bytes[bytes.count - 3] ^= 0x01  // records end the file
         try bytes.write(to: URL(fileURLWithPath: log))
         #expect(try keysmith.run(["secret", "get", "--service", "s", "--account", "a"]).status == 6)
         #expect(try keysmith.run(["vault", "verify"]).status == 6)

@@ -10,6 +10,9 @@ enum Golden {
     static let keysDirectory = repositoryRoot + "/Keys"
     static let passphraseVault = keysDirectory + "/golden-v1-passphrase"
     static let keyfileVault = keysDirectory + "/golden-v1-keyfile"
+    /// Format 2: the same contents, passphrase `keysmith-golden-v1` too (scrypt N = 2^14).
+    static let passphraseVault2 = keysDirectory + "/golden-v2-passphrase"
+    static let keyfileVault2 = keysDirectory + "/golden-v2-keyfile"
     static let keyfile = keysDirectory + "/test-keyfile"
 
     static let created = Date(timeIntervalSince1970: 1_790_000_000)
@@ -38,11 +41,11 @@ enum Golden {
     ]
     static let deleted = ItemKey.genericPassword(service: "mail", account: "gone")
 
-    /// Writes a golden vault: a snapshot and logs, with an update and a deletion.
+    /// Writes a golden vault of format 2: a snapshot and logs, with an update and a deletion.
     static func write(at path: String, credential: VaultCredential) throws {
         try? FileManager.default.removeItem(atPath: path)
         let clock: @Sendable () -> Date = { created }
-        let vault = try FileVault.create(at: path, credential: credential, scrypt: ScryptParameters(n: 1 << 12), clock: clock)
+        let vault = try FileVault.create(at: path, credential: credential, scrypt: .testing, clock: clock, anchorDirectory: nil)
         var first = records[0]
         first.secret = Data("bob-secret-v1".utf8)
         first.info.modified = created
@@ -62,13 +65,95 @@ enum Golden {
     }
 }
 
-@Suite("golden vaults (format version 1)")
+@Suite("golden vaults (format versions 1 and 2)")
 struct GoldenVaultTests {
-    @Test("regenerates the golden vaults only when asked",
+    /// Format 1 vaults can no longer be written; only the format 2 ones are regenerated.
+    @Test("regenerates the format 2 golden vaults only when asked",
           .enabled(if: ProcessInfo.processInfo.environment["KEYSMITH_REGENERATE_GOLDEN"] == "1"))
     func regenerate() throws {
-        try Golden.write(at: Golden.passphraseVault, credential: .passphrase(Golden.passphrase))
-        try Golden.write(at: Golden.keyfileVault, credential: .keyfile(at: Golden.keyfile))
+        try Golden.write(at: Golden.passphraseVault2, credential: .passphrase(Golden.passphrase))
+        try Golden.write(at: Golden.keyfileVault2, credential: .keyfile(at: Golden.keyfile))
+    }
+
+    @Test("today's code reads the format 2 golden vaults, and they stay writable", arguments: [true, false])
+    func readsGolden2(passphrase: Bool) throws {
+        let (directory, path) = try Golden.copy(passphrase ? Golden.passphraseVault2 : Golden.keyfileVault2)
+        _ = directory
+        let credential: VaultCredential = passphrase ? .passphrase(Golden.passphrase) : .keyfile(at: Golden.keyfile)
+        let vault = try FileVault.open(at: path, credential: credential, anchorDirectory: nil)
+        #expect(vault.formatVersion == 2)
+        #expect(try vault.verify().isEmpty)
+        for record in Golden.records {
+            #expect(try vault.read(record.key)?.hasSameContents(as: record) == true)
+        }
+        #expect(try vault.read(Golden.deleted) == nil)
+        #expect(try vault.search(ItemQuery()).count == Golden.records.count)
+        #expect(try vault.sequence == 4)
+        try vault.create(ItemAttributes(key: .genericPassword(service: "new", account: "n")), secret: Data("n".utf8))
+        try vault.rekey()
+        #expect(try FileVault.open(at: path, credential: credential, anchorDirectory: nil).read(Golden.records[0].key)?
+            .hasSameContents(as: Golden.records[0]) == true)
+    }
+
+    @Test("upgrading a format 1 vault keeps every record and version, removes the old files, and happens once",
+          arguments: [true, false])
+    func upgrade(passphrase: Bool) throws {
+        let (directory, path) = try Golden.copy(passphrase ? Golden.passphraseVault : Golden.keyfileVault)
+        _ = directory
+        let credential: VaultCredential = passphrase ? .passphrase(Golden.passphrase) : .keyfile(at: Golden.keyfile)
+        let before = try FileVault.open(at: path, credential: credential)
+        #expect(before.formatVersion == 1)
+        let versions = try Golden.records.map { try before.read($0.key)?.info.version }
+        #expect(try FileVault.upgrade(at: path, credential: credential, scrypt: .testing))
+        let after = try FileVault.open(at: path, credential: credential, anchorDirectory: nil)
+        #expect(after.formatVersion == 2)
+        #expect(try after.verify().isEmpty)
+        for (record, version) in zip(Golden.records, versions) {
+            let read = try after.read(record.key)
+            #expect(read?.hasSameContents(as: record) == true)
+            #expect(read?.info.version == version)
+        }
+        #expect(try after.read(Golden.deleted) == nil)
+        #expect(try files(in: path).allSatisfy { ["header", "header.backup", "lock", "data/snapshot"].contains($0) })
+        #expect(try !FileVault.upgrade(at: path, credential: credential))
+        // The handle opened before the upgrade refuses to write into the upgraded vault.
+        let stale = #expect(throws: KeysmithError.self) {
+            try before.create(ItemAttributes(key: .genericPassword(service: "late", account: "l")), secret: Data("l".utf8))
+        }
+        #expect(stale?.code == .storeLocked)
+        try after.create(ItemAttributes(key: .genericPassword(service: "new", account: "n")), secret: Data("n".utf8))
+        #expect(try after.sequence == 5)
+    }
+
+    @Test("an upgrade killed at any file-system step leaves a format 1 vault as it was or a complete format 2 one")
+    func upgradeKilledAtEveryStep() throws {
+        let directory = TemporaryDirectory()
+        var step = 1
+        var sawOld = false, sawNew = false
+        while true {
+            let path = directory.sub("vault-\(step)")
+            try FileManager.default.copyItem(atPath: Golden.keyfileVault, toPath: path)
+            let run = try startStress(["upgrade", path, Golden.keyfile], environment: ["KEYSMITH_FAULT_EXIT_AT": String(step)])
+            run.0.waitUntilExit()
+            let finished = run.0.terminationStatus == 0
+            #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
+            let vault = try FileVault.open(at: path, credential: .keyfile(at: Golden.keyfile), anchorDirectory: nil)
+            if vault.formatVersion == 1 { sawOld = true } else { sawNew = true }
+            for record in Golden.records {
+                #expect(try vault.read(record.key)?.hasSameContents(as: record) == true, "step \(step)")
+            }
+            #expect(try vault.verify().filter { !$0.isSuperseded && $0.file != "header.backup" }.isEmpty, "step \(step)")
+            // Running it again finishes the job.
+            try FileVault.upgrade(at: path, credential: .keyfile(at: Golden.keyfile))
+            let again = try FileVault.open(at: path, credential: .keyfile(at: Golden.keyfile), anchorDirectory: nil)
+            #expect(again.formatVersion == 2)
+            #expect(try again.read(Golden.records[1].key)?.hasSameContents(as: Golden.records[1]) == true)
+            if finished { break }
+            step += 1
+            try #require(step < 200)
+        }
+        print("upgrade fault injection: killed at each of \(step - 1) steps, then finished")
+        #expect(sawOld && sawNew)
     }
 
     @Test("today's code reads the version 1 vault unlocked by the documented test passphrase",
@@ -92,6 +177,11 @@ struct GoldenVaultTests {
 
     @Test("the golden vaults have the documented layout")
     func layout() throws {
+        for path in [Golden.passphraseVault2, Golden.keyfileVault2] {
+            #expect(try files(in: path) == ["data/log/0000000000000003", "data/log/0000000000000004", "data/snapshot",
+                                            "header", "header.backup", "lock"])
+        }
+        #expect(try String(contentsOfFile: Golden.passphraseVault2 + "/header", encoding: .utf8).contains("\"n\" : 16384"))
         for path in [Golden.passphraseVault, Golden.keyfileVault] {
             let names = try files(in: path)
             #expect(names == ["header", "header.backup", "lock", "log/0000000000000003", "log/0000000000000004", "snapshot"])
