@@ -127,7 +127,7 @@ struct CommandTests {
         #expect(fd.stdout == "x\n")
         let wrong = try keysmith.run(["secret", "list"], environment: ["KEYSMITH_PASSPHRASE": "wrong horse"])
         #expect(wrong.status == 4)
-        #expect(wrong.stderr == "keysmith: wrong passphrase for this vault\n")
+        #expect(wrong.stderr == "keysmith: wrong passphrase for this vault (or its header was altered)\n")
         #expect(!wrong.output.contains("right horse") && !wrong.output.contains("wrong horse"))
         let locked = try keysmith.run(["secret", "list"])
         #expect(locked.status == 5)
