@@ -20,6 +20,14 @@ let package = Package(
             ]
         ),
         .executableTarget(
+            name: "ScaleBenchmarks",
+            dependencies: [
+                .product(name: "Keysmith", package: root),
+                .product(name: "KeysmithVault", package: root),
+                .product(name: "KeysmithTokens", package: root),
+            ]
+        ),
+        .executableTarget(
             name: "PolicyBenchmarks",
             dependencies: [
                 .product(name: "KeysmithPolicy", package: root),

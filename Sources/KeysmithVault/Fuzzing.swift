@@ -1,13 +1,34 @@
 /// Entry points for the libFuzzer targets in Fuzz/ (not part of the supported API).
 @_spi(Fuzzing)
 public enum VaultFormatFuzzing {
-    /// Runs every parser of the vault format over untrusted bytes: the header, a log or
-    /// snapshot file and a record's plaintext. Must never trap, whatever the input.
+    /// Runs every parser of both vault formats over untrusted bytes: the header (both
+    /// versions), a log or snapshot file, a format 2 log's head and table, a snapshot's head and
+    /// index page, and a record's plaintext. Must never trap, whatever the input.
     public static func parse(_ bytes: [UInt8]) {
         _ = try? VaultHeader.parse(bytes)
+        _ = HeaderFormat.probe(bytes)
         for kind in [FrameFile.Kind.log, .snapshot] { _ = FrameFile.parseHeader(bytes, kind: kind) }
         let parsed = FrameFile.parseFrames(bytes)
         for (frame, _) in parsed.frames { _ = frame.associatedData(vaultID: [UInt8](repeating: 0, count: 16)) }
         _ = try? RecordCodec.decode(bytes, withSecret: true)
+
+        // Format 2: the parsers run on the bytes as if they were a whole file, as the engine does.
+        if let head = try? LogFile2.parseHead(Array(bytes.prefix(Format2.logHeaderSize)), fileSize: bytes.count) {
+            let tableEnd = Format2.logHeaderSize + head.count * Format2.tableEntrySize
+            if tableEnd <= bytes.count {
+                _ = LogFile2.parseTable(Array(bytes[Format2.logHeaderSize..<tableEnd]), count: head.count,
+                                        bodiesStart: tableEnd + Format2.macSize, fileSize: bytes.count)
+            }
+        }
+        if let head = try? SnapshotFile2.parseHead(Array(bytes.prefix(Format2.snapshotHeaderSize)), fileSize: bytes.count),
+           head.pageCount > 0
+        {
+            let count = head.entryCount(ofPage: 0)
+            let end = min(bytes.count, head.pagesStart + count * Format2.indexEntrySize)
+            if head.pagesStart <= end {
+                _ = SnapshotFile2.parsePage(Array(bytes[head.pagesStart..<end]), count: count, head: head, fileSize: bytes.count,
+                                            first: Array(bytes[min(bytes.count, head.pagesStart)..<min(bytes.count, head.pagesStart + 32)]))
+            }
+        }
     }
 }
