@@ -36,8 +36,8 @@ while filled < count {
         token.accessToken = "access-\(index)"
         token.clientID = index % 2 == 0 ? "web" : "cli"
         token.subject = "user\(index)"
-        let item = StoredToken(store: vault, service: "news", account: "user\(index)", token: token)
-        return .create(item.secureStoreAttributes, secret: item.secret)
+        let item = StoredToken(service: "news", account: "user\(index)", token: token)
+        return .create(item.attributes, secret: item.secret)
     }
     try vault.perform(operations)
     filled += batch

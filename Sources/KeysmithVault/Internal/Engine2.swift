@@ -48,7 +48,8 @@ final class Engine2 {
     /// The chain value of the newest commit, `nil` when that commit is damaged.
     private var lastMAC: [UInt8]? = Format2.genesisMAC
     private(set) var logsSinceSnapshot = 0
-    private var logBytes = 0
+    /// Frames in the logs since the snapshot, damaged logs excepted.
+    private var framesSinceSnapshot = 0
     private var overlay: [RecordID: SealedRef] = [:]
 
     // What is wrong.
@@ -131,7 +132,7 @@ final class Engine2 {
         lastSequence = 0
         lastMAC = Format2.genesisMAC
         logsSinceSnapshot = 0
-        logBytes = 0
+        framesSinceSnapshot = 0
         overlay = [:]
         recordDamage = [:]
         fileDamage = []
@@ -300,7 +301,6 @@ final class Engine2 {
         defer { if !keep { System.close(fd) } }
         lastSequence = max(lastSequence, sequence)
         logsSinceSnapshot += 1
-        logBytes += status.size
 
         let headBytes = try io { try System.read(fd, count: Format2.logHeaderSize, at: 0, path: path) }
         let head: LogFile2.Head
@@ -355,6 +355,7 @@ final class Engine2 {
             fileDamage.append(damage)
             markUncertain(before: sequence, damage)
         }
+        framesSinceSnapshot += parsed.entries.count
         var offset = bodiesStart
         for entry in parsed.entries {
             let ref = SealedRef(recordID: entry.recordID, op: entry.op, version: sequence, epoch: head.epoch, fd: fd, file: name,
@@ -431,7 +432,7 @@ final class Engine2 {
     /// The keys of an epoch, re-reading the header once if another process re-keyed.
     func keys(for epoch: UInt32) throws -> EpochKeys? {
         if let keys = unlocked.epochs[epoch] { return keys }
-        try? adoptHeaderOnDisk(requireSameCredential: false)
+        _ = try? adoptHeaderOnDisk(requireSameCredential: false)
         return unlocked.epochs[epoch]
     }
 
@@ -831,8 +832,8 @@ final class Engine2 {
     /// Whether logs piled up past the bound an open replays.
     var wantsCompaction: Bool {
         guard !isDamaged, let head = snapshotHead else { return false }
-        return logsSinceSnapshot >= Format2.compactAfterLogs
-            || logBytes >= max(Format2.compactAfterLogBytes, head.bodiesStart / 2 + (snapshotStatus?.size ?? 0) / 2)
+        _ = head
+        return logsSinceSnapshot >= Format2.compactAfterLogs || framesSinceSnapshot >= Format2.compactAfterFrames
     }
 
     /// Writes every live record into a new snapshot and removes the logs it covers. Records

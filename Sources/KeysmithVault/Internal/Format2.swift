@@ -43,8 +43,9 @@ enum Format2 {
 
     /// Logs since the snapshot before a write compacts: the bound on what an open replays.
     static let compactAfterLogs = 32
-    /// Log bytes since the snapshot before a write compacts, at least.
-    static let compactAfterLogBytes = 8 << 20
+    /// Frames in the logs since the snapshot before a write compacts: what an open reads of
+    /// the logs is bounded by this, whatever the vault's size.
+    static let compactAfterFrames = 4096
 
     static let recordADLabel = Array("keysmith-vault-v2 record".utf8)
     static let commitLabel = Array("keysmith-vault-v2 commit".utf8)
