@@ -25,7 +25,8 @@ struct AnchorStore: Sendable {
         return Mark(sequence: sequence, mac: mac)
     }
 
-    /// Records a newer mark; best effort (a read-only home must not stop a read).
+    /// Records a newer mark; best effort (a read-only home must not stop a read), atomic but
+    /// not flushed: a crash can only set the anchor back, which weakens it and never breaks a vault.
     func write(_ vaultID: [UInt8], _ mark: Mark) {
         // Only forward: a reader that saw less must not lower what a writer recorded.
         if let current = read(vaultID), current.sequence >= mark.sequence { return }
@@ -36,7 +37,7 @@ struct AnchorStore: Sendable {
                 try System.mkdir(current, mode: 0o700)
             }
             let text = Array("keysmith-anchor-1 \(mark.sequence) \(mark.mac.hexString)\n".utf8)
-            try Durable.write(text, to: path(vaultID), directory: directory, syncDirectory: false)
+            try Durable.write(text, to: path(vaultID), directory: directory, sync: false)
         } catch {
             // Not fatal: the vault itself is intact; the next open tries again.
         }

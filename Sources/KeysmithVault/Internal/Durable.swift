@@ -28,8 +28,10 @@ enum Durable {
     static let temporaryPrefix = ".tmp-"
 
     /// Replaces `path` atomically and durably.
-    static func write(_ bytes: [UInt8], to path: String, directory: String, syncDirectory: Bool = true) throws {
-        let temporary = try writeTemporary(bytes, directory: directory)
+    /// With `sync: false` nothing is flushed: atomic but not durable (the rollback anchor,
+    /// which a crash may only set back).
+    static func write(_ bytes: [UInt8], to path: String, directory: String, sync: Bool = true) throws {
+        let temporary = try writeTemporary(bytes, directory: directory, sync: sync)
         try io {
             try FaultInjection.step()
             do {
@@ -38,7 +40,7 @@ enum Durable {
                 try? System.unlink(temporary)
                 throw error
             }
-            if syncDirectory {
+            if sync {
                 try FaultInjection.step()
                 try System.fsyncDirectory(directory)
             }
@@ -59,7 +61,7 @@ enum Durable {
     }
 
     /// A new temporary file in `directory` (mode 0600, created exclusively) holding `bytes`, synced.
-    static func writeTemporary(_ bytes: [UInt8], directory: String) throws -> String {
+    static func writeTemporary(_ bytes: [UInt8], directory: String, sync: Bool = true) throws -> String {
         let random = (try? Random.bytes(count: 6).hexString) ?? "000000000000"
         let temporary = directory + "/" + temporaryPrefix + "\(System.processID)-" + random
         try io {
@@ -68,8 +70,10 @@ enum Durable {
             do {
                 try FaultInjection.step()
                 try System.writeAll(fd, bytes, path: temporary)
-                try FaultInjection.step()
-                try System.fsync(fd, path: temporary)
+                if sync {
+                    try FaultInjection.step()
+                    try System.fsync(fd, path: temporary)
+                }
                 System.close(fd)
             } catch {
                 System.close(fd)

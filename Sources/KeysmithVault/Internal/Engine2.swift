@@ -34,7 +34,8 @@ final class Engine2 {
     private var snapshotStatus: System.FileStatus?
     private(set) var snapshotHead: SnapshotFile2.Head?
     private var directory: [(first: [UInt8], mac: [UInt8])] = []
-    private var pageCache: [Int: [SnapshotFile2.IndexEntry]] = [:]
+    /// Verified index pages, as their raw bytes (searched in place), at most 4,096 of them.
+    private var pageCache: [Int: [UInt8]] = [:]
     private var damagedPages: [Int: VaultDamage] = [:]
     /// Whether the snapshot verified; when it did not, only logs chained from the genesis count.
     private(set) var snapshotUsable = false
@@ -577,26 +578,52 @@ final class Engine2 {
             if recordID.bytes.lexicographicallyPrecedes(directory[middle].first) { high = middle } else { low = middle + 1 }
         }
         guard low > 0 else { return nil }
-        let entries = try page(low - 1, head: head, cache: true)
-        guard let entries else {
+        guard let raw = try verifiedPage(low - 1, head: head, cache: true) else {
             throw KeysmithError(
                 .corruptData,
                 "\(key.map { "\($0)" } ?? "record \(recordID)") is in a damaged part of the snapshot's index (\(damagedPages[low - 1]!)); "
                     + "restore the vault from a backup, or write the item again")
         }
-        var lo = 0, hi = entries.count
+        // Binary search over the page's raw entries: no entry is built but the one found.
+        let size = Format2.indexEntrySize
+        let sought = recordID.bytes
+        func order(_ entry: Int) -> Int {
+            let base = entry * size
+            for index in 0..<32 where raw[base + index] != sought[index] {
+                return raw[base + index] < sought[index] ? -1 : 1
+            }
+            return 0
+        }
+        var found: Int?
+        var lo = 0, hi = raw.count / size
         while lo < hi {
             let middle = (lo + hi) / 2
-            if entries[middle].recordID.bytes.lexicographicallyPrecedes(recordID.bytes) { lo = middle + 1 } else { hi = middle }
+            let comparison = order(middle)
+            if comparison == 0 {
+                found = middle
+                break
+            }
+            if comparison < 0 { lo = middle + 1 } else { hi = middle }
         }
-        guard lo < entries.count, entries[lo].recordID == recordID else { return nil }
-        let entry = entries[lo]
-        return SealedRef(recordID: recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: snapshotFD,
-                         file: Paths2.snapshotName, offset: entry.offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)
+        guard let found else { return nil }
+        var reader = ByteReader(raw, offset: found * size + 32)
+        guard let version = reader.readUInt64(), let epoch = reader.readUInt32(), let offset = reader.readUInt64(),
+              let length = reader.readUInt32(), let nonce = reader.readBytes(12), let tag = reader.readBytes(16)
+        else { return nil }
+        return SealedRef(recordID: recordID, op: .put, version: version, epoch: epoch, fd: snapshotFD,
+                         file: Paths2.snapshotName, offset: Int(offset), length: Int(length), nonce: nonce, tag: tag)
     }
 
-    /// One index page, verified; `nil` when it is damaged (and recorded).
+    /// One index page's entries, verified; `nil` when it is damaged (and recorded).
     private func page(_ index: Int, head: SnapshotFile2.Head, cache: Bool) throws -> [SnapshotFile2.IndexEntry]? {
+        guard let raw = try verifiedPage(index, head: head, cache: cache) else { return nil }
+        return SnapshotFile2.parsePage(raw, count: head.entryCount(ofPage: index), head: head, fileSize: snapshotStatus?.size ?? 0,
+                                       first: directory[index].first).entries
+    }
+
+    /// One index page's bytes, after its MAC and every check of its entries held once; `nil`
+    /// when it is damaged (and recorded).
+    private func verifiedPage(_ index: Int, head: SnapshotFile2.Head, cache: Bool) throws -> [UInt8]? {
         if let cached = pageCache[index] { return cached }
         if damagedPages[index] != nil { return nil }
         let count = head.entryCount(ofPage: index)
@@ -630,10 +657,10 @@ final class Engine2 {
             return nil
         }
         if cache {
-            if pageCache.count >= 256 { pageCache.removeAll(keepingCapacity: true) }
-            pageCache[index] = entries
+            if pageCache.count >= 4096 { pageCache.removeAll(keepingCapacity: true) }
+            pageCache[index] = bytes
         }
-        return entries
+        return bytes
     }
 
     /// Opens a sealed record: reads its body, checks it, decodes it, and checks it is `key`'s.
