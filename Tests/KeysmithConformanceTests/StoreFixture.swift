@@ -123,7 +123,7 @@ func race(_ opened: OpenedStore, _ argumentLists: [[String]]) throws -> [[String
     let storeArguments = try #require(opened.processArguments)
     let start = FileManager.default.temporaryDirectory.appendingPathComponent("race-start-\(UUID().uuidString)").path
     defer { try? FileManager.default.removeItem(atPath: start) }
-    var processes: [(Process, Pipe)] = []
+    var processes: [(Process, Pipe, String)] = []
     for arguments in argumentLists {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: productsDirectory + "/store-race")
@@ -133,16 +133,21 @@ func race(_ opened: OpenedStore, _ argumentLists: [[String]]) throws -> [[String
         process.environment = environment
         let output = Pipe()
         process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
+        // Standard error goes to a file, shown when the process fails.
+        let errors = start + "-\(processes.count).err"
+        FileManager.default.createFile(atPath: errors, contents: nil)
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errors))
         try process.run()
-        processes.append((process, output))
+        processes.append((process, output, errors))
     }
     FileManager.default.createFile(atPath: start, contents: Data())
-    return processes.map { process, pipe in
+    return processes.map { process, pipe, errors in
         let data = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         let lines = String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
-        #expect(process.terminationStatus == 0, "store-race failed: \(lines.last ?? "")")
+        let stderr = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+        try? FileManager.default.removeItem(atPath: errors)
+        #expect(process.terminationStatus == 0, "store-race failed: \(lines.last ?? "") \(stderr)")
         return lines
     }
 }
