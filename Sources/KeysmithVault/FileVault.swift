@@ -146,7 +146,8 @@ public final class FileVault: SecureStore {
             case .version2(let copy):
                 let kek = try HeaderFormat.deriveKEK(copy.header.kdf, credential: credential)
                 let unlocked = try UnlockedHeader2.unlock(copy, kek: kek, credential: credential)
-                let engine = Engine2(paths: paths, unlocked: unlocked, clock: clock, anchor: anchorDirectory.map(AnchorStore.init))
+                let engine = Engine2(paths: paths, unlocked: unlocked, clock: clock, anchor: anchorDirectory.map(AnchorStore.init),
+                                     credential: credential)
                 try engine.reloadAll()
                 if engine.foreignSnapshot {
                     throw KeysmithError(

@@ -7,6 +7,7 @@
 //   vault-stress shared VAULT KEYFILE PREFIX COUNT   also upserts one shared key each step
 //   vault-stress maintain VAULT KEYFILE PREFIX COUNT compacts, re-keys and re-wraps (same
 //                                                    keyfile, new salt) in turn, COUNT times
+//   vault-stress counter VAULT KEYFILE PREFIX COUNT  sets "counter" to 0, 1, … COUNT-1, saying "ack N" after each
 //   vault-stress passwd VAULT KEYFILE NEWKEYFILE     changes the credential once
 //   vault-stress rekey  VAULT KEYFILE                re-keys once
 //   vault-stress upgrade VAULT KEYFILE               upgrades a format 1 vault to format 2
@@ -57,6 +58,14 @@ let mode = arguments[1], path = arguments[2], keyfile = arguments[3], prefix = a
 do {
     let vault = try FileVault.open(at: path, credential: .keyfile(at: keyfile))
     func key(_ index: Int) -> ItemKey { .genericPassword(service: "stress", account: "\(prefix)-\(index)") }
+    if mode == "counter" {
+        for index in 0..<count {
+            try vault.upsert(ItemAttributes(key: .genericPassword(service: "stress", account: "counter")), secret: Data(String(index).utf8))
+            say("ack \(index)")
+        }
+        say("done")
+        exit(0)
+    }
     if mode == "maintain" {
         for index in 0..<count {
             switch index % 3 {

@@ -287,4 +287,56 @@ struct ProcessTests {
         #expect(sawOld && sawNew)
         #expect(step > 6)
     }
+
+    @Test("a long-lived handle never reads a value older than one acknowledged before its read began, while others compact")
+    func noStaleReadDuringCompaction() throws {
+        let directory = TemporaryDirectory()
+        let keyfile = directory.sub("keyfile")
+        try VaultCredential.generateKeyfile(at: keyfile)
+        let path = directory.sub("vault")
+        let reader = try FileVault.create(at: path, credential: .keyfile(at: keyfile))
+        // One writer sets "counter" to 0, 1, … and says "ack N" after each; another process
+        // compacts, re-keys and re-wraps the keys all the while.
+        let writer = try startStress("counter", vault: path, keyfile: keyfile, prefix: "w", count: 400)
+        let maintainer = try startStress("maintain", vault: path, keyfile: keyfile, prefix: "m", count: 100_000)
+        let acknowledged = Mutex(-1)
+        let lines = Thread {
+            var buffer = Data()
+            let handle = writer.1.fileHandleForReading
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                buffer.append(chunk)
+                while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                    let line = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self)
+                    buffer.removeSubrange(buffer.startIndex...newline)
+                    if line.hasPrefix("ack "), let index = Int(line.dropFirst(4)) {
+                        acknowledged.withLock { $0 = max($0, index) }
+                    }
+                }
+            }
+        }
+        lines.start()
+        var reads = 0, stale = 0
+        while writer.0.isRunning {
+            let floor = acknowledged.withLock { $0 }
+            guard let record = try reader.read(.genericPassword(service: "stress", account: "counter")) else {
+                if floor >= 0 { stale += 1 }
+                continue
+            }
+            let value = Int(String(decoding: record.secret, as: UTF8.self)) ?? -1
+            if value < floor {
+                stale += 1
+                if stale <= 5 { Issue.record("read \(value) after \(floor) was acknowledged") }
+            }
+            reads += 1
+        }
+        writer.0.waitUntilExit()
+        kill(maintainer.0.processIdentifier, SIGKILL)
+        maintainer.0.waitUntilExit()
+        #expect(writer.0.terminationStatus == 0, "\(stressErrors(writer.0))")
+        print("stale-read race: \(reads) reads during writes and compactions, \(stale) stale")
+        #expect(reads > 100)
+        #expect(stale == 0)
+    }
 }

@@ -27,6 +27,10 @@ final class Engine2 {
     var unlocked: UnlockedHeader2
     let clock: @Sendable () -> Date
     let anchor: AnchorStore?
+    /// A keyfile or key credential, kept so that a header re-wrapped by another process (a new
+    /// salt, the same keyfile) can be followed. A passphrase is never kept: after another
+    /// process changes it, this handle must be opened again.
+    private let rederivable: VaultCredential?
     private var lockDescriptor: Int32 = -1
 
     // The snapshot.
@@ -61,7 +65,9 @@ final class Engine2 {
     private var uncertainBefore: (sequence: UInt64, damage: VaultDamage)?
     private var rollback: VaultDamage?
 
-    init(paths: Paths2, unlocked: UnlockedHeader2, clock: @escaping @Sendable () -> Date, anchor: AnchorStore?) {
+    init(paths: Paths2, unlocked: UnlockedHeader2, clock: @escaping @Sendable () -> Date, anchor: AnchorStore?,
+         credential: VaultCredential) {
+        self.rederivable = credential.isPassphrase ? nil : credential
         self.paths = paths
         self.vaultID = unlocked.copy.header.vaultIDBytes
         self.unlocked = unlocked
@@ -141,7 +147,7 @@ final class Engine2 {
         rollback = nil
 
         checkHeaderCopies()
-        loadSnapshot()
+        try loadSnapshot()
         var base: UInt64 = 0
         if snapshotUsable, let head = snapshotHead {
             base = head.through
@@ -224,7 +230,7 @@ final class Engine2 {
         fileDamage.append(damage)
     }
 
-    private func loadSnapshot() {
+    private func loadSnapshot() throws {
         let opened: (fd: Int32, status: System.FileStatus)?
         do {
             opened = try System.openRegularFile(paths.snapshot, maximumSize: Format2.maximumFileSize)
@@ -279,6 +285,8 @@ final class Engine2 {
             directory = entries
             snapshotHead = head
             snapshotUsable = true
+        } catch let error as KeysmithError where error.code == .storeLocked {
+            throw error
         } catch {
             snapshotDamage("the snapshot cannot be read: \(error)")
         }
@@ -431,10 +439,20 @@ final class Engine2 {
     // MARK: Keys
 
     /// The keys of an epoch, re-reading the header once if another process re-keyed.
+    ///
+    /// - Throws: `.storeLocked` when the header on disk is one this handle's credential no
+    ///   longer opens (another process changed the credential and re-keyed): the records are
+    ///   not damaged, this handle is out of date.
     func keys(for epoch: UInt32) throws -> EpochKeys? {
         if let keys = unlocked.epochs[epoch] { return keys }
-        _ = try? adoptHeaderOnDisk(requireSameCredential: false)
-        return unlocked.epochs[epoch]
+        let copy = try? adoptHeaderOnDisk(requireSameCredential: false)
+        if let keys = unlocked.epochs[epoch] { return keys }
+        if let copy, copy.bytes != unlocked.copy.bytes {
+            throw KeysmithError(
+                .storeLocked,
+                "another process changed this vault's passphrase or keyfile and re-keyed it since it was opened; open it again with the new credential")
+        }
+        return nil
     }
 
     /// The copy of the header in force: the primary when its checksum holds, else the backup.
@@ -470,7 +488,13 @@ final class Engine2 {
         guard copy.header.vaultIDBytes == vaultID else {
             throw KeysmithError(.corruptData, "the vault header now belongs to another vault; open the vault again")
         }
-        guard VaultHeader2.mac(copy.body, kek: unlocked.kek) == copy.mac else {
+        var kek = unlocked.kek
+        if VaultHeader2.mac(copy.body, kek: kek) != copy.mac, let rederivable,
+           let derived = try? HeaderFormat.deriveKEK(copy.header.kdf, credential: rederivable)
+        {
+            kek = derived
+        }
+        guard VaultHeader2.mac(copy.body, kek: kek) == copy.mac else {
             if requireSameCredential {
                 throw KeysmithError(
                     .storeLocked,
@@ -478,7 +502,7 @@ final class Engine2 {
             }
             return copy
         }
-        let fresh = try UnlockedHeader2.unlock(copy, kek: unlocked.kek, credential: .key([]))
+        let fresh = try UnlockedHeader2.unlock(copy, kek: kek, credential: .key([]))
         guard fresh.idKey == unlocked.idKey else {
             throw KeysmithError(.corruptData, "the vault header's id key changed; open the vault again")
         }
