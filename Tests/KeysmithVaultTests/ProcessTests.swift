@@ -339,4 +339,54 @@ struct ProcessTests {
         #expect(reads > 100)
         #expect(stale == 0)
     }
+
+    @Test("a rekey killed at each of its file-system steps, and twenty rekeys killed half-way in a row, lose nothing")
+    func rekeyKilledAtEveryStep() throws {
+        let directory = TemporaryDirectory()
+        let keyfile = directory.sub("keyfile")
+        try VaultCredential.generateKeyfile(at: keyfile)
+        let pristine = directory.sub("pristine")
+        let vault = try FileVault.create(at: pristine, credential: .keyfile(at: keyfile), anchorDirectory: nil)
+        try vault.perform((0..<100).map { .create(ItemAttributes(key: .genericPassword(service: "s", account: "a\($0)")), secret: Data("v\($0)".utf8)) })
+        func check(_ path: String, _ context: String) throws {
+            let opened = try FileVault.open(at: path, credential: .keyfile(at: keyfile), anchorDirectory: nil)
+            for index in stride(from: 0, to: 100, by: 7) {
+                #expect(try opened.read(.genericPassword(service: "s", account: "a\(index)"))?.secret == Data("v\(index)".utf8), "\(context)")
+            }
+            #expect(try opened.verify().filter { !$0.isSuperseded && $0.file != "header.backup" }.isEmpty, "\(context)")
+        }
+        var step = 1
+        var halfWay: Int?
+        while true {
+            let path = directory.sub("vault-\(step)")
+            try FileManager.default.copyItem(atPath: pristine, toPath: path)
+            let run = try startStress(["rekey", path, keyfile], environment: ["KEYSMITH_FAULT_EXIT_AT": String(step)])
+            run.0.waitUntilExit()
+            let finished = run.0.terminationStatus == 0
+            #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
+            try check(path, "killed at step \(step)")
+            let header = try String(contentsOfFile: path + "/header", encoding: .utf8)
+            if halfWay == nil, header.components(separatedBy: "\"epoch\" : ").count == 4 { halfWay = step }  // id key + two data keys
+            try FileVault.open(at: path, credential: .keyfile(at: keyfile), anchorDirectory: nil).rekey()
+            try check(path, "rekeyed after a kill at step \(step)")
+            if finished { break }
+            step += 1
+            try #require(step < 200)
+        }
+        print("rekey fault injection: killed at each of \(step - 1) steps, then finished")
+        // The same half-way kill twenty times in a row, then a whole rekey: no key is retired
+        // while a record needs it, and the header never grows past two data keys.
+        let halfWayStep = try #require(halfWay)
+        let path = directory.sub("repeated")
+        try FileManager.default.copyItem(atPath: pristine, toPath: path)
+        for round in 0..<20 {
+            let run = try startStress(["rekey", path, keyfile], environment: ["KEYSMITH_FAULT_EXIT_AT": String(halfWayStep)])
+            run.0.waitUntilExit()
+            try check(path, "round \(round)")
+            let header = try String(contentsOfFile: path + "/header", encoding: .utf8)
+            #expect(header.components(separatedBy: "\"epoch\" : ").count <= 4, "round \(round): more than two data keys")
+        }
+        try FileVault.open(at: path, credential: .keyfile(at: keyfile), anchorDirectory: nil).rekey()
+        try check(path, "after twenty interrupted rekeys")
+    }
 }

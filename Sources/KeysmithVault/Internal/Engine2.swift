@@ -1022,11 +1022,19 @@ final class Engine2 {
     func rekey() throws {
         try requireCurrentHeader()
         try requireUndamaged()
+        if unlocked.copy.header.dataKeys.count > 1 {
+            // An earlier rekey was interrupted after its first step: finish it (every record
+            // resealed under the current epoch, then the others retired), so that the header
+            // never holds more than two keys and no key is retired while a record needs it.
+            try compact(reseal: true)
+            var finished = unlocked.copy.header
+            finished.dataKeys.removeAll { $0.epoch != finished.currentEpoch }
+            try writeHeader(finished, kek: unlocked.kek)
+        }
         var header = unlocked.copy.header
         let newEpoch = (header.dataKeys.map(\.epoch).max() ?? 0) + 1
         guard newEpoch < Format2.maximumEpoch else { throw KeysmithError(.limitExceeded, "the vault has run out of key epochs") }
         let newKey = try vaultCrypto { try SecretBytes.random(count: 32) }
-        if header.dataKeys.count >= Format2.maximumDataKeys { header.dataKeys.removeFirst() }
         header.dataKeys.append(try VaultHeader2.wrap(newKey, kek: unlocked.kek, vaultID: vaultID, kdf: header.kdf,
                                                      purpose: KeyPurpose.data, epoch: newEpoch))
         header.currentEpoch = newEpoch
