@@ -24,6 +24,10 @@ package struct SystemError: Error, Sendable, Equatable, CustomStringConvertible 
     package var isAlreadyExists: Bool { errno == EEXIST }
     /// Whether the file system is mounted read-only.
     package var isReadOnlyFileSystem: Bool { errno == EROFS }
+    /// Whether the path names something that is not a usable regular file (a symbolic link, a
+    /// FIFO, a device, a directory, or a file too large): a property of that one file, not of
+    /// the directory or the process.
+    package var isUnusableFile: Bool { errno == ELOOP || errno == EINVAL || errno == EFBIG || errno == ENXIO || errno == EISDIR }
 }
 
 /// Each system call goes through one function here, so `errno` handling lives in one place and
@@ -161,6 +165,14 @@ package enum System {
             inode: UInt64(status.st_ino), size: Int(status.st_size), mode: UInt32(status.st_mode) & 0o7777,
             isDirectory: (status.st_mode & S_IFMT) == S_IFDIR,
             modifiedNanoseconds: Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec))
+    }
+
+    /// Whether `path` is a directory itself, not a symbolic link to one. The corresponding C
+    /// function is `lstat`.
+    package static func isRealDirectory(_ path: String) -> Bool {
+        var status = stat()
+        guard lstat(path, &status) == 0 else { return false }
+        return (status.st_mode & S_IFMT) == S_IFDIR
     }
 
     /// The names in a directory, without `.` and `..`. The corresponding C function is `readdir`.

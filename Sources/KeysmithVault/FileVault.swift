@@ -423,16 +423,15 @@ extension FileVault {
         return true
     }
 
-    /// Removes a directory of plain files (the vault's own layout: at most one level below).
+    /// Removes a directory of the vault's own layout. A symbolic link is removed itself, never
+    /// followed: nothing outside the vault directory is ever touched.
     private static func removeTree(_ directory: String) throws {
-        guard let names = try? System.listDirectory(directory) else { return }
-        for name in names {
-            let child = directory + "/" + name
-            if let status = try io({ try System.status(child) }), status.isDirectory {
-                try removeTree(child)
-            } else {
-                try io { try System.unlink(child) }
-            }
+        guard System.isRealDirectory(directory) else {
+            try io { try System.unlink(directory) }
+            return
+        }
+        for name in try io({ try System.listDirectory(directory) }) {
+            try removeTree(directory + "/" + name)
         }
         System.rmdir(directory)
     }

@@ -121,8 +121,25 @@ struct GoldenVaultTests {
             try before.create(ItemAttributes(key: .genericPassword(service: "late", account: "l")), secret: Data("l".utf8))
         }
         #expect(stale?.code == .storeLocked)
+        // And its reads fail instead of finding nothing.
+        let staleRead = #expect(throws: KeysmithError.self) { try before.read(Golden.records[0].key) }
+        #expect(staleRead?.code == .storeLocked)
         try after.create(ItemAttributes(key: .genericPassword(service: "new", account: "n")), secret: Data("n".utf8))
         #expect(try after.sequence == 5)
+    }
+
+    @Test("an upgrade never follows a symbolic link out of the vault when it clears a leftover")
+    func upgradeDoesNotFollowLinks() throws {
+        let (directory, path) = try Golden.copy(Golden.keyfileVault)
+        let outside = directory.sub("outside")
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: outside + "/precious", contents: Data("keep".utf8))
+        try FileManager.default.createSymbolicLink(atPath: path + "/data", withDestinationPath: outside)
+        try FileVault.upgrade(at: path, credential: .keyfile(at: Golden.keyfile), scrypt: .testing)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: outside + "/precious")) == Data("keep".utf8))
+        let vault = try FileVault.open(at: path, credential: .keyfile(at: Golden.keyfile), anchorDirectory: nil)
+        #expect(vault.formatVersion == 2)
+        #expect(try vault.read(Golden.records[0].key)?.hasSameContents(as: Golden.records[0]) == true)
     }
 
     @Test("an upgrade killed at any file-system step leaves a format 1 vault as it was or a complete format 2 one")

@@ -355,4 +355,86 @@ struct TamperTests {
         #expect(try opened.read(genericKey("log1"))?.secret == Data("fresh".utf8))
         #expect(try opened.verify().allSatisfy(\.isSuperseded))
     }
+
+    @Test("compaction and rekey refuse to rewrite a snapshot with a damaged index page, so no record is dropped")
+    func compactionKeepsDamagedPages() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.sub("vault")
+        let vault = try FileVault.create(at: path, credential: testKey, anchorDirectory: nil)
+        try vault.perform((0..<200).map { .create(ItemAttributes(key: genericKey("k\($0)")), secret: Data("v\($0)".utf8)) })
+        try vault.compact()
+        let snapshot = path + "/data/snapshot"
+        var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: snapshot)))
+        let head = try SnapshotFile2.parseHead(Array(bytes.prefix(84)), fileSize: bytes.count)
+        bytes[head.pagesStart + head.entriesPerPage * Format2.indexEntrySize + 40] ^= 1  // inside page 1
+        try replace(snapshot, with: bytes)
+        let opened = try FileVault.open(at: path, credential: testKey, anchorDirectory: nil)
+        let compact = #expect(throws: KeysmithError.self) { try opened.compact() }
+        #expect(compact?.code == .corruptData)
+        #expect(throws: KeysmithError.self) { try opened.rekey() }
+        // Writes go on (32 of them would compact by themselves), and every record outside the
+        // damaged page stays readable; those inside it fail, never read as absent.
+        for index in 0..<40 { try opened.upsert(ItemAttributes(key: genericKey("new\(index)")), secret: Data("n".utf8)) }
+        var readable = 0, failed = 0
+        for index in 0..<200 {
+            do {
+                #expect(try opened.read(genericKey("k\(index)"))?.secret == Data("v\(index)".utf8))
+                readable += 1
+            } catch let error as KeysmithError {
+                #expect(error.code == .corruptData)
+                failed += 1
+            }
+        }
+        #expect(failed <= head.entriesPerPage && failed > 0 && readable + failed == 200)
+    }
+
+    @Test("hostile log names and directories neither crash nor hang: ffff… logs, a file for the log directory, a sparse snapshot")
+    func hostileNamesAndSizes() throws {
+        let history = try HistoryVault()
+        FileManager.default.createFile(atPath: history.path + "/data/log/ffffffffffffffff", contents: Data([1, 2, 3]))
+        FileManager.default.createFile(atPath: history.path + "/data/log/4000000000000000", contents: Data([1, 2, 3]))
+        let vault = try history.open()
+        history.expectNoStaleRead(vault, "huge log names")
+        #expect(try vault.read(genericKey("x"))?.secret == Data("v2".utf8))
+
+        // The log directory replaced by a file: a clear I/O error, at once.
+        let other = try HistoryVault()
+        try FileManager.default.removeItem(atPath: other.path + "/data/log")
+        FileManager.default.createFile(atPath: other.path + "/data/log", contents: Data())
+        let error = #expect(throws: KeysmithError.self) { _ = try other.open().read(genericKey("x")) }
+        #expect(error?.code == .ioFailure)
+
+        // A snapshot claiming 2^32 - 1 records of one per page, sparse to look large enough.
+        let sparse = try HistoryVault()
+        let snapshot = sparse.path + "/data/snapshot"
+        var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: snapshot)))
+        for index in 36..<44 { bytes[index] = index < 40 ? 0 : 0xFF }      // record count 2^32 - 1
+        for index in 44..<48 { bytes[index] = 0xFF }                         // page count 2^32 - 1
+        bytes[48] = 0; bytes[49] = 0; bytes[50] = 0; bytes[51] = 1          // one record per page
+        try replace(snapshot, with: bytes)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: snapshot))
+        try handle.truncate(atOffset: 1 << 40)
+        try handle.close()
+        let opened = try sparse.open()
+        // Logs 1-5 survive from the genesis, so every value is still vouched for.
+        sparse.expectNoStaleRead(opened, "sparse snapshot")
+        #expect(try opened.read(genericKey("z"))?.secret == Data("z1".utf8))
+        #expect(try opened.verify().contains { $0.file == "data/snapshot" })
+    }
+
+    @Test("a header put back to an older generation is refused by writers and never spread over the newer copy")
+    func olderHeaderPutBack() throws {
+        let history = try HistoryVault()
+        let older = try Data(contentsOf: URL(fileURLWithPath: history.path + "/header"))
+        let vault = try history.open()
+        try vault.rekey()
+        let newer = try Data(contentsOf: URL(fileURLWithPath: history.path + "/header.backup"))
+        try older.write(to: URL(fileURLWithPath: history.path + "/header"))
+        let error = #expect(throws: KeysmithError.self) { try vault.upsert(ItemAttributes(key: genericKey("q")), secret: Data("1".utf8)) }
+        #expect(error?.code == .corruptData)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: history.path + "/header.backup")) == newer)
+        // Putting the newer header back makes the vault whole again.
+        try newer.write(to: URL(fileURLWithPath: history.path + "/header"))
+        #expect(try history.open().read(genericKey("x"))?.secret == Data("v2".utf8))
+    }
 }

@@ -28,14 +28,18 @@ struct AnchorStore: Sendable {
     /// Records a newer mark; best effort (a read-only home must not stop a read), atomic but
     /// not flushed: a crash can only set the anchor back, which weakens it and never breaks a vault.
     func write(_ vaultID: [UInt8], _ mark: Mark) {
-        // Only forward: a reader that saw less must not lower what a writer recorded.
-        if let current = read(vaultID), current.sequence >= mark.sequence { return }
         do {
             var current = ""
             for component in directory.split(separator: "/") {
                 current += "/" + component
                 try System.mkdir(current, mode: 0o700)
             }
+            // Only forward: a reader that saw less must not lower what a writer recorded. The
+            // check and the write happen under a lock shared by every process of this user.
+            let lock = try System.open(directory + "/.lock", flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600)
+            defer { System.close(lock) }
+            try System.lockExclusive(lock, path: directory + "/.lock")
+            if let existing = read(vaultID), existing.sequence >= mark.sequence { return }
             let text = Array("keysmith-anchor-1 \(mark.sequence) \(mark.mac.hexString)\n".utf8)
             try Durable.write(text, to: path(vaultID), directory: directory, sync: false)
         } catch {

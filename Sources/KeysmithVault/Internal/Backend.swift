@@ -34,8 +34,24 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
         self.engine = engine
     }
 
+    /// Set once another process upgraded the vault to format 2: this handle's view is gone.
+    private var upgradedAway = false
+
     func lockFD() throws -> Int32 { engine.lockFD }
-    func refresh() throws { try engine.refresh() }
+
+    func refresh() throws {
+        if upgradedAway { throw Self.upgradedError }
+        try engine.refresh()
+        // An upgrade removes the format 1 snapshot: a vault without one is checked once more.
+        if engine.snapshotInode == nil, let bytes = try? HeaderFormat.readCopy(engine.paths.header),
+           case .version2 = HeaderFormat.probe(bytes)
+        {
+            upgradedAway = true
+            throw Self.upgradedError
+        }
+    }
+
+    static let upgradedError = KeysmithError(.storeLocked, "the vault was upgraded to format 2 by another process; open it again")
     func read(_ key: ItemKey) throws -> SecureRecord? { try engine.read(key) }
     func search(_ query: ItemQuery) throws -> [ItemInfo] {
         engine.entries.values.lazy.filter { query.matches($0.info.attributes) }.map(\.info)
@@ -44,9 +60,10 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
     func prepareWrite() throws {
         // A format 1 handle must not write into a vault another process upgraded.
         if let bytes = try HeaderFormat.readCopy(engine.paths.header), case .version2 = HeaderFormat.probe(bytes) {
-            throw KeysmithError(.storeLocked, "the vault was upgraded to format 2 by another process; open it again")
+            upgradedAway = true
+            throw Self.upgradedError
         }
-        try engine.refresh()
+        try refresh()
         try engine.healHeaderCopies()
     }
 

@@ -108,6 +108,9 @@ final class Engine2 {
             return
         }
         while try loadLog(lastSequence + 1) {}
+        // A compaction renames its snapshot in before it removes the logs it covers: if a log
+        // vanished before the probe above, the new snapshot is visible now.
+        if try io({ try System.status(paths.snapshot) }) != snapshotStatus { try reloadAll() }
     }
 
     /// Reads everything but the records again: the header copies, the snapshot's directory,
@@ -117,7 +120,9 @@ final class Engine2 {
         // lock: a view that the anchor says is behind is read again before it counts as a rollback.
         for _ in 0..<8 {
             try reloadOnce()
-            if !anchorAhead { return }
+            // The same for a compaction between opening the snapshot and listing the logs.
+            let moved = try io { try System.status(paths.snapshot) } != snapshotStatus
+            if !anchorAhead && !moved { return }
         }
     }
 
@@ -155,9 +160,21 @@ final class Engine2 {
             lastMAC = head.throughMAC
         }
         var present: [UInt64] = []
-        for name in (try? System.listDirectory(paths.logDirectory)) ?? [] {
+        let names: [String]
+        do {
+            names = try System.listDirectory(paths.logDirectory)
+        } catch let error as SystemError where error.isNotFound {
+            names = []
+            fileDamage.append(VaultDamage(file: Format2.dataDirectory + "/log", offset: 0, recordID: nil, key: nil,
+                                          reason: "the log directory is missing", hidesRecords: true))
+        } catch let error as SystemError {
+            throw KeysmithError(.ioFailure, "cannot list the vault's logs: \(error)")
+        }
+        for name in names {
             if name.hasPrefix(Durable.temporaryPrefix) { continue }
-            guard name.count == 16, let number = UInt64(name, radix: 16), VaultPaths.hex16(number) == name else {
+            guard name.count == 16, let number = UInt64(name, radix: 16), VaultPaths.hex16(number) == name,
+                  number >= 1, number < Format2.maximumSequence
+            else {
                 fileDamage.append(VaultDamage(file: Format2.dataDirectory + "/log/" + name, offset: 0, recordID: nil, key: nil,
                                               reason: "a file that is not a log sits among the logs (ignored)", isSuperseded: true))
                 continue
@@ -243,7 +260,7 @@ final class Engine2 {
             return
         }
         snapshotFD = fd
-        snapshotStatus = try? System.status(paths.snapshot)
+        snapshotStatus = status
         do {
             let headBytes = try System.read(fd, count: Format2.snapshotHeaderSize, at: 0, path: paths.snapshot)
             let head: SnapshotFile2.Head
@@ -300,10 +317,14 @@ final class Engine2 {
         let opened: (fd: Int32, status: System.FileStatus)?
         do {
             opened = try System.openRegularFile(path, maximumSize: Format2.maximumFileSize)
-        } catch {
+        } catch let error as SystemError where error.isUnusableFile {
             lastSequence = max(lastSequence, sequence)
-            logDamaged(sequence, name, "the log cannot be opened (\(error)); it must be a regular file")
+            logDamaged(sequence, name, "the log cannot be used (\(error)); it must be a regular file")
             return true
+        } catch let error as SystemError {
+            // Not this one file's fault (permissions, the log directory gone or not a
+            // directory): an error, never a loop over the next numbers.
+            throw KeysmithError(.ioFailure, "cannot read the vault's log \(name): \(error)")
         }
         guard let (fd, status) = opened else { return false }
         var keep = false
@@ -485,6 +506,12 @@ final class Engine2 {
     func adoptHeaderOnDisk(requireSameCredential: Bool) throws -> HeaderCopy2 {
         let copy = try headerInForce()
         if copy.bytes == unlocked.copy.bytes { return copy }
+        guard copy.header.generation > unlocked.copy.header.generation else {
+            throw KeysmithError(
+                .corruptData,
+                "the vault header was put back to an older version (generation \(copy.header.generation), this handle has seen "
+                    + "\(unlocked.copy.header.generation)); restore the newer header from a backup")
+        }
         guard copy.header.vaultIDBytes == vaultID else {
             throw KeysmithError(.corruptData, "the vault header now belongs to another vault; open the vault again")
         }
@@ -554,10 +581,16 @@ final class Engine2 {
                 "another process changed this vault's passphrase or keyfile and re-keyed it since it was opened; open it again with the new credential")
         }
         writeEpoch = copy.header.currentEpoch
-        let primary = try? HeaderFormat.readCopy(paths.header)
-        let backup = try? HeaderFormat.readCopy(paths.headerBackup)
-        if (primary ?? nil) != copy.bytes { try Durable.write(copy.bytes, to: paths.header, directory: paths.root) }
-        if (backup ?? nil) != copy.bytes { try Durable.write(copy.bytes, to: paths.headerBackup, directory: paths.root) }
+        // Heal the other copy from the one in force, unless it is a newer intact header (never
+        // spread an older header over a newer one).
+        for path in [paths.header, paths.headerBackup] {
+            let bytes = (try? HeaderFormat.readCopy(path)) ?? nil
+            guard bytes != copy.bytes else { continue }
+            if let bytes, case .version2(let other) = HeaderFormat.probe(bytes), other.header.generation > copy.header.generation {
+                continue
+            }
+            try Durable.write(copy.bytes, to: path, directory: paths.root)
+        }
         try refresh()
         fileDamage.removeAll(where: \.isHeaderCopy)
     }
@@ -605,7 +638,8 @@ final class Engine2 {
         guard let raw = try verifiedPage(low - 1, head: head, cache: true) else {
             throw KeysmithError(
                 .corruptData,
-                "\(key.map { "\($0)" } ?? "record \(recordID)") is in a damaged part of the snapshot's index (\(damagedPages[low - 1]!)); "
+                "\(key.map { "\($0)" } ?? "record \(recordID)") is in a damaged part of the snapshot's index "
+                    + "(\(damagedPages[low - 1].map { "\($0)" } ?? "index page \(low - 1)")); "
                     + "restore the vault from a backup, or write the item again")
         }
         // Binary search over the page's raw entries: no entry is built but the one found.
@@ -653,11 +687,13 @@ final class Engine2 {
         let count = head.entryCount(ofPage: index)
         let offset = head.pagesStart + index * head.entriesPerPage * Format2.indexEntrySize
         let bytes = try io { try System.read(snapshotFD, count: count * Format2.indexEntrySize, at: offset, path: paths.snapshot) }
-        guard let keys = unlocked.epochs[head.epoch] else { return nil }
         var problem: String?
-        if bytes.count != count * Format2.indexEntrySize {
+        let keys = unlocked.epochs[head.epoch]
+        if keys == nil {
+            problem = "the snapshot's key epoch \(head.epoch) is no longer held"
+        } else if bytes.count != count * Format2.indexEntrySize {
             problem = "the snapshot is cut short inside index page \(index)"
-        } else if SnapshotFile2.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: head.through, page: index, bytes: bytes)
+        } else if let keys, SnapshotFile2.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: head.through, page: index, bytes: bytes)
                     != directory[index].mac
         {
             problem = "index page \(index) fails authentication: it is damaged or was altered"
@@ -757,13 +793,23 @@ final class Engine2 {
         return results
     }
 
-    /// Calls `body` for every live (put) record the vault can vouch for.
-    private func forEachLive(_ body: (SealedRef) throws -> Void) throws {
+    /// Calls `body` for every live (put) record the vault can vouch for. With `strict`
+    /// (compaction, rekey), a damaged index page is an error instead of being skipped: a
+    /// snapshot is never rewritten without records it could not read.
+    private func forEachLive(strict: Bool = false, _ body: (SealedRef) throws -> Void) throws {
         if let rollback { throw KeysmithError(.corruptData, "\(rollback.reason)") }
         let floor = uncertainBefore?.sequence ?? 0
         if snapshotUsable, let head = snapshotHead {
             for index in 0..<head.pageCount {
-                guard let entries = try page(index, head: head, cache: false) else { continue }
+                guard let entries = try page(index, head: head, cache: false) else {
+                    if strict {
+                        throw KeysmithError(
+                            .corruptData,
+                            "the snapshot's index is damaged (\(damagedPages[index].map { "\($0)" } ?? "index page \(index)")); "
+                                + "run `keysmith vault verify`, and repair it before compacting or re-keying")
+                    }
+                    continue
+                }
                 for entry in entries where overlay[entry.recordID] == nil && entry.version >= floor && recordDamage[entry.recordID] == nil {
                     try body(SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: snapshotFD,
                                        file: Paths2.snapshotName, offset: entry.offset, length: entry.length,
@@ -895,7 +941,7 @@ final class Engine2 {
             throw KeysmithError(.corruptData, "the vault's current key or chain is missing")
         }
         var live: [SealedRef] = []
-        try forEachLive { live.append($0) }
+        try forEachLive(strict: true) { live.append($0) }
         live.sort { $0.recordID.bytes.lexicographicallyPrecedes($1.recordID.bytes) }
         let perPage = Format2.entriesPerPage
         var head = SnapshotFile2.Head(vaultID: vaultID, through: lastSequence, epoch: keys.epoch, recordCount: live.count,

@@ -25,6 +25,9 @@ enum Format2 {
     /// Records per index page: a damaged page costs at most this many records.
     static let entriesPerPage = 64
     static let maximumEntriesPerPage = 4096
+    /// The most index pages a snapshot may have: its directory, read at open, is at most 64 MiB
+    /// however large the file claims to be (a sparse file can claim anything).
+    static let maximumPages = 1 << 20
 
     /// The largest sealed record: 64 MiB (the store's limits keep records well under it).
     static let maximumCiphertext = 64 << 20
@@ -292,6 +295,7 @@ enum SnapshotFile2 {
         guard Int(pages) == (recordCount + perPageInt - 1) / perPageInt else {
             throw .outOfBounds("its page count \(pages) does not fit its \(count) records")
         }
+        guard Int(pages) <= Format2.maximumPages else { throw .outOfBounds("it claims \(pages) index pages") }
         let head = Head(vaultID: vaultID, through: through, epoch: epoch, recordCount: recordCount, pageCount: Int(pages),
                         entriesPerPage: perPageInt, throughMAC: throughMAC)
         // Every region must fit inside the file before anything is allocated for it.
