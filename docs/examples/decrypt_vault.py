@@ -135,7 +135,8 @@ def main_v2(args):
     data = open(os.path.join(args.vault, "data", "snapshot"), "rb").read()
     magic, snap_vault, through, epoch, count, pages, per_page, through_mac = struct.unpack(">8s16sQIQII32s", data[:84])
     assert magic == b"KSMVSNP2" and snap_vault == vault_id and epoch in epochs
-    assert 1 <= per_page <= 4096 and pages == (count + per_page - 1) // per_page
+    assert 1 <= per_page <= 4096 and pages == (count + per_page - 1) // per_page and pages <= 2 ** 20
+    assert through < 2 ** 62 and count <= 2 ** 32 and 84 + 64 * pages + 32 + 84 * count <= len(data), "snapshot bounds"
     directory = data[84:84 + 64 * pages]
     assert hmac.compare_digest(hmac256(epochs[epoch][1], b"keysmith-vault-v2 snapshot" + data[:84] + directory),
                                data[84 + 64 * pages:84 + 64 * pages + 32]), "snapshot MAC"
@@ -151,7 +152,8 @@ def main_v2(args):
         for index in range(n):
             record_id, version, rec_epoch, offset, length, nonce, tag = struct.unpack(">32sQIQI12s16s", raw[84 * index:84 * index + 84])
             assert record_id > previous_id and (index > 0 or record_id == first), "index order"
-            assert 1 <= version <= through and offset >= bodies_start
+            assert 1 <= version <= through and offset >= bodies_start and rec_epoch in epochs
+            assert length <= 64 * 2 ** 20 and offset + length <= len(data), "record bounds"
             previous_id = record_id
             total += length
             plain = open_record(data, offset, length, nonce, tag, rec_epoch, version, 1, record_id)
@@ -162,13 +164,19 @@ def main_v2(args):
 
     chain, sequence = through_mac, through + 1
     log_dir = os.path.join(args.vault, "data", "log")
-    names = sorted(n for n in os.listdir(log_dir) if not n.startswith("."))
-    later = [int(n, 16) for n in names if int(n, 16) > through]
+    def log_number(name):
+        if len(name) == 16 and all(c in "0123456789abcdef" for c in name) and 1 <= int(name, 16) < 2 ** 62:
+            return int(name, 16)
+        return None  # not a log: ignored
+
+    numbers = sorted(n for n in (log_number(name) for name in os.listdir(log_dir) if not name.startswith(".")) if n is not None)
+    later = [n for n in numbers if n > through]
     assert later == list(range(through + 1, through + 1 + len(later))), "a log is missing"
     for sequence in later:
         log = open(os.path.join(log_dir, "%016x" % sequence), "rb").read()
         magic, log_vault, log_sequence, log_epoch, frames_count, previous = struct.unpack(">8s16sQII32s", log[:72])
         assert magic == b"KSMVLOG2" and log_vault == vault_id and log_sequence == sequence and log_epoch in epochs
+        assert 1 <= frames_count <= 2 ** 20 and 72 + 65 * frames_count + 32 <= len(log), "log bounds"
         table = log[72:72 + 65 * frames_count]
         commit_mac = log[72 + 65 * frames_count:72 + 65 * frames_count + 32]
         assert hmac.compare_digest(hmac256(epochs[log_epoch][1], b"keysmith-vault-v2 commit" + log[:72] + table), commit_mac), "commit MAC"
@@ -177,6 +185,7 @@ def main_v2(args):
         offset = 72 + 65 * frames_count + 32
         for index in range(frames_count):
             record_id, op, length, nonce, tag = struct.unpack(">32sBI12s16s", table[65 * index:65 * index + 65])
+            assert op in (1, 2) and length <= 64 * 2 ** 20 and (op == 1 or length == 0), "table entry"
             plain = open_record(log, offset, length, nonce, tag, log_epoch, sequence, op, record_id)
             offset += length
             if op == 2:
