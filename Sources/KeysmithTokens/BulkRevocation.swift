@@ -52,13 +52,14 @@ extension TokenKeeper {
         let time = now
         try commit(at: time) { _ in
             report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
-            let candidates = try store.search(ItemQuery(service: filter.service, recordType: .oauthToken))
+            // Keys only: the metadata of every token is not kept for the whole job.
+            let candidates = try store.search(ItemQuery(service: filter.service, recordType: .oauthToken)).map(\.key)
             var tokens: [TokenWrite] = []
             // Read in chunks: one store round trip per chunk, and progress between them.
             let chunk = 4096
             for start in stride(from: 0, to: candidates.count, by: chunk) {
                 progress?(start, candidates.count)
-                let keys = candidates[start..<min(start + chunk, candidates.count)].map(\.key)
+                let keys = Array(candidates[start..<min(start + chunk, candidates.count)])
                 for (key, record) in zip(keys, try store.read(keys)) {
                     guard case .keysmithRecord(let recordKey) = key, let record else { continue }
                     let service = recordKey.service, account = recordKey.account

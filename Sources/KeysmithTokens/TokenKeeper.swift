@@ -183,18 +183,17 @@ public final class TokenKeeper: Sendable {
     typealias Event = AuditLog.Event
 
     /// A token to write: replacing the record at `version`, or creating it when `version` is `nil`.
+    /// Only the store operation is kept (a bulk change holds one per token: the decoded token
+    /// is dropped as soon as it is encoded).
     struct TokenWrite {
-        var stored: StoredToken
-        var version: ItemVersion?
+        let operation: StoreOperation
 
         init(_ stored: StoredToken, replacing version: ItemVersion?) {
-            self.stored = stored
-            self.version = version
-        }
-
-        var operation: StoreOperation {
-            if let version { return .update(stored.attributes, secret: stored.secret, ifVersion: version) }
-            return .create(stored.attributes, secret: stored.secret)
+            if let version {
+                operation = .update(stored.attributes, secret: stored.secret, ifVersion: version)
+            } else {
+                operation = .create(stored.attributes, secret: stored.secret)
+            }
         }
     }
 
