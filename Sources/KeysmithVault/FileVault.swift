@@ -130,44 +130,32 @@ public final class FileVault: SecureStore {
             throw KeysmithError(.storeUnavailable, "there is no vault at \(path); create one with `keysmith init`")
         }
         let paths = Paths2(root: path)
-        var problems: [String] = []
-        var found = false
-        for (file, name) in [(paths.header, VaultHeader.primaryName), (paths.headerBackup, VaultHeader.backupName)] {
-            let bytes: [UInt8]?
-            do {
-                bytes = try HeaderFormat.readCopy(file)
-            } catch {
-                problems.append("\(name): \(error)")
-                continue
+        let inForce = HeaderFormat.inForce(path)
+        switch inForce.probe {
+        case .version2(let copy):
+            let kek = try HeaderFormat.deriveKEK(copy.header.kdf, credential: credential)
+            let unlocked = try UnlockedHeader2.unlock(copy, kek: kek, credential: credential)
+            let engine = Engine2(paths: paths, unlocked: unlocked, clock: clock, anchor: anchorDirectory.map(AnchorStore.init),
+                                 credential: credential)
+            try engine.reloadAll()
+            if engine.foreignSnapshot {
+                throw KeysmithError(
+                    .corruptData,
+                    "the vault header belongs to another vault than its records (header from another vault?); restore the header from a backup")
             }
-            guard let bytes else { continue }
-            found = true
-            switch HeaderFormat.probe(bytes) {
-            case .version2(let copy):
-                let kek = try HeaderFormat.deriveKEK(copy.header.kdf, credential: credential)
-                let unlocked = try UnlockedHeader2.unlock(copy, kek: kek, credential: credential)
-                let engine = Engine2(paths: paths, unlocked: unlocked, clock: clock, anchor: anchorDirectory.map(AnchorStore.init),
-                                     credential: credential)
-                try engine.reloadAll()
-                if engine.foreignSnapshot {
-                    throw KeysmithError(
-                        .corruptData,
-                        "the vault header belongs to another vault than its records (header from another vault?); restore the header from a backup")
-                }
-                return opened(engine, version: 2, path: path, logger: logger)
-            case .version1:
-                return try openFormat1(path: path, credential: credential, clock: clock, logger: logger)
-            case .unsupported(let version):
-                throw KeysmithError(.corruptData, "the vault is format version \(version); this Keysmith reads versions 1 and 2; upgrade Keysmith")
-            case .damaged(let why):
-                problems.append("\(name): \(why)")
-            }
+            return opened(engine, version: 2, path: path, logger: logger)
+        case .version1:
+            return try openFormat1(path: path, credential: credential, clock: clock, logger: logger)
+        case .unsupported(let version):
+            throw KeysmithError(.corruptData, "the vault is format version \(version); this Keysmith reads versions 1 and 2; upgrade Keysmith")
+        case .damaged, nil:
+            break
         }
-        guard found || !problems.isEmpty else {
+        guard inForce.found else {
             throw KeysmithError(.storeUnavailable, "\(path) is not a Keysmith vault (it has no header); create one with `keysmith init`")
         }
         throw KeysmithError(
-            .corruptData, "both copies of the vault header are damaged (\(problems.joined(separator: "; "))); restore the vault from a backup")
+            .corruptData, "both copies of the vault header are damaged (\(inForce.problems.joined(separator: "; "))); restore the vault from a backup")
     }
 
     private static func opened(_ backend: sending any VaultBackend, version: Int, path: String, logger: Logger) -> FileVault {

@@ -476,28 +476,15 @@ final class Engine2 {
         return nil
     }
 
-    /// The copy of the header in force: the primary when its checksum holds, else the backup.
+    /// The copy of the header in force (docs/format.md, "Which copy").
     func headerInForce() throws -> HeaderCopy2 {
-        var problems: [String] = []
-        for (path, name) in [(paths.header, VaultHeader.primaryName), (paths.headerBackup, VaultHeader.backupName)] {
-            let bytes: [UInt8]?
-            do {
-                bytes = try HeaderFormat.readCopy(path)
-            } catch {
-                problems.append("\(name): \(error)")
-                continue
-            }
-            guard let bytes else {
-                problems.append("\(name): missing")
-                continue
-            }
-            switch HeaderFormat.probe(bytes) {
-            case .version2(let copy): return copy
-            case .damaged(let why): problems.append("\(name): \(why)")
-            case .version1, .unsupported: problems.append("\(name): another format version")
-            }
+        let inForce = HeaderFormat.inForce(paths.root)
+        guard case .version2(let copy) = inForce.probe else {
+            throw KeysmithError(
+                .corruptData,
+                "the vault header in force is not an intact format 2 header (\(inForce.problems.joined(separator: "; ")))")
         }
-        throw KeysmithError(.corruptData, "both copies of the vault header are damaged (\(problems.joined(separator: "; ")))")
+        return copy
     }
 
     /// Takes the header as it is on disk if it changed and this handle's credential opens it.

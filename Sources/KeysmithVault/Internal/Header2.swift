@@ -103,6 +103,43 @@ enum HeaderFormat {
         return try System.readAll(fd, path: path)
     }
 
+    /// What the two copies of a vault's header say, the primary first: the first copy that
+    /// can be read and classified (format 1, format 2, or an unsupported version) is in force;
+    /// a missing, unreadable or damaged copy is skipped and named in `problems`.
+    struct InForce {
+        var probe: HeaderProbe?
+        var problems: [String]
+        /// Whether either copy exists at all.
+        var found: Bool
+    }
+
+    static func inForce(_ root: String) -> InForce {
+        var result = InForce(probe: nil, problems: [], found: false)
+        for name in [VaultHeader.primaryName, VaultHeader.backupName] {
+            let bytes: [UInt8]?
+            do {
+                bytes = try readCopy(root + "/" + name)
+            } catch {
+                result.found = true
+                result.problems.append("\(name): \(error)")
+                continue
+            }
+            guard let bytes else {
+                result.problems.append("\(name): missing")
+                continue
+            }
+            result.found = true
+            let probe = probe(bytes)
+            if case .damaged(let why) = probe {
+                result.problems.append("\(name): \(why)")
+                continue
+            }
+            result.probe = probe
+            return result
+        }
+        return result
+    }
+
     /// Classifies header bytes: their checksum, then the version they declare; a format-2
     /// header is parsed and every field bounded (the MAC is checked later, with the credential).
     static func probe(_ bytes: [UInt8]) -> HeaderProbe {
