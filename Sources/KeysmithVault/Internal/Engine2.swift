@@ -712,8 +712,17 @@ final class Engine2 {
 
     /// Opens a sealed record: reads its body, checks it, decodes it, and checks it is `key`'s.
     private func open(_ ref: SealedRef, key: ItemKey?, withSecret: Bool) throws -> SecureRecord {
+        guard let record = try open(ref, key: key, withSecret: withSecret, body: nil, admitKind: nil) else {
+            throw KeysmithError(.corruptData, "record \(ref.recordID) could not be opened")
+        }
+        return record
+    }
+
+    /// Opens a sealed record whose body the caller may already have read; `nil` when
+    /// `admitKind` turns its kind byte down (a search for other kinds skips decoding it).
+    private func open(_ ref: SealedRef, key: ItemKey?, withSecret: Bool, body: [UInt8]?, admitKind: ((UInt8) -> Bool)?) throws -> SecureRecord? {
         let path = paths.root + "/" + ref.file
-        let body = try io { try System.read(ref.fd, count: ref.length, at: ref.offset, path: path) }
+        let body = try body ?? io { try System.read(ref.fd, count: ref.length, at: ref.offset, path: path) }
         var plaintext: [UInt8]
         do {
             guard body.count == ref.length else { throw RecordCodec.DecodeError(reason: "") }
@@ -732,6 +741,7 @@ final class Engine2 {
                               : "the file ends inside the record (truncated)")
         }
         defer { cleanse(&plaintext) }
+        if let admitKind, let kind = plaintext.first, !admitKind(kind) { return nil }
         var record: SecureRecord
         do {
             record = try RecordCodec.decode(plaintext, withSecret: withSecret)
@@ -772,8 +782,25 @@ final class Engine2 {
     /// recorded), so memory follows the matches, not the vault.
     func search(_ query: ItemQuery) throws -> [ItemInfo] {
         var results: [ItemInfo] = []
+        var window = BodyWindow()
+        // The kind byte comes first in a record: records of kinds the query cannot match are
+        // authenticated but not decoded.
+        let admit: (UInt8) -> Bool = { kind in
+            let itemKind: ItemKind? = switch kind {
+            case 1: .genericPassword
+            case 2: .internetPassword
+            case 3: .keysmithRecord
+            default: nil
+            }
+            guard let itemKind else { return true }  // let decoding report it
+            if let wanted = query.kind, wanted != itemKind { return false }
+            return query.namespace.contains(itemKind == .keysmithRecord ? .keysmith : .user)
+        }
         try forEachLive { ref in
-            if let record = try? open(ref, key: nil, withSecret: false), query.matches(record.info.attributes) {
+            guard let body = try? window.body(of: ref, sequentialIn: snapshotFD, root: paths.root) else { return }
+            if let record = try? open(ref, key: nil, withSecret: false, body: body, admitKind: admit),
+               query.matches(record.info.attributes)
+            {
                 results.append(record.info)
             }
         }
@@ -955,21 +982,10 @@ final class Engine2 {
             bufferStart += buffer.bytes.count
             buffer.bytes.removeAll(keepingCapacity: true)
         }
-        // The old snapshot's records come in file order (both are sorted by record id): read
-        // them a megabyte at a time instead of one system call per record.
-        var window: (start: Int, bytes: [UInt8]) = (0, [])
-        func body(of ref: SealedRef) throws -> [UInt8] {
-            guard ref.fd == snapshotFD else {
-                return try io { try System.read(ref.fd, count: ref.length, at: ref.offset, path: paths.root + "/" + ref.file) }
-            }
-            if ref.offset < window.start || ref.offset + ref.length > window.start + window.bytes.count {
-                window = (ref.offset, try io { try System.read(ref.fd, count: max(ref.length, 1 << 20), at: ref.offset, path: paths.snapshot) })
-            }
-            let from = ref.offset - window.start
-            return Array(window.bytes[from..<min(window.bytes.count, from + ref.length)])
-        }
+        // The old snapshot's records come in file order (both are sorted by record id).
+        var window = BodyWindow()
         for ref in live {
-            var body = try body(of: ref)
+            var body = try window.body(of: ref, sequentialIn: snapshotFD, root: paths.root)
             var entry = SnapshotFile2.IndexEntry(recordID: ref.recordID, version: ref.version, epoch: ref.epoch, offset: offset,
                                                  length: ref.length, nonce: ref.nonce, tag: ref.tag)
             if reseal && ref.epoch != keys.epoch {
@@ -1172,6 +1188,24 @@ final class Engine2 {
         }
         items += overlay.values.filter { $0.op == .put }.count
         return (items, logsSinceSnapshot)
+    }
+}
+
+/// Reads records that come in file order from one file a megabyte at a time, instead of one
+/// system call per record; records of other files are read one by one.
+struct BodyWindow {
+    private var start = 0
+    private var bytes: [UInt8] = []
+
+    mutating func body(of ref: SealedRef, sequentialIn fd: Int32, root: String) throws -> [UInt8] {
+        let path = root + "/" + ref.file
+        guard ref.fd == fd else { return try io { try System.read(ref.fd, count: ref.length, at: ref.offset, path: path) } }
+        if ref.offset < start || ref.offset + ref.length > start + bytes.count {
+            start = ref.offset
+            bytes = try io { try System.read(fd, count: max(ref.length, 1 << 20), at: ref.offset, path: path) }
+        }
+        let from = ref.offset - start
+        return Array(bytes[from..<min(bytes.count, from + ref.length)])
     }
 }
 
