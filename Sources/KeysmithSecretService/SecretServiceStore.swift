@@ -99,8 +99,21 @@ public final class SecretServiceStore: SecureStore {
         clock: @escaping @Sendable () -> Date = { Date() }, logger: Logger = Logger(label: "keysmith.secret-service")
     ) throws {
         try Self.checkSessionBus()
-        let service = try LibSecret.connect(timeout: timeout)
-        let opened = try LibSecret.collection(service, named: collection, timeout: timeout)
+        // Connecting loads the collection's items: one deleted by another process meanwhile
+        // makes the load fail, and connecting again sees the collection as it is now.
+        var attempt = 0
+        var connected: (service: GObjectReference, collection: GObjectReference)
+        while true {
+            attempt += 1
+            do {
+                let service = try LibSecret.connect(timeout: timeout)
+                connected = (service, try LibSecret.collection(service, named: collection, timeout: timeout))
+                break
+            } catch let error as KeysmithError where error.code == .itemNotFound && attempt < 20 {
+                continue
+            }
+        }
+        let service = connected.service, opened = connected.collection
         if LibSecret.isLocked(opened) {
             throw KeysmithError(.storeLocked, "the Secret Service collection \"\(collection)\" is locked; unlock it (log in to the desktop, or unlock it in your keyring manager) and try again")
         }
@@ -153,14 +166,38 @@ public final class SecretServiceStore: SecureStore {
     /// - Throws: ``KeysmithError/Code/storeLocked``, ``KeysmithError/Code/timedOut`` or
     ///   ``KeysmithError/Code/storeUnavailable`` when the service cannot answer.
     public func read(_ key: ItemKey) throws -> SecureRecord? {
-        try state.withLock { connection in
-            try find(key, in: connection, secrets: true).first.flatMap { try record($0, withSecret: true) }
+        try retryingVanished {
+            try state.withLock { connection in
+                try find(key, in: connection, secrets: true).first.flatMap { try record($0, withSecret: true) }
+            }
+        }
+    }
+
+    /// Runs a read again when an item it found vanished before it could be read: reads do not
+    /// take the writer lock, so another process may replace an item between a search and the
+    /// loading of its secret. A read then sees the state before or after that write, never an
+    /// error. Gives up (with the last error) after 20 attempts.
+    private func retryingVanished<T>(_ body: () throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try body()
+            } catch let error as KeysmithError where error.code == .itemNotFound && attempt < 20 {
+                continue
+            } catch let vanished as SecretVanished {
+                if attempt >= 20 { throw vanished.error }
+            }
         }
     }
 
     /// Lists the Keysmith-shaped items that match, without loading secrets. Identity fields
     /// and the type are matched by the service; the rest here.
     public func search(_ query: ItemQuery) throws -> [ItemInfo] {
+        try retryingVanished { try searchOnce(query) }
+    }
+
+    private func searchOnce(_ query: ItemQuery) throws -> [ItemInfo] {
         try state.withLock { connection in
             var attributes: [String: String] = [:]
             if let service = query.service { attributes["service"] = service }
@@ -183,7 +220,11 @@ public final class SecretServiceStore: SecureStore {
     public func perform(_ operations: [StoreOperation]) throws {
         try state.withLock { connection in
             try writerLock.withExclusive(timeout: timeout) {
-                try performLocked(operations, in: connection)
+                do {
+                    try performLocked(operations, in: connection)
+                } catch let vanished as SecretVanished {
+                    throw vanished.error  // under the writer lock no Keysmith process replaces items
+                }
             }
         }
     }
@@ -376,7 +417,10 @@ public final class SecretServiceStore: SecureStore {
         let created = Self.decode(a["keysmith-created"]) ?? Date(timeIntervalSince1970: TimeInterval(item.created))
         let modified = Self.decode(a["keysmith-modified"]) ?? Date(timeIntervalSince1970: TimeInterval(item.modified))
         if withSecret, item.secret == nil {
-            throw KeysmithError(.storeLocked, "the Secret Service did not hand over the secret of \(key); is the collection locked?")
+            // Either the collection is locked, or the item was replaced between the search and
+            // the loading of secrets: readers try again (`retryingVanished`) before saying locked.
+            throw SecretVanished(error: KeysmithError(
+                .storeLocked, "the Secret Service did not hand over the secret of \(key); is the collection locked?"))
         }
         // Items Keysmith wrote carry their version; others (secret-tool's) change their modified
         // time, to the second, when the service rewrites them.
@@ -385,4 +429,10 @@ public final class SecretServiceStore: SecureStore {
         return SecureRecord(info: ItemInfo(attributes: attributes, created: created, modified: modified, version: version),
                             secret: Data(item.secret ?? []))
     }
+}
+
+/// A secret that was not handed over: the collection is locked, or the item was replaced after
+/// it was found. Readers try again; anything else reports `error`.
+struct SecretVanished: Error {
+    let error: KeysmithError
 }

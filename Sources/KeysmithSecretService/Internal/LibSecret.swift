@@ -27,9 +27,11 @@ func takeError(_ error: UnsafeMutablePointer<GError>?, doing what: String, timed
         remoteName = String(cString: name)
         g_free(name)
     }
+    // The domain and code go into the message (for diagnosis only; never branched on as text).
+    let domainName = g_quark_to_string(domain).map { String(cString: $0) } ?? "?"
     return classifySecretServiceError(
-        SecretServiceErrorKind(domain: domain, code: code, remoteName: remoteName), message: message, doing: what,
-        timedOut: timedOut)
+        SecretServiceErrorKind(domain: domain, code: code, remoteName: remoteName),
+        message: "\(message) [\(remoteName ?? domainName) \(code)]", doing: what, timedOut: timedOut)
 }
 
 /// What a GError is, without its text: enough to classify it.
@@ -54,6 +56,11 @@ func classifySecretServiceError(_ kind: SecretServiceErrorKind, message: String,
         return KeysmithError(.storeLocked, "the Secret Service collection is locked; unlock it (for example by logging in to the desktop) and try again")
     case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
         return KeysmithError(.storeUnavailable, "no Secret Service is running on the D-Bus session bus (start gnome-keyring-daemon or KeePassXC): \(message)")
+    // gnome-keyring answers UnknownMethod for an object path that no longer exists.
+    case "org.freedesktop.Secret.Error.NoSuchObject", "org.freedesktop.DBus.Error.UnknownObject", "org.freedesktop.DBus.Error.UnknownMethod":
+        // An item found a moment ago was deleted or replaced by another process before this
+        // one read it: readers search again (see `SecretServiceStore.retryingVanished`).
+        return KeysmithError(.itemNotFound, "an item changed while the Secret Service was asked to \(what); try again: \(message)")
     case "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout", "org.freedesktop.DBus.Error.TimedOut":
         return KeysmithError(.timedOut, "the Secret Service did not answer in time while trying to \(what): \(message)")
     default: break
@@ -68,6 +75,9 @@ func classifySecretServiceError(_ kind: SecretServiceErrorKind, message: String,
         || (kind.isDBus && [CLibSecret_dbus_error_no_reply(), CLibSecret_dbus_error_timeout(), CLibSecret_dbus_error_timed_out()].contains(kind.code))
     {
         return KeysmithError(.timedOut, "the Secret Service did not answer in time while trying to \(what): \(message)")
+    }
+    if kind.isSecret && kind.code == CLibSecret_secret_error_no_such_object() {
+        return KeysmithError(.itemNotFound, "an item changed while the Secret Service was asked to \(what); try again: \(message)")
     }
     if kind.isSecret && kind.code == CLibSecret_secret_error_is_locked() {
         return KeysmithError(.storeLocked, "the Secret Service collection is locked; unlock it (for example by logging in to the desktop) and try again")
