@@ -2,6 +2,9 @@ public import Keysmith
 
 /// An RFC 6749 §5.1 token response, parsed and checked.
 struct TokenResponse {
+    /// The longest lifetime a response may give: 100 years, in seconds. Every number a response
+    /// carries is bounded, so no stored date can overflow a conversion later.
+    static let maximumExpiresIn = 100 * 365 * 86_400
     var accessToken: String
     var tokenType: String
     var expiresIn: Int?
@@ -62,6 +65,10 @@ struct TokenResponse {
         if let expiresIn, expiresIn < 0 {
             throw KeysmithError(.malformedData, "the token response's expires_in is negative (\(expiresIn))")
         }
+        if let expiresIn, expiresIn > Self.maximumExpiresIn {
+            throw KeysmithError(
+                .malformedData, "the token response's expires_in (\(expiresIn) s) is more than 100 years; no token lives that long")
+        }
         let scope = try wire.scope.map { try Scope.parseList($0) }
         return TokenResponse(accessToken: accessToken, tokenType: tokenType, expiresIn: expiresIn,
                              refreshToken: wire.refresh_token, scope: scope)
@@ -110,8 +117,20 @@ extension OAuthToken {
         guard isActive(at: date) else { return TokenIntrospection(active: false) }
         return TokenIntrospection(
             active: true, scope: Scope.formatList(grantedScopes(at: date)), clientID: clientID, username: subject,
-            tokenType: tokenType, exp: expiresAt.map { Int($0.timeIntervalSince1970) },
-            iat: Int(issuedAt.timeIntervalSince1970), nbf: Int(issuedAt.timeIntervalSince1970), sub: subject,
+            tokenType: tokenType, exp: expiresAt.map { Self.seconds($0) },
+            iat: Self.seconds(issuedAt), nbf: Self.seconds(issuedAt), sub: subject,
             aud: audience.isEmpty ? nil : audience, iss: issuer)
+    }
+}
+
+extension OAuthToken {
+    /// Whole seconds since 1970, clamped to what an `Int` holds: a date stored by an older
+    /// Keysmith (before responses were bounded) can never trap a conversion.
+    static func seconds(_ date: Date) -> Int {
+        let value = date.timeIntervalSince1970.rounded(.down)
+        guard value.isFinite else { return value > 0 ? Int.max : Int.min }
+        if value >= 9.2e18 { return Int.max }
+        if value <= -9.2e18 { return Int.min }
+        return Int(value)
     }
 }

@@ -59,6 +59,21 @@ struct TokenCommandTests {
         #expect(missing.stderr.contains("access_token"))
         let negative = try keysmith.run(["token", "import"] + location, stdin: #"{"access_token":"x","token_type":"Bearer","expires_in":-1}"#)
         #expect(negative.stderr.contains("negative"))
+        // Issue 15, finding 9: a huge expires_in (as a string or a number) is refused at import;
+        // nothing is stored, and introspection can never trap on a stored date.
+        for huge in [#""9223372036854775807""#, "9223372036854775807", "999999999999999", #""3155760001""#] {
+            let refused = try keysmith.run(["token", "import"] + location,
+                                           stdin: #"{"access_token":"x","token_type":"Bearer","expires_in":"# + huge + "}")
+            #expect(refused.status == 64, "\(huge): \(refused.output)")
+            #expect(refused.stderr.contains("expires_in"), "\(huge)")
+            #expect(!refused.output.contains("\"x\""))
+        }
+        #expect(try keysmith.run(["token", "introspect"] + location).status == 2)
+        let century = try keysmith.run(["token", "import"] + location, stdin: #"{"access_token":"x","token_type":"Bearer","expires_in":3153600000}"#)
+        #expect(century.status == 0, "\(century.output)")
+        let introspected = try keysmith.run(["token", "introspect"] + location)
+        #expect(introspected.status == 0, "\(introspected.output)")
+        #expect(introspected.stdout.contains("\"exp\""))
         let badScope = try keysmith.run(["token", "import"] + location + ["--requested", #"ok bad\scope"#], stdin: response)
         #expect(badScope.status == 64)
         #expect(badScope.stderr.contains("backslash"))
