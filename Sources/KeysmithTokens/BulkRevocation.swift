@@ -30,24 +30,43 @@ public struct BulkRevocationReport: Sendable, Hashable {
 }
 
 extension TokenKeeper {
-    /// Revokes one scope across every matching token, as one durable all-or-nothing batch with
-    /// one audit entry per changed token.
+    /// Revokes one scope across every matching token; the same as
+    /// ``revoke(scopes:matching:reason:dryRun:progress:)`` with one scope.
+    public func revoke(
+        scope: Scope, matching filter: TokenFilter, reason: String, dryRun: Bool = false,
+        progress: ((Int, Int) -> Void)? = nil
+    ) throws -> BulkRevocationReport {
+        try revoke(scopes: [scope], matching: filter, reason: reason, dryRun: dryRun, progress: progress)
+    }
+
+    /// Revokes scopes across every matching token, as one durable all-or-nothing batch with
+    /// one audit entry naming every changed token.
     ///
-    /// Idempotent: tokens where the scope is already revoked, or that never heard of it, are
-    /// left alone, so running it again changes nothing.
+    /// Only scopes a token holds as **granted** (now) change: a declined, expired or already
+    /// revoked scope keeps its state, and a token changes and counts only when at least one of
+    /// the scopes was granted. So running it again changes nothing.
+    ///
+    /// ```swift
+    /// let report = try keeper.revoke(scopes: ["posts:write", "posts:delete"],
+    ///                                matching: TokenFilter(clientID: "web"), reason: "incident 42")
+    /// print("\(report.changed) of \(report.matched) tokens changed")
+    /// ```
     ///
     /// - Parameters:
-    ///   - scope: The scope to revoke.
+    ///   - scopes: The scopes to revoke (at least one).
     ///   - filter: Which tokens.
     ///   - reason: Why, for the audit log.
     ///   - dryRun: Report without writing.
     ///   - progress: Called with (tokens examined, tokens to examine) as the job goes.
     /// - Returns: How many tokens matched and changed.
-    /// - Throws: A store failure; nothing is written then.
+    /// - Throws: ``KeysmithError/Code/invalidArgument`` for no scope; a store failure (nothing is
+    ///   written then).
     public func revoke(
-        scope: Scope, matching filter: TokenFilter, reason: String, dryRun: Bool = false,
+        scopes: [Scope], matching filter: TokenFilter, reason: String, dryRun: Bool = false,
         progress: ((Int, Int) -> Void)? = nil
     ) throws -> BulkRevocationReport {
+        let scopes = Array(Set(scopes)).sorted()
+        guard !scopes.isEmpty else { throw KeysmithError.invalidArgument("name at least one scope to revoke") }
         var report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
         let time = now
         try commit(at: time) { _ in
@@ -67,8 +86,9 @@ extension TokenKeeper {
                     if let client = filter.clientID, token.clientID != client { continue }
                     if let subject = filter.subject, token.subject != subject { continue }
                     report.matched += 1
-                    guard let status = token.scopes[scope], status.state != .revoked else { continue }
-                    _ = try token.revoke(scope, reason: reason, at: time)
+                    let granted = scopes.filter { token.state(of: $0, at: time) == .granted }
+                    guard !granted.isEmpty else { continue }
+                    for scope in granted { try token.revoke(scope, reason: reason, at: time) }
                     report.changed += 1
                     report.changedTokens.append("\(account) at \(service)")
                     tokens.append(TokenWrite(StoredToken(service: service, account: account, token: token), replacing: record.info.version))
@@ -77,7 +97,7 @@ extension TokenKeeper {
             progress?(candidates.count, candidates.count)
             guard !dryRun, !tokens.isEmpty else { return ([], []) }
             // One audit entry names every token the bulk change touched.
-            let event = Event("bulk-revoke", filter.service ?? "*", filter.subject ?? "*", [scope.rawValue],
+            let event = Event("bulk-revoke", filter.service ?? "*", filter.subject ?? "*", scopes.map(\.rawValue),
                               "bulk: \(reason); client \(filter.clientID ?? "*"); \(tokens.count) token(s)",
                               tokens: report.changedTokens)
             return (tokens, [event])

@@ -199,8 +199,11 @@ extension KeysmithCommand {
     struct BulkRevoke: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "revoke",
-            abstract: "Revoke one scope across every matching token, as one all-or-nothing commit.",
+            abstract: "Revoke scopes across every matching token, as one all-or-nothing commit.",
             discussion: """
+                Repeat --scope to revoke several scopes in the same commit. Only scopes a token holds as \
+                granted change; declined, expired and already revoked scopes keep their state, and only \
+                tokens that changed are counted. \
                 Idempotent: tokens where the scope is already revoked, or that never had it, are left alone. \
                 Every changed token gets an audit entry. A progress bar goes to standard error when it \
                 is a terminal and the job is long.
@@ -209,8 +212,8 @@ extension KeysmithCommand {
 
         @OptionGroup var store: StoreOptions
 
-        @Option(help: "The scope to revoke.")
-        var scope: String
+        @Option(help: "A scope to revoke; repeat it (or give a space-separated list) to revoke several in one commit.")
+        var scope: [String] = []
 
         @Option(help: "Only tokens kept under this service.")
         var service: String?
@@ -231,19 +234,21 @@ extension KeysmithCommand {
         var json = false
 
         func run() throws {
-            let revoking = try Scope(scope)
+            let revoking = try parseScopes(scope)
+            guard !revoking.isEmpty else { throw ValidationError("name at least one scope with --scope") }
             let keeper = TokenKeeper(store: try store.openStore())
             let bar = ProgressBar(enabled: Terminal.isTerminal(2))
             let report = try keeper.revoke(
-                scope: revoking, matching: TokenFilter(service: service, clientID: client, subject: subject),
+                scopes: revoking, matching: TokenFilter(service: service, clientID: client, subject: subject),
                 reason: reason, dryRun: dryRun, progress: bar.update)
             bar.finish()
+            let names = Scope.formatList(revoking)
             if json {
-                struct Report: Encodable { var scope: String; var matched: Int; var changed: Int; var dryRun: Bool; var tokens: [String] }
-                print(try jsonLine(Report(scope: revoking.rawValue, matched: report.matched, changed: report.changed,
+                struct Report: Encodable { var scopes: [String]; var matched: Int; var changed: Int; var dryRun: Bool; var tokens: [String] }
+                print(try jsonLine(Report(scopes: revoking.map(\.rawValue).sorted(), matched: report.matched, changed: report.changed,
                                           dryRun: dryRun, tokens: report.changedTokens)))
             } else {
-                print("\(dryRun ? "Would revoke" : "Revoked") \(revoking) on \(report.changed) of \(report.matched) matching token(s).")
+                print("\(dryRun ? "Would revoke" : "Revoked") \(names) on \(report.changed) of \(report.matched) matching token(s).")
             }
         }
     }

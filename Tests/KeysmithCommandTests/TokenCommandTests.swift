@@ -101,4 +101,35 @@ struct TokenCommandTests {
         #expect(again.stdout.contains(#""changed":0"#))
         #expect(try keysmith.run(["audit", "verify"]).stdout.contains("4 entries"))
     }
+
+    @Test("bulk revocation of several scopes at once is one commit; declined scopes are neither changed nor counted")
+    func bulkSeveralScopes() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        for account in ["a", "b"] {
+            let imported = try keysmith.run(["token", "import", "--service", "news", "--account", account, "--client", "web",
+                                             "--requested", "groups:read posts:write posts:delete"], stdin: response)
+            #expect(imported.status == 0, "\(imported.output)")
+        }
+        // Issue 15, finding 2: both scopes, not only the last one.
+        let both = try keysmith.run(["revoke", "--scope", "posts:write", "--scope", "groups:read", "--client", "web", "--json"])
+        #expect(both.status == 0, "\(both.output)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(both.stdout.utf8)) as? [String: Any])
+        #expect(report["changed"] as? Int == 2)
+        #expect(report["scopes"] as? [String] == ["groups:read", "posts:write"])
+        for account in ["a", "b"] {
+            for scope in ["posts:write", "groups:read"] {
+                #expect(try keysmith.run(["token", "check", "--service", "news", "--account", account, scope]).status == 3, "\(account) \(scope)")
+            }
+        }
+        let audit = try keysmith.run(["audit", "verify"])
+        #expect(audit.stdout.contains("3 entries"), "\(audit.output)")  // two imports and one bulk change
+        // Issue 15, finding 5: a declined scope stays declined and nothing counts as changed.
+        let declined = try keysmith.run(["revoke", "--scope", "posts:delete", "--client", "web", "--json"])
+        #expect(declined.stdout.contains(#""changed":0"#), "\(declined.output)")
+        #expect(declined.stdout.contains(#""matched":2"#))
+        let scopes = try keysmith.run(["token", "scopes", "--json", "--service", "news", "--account", "a"])
+        #expect(scopes.stdout.split(separator: "\n").contains { $0.contains(#""scope":"posts:delete""#) && $0.contains(#""state":"declined""#) })
+        #expect(try keysmith.run(["revoke", "--client", "web"]).status == 64)
+    }
 }

@@ -204,6 +204,15 @@ struct TokenKeeperTests {
         #expect(try keeper.auditEntries().count == entriesBefore + 1)
         let bySubject = try keeper.revoke(scope: "groups:read", matching: TokenFilter(subject: "u25"), reason: "one user")
         #expect(bySubject.matched == 1 && bySubject.changed == 1)
+        // Several scopes in one commit; only granted ones change.
+        let entriesNow = try keeper.auditEntries().count
+        let several = try keeper.revoke(scopes: ["groups:read", "posts:write"], matching: TokenFilter(subject: "u26"), reason: "both")
+        #expect(several.changed == 1)
+        #expect(try keeper.token(service: "chat", account: "u26")?.state(of: "groups:read", at: t0) == .revoked)
+        #expect(try keeper.token(service: "chat", account: "u26")?.state(of: "posts:write", at: t0) == .revoked)
+        #expect(try keeper.auditEntries().count == entriesNow + 1)
+        #expect(try keeper.auditEntries().last?.scopes == ["groups:read", "posts:write"])
+        #expect(throws: KeysmithError.self) { try keeper.revoke(scopes: [], matching: TokenFilter(), reason: "none") }
         #expect(try keeper.verifyAuditLog().isIntact)
     }
 }
