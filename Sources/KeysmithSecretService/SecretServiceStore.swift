@@ -109,8 +109,9 @@ public final class SecretServiceStore: SecureStore {
                 let service = try LibSecret.connect(timeout: timeout)
                 connected = (service, try LibSecret.collection(service, named: collection, timeout: timeout))
                 break
-            } catch let error as KeysmithError where error.code == .itemNotFound && attempt < 20 {
-                continue
+            } catch let vanished as SecretVanished {
+                if attempt >= 20 { throw vanished.error }
+                System.sleep(microseconds: UInt32(1_000 * attempt))
             }
         }
         let service = connected.service, opened = connected.collection
@@ -143,7 +144,11 @@ public final class SecretServiceStore: SecureStore {
 
     /// Locks the collection (for tests of the locked state, and for scripts that want to).
     public func lock() throws {
-        try state.withLock { try LibSecret.lock($0.service, $0.collection, timeout: timeout) }
+        do {
+            try state.withLock { try LibSecret.lock($0.service, $0.collection, timeout: timeout) }
+        } catch let vanished as SecretVanished {
+            throw vanished.error
+        }
     }
 
     /// `Secret Service collection NAME`.
@@ -183,10 +188,9 @@ public final class SecretServiceStore: SecureStore {
             attempt += 1
             do {
                 return try body()
-            } catch let error as KeysmithError where error.code == .itemNotFound && attempt < 20 {
-                continue
             } catch let vanished as SecretVanished {
                 if attempt >= 20 { throw vanished.error }
+                System.sleep(microseconds: UInt32(1_000 * attempt))  // let the other writer finish
             }
         }
     }

@@ -42,9 +42,10 @@ extension TokenKeeper {
     /// Revokes scopes across every matching token, as one durable all-or-nothing batch with
     /// one audit entry naming every changed token.
     ///
-    /// Only scopes a token holds as **granted** (now) change: a declined, expired or already
-    /// revoked scope keeps its state, and a token changes and counts only when at least one of
-    /// the scopes was granted. So running it again changes nothing.
+    /// Only scopes a token holds as **granted** change (also on a token that has expired, so
+    /// that a refresh cannot bring them back): a declined or already revoked scope keeps its
+    /// state, and a token changes and counts only when at least one of the scopes was granted.
+    /// So running it again changes nothing.
     ///
     /// ```swift
     /// let report = try keeper.revoke(scopes: ["posts:write", "posts:delete"],
@@ -86,7 +87,9 @@ extension TokenKeeper {
                     if let client = filter.clientID, token.clientID != client { continue }
                     if let subject = filter.subject, token.subject != subject { continue }
                     report.matched += 1
-                    let granted = scopes.filter { token.state(of: $0, at: time) == .granted }
+                    // The stored state: a granted scope of an expired token is revoked too (a
+                    // refresh would bring it back otherwise).
+                    let granted = scopes.filter { token.scopes[$0]?.state == .granted }
                     guard !granted.isEmpty else { continue }
                     for scope in granted { try token.revoke(scope, reason: reason, at: time) }
                     report.changed += 1

@@ -202,8 +202,8 @@ extension KeysmithCommand {
             abstract: "Revoke scopes across every matching token, as one all-or-nothing commit.",
             discussion: """
                 Repeat --scope to revoke several scopes in the same commit. Only scopes a token holds as \
-                granted change; declined, expired and already revoked scopes keep their state, and only \
-                tokens that changed are counted. \
+                granted change (on expired tokens too); declined and already revoked scopes keep their \
+                state, and only tokens that changed are counted. \
                 Idempotent: tokens where the scope is already revoked, or that never had it, are left alone. \
                 Every changed token gets an audit entry. A progress bar goes to standard error when it \
                 is a terminal and the job is long.

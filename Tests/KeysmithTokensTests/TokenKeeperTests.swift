@@ -213,6 +213,14 @@ struct TokenKeeperTests {
         #expect(try keeper.auditEntries().count == entriesNow + 1)
         #expect(try keeper.auditEntries().last?.scopes == ["groups:read", "posts:write"])
         #expect(throws: KeysmithError.self) { try keeper.revoke(scopes: [], matching: TokenFilter(), reason: "none") }
+        // A granted scope of an expired token is revoked too: a later refresh must not bring it back.
+        try keeper.importResponse(response(["access_token": "short", "token_type": "Bearer", "scope": "posts:write", "expires_in": 60]),
+                                  service: "news", account: "short-lived", requested: [])
+        let later = TokenKeeper(store: store, clock: { t0.addingTimeInterval(3_600) })
+        #expect(try later.token(service: "news", account: "short-lived")?.state(of: "posts:write", at: t0.addingTimeInterval(3_600)) == .expired)
+        let expired = try later.revoke(scope: "posts:write", matching: TokenFilter(service: "news"), reason: "incident")
+        #expect(expired.changedTokens.contains("short-lived at news"))
+        #expect(try later.token(service: "news", account: "short-lived")?.scopes["posts:write"]?.state == .revoked)
         #expect(try keeper.verifyAuditLog().isIntact)
     }
 }

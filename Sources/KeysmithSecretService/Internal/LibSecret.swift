@@ -17,7 +17,7 @@ final class GObjectReference: @unchecked Sendable {
 /// Turns a GError into a Keysmith error and frees it. Errors are told apart by their domain and
 /// code, and a D-Bus error by its name (`org.freedesktop.Secret.Error.IsLocked`), never by the
 /// text of a message; the message is only quoted.
-func takeError(_ error: UnsafeMutablePointer<GError>?, doing what: String, timedOut: Bool) -> KeysmithError {
+func takeError(_ error: UnsafeMutablePointer<GError>?, doing what: String, timedOut: Bool) -> any Error {
     guard let error else { return KeysmithError(.storeUnavailable, "the Secret Service failed to \(what) and said nothing") }
     defer { g_error_free(error) }
     let domain = error.pointee.domain, code = error.pointee.code
@@ -29,9 +29,11 @@ func takeError(_ error: UnsafeMutablePointer<GError>?, doing what: String, timed
     }
     // The domain and code go into the message (for diagnosis only; never branched on as text).
     let domainName = g_quark_to_string(domain).map { String(cString: $0) } ?? "?"
-    return classifySecretServiceError(
-        SecretServiceErrorKind(domain: domain, code: code, remoteName: remoteName),
-        message: "\(message) [\(remoteName ?? domainName) \(code)]", doing: what, timedOut: timedOut)
+    let kind = SecretServiceErrorKind(domain: domain, code: code, remoteName: remoteName)
+    let classified = classifySecretServiceError(
+        kind, message: "\(message) [\(remoteName ?? domainName) \(code)]", doing: what, timedOut: timedOut)
+    // Only the readers' retry catches this; everywhere else it is the classified error.
+    return kind.isVanishedObject ? SecretVanished(error: classified) : classified
 }
 
 /// What a GError is, without its text: enough to classify it.
@@ -39,6 +41,14 @@ struct SecretServiceErrorKind {
     var isIO = false, isDBus = false, isSecret = false
     var code: Int32
     var remoteName: String?
+
+    /// An object path that no longer exists: an item (or collection) deleted or replaced by
+    /// another process after it was found. gnome-keyring answers `UnknownMethod` on such a path.
+    var isVanishedObject: Bool {
+        ["org.freedesktop.Secret.Error.NoSuchObject", "org.freedesktop.DBus.Error.UnknownObject",
+         "org.freedesktop.DBus.Error.UnknownMethod"].contains(remoteName ?? "")
+            || (isSecret && code == CLibSecret_secret_error_no_such_object())
+    }
 
     init(domain: GQuark, code: Int32, remoteName: String?) {
         isIO = domain == CLibSecret_io_error_quark()
@@ -58,9 +68,9 @@ func classifySecretServiceError(_ kind: SecretServiceErrorKind, message: String,
         return KeysmithError(.storeUnavailable, "no Secret Service is running on the D-Bus session bus (start gnome-keyring-daemon or KeePassXC): \(message)")
     // gnome-keyring answers UnknownMethod for an object path that no longer exists.
     case "org.freedesktop.Secret.Error.NoSuchObject", "org.freedesktop.DBus.Error.UnknownObject", "org.freedesktop.DBus.Error.UnknownMethod":
-        // An item found a moment ago was deleted or replaced by another process before this
-        // one read it: readers search again (see `SecretServiceStore.retryingVanished`).
-        return KeysmithError(.itemNotFound, "an item changed while the Secret Service was asked to \(what); try again: \(message)")
+        // An object found a moment ago was deleted or replaced by another process: readers
+        // search again (`SecretServiceStore.retryingVanished`); anyone else gets this.
+        return KeysmithError(.storeUnavailable, "an item or collection vanished while the Secret Service was asked to \(what) (another program changed it): \(message)")
     case "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout", "org.freedesktop.DBus.Error.TimedOut":
         return KeysmithError(.timedOut, "the Secret Service did not answer in time while trying to \(what): \(message)")
     default: break
@@ -77,7 +87,7 @@ func classifySecretServiceError(_ kind: SecretServiceErrorKind, message: String,
         return KeysmithError(.timedOut, "the Secret Service did not answer in time while trying to \(what): \(message)")
     }
     if kind.isSecret && kind.code == CLibSecret_secret_error_no_such_object() {
-        return KeysmithError(.itemNotFound, "an item changed while the Secret Service was asked to \(what); try again: \(message)")
+        return KeysmithError(.storeUnavailable, "an item or collection vanished while the Secret Service was asked to \(what) (another program changed it): \(message)")
     }
     if kind.isSecret && kind.code == CLibSecret_secret_error_is_locked() {
         return KeysmithError(.storeLocked, "the Secret Service collection is locked; unlock it (for example by logging in to the desktop) and try again")

@@ -38,7 +38,8 @@ struct AnchorStore: Sendable {
             // check and the write happen under a lock shared by every process of this user.
             let lock = try System.open(directory + "/.lock", flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600)
             defer { System.close(lock) }
-            try System.lockExclusive(lock, path: directory + "/.lock")
+            // Never wait: a process stopped while holding the lock must not hang a read.
+            guard try System.tryLockExclusive(lock, path: directory + "/.lock") else { return }
             if let existing = read(vaultID), existing.sequence >= mark.sequence { return }
             let text = Array("keysmith-anchor-1 \(mark.sequence) \(mark.mac.hexString)\n".utf8)
             try Durable.write(text, to: path(vaultID), directory: directory, sync: false)

@@ -797,7 +797,7 @@ final class Engine2 {
             return query.namespace.contains(itemKind == .keysmithRecord ? .keysmith : .user)
         }
         try forEachLive { ref in
-            guard let body = try? window.body(of: ref, sequentialIn: snapshotFD, root: paths.root) else { return }
+            let body = try window.body(of: ref, sequentialIn: snapshotFD, root: paths.root)  // an I/O error fails the search
             if let record = try? open(ref, key: nil, withSecret: false, body: body, admitKind: admit),
                query.matches(record.info.attributes)
             {
