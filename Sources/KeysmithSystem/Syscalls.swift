@@ -175,6 +175,20 @@ package enum System {
         return (status.st_mode & S_IFMT) == S_IFDIR
     }
 
+    /// Removes a directory and everything in it. A symbolic link (to a directory or not) is
+    /// removed itself, never followed, so nothing outside `path` is ever touched; a missing
+    /// path is not an error, and a directory that cannot be removed at the end is left.
+    package static func removeTree(_ path: String) throws {
+        guard isRealDirectory(path) else {
+            try unlink(path)
+            return
+        }
+        for name in try listDirectory(path) {
+            try removeTree(path + "/" + name)
+        }
+        rmdir(path)
+    }
+
     /// The names in a directory, without `.` and `..`. The corresponding C function is `readdir`.
     package static func listDirectory(_ path: String) throws -> [String] {
         guard let directory = opendir(path) else { throw SystemError(call: "opendir", path: path, errno: errno) }

@@ -396,7 +396,7 @@ extension FileVault {
             try format1.prepareWrite()
             let records = try format1.allRecords()
             let paths = Paths2(root: path)
-            try removeTree(paths.data)
+            try io { try System.removeTree(paths.data) }
             let created = try Vault2.create(
                 paths: paths, credential: credential, scrypt: scrypt, created: Date(), idKey: format1.idKey,
                 through: format1.lastSequence, records: records, writeHeader: false)
@@ -404,24 +404,11 @@ extension FileVault {
             // backup is never used while the primary's checksum holds.
             try Durable.write(created.header, to: paths.header, directory: path)
             try Durable.write(created.header, to: paths.headerBackup, directory: path)
-            try removeTree(path + "/log")
+            try io { try System.removeTree(path + "/log") }
             try io { try System.unlink(path + "/snapshot") }
             logger.info("upgraded the vault to format 2", metadata: ["path": "\(path)", "items": "\(records.count)"])
         }
         return true
-    }
-
-    /// Removes a directory of the vault's own layout. A symbolic link is removed itself, never
-    /// followed: nothing outside the vault directory is ever touched.
-    private static func removeTree(_ directory: String) throws {
-        guard System.isRealDirectory(directory) else {
-            try io { try System.unlink(directory) }
-            return
-        }
-        for name in try io({ try System.listDirectory(directory) }) {
-            try removeTree(directory + "/" + name)
-        }
-        System.rmdir(directory)
     }
 }
 

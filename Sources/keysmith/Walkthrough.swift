@@ -20,7 +20,7 @@ extension KeysmithCommand {
             let path = base + "/vault"
             let keyfile = base + "/keyfile"
             try System.mkdir(base, mode: 0o700)
-            defer { removeTree(base) }
+            defer { try? System.removeTree(base) }
 
             step(1, "Create a keyfile and a vault unlocked by it: \(path)")
             try VaultCredential.generateKeyfile(at: keyfile)
@@ -123,12 +123,5 @@ extension KeysmithCommand {
             try System.writeAll(fd, bytes, path: file)
         }
 
-        private func removeTree(_ path: String) {
-            for name in (try? System.listDirectory(path)) ?? [] {
-                let child = path + "/" + name
-                if (try? System.status(child))??.isDirectory == true { removeTree(child) } else { try? System.unlink(child) }
-            }
-            System.rmdir(path)
-        }
     }
 }
