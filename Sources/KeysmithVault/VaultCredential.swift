@@ -175,12 +175,17 @@ public struct ScryptParameters: Sendable, Hashable {
     /// The bounds of format 2, which every new vault and credential change must meet, so that
     /// an unlock never costs more than 1 GiB of memory and 4 passes, and never less than 16 MiB.
     func validate() throws {
-        guard n >= Format2.scryptMinimumN, n <= Format2.scryptMaximumN, n & (n - 1) == 0, r == Format2.scryptR,
-              (1...Format2.scryptMaximumP).contains(p)
-        else {
+        guard isWithinBounds else {
             throw KeysmithError.invalidArgument(
                 "scrypt parameters N=\(n) r=\(r) p=\(p) are out of range (N a power of two from 2^14 to 2^20, r 8, p 1...4)")
         }
+    }
+
+    /// Whether the parameters meet format 2's bounds: the one check behind creating a vault,
+    /// changing its credential, and reading a header (`HeaderFormat.kdfProblem`).
+    var isWithinBounds: Bool {
+        n >= Format2.scryptMinimumN && n <= Format2.scryptMaximumN && n & (n - 1) == 0 && r == Format2.scryptR
+            && (1...Format2.scryptMaximumP).contains(p)
     }
 
     /// The looser bounds format 1 vaults were written with (N from 2 to 2²², r 1...32, p 1...16).

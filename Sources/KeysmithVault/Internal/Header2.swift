@@ -195,9 +195,7 @@ enum HeaderFormat {
         }
         switch kdf.type {
         case "scrypt":
-            guard let n = kdf.n, let r = kdf.r, let p = kdf.p, n >= Format2.scryptMinimumN, n <= Format2.scryptMaximumN,
-                  n & (n - 1) == 0, r == Format2.scryptR, (1...Format2.scryptMaximumP).contains(p)
-            else {
+            guard let n = kdf.n, let r = kdf.r, let p = kdf.p, ScryptParameters(n: n, r: r, p: p).isWithinBounds else {
                 return "its scrypt parameters N=\(kdf.n.map(String.init) ?? "-") r=\(kdf.r.map(String.init) ?? "-") "
                     + "p=\(kdf.p.map(String.init) ?? "-") are outside the allowed bounds (N a power of two from 2^14 to 2^20, r=8, p 1...4)"
             }
