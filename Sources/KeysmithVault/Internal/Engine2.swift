@@ -957,10 +957,8 @@ final class Engine2 {
         var live: [SealedRef] = []
         try forEachLive(strict: true) { live.append($0) }
         live.sort { $0.recordID.bytes.lexicographicallyPrecedes($1.recordID.bytes) }
-        let perPage = Format2.entriesPerPage
-        var head = SnapshotFile2.Head(vaultID: vaultID, through: lastSequence, epoch: keys.epoch, recordCount: live.count,
-                                      pageCount: (live.count + perPage - 1) / perPage, entriesPerPage: perPage, throughMAC: throughMAC)
-        head.throughMAC = throughMAC
+        let head = SnapshotFile2.Head(vaultID: vaultID, through: lastSequence, epoch: keys.epoch, recordCount: live.count,
+                                      throughMAC: throughMAC)
         let temporary = paths.data + "/" + Durable.temporaryPrefix + "snapshot-\(System.processID)"
         try? System.unlink(temporary)
         let fd = try io {
@@ -1013,22 +1011,10 @@ final class Engine2 {
             index.append(entry)
         }
         try flush()
-        var directoryBytes = ByteWriter(capacity: head.pageCount * Format2.directoryEntrySize)
-        var pagesBytes = ByteWriter(capacity: index.count * Format2.indexEntrySize)
-        for page in 0..<head.pageCount {
-            let range = (page * perPage)..<min(index.count, (page + 1) * perPage)
-            var writer = ByteWriter(capacity: range.count * Format2.indexEntrySize)
-            for entry in index[range] { SnapshotFile2.encode(entry, into: &writer) }
-            directoryBytes.append(index[range.lowerBound].recordID.bytes)
-            directoryBytes.append(SnapshotFile2.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: head.through, page: page,
-                                                        bytes: writer.bytes))
-            pagesBytes.append(writer.bytes)
-        }
-        let headBytes = SnapshotFile2.encodeHead(head)
-        let mac = SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: headBytes, directory: directoryBytes.bytes)
+        let encoded = SnapshotFile2.encodeIndex(index, head: head, chainKey: keys.chain)
         try io {
-            try System.write(fd, headBytes + directoryBytes.bytes + mac, at: 0, path: temporary)
-            try System.write(fd, pagesBytes.bytes, at: head.pagesStart, path: temporary)
+            try System.write(fd, encoded.front, at: 0, path: temporary)
+            try System.write(fd, encoded.pages, at: head.pagesStart, path: temporary)
             try FaultInjection.step()
             try System.fsync(fd, path: temporary)
             System.close(fd)
@@ -1265,31 +1251,19 @@ enum Vault2 {
             sealed.append((id, version, box.nonce, box.ciphertext, box.tag))
         }
         sealed.sort { $0.id.bytes.lexicographicallyPrecedes($1.id.bytes) }
-        let perPage = Format2.entriesPerPage
         let head = SnapshotFile2.Head(vaultID: vaultID, through: through, epoch: 1, recordCount: sealed.count,
-                                      pageCount: (sealed.count + perPage - 1) / perPage, entriesPerPage: perPage,
                                       throughMAC: Format2.genesisMAC)
-        var pages = ByteWriter()
-        var directory = ByteWriter()
+        var index: [SnapshotFile2.IndexEntry] = []
         var bodies = ByteWriter()
         var offset = head.bodiesStart
-        for page in 0..<head.pageCount {
-            var writer = ByteWriter()
-            let range = (page * perPage)..<min(sealed.count, (page + 1) * perPage)
-            for item in sealed[range] {
-                SnapshotFile2.encode(SnapshotFile2.IndexEntry(recordID: item.id, version: item.version, epoch: 1, offset: offset,
-                                                              length: item.ciphertext.count, nonce: item.nonce, tag: item.tag),
-                                     into: &writer)
-                offset += item.ciphertext.count
-                bodies.append(item.ciphertext)
-            }
-            directory.append(sealed[range.lowerBound].id.bytes)
-            directory.append(SnapshotFile2.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: through, page: page, bytes: writer.bytes))
-            pages.append(writer.bytes)
+        for item in sealed {
+            index.append(SnapshotFile2.IndexEntry(recordID: item.id, version: item.version, epoch: 1, offset: offset,
+                                                  length: item.ciphertext.count, nonce: item.nonce, tag: item.tag))
+            offset += item.ciphertext.count
+            bodies.append(item.ciphertext)
         }
-        let headBytes = SnapshotFile2.encodeHead(head)
-        let mac = SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: headBytes, directory: directory.bytes)
-        try Durable.write(headBytes + directory.bytes + mac + pages.bytes + bodies.bytes, to: paths.snapshot, directory: paths.data)
+        let encoded = SnapshotFile2.encodeIndex(index, head: head, chainKey: keys.chain)
+        try Durable.write(encoded.front + encoded.pages + bodies.bytes, to: paths.snapshot, directory: paths.data)
         let bytes = try vaultCrypto { try header.encode(kek: kek) }
         if writeHeader {
             try Durable.write(bytes, to: paths.header, directory: paths.root)

@@ -219,6 +219,23 @@ enum SnapshotFile2 {
         var entriesPerPage: Int
         var throughMAC: [UInt8]
 
+        /// The head of a snapshot Keysmith writes: `Format2.entriesPerPage` records per page.
+        init(vaultID: [UInt8], through: UInt64, epoch: UInt32, recordCount: Int, throughMAC: [UInt8]) {
+            let perPage = Format2.entriesPerPage
+            self.init(vaultID: vaultID, through: through, epoch: epoch, recordCount: recordCount,
+                      pageCount: (recordCount + perPage - 1) / perPage, entriesPerPage: perPage, throughMAC: throughMAC)
+        }
+
+        init(vaultID: [UInt8], through: UInt64, epoch: UInt32, recordCount: Int, pageCount: Int, entriesPerPage: Int, throughMAC: [UInt8]) {
+            self.vaultID = vaultID
+            self.through = through
+            self.epoch = epoch
+            self.recordCount = recordCount
+            self.pageCount = pageCount
+            self.entriesPerPage = entriesPerPage
+            self.throughMAC = throughMAC
+        }
+
         var directoryStart: Int { Format2.snapshotHeaderSize }
         var macStart: Int { directoryStart + pageCount * Format2.directoryEntrySize }
         var pagesStart: Int { macStart + Format2.macSize }
@@ -270,6 +287,25 @@ enum SnapshotFile2 {
         writer.append(UInt32(page))
         writer.append(bytes)
         return SHA256.hmac(key: chainKey, writer.bytes)
+    }
+
+    /// Everything of a snapshot before its ciphertexts, for `entries` sorted by record id:
+    /// the header, the directory with each page's MAC, the snapshot MAC (`front`, written at
+    /// offset 0) and the index pages (written at `head.pagesStart`).
+    static func encodeIndex(_ entries: [IndexEntry], head: Head, chainKey: SecretBytes) -> (front: [UInt8], pages: [UInt8]) {
+        var directory = ByteWriter(capacity: head.pageCount * Format2.directoryEntrySize)
+        var pages = ByteWriter(capacity: entries.count * Format2.indexEntrySize)
+        for page in 0..<head.pageCount {
+            let range = (page * head.entriesPerPage)..<min(entries.count, (page + 1) * head.entriesPerPage)
+            var writer = ByteWriter(capacity: range.count * Format2.indexEntrySize)
+            for entry in entries[range] { encode(entry, into: &writer) }
+            directory.append(entries[range.lowerBound].recordID.bytes)
+            directory.append(pageMAC(chainKey: chainKey, vaultID: head.vaultID, through: head.through, page: page, bytes: writer.bytes))
+            pages.append(writer.bytes)
+        }
+        let headBytes = encodeHead(head)
+        let mac = snapshotMAC(chainKey: chainKey, head: headBytes, directory: directory.bytes)
+        return (headBytes + directory.bytes + mac, pages.bytes)
     }
 
     static func snapshotMAC(chainKey: SecretBytes, head: [UInt8], directory: [UInt8]) -> [UInt8] {
