@@ -18,8 +18,9 @@ public enum ItemKey: Hashable, Sendable, CustomStringConvertible {
     /// A generic password: one secret per service and account.
     case genericPassword(service: String, account: String)
     /// An internet password: one secret per server, port, protocol, authentication type,
-    /// security domain, path and account.
-    case internetPassword(InternetPasswordKey)
+    /// security domain, path and account. (Boxed, so that every key, and so every record and
+    /// operation, stays small: a bulk job holds 100,000 of them.)
+    indirect case internetPassword(InternetPasswordKey)
     /// A record Keysmith keeps for itself (a token, an audit-log entry), in the reserved
     /// namespace. Searches see these only when they ask for ``ItemNamespace/keysmith``.
     case keysmithRecord(KeysmithRecordKey)

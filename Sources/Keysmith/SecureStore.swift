@@ -168,6 +168,31 @@ public protocol SecureStore: AnyObject, Sendable {
     /// - Throws: ``KeysmithError`` when the store cannot answer.
     func search(_ query: ItemQuery) throws -> [ItemInfo]
 
+    /// Reads every item that matches a query, secrets included, a chunk at a time: the way
+    /// for a bulk job to visit many items without holding them all, or reading each twice.
+    ///
+    /// Each chunk is read at one instant; an item written between chunks may come at its old
+    /// or its new version (make the writes that follow conditional on
+    /// ``SecureRecord/version``). Every matching item that exists for the whole scan comes
+    /// exactly once. Damaged records are left out, as ``search(_:)`` leaves them out.
+    ///
+    /// ```swift
+    /// try store.forEachRecord(matching: ItemQuery(service: "mail"), chunkSize: 512) { records, progress in
+    ///     for record in records { print(record.key, record.secret.count) }
+    ///     print("\(progress.examined) of about \(progress.total)")
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - query: Which items.
+    ///   - chunkSize: At most this many records per call of `body` (at least 1).
+    ///   - body: Called with each non-empty chunk and how far the scan has got; `body` may call
+    ///     the store. An error it throws ends the scan and is rethrown.
+    /// - Throws: ``KeysmithError`` when the store cannot answer, or what `body` throws.
+    func forEachRecord(
+        matching query: ItemQuery, chunkSize: Int, _ body: (_ records: [SecureRecord], _ progress: ScanProgress) throws -> Void
+    ) throws
+
     /// Applies operations in order, all or nothing.
     ///
     /// Later operations see the effect of earlier ones (a create then an update of the same key
@@ -180,7 +205,42 @@ public protocol SecureStore: AnyObject, Sendable {
     func perform(_ operations: [StoreOperation]) throws
 }
 
+/// How far a scan (``SecureStore/forEachRecord(matching:chunkSize:_:)``) has got.
+public struct ScanProgress: Sendable, Hashable {
+    /// Items examined so far (matching or not).
+    public var examined: Int
+    /// About how many items the scan examines in all (never less than `examined`).
+    public var total: Int
+
+    /// Creates a progress report.
+    public init(examined: Int, total: Int) {
+        self.examined = examined
+        self.total = max(total, examined)
+    }
+}
+
 extension SecureStore {
+    /// ``forEachRecord(matching:chunkSize:_:)`` in chunks of 1,024 records.
+    public func forEachRecord(
+        matching query: ItemQuery, _ body: (_ records: [SecureRecord], _ progress: ScanProgress) throws -> Void
+    ) throws {
+        try forEachRecord(matching: query, chunkSize: 1024, body)
+    }
+
+    /// Lists the matches with ``search(_:)``, then reads them with ``read(_:)-([ItemKey])``
+    /// `chunkSize` at a time; an item deleted in between is left out.
+    public func forEachRecord(
+        matching query: ItemQuery, chunkSize: Int, _ body: (_ records: [SecureRecord], _ progress: ScanProgress) throws -> Void
+    ) throws {
+        let keys = try search(query).map(\.key)
+        let size = max(1, chunkSize)
+        for start in stride(from: 0, to: keys.count, by: size) {
+            let end = min(start + size, keys.count)
+            let records = try read(Array(keys[start..<end])).compactMap { $0 }.filter { query.matches($0.info.attributes) }
+            if !records.isEmpty { try body(records, ScanProgress(examined: end, total: keys.count)) }
+        }
+    }
+
     /// Reads the keys one by one with ``read(_:)-(ItemKey)``.
     public func read(_ keys: [ItemKey]) throws -> [SecureRecord?] {
         try keys.map { try read($0) }

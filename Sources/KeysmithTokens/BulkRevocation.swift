@@ -58,7 +58,8 @@ extension TokenKeeper {
     ///   - filter: Which tokens.
     ///   - reason: Why, for the audit log.
     ///   - dryRun: Report without writing.
-    ///   - progress: Called with (tokens examined, tokens to examine) as the job goes.
+    ///   - progress: Called with (items examined, about how many to examine) as the job goes
+    ///     (``ScanProgress``: a vault counts every record it walks, not only tokens).
     /// - Returns: How many tokens matched and changed.
     /// - Throws: ``KeysmithError/Code/invalidArgument`` for no scope; a store failure (nothing is
     ///   written then).
@@ -72,16 +73,12 @@ extension TokenKeeper {
         let time = now
         try commit(at: time) { _ in
             report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
-            // Keys only: the metadata of every token is not kept for the whole job.
-            let candidates = try store.search(ItemQuery(service: filter.service, recordType: .oauthToken)).map(\.key)
-            var tokens: [TokenWrite] = []
-            // Read in chunks: one store round trip per chunk, and progress between them.
-            let chunk = 4096
-            for start in stride(from: 0, to: candidates.count, by: chunk) {
-                progress?(start, candidates.count)
-                let keys = Array(candidates[start..<min(start + chunk, candidates.count)])
-                for (key, record) in zip(keys, try store.read(keys)) {
-                    guard case .keysmithRecord(let recordKey) = key, let record else { continue }
+            var tokens: [StoreOperation] = []
+            var examined = 0
+            // One pass, a chunk at a time: each token is read (and decrypted) once.
+            try store.forEachRecord(matching: ItemQuery(service: filter.service, recordType: .oauthToken), chunkSize: 4096) { records, scan in
+                for record in records {
+                    guard case .keysmithRecord(let recordKey) = record.key else { continue }
                     let service = recordKey.service, account = recordKey.account
                     var token = try TokenCodec.decode(Array(record.secret), what: "the token for \(account) at \(service)")
                     if let client = filter.clientID, token.clientID != client { continue }
@@ -94,10 +91,12 @@ extension TokenKeeper {
                     for scope in granted { try token.revoke(scope, reason: reason, at: time) }
                     report.changed += 1
                     report.changedTokens.append("\(account) at \(service)")
-                    tokens.append(TokenWrite(StoredToken(service: service, account: account, token: token), replacing: record.info.version))
+                    tokens.append(Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: record.info.version))
                 }
+                examined = scan.examined
+                progress?(scan.examined, scan.total)
             }
-            progress?(candidates.count, candidates.count)
+            progress?(examined, examined)
             guard !dryRun, !tokens.isEmpty else { return ([], []) }
             // One audit entry names every token the bulk change touched.
             let event = Event("bulk-revoke", filter.service ?? "*", filter.subject ?? "*", scopes.map(\.rawValue),

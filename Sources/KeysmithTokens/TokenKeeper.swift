@@ -93,7 +93,7 @@ public final class TokenKeeper: Sendable {
             let granted = token.scopes.filter { $0.value.state == .granted }.map(\.key.rawValue)
             let declined = token.scopes.filter { $0.value.state == .declined }.map(\.key.rawValue)
             let existing = try store.read(Self.key(service: service, account: account))?.info.version
-            return ([TokenWrite(StoredToken(service: service, account: account, token: token), replacing: existing)],
+            return ([Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: existing)],
                     [Event("import", service, account, granted + declined,
                            "imported; granted: \(granted.sorted().joined(separator: " ")); declined: \(declined.sorted().joined(separator: " "))")])
         }
@@ -173,7 +173,7 @@ public final class TokenKeeper: Sendable {
             let changed = try body(&token, time)
             result = token
             guard changed else { return ([], []) }
-            return ([TokenWrite(StoredToken(service: service, account: account, token: token), replacing: version)],
+            return ([Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: version)],
                     [Event(event, service, account, scopes, detail)])
         }
         guard let result else { throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)") }
@@ -182,18 +182,14 @@ public final class TokenKeeper: Sendable {
 
     typealias Event = AuditLog.Event
 
-    /// A token to write: replacing the record at `version`, or creating it when `version` is `nil`.
-    /// Only the store operation is kept (a bulk change holds one per token: the decoded token
-    /// is dropped as soon as it is encoded).
-    struct TokenWrite {
-        let operation: StoreOperation
-
-        init(_ stored: StoredToken, replacing version: ItemVersion?) {
-            if let version {
-                operation = .update(stored.attributes, secret: stored.secret, ifVersion: version)
-            } else {
-                operation = .create(stored.attributes, secret: stored.secret)
-            }
+    /// The store operation that writes a token: replacing the record at `version`, or creating
+    /// it when `version` is `nil`. Only the operation is kept (a bulk change holds one per token:
+    /// the decoded token is dropped as soon as it is encoded).
+    static func tokenWrite(_ stored: StoredToken, replacing version: ItemVersion?) -> StoreOperation {
+        if let version {
+            .update(stored.attributes, secret: stored.secret, ifVersion: version)
+        } else {
+            .create(stored.attributes, secret: stored.secret)
         }
     }
 
@@ -203,16 +199,16 @@ public final class TokenKeeper: Sendable {
     /// nothing of it was applied).
     func commit(
         at time: Date, attempts: Int = 200,
-        _ build: (Int) throws -> (tokens: [TokenWrite], events: [Event]),
+        _ build: (Int) throws -> (tokens: [StoreOperation], events: [Event]),
         extra: () -> [StoreOperation] = { [] }
     ) throws {
         var attempt = 0
         while true {
             attempt += 1
             let head = try AuditLog.head(in: store)
-            let (tokens, events) = try build(attempt)
+            // The token writes become the batch in place: a bulk change is not copied.
+            var (operations, events) = try build(attempt)
             guard !events.isEmpty else { return }
-            var operations = tokens.map(\.operation)
             operations += extra()
             operations += try AuditLog.appendOperations(events, after: head, at: time)
             do {

@@ -253,17 +253,57 @@ public final class FileVault: SecureStore {
         }
     }
 
+    /// Reads every matching item a chunk at a time, each record decrypted once. A format 2
+    /// vault walks its index in record-id order, catching up with other processes before each
+    /// chunk; memory follows the chunk, not the vault.
+    public func forEachRecord(
+        matching query: ItemQuery, chunkSize: Int, _ body: (_ records: [SecureRecord], _ progress: ScanProgress) throws -> Void
+    ) throws {
+        var after: RecordID?
+        var examined = 0
+        repeat {
+            let chunk = try backend.withLock { backend in
+                try backend.refresh()
+                return try backend.records(matching: query, after: after, limit: chunkSize)
+            }
+            examined += chunk.examined
+            // The total is an estimate (the overlay may replace snapshot records) until the end.
+            let total = chunk.next == nil ? examined : chunk.total
+            if !chunk.records.isEmpty { try body(chunk.records, ScanProgress(examined: examined, total: total)) }
+            after = chunk.next
+        } while after != nil
+    }
+
     /// Commits a batch as one durable log file: all of it survives a crash, or none of it.
+    ///
+    /// Once the log is durable the batch is committed, and `perform` returns normally: the
+    /// compaction that may follow (at once for a batch of 4,096 items or more) is
+    /// housekeeping, and if it fails (a full disk) it is logged as a warning and tried again
+    /// by the next write.
     public func perform(_ operations: [StoreOperation]) throws {
         try withWriteLock { backend in
-            guard try backend.commit(operations) else { return }
+            let outcome = try backend.commit(operations)
+            if case .unchanged = outcome { return }
             logger.debug("committed", metadata: ["sequence": "\(backend.lastSequence)", "operations": "\(operations.count)"])
             if logger.logLevel <= .trace {
                 logger.trace("committed items", metadata: ["keys": "\(operations.map(\.key.description))"])
             }
-            if backend.wantsCompaction {
-                try backend.compact(reseal: false)
+            switch outcome {
+            case .committedAndCompacted:
                 logger.debug("compacted", metadata: ["through": "\(backend.lastSequence)"])
+            case .committedCompactionFailed(let error):
+                logger.warning("the batch is committed, but compacting the vault failed; the next write tries again",
+                               metadata: ["error": "\(error)"])
+            case .committed where backend.wantsCompaction:
+                do {
+                    try backend.compact(reseal: false)
+                    logger.debug("compacted", metadata: ["through": "\(backend.lastSequence)"])
+                } catch {
+                    logger.warning("the batch is committed, but compacting the vault failed; the next write tries again",
+                                   metadata: ["error": "\(error)"])
+                }
+            case .unchanged, .committed:
+                break
             }
         }
     }

@@ -25,9 +25,11 @@ public enum VaultFormatFuzzing {
         {
             let count = head.entryCount(ofPage: 0)
             let end = min(bytes.count, head.pagesStart + count * Format2.indexEntrySize)
-            if head.pagesStart <= end {
+            if head.pagesStart <= end,
+               let first = RecordID(Array(bytes[min(bytes.count, head.pagesStart)..<min(bytes.count, head.pagesStart + 32)]))
+            {
                 _ = SnapshotFile2.parsePage(Array(bytes[head.pagesStart..<end]), count: count, head: head, fileSize: bytes.count,
-                                            first: Array(bytes[min(bytes.count, head.pagesStart)..<min(bytes.count, head.pagesStart + 32)]))
+                                            first: first)
             }
         }
     }

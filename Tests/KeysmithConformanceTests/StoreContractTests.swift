@@ -193,6 +193,65 @@ struct StoreContractTests {
         }
     }
 
+    @Test("a scan reads every matching item once, secret and version included, a chunk at a time, while another handle writes",
+          arguments: StoreFixture.all)
+    func scanReadsEveryItemOnce(_ fixture: StoreFixture) throws {
+        try fixture.withOpened { opened in
+            let store = opened.store
+            func key(_ index: Int) -> ItemKey { .genericPassword(service: "scan", account: "a\(index)") }
+            let count = 150
+            try store.perform((0..<count).map { .create(ItemAttributes(key: key($0), label: "L\($0)"), secret: Data("s\($0)".utf8)) } + [
+                .create(ItemAttributes(key: .genericPassword(service: "other", account: "a1")), secret: Data("other".utf8)),
+                .create(ItemAttributes(key: .keysmithRecord(KeysmithRecordKey(recordType: .oauthToken, service: "scan", account: "t"))),
+                        secret: Data("token".utf8)),
+            ])
+            let versions = Dictionary(uniqueKeysWithValues: try store.search(ItemQuery(service: "scan")).map { ($0.key, $0.version) })
+            let other = try opened.reopen()
+            var seen: [ItemKey: SecureRecord] = [:]
+            var chunks = 0
+            var lastProgress = ScanProgress(examined: 0, total: 0)
+            try store.forEachRecord(matching: ItemQuery(service: "scan"), chunkSize: 16) { records, progress in
+                chunks += 1
+                #expect(!records.isEmpty && records.count <= 16, "chunk \(chunks) holds \(records.count)")
+                #expect(progress.examined >= lastProgress.examined, "progress went back")
+                lastProgress = progress
+                for record in records {
+                    #expect(seen[record.key] == nil, "\(record.key) came twice")
+                    seen[record.key] = record
+                }
+                if chunks == 1 {
+                    // Between chunks: a create, a delete and an update by another handle.
+                    try other.perform([
+                        .create(ItemAttributes(key: key(1000)), secret: Data("late".utf8)),
+                        .delete(key(7)),
+                        .update(ItemAttributes(key: key(8)), secret: Data("new".utf8)),
+                    ])
+                }
+            }
+            #expect(chunks >= count / 16)
+            // Every item that existed throughout came once, with its secret, metadata and version.
+            for index in 0..<count where index != 7 && index != 8 {
+                let record = try #require(seen[key(index)], "a\(index) was not read")
+                #expect(record.secret == Data("s\(index)".utf8))
+                #expect(record.attributes.label == "L\(index)")
+                #expect(record.info.version == versions[key(index)])
+            }
+            // The one written meanwhile came at its old or its new version, never torn.
+            if let changed = seen[key(8)] {
+                #expect(changed.secret == Data("s8".utf8) || changed.secret == Data("new".utf8))
+                #expect(changed.attributes.label == "L8")
+            }
+            // Nothing outside the query: not another service, not Keysmith's records.
+            #expect(seen.keys.allSatisfy { $0.service == "scan" && $0.kind == .genericPassword })
+            // The reserved namespace is scanned when asked for.
+            var tokens: [SecureRecord] = []
+            try store.forEachRecord(matching: ItemQuery(service: "scan", recordType: .oauthToken), chunkSize: 0) { tokens += $0 ; _ = $1 }
+            #expect(tokens.map(\.secret) == [Data("token".utf8)])
+            // A scan that matches nothing calls nothing.
+            try store.forEachRecord(matching: ItemQuery(service: "nothing")) { _, _ in Issue.record("called for no match") }
+        }
+    }
+
     @Test("two handles racing conditional increments lose no update, and racing creates each key is won once",
           arguments: StoreFixture.all)
     func handlesRace(_ fixture: StoreFixture) async throws {

@@ -176,6 +176,103 @@ struct VaultTests {
         }
     }
 
+    /// A vault whose snapshot holds `a0`…`a299`, with two logs on top (updates, deletes and
+    /// creates), and the same state in a memory store, for the bulk-commit tests.
+    private func layeredVault(_ directory: TemporaryDirectory) throws -> (FileVault, MemoryStore) {
+        let vault = try FileVault.create(at: directory.path, credential: testKey)
+        let model = MemoryStore()
+        func both(_ operations: [StoreOperation]) throws {
+            try vault.perform(operations)
+            try model.perform(operations)
+        }
+        try both((0..<300).map { .create(ItemAttributes(key: genericKey("a\($0)"), label: "first"), secret: Data("v\($0)".utf8)) })
+        try vault.compact()
+        try both((0..<20).map { .update(ItemAttributes(key: genericKey("a\($0 * 3)"), comment: "log"), secret: Data("log\($0)".utf8)) }
+                 + (0..<10).map { .delete(genericKey("a\($0 * 3 + 1)")) })
+        try both((0..<15).map { .create(ItemAttributes(key: genericKey("b\($0)")), secret: Data("b\($0)".utf8)) })
+        #expect(try vault.statistics.logFiles == 2)
+        return (vault, model)
+    }
+
+    /// Every item of the model reads back from `vault` with its secret and metadata, and the
+    /// vault holds nothing else.
+    private func expectSame(_ vault: FileVault, as model: MemoryStore, _ comment: Comment) throws {
+        let expected = try model.search(ItemQuery())
+        #expect(try Set(vault.search(ItemQuery()).map(\.key)) == Set(expected.map(\.key)), comment)
+        for info in expected {
+            let read = try #require(try vault.read(info.key), comment)
+            #expect(read.secret == (try model.read(info.key))?.secret, comment)
+            #expect(read.attributes == info.attributes, comment)
+        }
+    }
+
+    @Test("a batch of 4,096 items or more is committed and compacted at once, merged over the snapshot and the logs before it")
+    func bulkBatchIsCompactedAtOnce() throws {
+        let directory = TemporaryDirectory()
+        let (vault, model) = try layeredVault(directory)
+        // Updates of snapshot records and of records the logs changed, deletes of both, creates,
+        // a record created and deleted within the batch, and 4,100 new items.
+        var operations: [StoreOperation] = (0..<300).filter { $0 % 3 != 1 || $0 >= 30 }.map {
+            .update(ItemAttributes(key: genericKey("a\($0)"), label: "bulk"), secret: Data("bulk\($0)".utf8))
+        }
+        operations += (0..<5).map { .delete(genericKey("b\($0)")) } + [.delete(genericKey("a299"))]
+        operations += (0..<4100).map { .create(ItemAttributes(key: genericKey("c\($0)")), secret: Data("c\($0)".utf8)) }
+        operations += [.create(ItemAttributes(key: genericKey("gone")), secret: Data("x".utf8)), .delete(genericKey("gone"))]
+        operations += [.update(ItemAttributes(key: genericKey("c7"), comment: "twice"), secret: Data("c7 again".utf8))]
+        try vault.perform(operations)
+        try model.perform(operations)
+        let statistics = try vault.statistics
+        #expect(statistics.logFiles == 0)
+        #expect(statistics.items == 300 - 10 - 1 + 10 + 4100)
+        try expectSame(vault, as: model, "the handle that wrote")
+        let reopened = try FileVault.open(at: directory.path, credential: testKey)
+        try expectSame(reopened, as: model, "a new handle")
+        #expect(try reopened.verify().isEmpty)
+        // Small writes after it go to logs again.
+        try reopened.update(ItemAttributes(key: genericKey("c1")), secret: Data("after".utf8))
+        #expect(try reopened.statistics.logFiles == 1)
+        #expect(try vault.read(genericKey("c1"))?.secret == Data("after".utf8))
+    }
+
+    @Test("a bulk batch on a damaged vault is committed as a log, and the damage stays reported")
+    func bulkBatchOnDamagedVault() throws {
+        let directory = TemporaryDirectory()
+        let (_, model) = try layeredVault(directory)
+        // Flip a byte at the end of the snapshot: the last record's body.
+        let snapshot = directory.sub("data/snapshot")
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: snapshot))
+        bytes[bytes.count - 1] ^= 0x01
+        try bytes.write(to: URL(fileURLWithPath: snapshot))
+        let damaged = try FileVault.open(at: directory.path, credential: testKey)
+        #expect(try !damaged.verify().isEmpty)
+        let operations: [StoreOperation] = (0..<4100).map { .create(ItemAttributes(key: genericKey("c\($0)")), secret: Data("c\($0)".utf8)) }
+        try damaged.perform(operations)
+        try model.perform(operations)
+        #expect(try damaged.statistics.logFiles == 3)
+        #expect(try damaged.verify().contains { !$0.isSuperseded })
+        #expect(try damaged.read(genericKey("c4099"))?.secret == Data("c4099".utf8))
+    }
+
+    @Test("when the compaction after a bulk batch fails, the batch is still committed and reported so; the next write compacts")
+    func bulkBatchCompactionFailure() throws {
+        let directory = TemporaryDirectory()
+        let (vault, model) = try layeredVault(directory)
+        // A directory where the compaction's temporary snapshot goes: it cannot be created.
+        let blocker = directory.sub("data/.tmp-snapshot-\(getpid())")
+        try FileManager.default.createDirectory(atPath: blocker, withIntermediateDirectories: false)
+        let operations: [StoreOperation] = (0..<4100).map { .create(ItemAttributes(key: genericKey("c\($0)")), secret: Data("c\($0)".utf8)) }
+        try vault.perform(operations)  // committed: no error
+        try model.perform(operations)
+        #expect(try vault.statistics.logFiles == 3)
+        try expectSame(vault, as: model, "after the failed compaction")
+        try expectSame(try FileVault.open(at: directory.path, credential: testKey), as: model, "a new handle")
+        try FileManager.default.removeItem(atPath: blocker)
+        try vault.perform([.create(ItemAttributes(key: genericKey("next")), secret: Data("n".utf8))])
+        try model.perform([.create(ItemAttributes(key: genericKey("next")), secret: Data("n".utf8))])
+        #expect(try vault.statistics.logFiles == 0)
+        try expectSame(vault, as: model, "after the next write compacted")
+    }
+
     @Test("two vault handles on one directory see each other's writes")
     func twoHandles() throws {
         let directory = TemporaryDirectory()

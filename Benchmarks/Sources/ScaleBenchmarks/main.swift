@@ -3,6 +3,7 @@
 // wait4). Figures printed, nothing asserted. See docs/benchmarks.md.
 //   swift build -c release --product keysmith          (in the repository root)
 //   cd Benchmarks && swift run -c release ScaleBenchmarks [--items 10,100000] [--runs 15] [--keysmith PATH]
+//     [--only get,set,check,version,revoke] [--keep]    (--keep leaves the vaults, revoked, for profiling)
 import Foundation
 import Glibc
 import Keysmith
@@ -13,6 +14,8 @@ let arguments = CommandLine.arguments
 func option(_ name: String) -> String? { arguments.firstIndex(of: name).map { arguments[$0 + 1] } }
 let sizes = (option("--items") ?? "10,100000").split(separator: ",").compactMap { Int($0) }
 let runs = Int(option("--runs") ?? "15") ?? 15
+let only = option("--only").map { Set($0.split(separator: ",").map(String.init)) }
+func wanted(_ row: String) -> Bool { only?.contains(row) ?? true }
 let keysmith = option("--keysmith")
     ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent(".build/release/keysmith").path
@@ -124,14 +127,14 @@ for size in sizes {
     print("populated \(size) items + \(size) tokens in \(String(format: "%.1f", Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9)) s")
 }
 
-struct Row { var name: String; var arguments: [String]; var stdin: String? }
+struct Row { var id: String; var name: String; var arguments: [String]; var stdin: String? }
 let rows = [
-    Row(name: "secret get", arguments: ["secret", "get", "--service", "bench", "--account", "user7"], stdin: nil),
-    Row(name: "secret set", arguments: ["secret", "set", "--service", "bench", "--account", "user7"], stdin: "new-secret"),
-    Row(name: "token check", arguments: ["token", "check", "--service", "news", "--account", "user7", "groups:read"], stdin: nil),
-    Row(name: "--version", arguments: ["--version"], stdin: nil),
+    Row(id: "get", name: "secret get", arguments: ["secret", "get", "--service", "bench", "--account", "user7"], stdin: nil),
+    Row(id: "set", name: "secret set", arguments: ["secret", "set", "--service", "bench", "--account", "user7"], stdin: "new-secret"),
+    Row(id: "check", name: "token check", arguments: ["token", "check", "--service", "news", "--account", "user7", "groups:read"], stdin: nil),
+    Row(id: "version", name: "--version", arguments: ["--version"], stdin: nil),
 ]
-for row in rows {
+for row in rows where wanted(row.id) {
     var line = "\(row.name):"
     var medians: [Double] = [], rss: [Double] = []
     for size in sizes {
@@ -154,7 +157,7 @@ for row in rows {
 }
 
 // Bulk revocation of one scope over every token, whole process (once per size: it changes them).
-for size in sizes {
+for size in sizes where wanted("revoke") {
     let result = run(["revoke", "--scope", "posts:write", "--service", "news"], vault: vaults[size]!)
     let peak = try peakRSS(["revoke", "--scope", "groups:read", "--service", "news"], vault: vaults[size]!, stdin: nil)
     print(String(format: "revoke --scope over %d tokens: %.2f s (exit %d); peak RSS of a second revocation %.0f MB", size,

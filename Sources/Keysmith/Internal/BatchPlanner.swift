@@ -43,17 +43,17 @@ package func resolveBatch(
     _ operations: [StoreOperation], now: Date, version: ItemVersion, limits: StoreLimits, store: String,
     existing: (ItemKey) throws -> ExistingItem
 ) throws -> [ResolvedWrite] {
-    // One slot per key touched, in the order keys first appear: one hash lookup per operation.
-    struct Slot {
-        var existedBefore: Bool
-        /// What the key holds at this point of the batch.
-        var current: ExistingItem
-        var final: ResolvedWrite?
-    }
-    var slots: [Slot] = []
-    var index: [ItemKey: Int] = [:]
-    slots.reserveCapacity(operations.count)
-    index.reserveCapacity(operations.count)
+    // One slot per key touched, in the order keys first appear: what the key ends up holding
+    // (after a slot's first operation, what it holds at this point of the batch) and whether
+    // it existed before. Slots are found by the key's hash (a small table: bulk batches of
+    // 100,000 keys stay small in memory); a key whose hash another key took goes in `others`.
+    var finals: [ResolvedWrite] = []
+    var existedBefore: [Bool] = []
+    var byHash: [Int: Int] = [:]
+    var others: [ItemKey: Int] = [:]
+    finals.reserveCapacity(operations.count)
+    existedBefore.reserveCapacity(operations.count)
+    byHash.reserveCapacity(operations.count)
 
     func put(_ attributes: ItemAttributes, over current: ExistingItem, secret: Data, created: Date?) throws -> SecureRecord {
         var old: ItemAttributes?
@@ -75,18 +75,20 @@ package func resolveBatch(
     for operation in operations {
         let key = operation.key
         try key.validate()
-        let slotIndex: Int
-        if let known = index[key] {
-            slotIndex = known
-        } else {
-            let state = try existing(key)
-            let existed: Bool
-            if case .absent = state { existed = false } else { existed = true }
-            slotIndex = slots.count
-            slots.append(Slot(existedBefore: existed, current: state, final: nil))
-            index[key] = slotIndex
+        let hash = key.hashValue
+        var slotIndex: Int?
+        if let known = byHash[hash] {
+            slotIndex = finals[known].key == key ? known : others[key]
         }
-        let current = slots[slotIndex].current
+        let current: ExistingItem
+        if let slotIndex {
+            switch finals[slotIndex] {
+            case .put(let record): current = .present(record.info)
+            case .remove: current = .absent
+            }
+        } else {
+            current = try existing(key)
+        }
         var createdBefore: Date?
         if case .present(let info) = current { createdBefore = info.created }
         let record: SecureRecord?
@@ -116,17 +118,22 @@ package func resolveBatch(
             try check(expected, against: current, key: key)
             record = nil
         }
-        if let record {
-            slots[slotIndex].final = .put(record)
-            slots[slotIndex].current = .present(record.info)
+        let write: ResolvedWrite = record.map { .put($0) } ?? .remove(key)
+        if let slotIndex {
+            finals[slotIndex] = write
         } else {
-            slots[slotIndex].final = .remove(key)
-            slots[slotIndex].current = .absent
+            if case .absent = current { existedBefore.append(false) } else { existedBefore.append(true) }
+            if byHash[hash] == nil { byHash[hash] = finals.count } else { others[key] = finals.count }
+            finals.append(write)
         }
     }
-    return slots.compactMap { slot in
-        guard let write = slot.final else { return nil }
-        if case .remove = write, !slot.existedBefore { return nil }
-        return write
+    // A key created and deleted within the batch leaves nothing to write (compacted in place).
+    var kept = 0
+    for index in finals.indices {
+        if case .remove = finals[index], !existedBefore[index] { continue }
+        if kept != index { finals[kept] = finals[index] }
+        kept += 1
     }
+    finals.removeLast(finals.count - kept)
+    return finals
 }

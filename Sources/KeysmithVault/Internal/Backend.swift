@@ -10,9 +10,12 @@ protocol VaultBackend: AnyObject, Sendable {
     func refresh() throws
     func read(_ key: ItemKey) throws -> SecureRecord?
     func search(_ query: ItemQuery) throws -> [ItemInfo]
+    /// One chunk of a scan (see `Engine2.records(matching:after:limit:)`).
+    func records(matching query: ItemQuery, after: RecordID?, limit: Int) throws
+        -> (records: [SecureRecord], next: RecordID?, examined: Int, total: Int)
     /// Under the lock, before a write: catch up with other processes and the header on disk.
     func prepareWrite() throws
-    func commit(_ operations: [StoreOperation]) throws -> Bool
+    func commit(_ operations: [StoreOperation]) throws -> CommitOutcome
     var lastSequence: UInt64 { get }
     var wantsCompaction: Bool { get }
     func compact(reseal: Bool) throws
@@ -22,6 +25,18 @@ protocol VaultBackend: AnyObject, Sendable {
     func statistics() throws -> (items: Int, logFiles: Int)
     func acceptRollback() throws
     var damage: [VaultDamage] { get }
+}
+
+/// What a commit did.
+enum CommitOutcome {
+    /// The batch changed nothing: no commit was written.
+    case unchanged
+    /// The batch is committed.
+    case committed
+    /// The batch is committed, and was large enough to be compacted into a new snapshot at once.
+    case committedAndCompacted
+    /// The batch is committed, but compacting it failed (the next write tries again).
+    case committedCompactionFailed(any Error)
 }
 
 extension Engine2: VaultBackend, @unchecked Sendable {}
@@ -57,6 +72,15 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
         engine.entries.values.lazy.filter { query.matches($0.info.attributes) }.map(\.info)
     }
 
+    /// Format 1 holds every record in memory already: one chunk of all the matches.
+    func records(matching query: ItemQuery, after: RecordID?, limit: Int) throws
+        -> (records: [SecureRecord], next: RecordID?, examined: Int, total: Int)
+    {
+        guard after == nil else { return ([], nil, engine.entries.count, engine.entries.count) }
+        let keys = try search(query).map(\.key)
+        return (try keys.compactMap { try engine.read($0) }, nil, engine.entries.count, engine.entries.count)
+    }
+
     func prepareWrite() throws {
         // A format 1 handle must not write into a vault another process upgraded.
         if let bytes = try HeaderFormat.readCopy(engine.paths.header), case .version2 = HeaderFormat.probe(bytes) {
@@ -67,10 +91,10 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
         try engine.healHeaderCopies()
     }
 
-    func commit(_ operations: [StoreOperation]) throws -> Bool {
+    func commit(_ operations: [StoreOperation]) throws -> CommitOutcome {
         let before = engine.lastSequence
         try engine.commit(operations)
-        return engine.lastSequence != before
+        return engine.lastSequence != before ? .committed : .unchanged
     }
 
     var lastSequence: UInt64 { engine.lastSequence }

@@ -6,6 +6,7 @@ struct ByteWriter {
 
     mutating func append(_ value: UInt8) { bytes.append(value) }
     mutating func append(_ value: [UInt8]) { bytes.append(contentsOf: value) }
+    mutating func append(_ value: InlineBytes) { bytes.append(contentsOf: value.array) }
     mutating func append(_ value: some Collection<UInt8>) { bytes.append(contentsOf: value) }
     mutating func append(_ value: UInt16) { appendInteger(value) }
     mutating func append(_ value: UInt32) { appendInteger(value) }
@@ -42,6 +43,7 @@ struct ByteReader {
     }
 
     mutating func readBytes(_ count: Int) -> [UInt8]? { read(count: count).map(Array.init) }
+    mutating func readInline(_ count: Int) -> InlineBytes? { readBytes(count).map(InlineBytes.init) }
     mutating func readUInt8() -> UInt8? { read(count: 1)?.first }
     mutating func readUInt16() -> UInt16? { readInteger() }
     mutating func readUInt32() -> UInt32? { readInteger() }

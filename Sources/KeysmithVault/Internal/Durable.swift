@@ -50,7 +50,13 @@ enum Durable {
     /// Creates `path` atomically and durably; fails with `EEXIST` if it exists (a hard link,
     /// unlike a rename, never replaces a file another writer made).
     static func create(_ bytes: [UInt8], at path: String, directory: String) throws {
-        let temporary = try writeTemporary(bytes, directory: directory)
+        try create(at: path, directory: directory) { fd, temporary in try System.writeAll(fd, bytes, path: temporary) }
+    }
+
+    /// The same, for a file that `fill` writes from the start, in order (a large commit is
+    /// written in pieces rather than built whole in memory).
+    static func create(at path: String, directory: String, _ fill: (_ fd: Int32, _ temporary: String) throws -> Void) throws {
+        let temporary = try writeTemporary(directory: directory, sync: true, fill)
         defer { try? System.unlink(temporary) }
         try io {
             try FaultInjection.step()
@@ -62,6 +68,12 @@ enum Durable {
 
     /// A new temporary file in `directory` (mode 0600, created exclusively) holding `bytes`, synced.
     static func writeTemporary(_ bytes: [UInt8], directory: String, sync: Bool = true) throws -> String {
+        try writeTemporary(directory: directory, sync: sync) { fd, temporary in try System.writeAll(fd, bytes, path: temporary) }
+    }
+
+    private static func writeTemporary(
+        directory: String, sync: Bool, _ fill: (_ fd: Int32, _ temporary: String) throws -> Void
+    ) throws -> String {
         let random = (try? Random.bytes(count: 6).hexString) ?? "000000000000"
         let temporary = directory + "/" + temporaryPrefix + "\(System.processID)-" + random
         try io {
@@ -69,7 +81,7 @@ enum Durable {
             let fd = try System.open(temporary, flags: OpenFlags.writeOnly | OpenFlags.create | OpenFlags.exclusive, mode: 0o600)
             do {
                 try FaultInjection.step()
-                try System.writeAll(fd, bytes, path: temporary)
+                try fill(fd, temporary)
                 if sync {
                     try FaultInjection.step()
                     try System.fsync(fd, path: temporary)

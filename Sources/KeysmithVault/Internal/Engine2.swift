@@ -37,8 +37,8 @@ final class Engine2 {
     private var snapshotFD: Int32 = -1
     private var snapshotStatus: System.FileStatus?
     private(set) var snapshotHead: SnapshotFile2.Head?
-    private var directory: [(first: [UInt8], mac: [UInt8])] = []
-    /// Verified index pages, as their raw bytes (searched in place), at most 4,096 of them.
+    private var directory: [(first: RecordID, mac: [UInt8])] = []
+    /// Verified index pages, as their raw bytes (searched in place), at most 1,024 of them.
     private var pageCache: [Int: [UInt8]] = [:]
     private var damagedPages: [Int: VaultDamage] = [:]
     /// Whether the snapshot verified; when it did not, only logs chained from the genesis count.
@@ -290,13 +290,13 @@ final class Engine2 {
             guard SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: headBytes, directory: directoryPart) == mac else {
                 return snapshotDamage("the snapshot's header or directory fails authentication: it is damaged or was altered")
             }
-            var entries: [(first: [UInt8], mac: [UInt8])] = []
+            var entries: [(first: RecordID, mac: [UInt8])] = []
             entries.reserveCapacity(head.pageCount)
             for page in 0..<head.pageCount {
                 let start = page * Format2.directoryEntrySize
-                entries.append((Array(directoryPart[start..<(start + 32)]), Array(directoryPart[(start + 32)..<(start + 64)])))
+                entries.append((RecordID(Array(directoryPart[start..<(start + 32)]))!, Array(directoryPart[(start + 32)..<(start + 64)])))
             }
-            for page in entries.indices.dropFirst() where !entries[page - 1].first.lexicographicallyPrecedes(entries[page].first) {
+            for page in entries.indices.dropFirst() where !(entries[page - 1].first < entries[page].first) {
                 return snapshotDamage("the snapshot's directory is not in record-id order")
             }
             directory = entries
@@ -619,7 +619,7 @@ final class Engine2 {
         var low = 0, high = directory.count
         while low < high {
             let middle = (low + high) / 2
-            if recordID.bytes.lexicographicallyPrecedes(directory[middle].first) { high = middle } else { low = middle + 1 }
+            if recordID < directory[middle].first { high = middle } else { low = middle + 1 }
         }
         guard low > 0 else { return nil }
         guard let raw = try verifiedPage(low - 1, head: head, cache: true) else {
@@ -653,7 +653,7 @@ final class Engine2 {
         guard let found else { return nil }
         var reader = ByteReader(raw, offset: found * size + 32)
         guard let version = reader.readUInt64(), let epoch = reader.readUInt32(), let offset = reader.readUInt64(),
-              let length = reader.readUInt32(), let nonce = reader.readBytes(12), let tag = reader.readBytes(16)
+              let length = reader.readUInt32(), let nonce = reader.readInline(12), let tag = reader.readInline(16)
         else { return nil }
         return SealedRef(recordID: recordID, op: .put, version: version, epoch: epoch, fd: snapshotFD,
                          file: Paths2.snapshotName, offset: Int(offset), length: Int(length), nonce: nonce, tag: tag)
@@ -692,7 +692,7 @@ final class Engine2 {
             entries = parsed.entries
             problem = parsed.problem.map { "index page \(index) authenticated but \($0)" }
             if problem == nil, index + 1 < directory.count, let last = entries.last,
-               !last.recordID.bytes.lexicographicallyPrecedes(directory[index + 1].first)
+               !(last.recordID < directory[index + 1].first)
             {
                 problem = "index page \(index) overlaps the next one"
             }
@@ -704,7 +704,7 @@ final class Engine2 {
             return nil
         }
         if cache {
-            if pageCache.count >= 4096 { pageCache.removeAll(keepingCapacity: true) }
+            if pageCache.count >= 1024 { pageCache.removeAll(keepingCapacity: true) }
             pageCache[index] = bytes
         }
         return bytes
@@ -730,7 +730,7 @@ final class Engine2 {
                 throw markDamaged(ref, key: key, "the record is sealed under key epoch \(ref.epoch), which the header does not hold")
             }
             plaintext = try AESGCM.open(
-                ciphertext: body, tag: ref.tag, key: keys.record, nonce: ref.nonce,
+                ciphertext: body, tag: ref.tag.array, key: keys.record, nonce: ref.nonce.array,
                 associatedData: SealedRef.associatedData(vaultID: vaultID, epoch: ref.epoch, version: ref.version, op: ref.op,
                                                          recordID: ref.recordID))
         } catch let error as KeysmithError {
@@ -783,9 +783,23 @@ final class Engine2 {
     func search(_ query: ItemQuery) throws -> [ItemInfo] {
         var results: [ItemInfo] = []
         var window = BodyWindow()
-        // The kind byte comes first in a record: records of kinds the query cannot match are
-        // authenticated but not decoded.
-        let admit: (UInt8) -> Bool = { kind in
+        let admit = Self.kindFilter(query)
+        try forEachLive { ref in
+            let body = try window.body(of: ref, sequentialIn: snapshotFD, root: paths.root)  // an I/O error fails the search
+            if let record = try? open(ref, key: nil, withSecret: false, body: body, admitKind: admit),
+               query.matches(record.info.attributes)
+            {
+                results.append(record.info)
+            }
+            return true
+        }
+        return results
+    }
+
+    /// The kind byte comes first in a record: records of kinds the query cannot match are
+    /// authenticated but not decoded.
+    private static func kindFilter(_ query: ItemQuery) -> (UInt8) -> Bool {
+        { kind in
             let itemKind: ItemKind? = switch kind {
             case 1: .genericPassword
             case 2: .internetPassword
@@ -796,25 +810,66 @@ final class Engine2 {
             if let wanted = query.kind, wanted != itemKind { return false }
             return query.namespace.contains(itemKind == .keysmithRecord ? .keysmith : .user)
         }
-        try forEachLive { ref in
-            let body = try window.body(of: ref, sequentialIn: snapshotFD, root: paths.root)  // an I/O error fails the search
-            if let record = try? open(ref, key: nil, withSecret: false, body: body, admitKind: admit),
-               query.matches(record.info.attributes)
-            {
-                results.append(record.info)
-            }
-        }
-        return results
     }
 
-    /// Calls `body` for every live (put) record the vault can vouch for. With `strict`
-    /// (compaction, rekey), a damaged index page is an error instead of being skipped: a
-    /// snapshot is never rewritten without records it could not read.
-    private func forEachLive(strict: Bool = false, _ body: (SealedRef) throws -> Void) throws {
+    /// One chunk of a scan: up to `limit` matching records, secrets included, in record-id
+    /// order after `after`, and the record id to continue after (`nil`: the scan is done).
+    /// Each record is decrypted once. Damaged records and pages are skipped (as
+    /// ``search(_:)`` skips them).
+    func records(matching query: ItemQuery, after: RecordID?, limit: Int) throws
+        -> (records: [SecureRecord], next: RecordID?, examined: Int, total: Int)
+    {
+        let admit = Self.kindFilter(query)
+        var found: [SecureRecord] = []
+        var window = BodyWindow()
+        var last: RecordID?
+        var examined = 0
+        let limit = max(1, limit)
+        let total = (snapshotHead?.recordCount ?? 0) + overlay.count
+        let finished = try forEachLive(after: after) { ref in
+            last = ref.recordID
+            examined += 1
+            let body = try window.body(of: ref, sequentialIn: snapshotFD, root: paths.root)  // an I/O error fails the scan
+            if let record = try? open(ref, key: nil, withSecret: true, body: body, admitKind: admit),
+               query.matches(record.info.attributes)
+            {
+                found.append(record)
+            }
+            return found.count < limit
+        }
+        return (found, finished ? nil : last, examined, total)
+    }
+
+    /// Calls `body` for every live (put) record the vault can vouch for, in record-id order
+    /// (newer versions merged over the snapshot's: `newer`, sorted by record id, over the
+    /// overlay's), starting after `after`; `body` returns `false` to stop. Returns whether the
+    /// walk reached the end. With `strict` (compaction, rekey), a damaged index page is an
+    /// error instead of being skipped: a snapshot is never rewritten without records it could
+    /// not read.
+    @discardableResult
+    private func forEachLive(after: RecordID? = nil, strict: Bool = false, newer: [SealedRef] = [],
+                             _ body: (SealedRef) throws -> Bool) throws -> Bool {
         if let rollback { throw KeysmithError(.corruptData, "\(rollback.reason)") }
         let floor = uncertainBefore?.sequence ?? 0
+        func isAfter(_ id: RecordID) -> Bool { after.map { $0 < id } ?? true }
+        func visit(_ ref: SealedRef) throws -> Bool {
+            guard ref.op == .put, ref.version >= floor, recordDamage[ref.recordID] == nil else { return true }
+            return try body(ref)
+        }
+        var pending = PendingRefs(older: overlay.values.filter { isAfter($0.recordID) }.sorted { $0.recordID < $1.recordID },
+                                  newer: newer, after: after)
         if snapshotUsable, let head = snapshotHead {
-            for index in 0..<head.pageCount {
+            var first = 0
+            if let after {
+                // The last page whose first id is not after `after`.
+                var low = 0, high = directory.count
+                while low < high {
+                    let middle = (low + high) / 2
+                    if after < directory[middle].first { high = middle } else { low = middle + 1 }
+                }
+                first = max(0, low - 1)
+            }
+            for index in first..<head.pageCount {
                 guard let entries = try page(index, head: head, cache: false) else {
                     if strict {
                         throw KeysmithError(
@@ -824,24 +879,34 @@ final class Engine2 {
                     }
                     continue
                 }
-                for entry in entries where overlay[entry.recordID] == nil && entry.version >= floor && recordDamage[entry.recordID] == nil {
-                    try body(SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: snapshotFD,
-                                       file: Paths2.snapshotName, offset: entry.offset, length: entry.length,
-                                       nonce: entry.nonce, tag: entry.tag))
+                for entry in entries where isAfter(entry.recordID) {
+                    while let id = pending.nextID, id < entry.recordID {
+                        if try !visit(pending.pop()) { return false }
+                    }
+                    if pending.nextID == entry.recordID { continue }  // a newer version follows
+                    let ref = SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: snapshotFD,
+                                        file: Paths2.snapshotName, offset: entry.offset, length: entry.length,
+                                        nonce: entry.nonce, tag: entry.tag)
+                    if try !visit(ref) { return false }
                 }
             }
         }
-        for ref in overlay.values.sorted(by: { $0.recordID.bytes.lexicographicallyPrecedes($1.recordID.bytes) })
-        where ref.op == .put && ref.version >= floor && recordDamage[ref.recordID] == nil {
-            try body(ref)
+        while pending.nextID != nil {
+            if try !visit(pending.pop()) { return false }
         }
+        return true
     }
 
     // MARK: Writing
 
     /// Seals a batch's net effect into one log and commits it durably (the caller holds the
-    /// flock and called ``prepareWrite()``). Returns whether anything was written.
-    func commit(_ operations: [StoreOperation]) throws -> Bool {
+    /// flock and called ``prepareWrite()``).
+    ///
+    /// A bulk batch (at least ``Format2/compactAfterFrames`` records) is compacted at once: its
+    /// log holds the frames in record-id order, and the compaction reads them back from it in
+    /// one pass beside the snapshot, instead of indexing them in memory first. The log is the
+    /// commit either way: a crash during the compaction leaves the batch committed.
+    func commit(_ operations: [StoreOperation]) throws -> CommitOutcome {
         if let rollback { throw KeysmithError(.corruptData, "\(rollback.reason)") }
         guard snapshotUsable || uncertainBefore == nil else {
             throw KeysmithError(
@@ -849,11 +914,32 @@ final class Engine2 {
                 "the vault's snapshot is missing or damaged, so a write could hide what it held; restore the vault from a backup "
                     + "(run `keysmith vault verify` for details)")
         }
-        let now = clock()
         let sequence = lastSequence + 1
         guard sequence < Format2.maximumSequence else { throw KeysmithError(.limitExceeded, "the vault has run out of commit numbers") }
+        guard var written = try writeLog(operations, sequence: sequence) else { return .unchanged }
+        if let anchor { anchor.write(vaultID, AnchorStore.Mark(sequence: sequence, mac: written.mac)) }
+        guard written.bulk else {
+            try loadLog(sequence)
+            return .committed
+        }
+        do {
+            try compactBulk(sequence: sequence, mac: written.mac, epoch: written.epoch, entries: &written.entries,
+                            bodiesStart: written.bodiesStart)
+            return .committedAndCompacted
+        } catch {
+            // The commit stands whatever the compaction did: read the vault as it is on disk.
+            try reloadAll()
+            return .committedCompactionFailed(error)
+        }
+    }
+
+    /// Resolves, seals and writes a batch as log `sequence`; `nil` when it changes nothing.
+    /// Only the table is returned: the records and their ciphertexts are freed on return.
+    private func writeLog(_ operations: [StoreOperation], sequence: UInt64) throws
+        -> (mac: [UInt8], epoch: UInt32, entries: [LogFile2.TableEntry], bodiesStart: Int, bulk: Bool)?
+    {
         let writes = try resolveBatch(
-            operations, now: now, version: ItemVersion(rawValue: "c" + String(sequence)), limits: StoreLimits.standard,
+            operations, now: clock(), version: ItemVersion(rawValue: "c" + String(sequence)), limits: StoreLimits.standard,
             store: "the file vault"
         ) { key in
             do {
@@ -865,7 +951,7 @@ final class Engine2 {
                 return .damaged
             }
         }
-        guard !writes.isEmpty else { return false }
+        guard !writes.isEmpty else { return nil }
         guard writes.count <= Format2.maximumFramesPerCommit else {
             throw KeysmithError(.limitExceeded, "a batch may change at most \(Format2.maximumFramesPerCommit) items; this one changes \(writes.count)")
         }
@@ -873,30 +959,75 @@ final class Engine2 {
             throw KeysmithError(.corruptData, "the vault's current data key is missing from its header")
         }
         let recordIDs = writes.map { recordID(for: $0.key) }
-        let sealed = try sealAll(writes, recordIDs: recordIDs, sequence: sequence, keys: keys)
-        let head = LogFile2.Head(vaultID: vaultID, sequence: sequence, epoch: keys.epoch, count: sealed.count,
+        let bulk = writes.count >= Format2.compactAfterFrames && !isDamaged && snapshotUsable
+        var order = Array(writes.indices)
+        if bulk { order.sort { recordIDs[$0] < recordIDs[$1] } }
+        let head = LogFile2.Head(vaultID: vaultID, sequence: sequence, epoch: keys.epoch, count: writes.count,
                                  previousMAC: lastMAC ?? Format2.genesisMAC)
-        let entries = zip(recordIDs, sealed).map { id, frame in
-            LogFile2.TableEntry(recordID: id, op: frame.op, length: frame.ciphertext.count, nonce: frame.nonce, tag: frame.tag)
+        let bodiesStart = Format2.logHeaderSize + writes.count * Format2.tableEntrySize + Format2.macSize
+        var entries: [LogFile2.TableEntry] = []
+        entries.reserveCapacity(writes.count)
+        var mac: [UInt8] = []
+        try Durable.create(at: paths.log(sequence), directory: paths.logDirectory) { fd, temporary in
+            // The bodies first, sealed 8,192 at a time (on every core) and written as they
+            // come, so the ciphertexts are never all in memory; then the front, whose table
+            // gives each body's length, nonce and tag (its size is fixed by the frame count).
+            var offset = bodiesStart
+            for start in stride(from: 0, to: writes.count, by: 8192) {
+                let positions = Array(order[start..<min(writes.count, start + 8192)])
+                let sealed = try sealAll(writes, order: positions, recordIDs: recordIDs, sequence: sequence, keys: keys)
+                var buffer: [UInt8] = []
+                buffer.reserveCapacity(sealed.reduce(0) { $0 + $1.ciphertext.count })
+                for (index, frame) in zip(positions, sealed) {
+                    entries.append(LogFile2.TableEntry(recordID: recordIDs[index], op: frame.op, length: frame.ciphertext.count,
+                                                       nonce: frame.nonce, tag: frame.tag))
+                    buffer += frame.ciphertext
+                }
+                try System.write(fd, buffer, at: offset, path: temporary)
+                offset += buffer.count
+            }
+            let front = LogFile2.encodeFront(head: head, entries: entries, chainKey: keys.chain)
+            precondition(front.bytes.count == bodiesStart, "a log's front has a fixed size")
+            try System.write(fd, front.bytes, at: 0, path: temporary)
+            mac = front.mac
         }
-        let encoded = LogFile2.encode(head: head, entries: entries, bodies: sealed.map(\.ciphertext), chainKey: keys.chain)
-        try Durable.create(encoded.bytes, at: paths.log(sequence), directory: paths.logDirectory)
-        try loadLog(sequence)
-        if let anchor { anchor.write(vaultID, AnchorStore.Mark(sequence: sequence, mac: encoded.mac)) }
-        return true
+        return (mac, keys.epoch, entries, bodiesStart, bulk)
+    }
+
+    /// Compacts right after a bulk commit: the new log's frames (in record-id order) are merged
+    /// with the snapshot and the earlier logs into a new snapshot through `sequence`.
+    /// `entries` (the log's table) is emptied once its refs are made.
+    private func compactBulk(sequence: UInt64, mac: [UInt8], epoch: UInt32, entries: inout [LogFile2.TableEntry], bodiesStart: Int) throws {
+        let name = paths.logName(sequence)
+        guard let (fd, _) = try System.openRegularFile(paths.log(sequence), maximumSize: Format2.maximumFileSize) else {
+            throw KeysmithError(.ioFailure, "the vault's log \(name) vanished right after it was written")
+        }
+        defer { System.close(fd) }
+        var offset = bodiesStart
+        let refs = entries.map { entry in
+            defer { offset += entry.length }
+            return SealedRef(recordID: entry.recordID, op: entry.op, version: sequence, epoch: epoch, fd: fd, file: name,
+                             offset: offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)
+        }
+        entries = []
+        try compact(reseal: false, newer: refs, through: (sequence, mac))
     }
 
     private struct SealedFrame: Sendable {
         var op: FrameOp
-        var nonce: [UInt8]
+        var nonce: InlineBytes
         var ciphertext: [UInt8]
-        var tag: [UInt8]
+        var tag: InlineBytes
     }
 
-    /// Seals a batch's writes, on every core for large batches (each record is independent).
-    private func sealAll(_ writes: [ResolvedWrite], recordIDs: [RecordID], sequence: UInt64, keys: EpochKeys) throws -> [SealedFrame] {
+    /// Seals a batch's writes in the given order, on every core for large batches (each
+    /// record is independent).
+    private func sealAll(_ writes: [ResolvedWrite], order: [Int], recordIDs: [RecordID], sequence: UInt64, keys: EpochKeys) throws
+        -> [SealedFrame]
+    {
         let vaultID = vaultID
-        @Sendable func sealOne(_ index: Int) throws -> SealedFrame {
+        @Sendable func sealOne(_ position: Int) throws -> SealedFrame {
+            let index = order[position]
             var plaintext: [UInt8] = []
             let op: FrameOp
             switch writes[index] {
@@ -911,14 +1042,14 @@ final class Engine2 {
                 try AESGCM.seal(plaintext, key: keys.record, associatedData: SealedRef.associatedData(
                     vaultID: vaultID, epoch: keys.epoch, version: sequence, op: op, recordID: recordIDs[index]))
             }
-            return SealedFrame(op: op, nonce: sealed.nonce, ciphertext: sealed.ciphertext, tag: sealed.tag)
+            return SealedFrame(op: op, nonce: InlineBytes(sealed.nonce), ciphertext: sealed.ciphertext, tag: InlineBytes(sealed.tag))
         }
         let chunks = ProcessInfo.processInfo.activeProcessorCount
-        guard writes.count >= 2048, chunks > 1 else { return try writes.indices.map(sealOne) }
-        let chunkSize = (writes.count + chunks - 1) / chunks
+        guard order.count >= 2048, chunks > 1 else { return try order.indices.map(sealOne) }
+        let chunkSize = (order.count + chunks - 1) / chunks
         let results = Mutex<[Int: Result<[SealedFrame], any Error>]>([:])
         DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
-            let range = (chunk * chunkSize)..<min(writes.count, (chunk + 1) * chunkSize)
+            let range = (chunk * chunkSize)..<min(order.count, (chunk + 1) * chunkSize)
             let sealed = Result { try range.map(sealOne) }
             results.withLock { $0[chunk] = sealed }
         }
@@ -950,15 +1081,26 @@ final class Engine2 {
     /// Writes every live record into a new snapshot and removes the logs it covers. Records
     /// are copied sealed as they are; with `reseal` they are re-encrypted under the current epoch.
     func compact(reseal: Bool = false) throws {
+        try compact(reseal: reseal, newer: [], through: nil)
+    }
+
+    /// Compaction, with the records of a commit not indexed in memory (`newer`, sorted by
+    /// record id, in its log) and that commit's sequence and MAC (`through`).
+    private func compact(reseal: Bool, newer: [SealedRef], through: (sequence: UInt64, mac: [UInt8])?) throws {
         try requireUndamaged()
-        guard let keys = unlocked.epochs[reseal ? currentEpoch : writeEpoch], let throughMAC = lastMAC else {
+        guard let keys = unlocked.epochs[reseal ? currentEpoch : writeEpoch], let throughMAC = through?.mac ?? lastMAC else {
             throw KeysmithError(.corruptData, "the vault's current key or chain is missing")
         }
-        var live: [SealedRef] = []
-        try forEachLive(strict: true) { live.append($0) }
-        live.sort { $0.recordID.bytes.lexicographicallyPrecedes($1.recordID.bytes) }
-        let head = SnapshotFile2.Head(vaultID: vaultID, through: lastSequence, epoch: keys.epoch, recordCount: live.count,
-                                      throughMAC: throughMAC)
+        // Two walks in record-id order (the index pages are read twice, the records once):
+        // the count places the bodies, then each record is copied; nothing is kept per record
+        // but its 84-byte index entry.
+        var count = 0
+        try forEachLive(strict: true, newer: newer) { _ in
+            count += 1
+            return true
+        }
+        let head = SnapshotFile2.Head(vaultID: vaultID, through: through?.sequence ?? lastSequence, epoch: keys.epoch,
+                                      recordCount: count, throughMAC: throughMAC)
         let temporary = paths.data + "/" + Durable.temporaryPrefix + "snapshot-\(System.processID)"
         try? System.unlink(temporary)
         let fd = try io {
@@ -970,8 +1112,9 @@ final class Engine2 {
             try? System.unlink(temporary)
         }
         // Bodies first (their nonces and tags go into the index), then pages, directory, header.
-        var index: [SnapshotFile2.IndexEntry] = []
-        index.reserveCapacity(live.count)
+        // Index pages are written as they fill; only the directory (64 bytes a page) is kept.
+        var index = SnapshotFile2.IndexWriter(head: head, chainKey: keys.chain)
+        var copied = 0
         var offset = head.bodiesStart
         var buffer = ByteWriter(capacity: 1 << 20)
         var bufferStart = offset
@@ -982,7 +1125,9 @@ final class Engine2 {
         }
         // The old snapshot's records come in file order (both are sorted by record id).
         var window = BodyWindow()
-        for ref in live {
+        try forEachLive(strict: true, newer: newer) { ref in
+            copied += 1
+            guard copied <= count else { return false }
             var body = try window.body(of: ref, sequentialIn: snapshotFD, root: paths.root)
             var entry = SnapshotFile2.IndexEntry(recordID: ref.recordID, version: ref.version, epoch: ref.epoch, offset: offset,
                                                  length: ref.length, nonce: ref.nonce, tag: ref.tag)
@@ -991,7 +1136,7 @@ final class Engine2 {
                     throw KeysmithError(.corruptData, "record \(ref.recordID) is sealed under a key this vault no longer holds")
                 }
                 var plaintext = try vaultCrypto {
-                    try AESGCM.open(ciphertext: body, tag: ref.tag, key: old.record, nonce: ref.nonce, associatedData: SealedRef.associatedData(
+                    try AESGCM.open(ciphertext: body, tag: ref.tag.array, key: old.record, nonce: ref.nonce.array, associatedData: SealedRef.associatedData(
                         vaultID: vaultID, epoch: ref.epoch, version: ref.version, op: .put, recordID: ref.recordID))
                 }
                 defer { cleanse(&plaintext) }
@@ -1001,20 +1146,23 @@ final class Engine2 {
                 }
                 body = sealed.ciphertext
                 entry.epoch = keys.epoch
-                entry.nonce = sealed.nonce
-                entry.tag = sealed.tag
+                entry.nonce = InlineBytes(sealed.nonce)
+                entry.tag = InlineBytes(sealed.tag)
             }
             guard body.count == ref.length else { throw KeysmithError(.corruptData, "record \(ref.recordID) is cut short") }
             buffer.append(body)
             if buffer.bytes.count >= 1 << 20 { try flush() }
             offset += ref.length
-            index.append(entry)
+            if let page = index.add(entry) { try io { try System.write(fd, page.bytes, at: page.offset, path: temporary) } }
+            return true
         }
+        // Nothing can change between the walks (this process holds the flock and the mutex).
+        guard copied == count else { throw KeysmithError(.corruptData, "the vault changed while it was being compacted") }
         try flush()
-        let encoded = SnapshotFile2.encodeIndex(index, head: head, chainKey: keys.chain)
+        let (lastPage, front) = index.finish()
         try io {
-            try System.write(fd, encoded.front, at: 0, path: temporary)
-            try System.write(fd, encoded.pages, at: head.pagesStart, path: temporary)
+            if let lastPage { try System.write(fd, lastPage.bytes, at: lastPage.offset, path: temporary) }
+            try System.write(fd, front, at: 0, path: temporary)
             try FaultInjection.step()
             try System.fsync(fd, path: temporary)
             System.close(fd)
@@ -1179,13 +1327,83 @@ final class Engine2 {
 
 /// Reads records that come in file order from one file a megabyte at a time, instead of one
 /// system call per record; records of other files are read one by one.
+/// Two lists of refs sorted by record id merged into one, the newer list's ref winning when
+/// both hold a record (the overlay under the records of a bulk commit).
+struct PendingRefs {
+    private let older: [SealedRef]
+    private let newer: [SealedRef]
+    private var olderIndex = 0
+    private var newerIndex = 0
+
+    init(older: [SealedRef], newer: [SealedRef], after: RecordID?) {
+        self.older = older
+        self.newer = newer
+        if let after {
+            var low = 0, high = newer.count
+            while low < high {
+                let middle = (low + high) / 2
+                if after < newer[middle].recordID { high = middle } else { low = middle + 1 }
+            }
+            newerIndex = low
+        }
+        skipSuperseded()
+    }
+
+    /// The record id `pop()` returns next, `nil` at the end.
+    var nextID: RecordID? {
+        let olderID = olderIndex < older.count ? older[olderIndex].recordID : nil
+        let newerID = newerIndex < newer.count ? newer[newerIndex].recordID : nil
+        guard let olderID else { return newerID }
+        guard let newerID else { return olderID }
+        return min(olderID, newerID)
+    }
+
+    /// The next ref in record-id order (call only when `nextID` is not `nil`).
+    mutating func pop() -> SealedRef {
+        defer { skipSuperseded() }
+        if newerIndex < newer.count, olderIndex >= older.count || newer[newerIndex].recordID < older[olderIndex].recordID {
+            newerIndex += 1
+            return newer[newerIndex - 1]
+        }
+        olderIndex += 1
+        return older[olderIndex - 1]
+    }
+
+    private mutating func skipSuperseded() {
+        while olderIndex < older.count, newerIndex < newer.count, older[olderIndex].recordID == newer[newerIndex].recordID {
+            olderIndex += 1
+        }
+    }
+}
+
+/// Reads record bodies for a walk in record-id order: the snapshot's bodies are in that order,
+/// so they are read a megabyte at a time; a log's bodies are read in windows too while the
+/// walk reads them one after another (a bulk commit of records in id order), one at a time
+/// otherwise.
 struct BodyWindow {
     private var start = 0
     private var bytes: [UInt8] = []
+    private var logFD: Int32 = -1
+    private var logStart = 0
+    private var logBytes: [UInt8] = []
+    private var logEnd = -1
 
     mutating func body(of ref: SealedRef, sequentialIn fd: Int32, root: String) throws -> [UInt8] {
         let path = root + "/" + ref.file
-        guard ref.fd == fd else { return try io { try System.read(ref.fd, count: ref.length, at: ref.offset, path: path) } }
+        guard ref.fd == fd else {
+            defer { logEnd = ref.offset + ref.length }
+            if ref.fd == logFD, ref.offset >= logStart, ref.offset + ref.length <= logStart + logBytes.count {
+                return Array(logBytes[(ref.offset - logStart)..<(ref.offset - logStart + ref.length)])
+            }
+            guard ref.fd == logFD, ref.offset == logEnd else {
+                logFD = ref.fd
+                logBytes = []
+                return try io { try System.read(ref.fd, count: ref.length, at: ref.offset, path: path) }
+            }
+            logStart = ref.offset
+            logBytes = try io { try System.read(ref.fd, count: max(ref.length, 1 << 18), at: ref.offset, path: path) }
+            return Array(logBytes[0..<min(logBytes.count, ref.length)])
+        }
         if ref.offset < start || ref.offset + ref.length > start + bytes.count {
             start = ref.offset
             bytes = try io { try System.read(fd, count: max(ref.length, 1 << 20), at: ref.offset, path: path) }
@@ -1250,7 +1468,7 @@ enum Vault2 {
             }
             sealed.append((id, version, box.nonce, box.ciphertext, box.tag))
         }
-        sealed.sort { $0.id.bytes.lexicographicallyPrecedes($1.id.bytes) }
+        sealed.sort { $0.id < $1.id }
         let head = SnapshotFile2.Head(vaultID: vaultID, through: through, epoch: 1, recordCount: sealed.count,
                                       throughMAC: Format2.genesisMAC)
         var index: [SnapshotFile2.IndexEntry] = []
@@ -1258,7 +1476,7 @@ enum Vault2 {
         var offset = head.bodiesStart
         for item in sealed {
             index.append(SnapshotFile2.IndexEntry(recordID: item.id, version: item.version, epoch: 1, offset: offset,
-                                                  length: item.ciphertext.count, nonce: item.nonce, tag: item.tag))
+                                                  length: item.ciphertext.count, nonce: InlineBytes(item.nonce), tag: InlineBytes(item.tag)))
             offset += item.ciphertext.count
             bodies.append(item.ciphertext)
         }

@@ -31,16 +31,72 @@ enum Format {
 }
 
 /// A record's stable, keyed name: HMAC-SHA-256 of its identity under the vault's id key.
-struct RecordID: Hashable, Sendable, CustomStringConvertible {
-    let bytes: [UInt8]
+///
+/// Kept as four big-endian words, inline: comparing the words compares the bytes in order, and
+/// an index of 100,000 records holds no array per record.
+struct RecordID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    private let words: (UInt64, UInt64, UInt64, UInt64)
 
     init?(_ bytes: [UInt8]) {
         guard bytes.count == Format.recordIDSize else { return nil }
-        self.bytes = bytes
+        func word(_ at: Int) -> UInt64 { bytes[at..<at + 8].reduce(0) { $0 << 8 | UInt64($1) } }
+        words = (word(0), word(8), word(16), word(24))
     }
+
+    /// The 32 bytes.
+    var bytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(Format.recordIDSize)
+        for word in [words.0, words.1, words.2, words.3] {
+            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: word >> UInt64(shift))) }
+        }
+        return out
+    }
+
+    static func == (a: RecordID, b: RecordID) -> Bool { a.words == b.words }
+
+    /// Byte order (the order of a snapshot's index).
+    static func < (a: RecordID, b: RecordID) -> Bool {
+        if a.words.0 != b.words.0 { return a.words.0 < b.words.0 }
+        if a.words.1 != b.words.1 { return a.words.1 < b.words.1 }
+        if a.words.2 != b.words.2 { return a.words.2 < b.words.2 }
+        return a.words.3 < b.words.3
+    }
+
+    /// The first word: a keyed hash's bytes are uniform, and only someone holding the vault's
+    /// id key could choose them.
+    func hash(into hasher: inout Hasher) { hasher.combine(words.0) }
 
     /// The first 16 hex digits, enough to name a record in a message.
     var description: String { Array(bytes.prefix(8)).hexString }
+}
+
+/// Up to 16 bytes kept inline (a GCM nonce or tag), so that an index of 100,000 records holds
+/// no array per record.
+struct InlineBytes: Hashable, Sendable {
+    private let high: UInt64
+    private let low: UInt64
+    let count: Int
+
+    init(_ bytes: [UInt8]) {
+        precondition(bytes.count <= 16, "at most 16 bytes inline")
+        var padded = bytes + [UInt8](repeating: 0, count: 16 - bytes.count)
+        high = padded[0..<8].reduce(0) { $0 << 8 | UInt64($1) }
+        low = padded[8..<16].reduce(0) { $0 << 8 | UInt64($1) }
+        count = bytes.count
+        padded.removeAll()
+    }
+
+    /// The bytes.
+    var array: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(count)
+        for index in 0..<count {
+            let word = index < 8 ? high : low
+            out.append(UInt8(truncatingIfNeeded: word >> UInt64(56 - 8 * (index % 8))))
+        }
+        return out
+    }
 }
 
 enum FrameOp: UInt8, Sendable {

@@ -98,8 +98,8 @@ struct SealedRef: Sendable {
     var file: String
     var offset: Int
     var length: Int
-    var nonce: [UInt8]
-    var tag: [UInt8]
+    var nonce: InlineBytes
+    var tag: InlineBytes
 
     static func associatedData(vaultID: [UInt8], epoch: UInt32, version: UInt64, op: FrameOp, recordID: RecordID) -> [UInt8] {
         var writer = ByteWriter(capacity: 96)
@@ -127,8 +127,8 @@ enum LogFile2 {
         var recordID: RecordID
         var op: FrameOp
         var length: Int
-        var nonce: [UInt8]
-        var tag: [UInt8]
+        var nonce: InlineBytes
+        var tag: InlineBytes
     }
 
     static func commitMAC(chainKey: SecretBytes, headerAndTable: [UInt8]) -> [UInt8] {
@@ -146,10 +146,10 @@ enum LogFile2 {
         return writer.bytes
     }
 
-    /// The whole file for a commit.
-    static func encode(head: Head, entries: [TableEntry], bodies: [[UInt8]], chainKey: SecretBytes) -> (bytes: [UInt8], mac: [UInt8]) {
-        var writer = ByteWriter(capacity: Format2.logHeaderSize + entries.count * Format2.tableEntrySize + 32
-                                    + bodies.reduce(0) { $0 + $1.count })
+    /// A commit's file up to its bodies (header, table, commit MAC), and the commit MAC; the
+    /// bodies follow in table order.
+    static func encodeFront(head: Head, entries: [TableEntry], chainKey: SecretBytes) -> (bytes: [UInt8], mac: [UInt8]) {
+        var writer = ByteWriter(capacity: Format2.logHeaderSize + entries.count * Format2.tableEntrySize + 32)
         writer.append(encodeHead(head))
         for entry in entries {
             writer.append(entry.recordID.bytes)
@@ -160,7 +160,6 @@ enum LogFile2 {
         }
         let mac = commitMAC(chainKey: chainKey, headerAndTable: writer.bytes)
         writer.append(mac)
-        for body in bodies { writer.append(body) }
         return (writer.bytes, mac)
     }
 
@@ -192,7 +191,7 @@ enum LogFile2 {
         var total = 0
         for _ in 0..<count {
             guard let id = reader.readBytes(32).flatMap(RecordID.init), let opByte = reader.readUInt8(),
-                  let length = reader.readUInt32(), let nonce = reader.readBytes(12), let tag = reader.readBytes(16)
+                  let length = reader.readUInt32(), let nonce = reader.readInline(12), let tag = reader.readInline(16)
             else { return (entries, "its table is cut short") }
             guard let op = FrameOp(rawValue: opByte) else { return (entries, "its table names an unknown operation \(opByte)") }
             guard Int(length) <= Format2.maximumCiphertext, op == .put || length == 0 else {
@@ -252,8 +251,8 @@ enum SnapshotFile2 {
         var epoch: UInt32
         var offset: Int
         var length: Int
-        var nonce: [UInt8]
-        var tag: [UInt8]
+        var nonce: InlineBytes
+        var tag: InlineBytes
     }
 
     static func encodeHead(_ head: Head) -> [UInt8] {
@@ -289,23 +288,64 @@ enum SnapshotFile2 {
         return SHA256.hmac(key: chainKey, writer.bytes)
     }
 
-    /// Everything of a snapshot before its ciphertexts, for `entries` sorted by record id:
-    /// the header, the directory with each page's MAC, the snapshot MAC (`front`, written at
-    /// offset 0) and the index pages (written at `head.pagesStart`).
-    static func encodeIndex(_ entries: [IndexEntry], head: Head, chainKey: SecretBytes) -> (front: [UInt8], pages: [UInt8]) {
-        var directory = ByteWriter(capacity: head.pageCount * Format2.directoryEntrySize)
-        var pages = ByteWriter(capacity: entries.count * Format2.indexEntrySize)
-        for page in 0..<head.pageCount {
-            let range = (page * head.entriesPerPage)..<min(entries.count, (page + 1) * head.entriesPerPage)
-            var writer = ByteWriter(capacity: range.count * Format2.indexEntrySize)
-            for entry in entries[range] { encode(entry, into: &writer) }
-            directory.append(entries[range.lowerBound].recordID.bytes)
-            directory.append(pageMAC(chainKey: chainKey, vaultID: head.vaultID, through: head.through, page: page, bytes: writer.bytes))
-            pages.append(writer.bytes)
+    /// Builds a snapshot's index an entry at a time, in record-id order: each page is handed
+    /// back (with where it goes) as it fills, so only the directory is kept; ``finish()``
+    /// gives the last page and the front (header, directory, snapshot MAC, written at offset 0).
+    struct IndexWriter {
+        let head: Head
+        let chainKey: SecretBytes
+        private var page = ByteWriter(capacity: 0)
+        private var pageNumber = 0
+        private var entries = 0
+        private var directory: ByteWriter
+
+        init(head: Head, chainKey: SecretBytes) {
+            self.head = head
+            self.chainKey = chainKey
+            directory = ByteWriter(capacity: head.pageCount * Format2.directoryEntrySize)
+            page = ByteWriter(capacity: head.entriesPerPage * Format2.indexEntrySize)
         }
-        let headBytes = encodeHead(head)
-        let mac = snapshotMAC(chainKey: chainKey, head: headBytes, directory: directory.bytes)
-        return (headBytes + directory.bytes + mac, pages.bytes)
+
+        /// Adds the next entry; returns a page when this entry filled it.
+        mutating func add(_ entry: IndexEntry) -> (offset: Int, bytes: [UInt8])? {
+            precondition(entries < head.recordCount, "more entries than the head counts")
+            encode(entry, into: &page)
+            entries += 1
+            return page.bytes.count == head.entriesPerPage * Format2.indexEntrySize ? closePage() : nil
+        }
+
+        /// The last page (if it is not full) and the front.
+        mutating func finish() -> (lastPage: (offset: Int, bytes: [UInt8])?, front: [UInt8]) {
+            precondition(entries == head.recordCount, "fewer entries than the head counts")
+            let last = page.bytes.isEmpty ? nil : closePage()
+            let headBytes = encodeHead(head)
+            let mac = snapshotMAC(chainKey: chainKey, head: headBytes, directory: directory.bytes)
+            return (last, headBytes + directory.bytes + mac)
+        }
+
+        private mutating func closePage() -> (offset: Int, bytes: [UInt8]) {
+            let bytes = page.bytes
+            directory.append(bytes[0..<32])
+            directory.append(pageMAC(chainKey: chainKey, vaultID: head.vaultID, through: head.through, page: pageNumber, bytes: bytes))
+            let offset = head.pagesStart + pageNumber * head.entriesPerPage * Format2.indexEntrySize
+            pageNumber += 1
+            page.bytes.removeAll(keepingCapacity: true)
+            return (offset, bytes)
+        }
+    }
+
+    /// Everything of a snapshot before its ciphertexts, for `entries` sorted by record id:
+    /// the front (header, directory with each page's MAC, snapshot MAC; written at offset 0)
+    /// and the index pages (written at `head.pagesStart`).
+    static func encodeIndex(_ entries: [IndexEntry], head: Head, chainKey: SecretBytes) -> (front: [UInt8], pages: [UInt8]) {
+        var writer = IndexWriter(head: head, chainKey: chainKey)
+        var pages: [UInt8] = []
+        for entry in entries {
+            if let page = writer.add(entry) { pages += page.bytes }
+        }
+        let (last, front) = writer.finish()
+        if let last { pages += last.bytes }
+        return (front, pages)
     }
 
     static func snapshotMAC(chainKey: SecretBytes, head: [UInt8], directory: [UInt8]) -> [UInt8] {
@@ -343,14 +383,14 @@ enum SnapshotFile2 {
 
     /// Parses one authenticated page and checks its order and that each body lies in the
     /// bodies region. `after` is the last record id of the page before (strict order).
-    static func parsePage(_ bytes: [UInt8], count: Int, head: Head, fileSize: Int, first: [UInt8]) -> (entries: [IndexEntry], problem: String?) {
+    static func parsePage(_ bytes: [UInt8], count: Int, head: Head, fileSize: Int, first: RecordID) -> (entries: [IndexEntry], problem: String?) {
         var reader = ByteReader(bytes)
         var entries: [IndexEntry] = []
         entries.reserveCapacity(count)
         for index in 0..<count {
             guard let id = reader.readBytes(32).flatMap(RecordID.init), let version = reader.readUInt64(),
                   let epoch = reader.readUInt32(), let offset = reader.readUInt64(), let length = reader.readUInt32(),
-                  let nonce = reader.readBytes(12), let tag = reader.readBytes(16)
+                  let nonce = reader.readInline(12), let tag = reader.readInline(16)
             else { return (entries, "the page is cut short") }
             guard version >= 1, version <= head.through, epoch >= 1, epoch < Format2.maximumEpoch else {
                 return (entries, "an entry's version or epoch is out of range")
@@ -359,8 +399,8 @@ enum SnapshotFile2 {
                   Int(offset) + Int(length) <= fileSize
             else { return (entries, "an entry points outside the file's records") }
             if index == 0 {
-                guard id.bytes == first else { return (entries, "the page does not start where the directory says") }
-            } else if let previous = entries.last, !(previous.recordID.bytes.lexicographicallyPrecedes(id.bytes)) {
+                guard id == first else { return (entries, "the page does not start where the directory says") }
+            } else if let previous = entries.last, !(previous.recordID < id) {
                 return (entries, "the page is not in record-id order")
             }
             entries.append(IndexEntry(recordID: id, version: version, epoch: epoch, offset: Int(offset), length: Int(length),
