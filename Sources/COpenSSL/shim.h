@@ -9,6 +9,8 @@
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
 #include <openssl/opensslv.h>
+#include <openssl/core_names.h>
+#include <openssl/params.h>
 
 // Macros are invisible to Swift: re-publish the ones we need as functions.
 
@@ -21,6 +23,26 @@ static inline int COpenSSL_EVP_CTRL_GCM_SET_TAG(void) { return EVP_CTRL_GCM_SET_
 /// EVP algorithms, so the configuration file is never needed and reading it costs start-up time.
 static inline int COpenSSL_init_without_config(void) {
     return OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, NULL);
+}
+
+/// A new HMAC-SHA-256 context (EVP_MAC) keyed with `key`, or NULL. Re-initialising it with a
+/// NULL key (EVP_MAC_init(ctx, NULL, 0, NULL)) starts a new MAC under the same key.
+static inline EVP_MAC_CTX *COpenSSL_hmac_sha256_new(const unsigned char *key, size_t length) {
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    if (mac == NULL) return NULL;
+    EVP_MAC_CTX *context = EVP_MAC_CTX_new(mac);
+    EVP_MAC_free(mac); /* the context keeps its own reference */
+    if (context == NULL) return NULL;
+    char digest[] = "SHA256";
+    OSSL_PARAM parameters[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+        OSSL_PARAM_construct_end(),
+    };
+    if (EVP_MAC_init(context, key, length, parameters) != 1) {
+        EVP_MAC_CTX_free(context);
+        return NULL;
+    }
+    return context;
 }
 
 /// OPENSSL_VERSION_TEXT as a function.

@@ -59,7 +59,7 @@ public final class MemoryStore: SecureStore {
             let version = ItemVersion(rawValue: "m\(state.lastVersion + 1)")
             let writes = try resolveBatch(
                 operations, now: now, version: version, limits: limits, store: storeDescription
-            ) { key in
+            ) { key, _ in
                 state.records[key].map { .present($0.info) } ?? .absent
             }
             guard !writes.isEmpty else { return }

@@ -13,6 +13,24 @@ public enum StoreOperation: Sendable {
     case update(ItemAttributes, secret: Data, ifVersion: ItemVersion? = nil)
     /// Creates the item, or replaces its secret and the metadata given if it exists.
     case upsert(ItemAttributes, secret: Data)
+    /// Writes back a record read from this store, changed, if the item is still at the version
+    /// it was read at (``SecureRecord/version``): a compare-and-swap of the whole record, the
+    /// way to finish a read-modify-write. The item's metadata and secret become exactly the
+    /// record's (no update rule: nothing is merged) and its creation date the record's; the
+    /// store sets the modification date and a new version. Fails with
+    /// ``KeysmithError/Code/writeConflict`` if the item was written since, and with
+    /// ``KeysmithError/Code/itemNotFound`` if it was deleted.
+    ///
+    /// ```swift
+    /// var record = try #require(try store.read(key))
+    /// record.secret = Data("rotated".utf8)
+    /// try store.perform([.replace(record)])   // writeConflict if someone wrote in between
+    /// ```
+    ///
+    /// A store checks the version without reading the item's metadata first, so a bulk job
+    /// that read its records with ``SecureStore/forEachRecord(matching:chunkSize:_:)`` writes
+    /// them back without the store decrypting each again.
+    case replace(SecureRecord)
     /// Stores a record exactly as given, dates and metadata included, replacing any item with its
     /// key. Used by migration and restore; the store gives it a new version.
     case restore(SecureRecord)
@@ -26,7 +44,7 @@ public enum StoreOperation: Sendable {
         switch self {
         case .create(let attributes, _), .update(let attributes, _, _), .upsert(let attributes, _):
             attributes.key
-        case .restore(let record): record.key
+        case .replace(let record), .restore(let record): record.key
         case .delete(let key, _): key
         }
     }

@@ -1,4 +1,5 @@
 internal import COpenSSL
+import Synchronization
 
 /// SHA-256 and HMAC-SHA-256 through OpenSSL.
 package enum SHA256 {
@@ -34,6 +35,49 @@ package enum SHA256 {
             }
         }
         precondition(result != nil && length == UInt32(size), "OpenSSL HMAC(SHA-256) failed")
+        return mac
+    }
+}
+
+/// HMAC-SHA-256 under one key for many messages: the key is set up once, so each MAC costs
+/// only its hashing (a vault computes one per record it names). Safe to share between threads:
+/// one MAC at a time.
+///
+/// ```swift
+/// let key = try HMACSHA256Key(secret)
+/// let mac = key.mac(label, message)   // HMAC(secret, label ‖ message)
+/// ```
+package final class HMACSHA256Key: @unchecked Sendable {
+    /// The keyed EVP_MAC context; used only under `lock`.
+    private let context: OpaquePointer
+    private let lock = Mutex(())
+
+    /// Sets up the key. Throws ``CryptoError`` when OpenSSL cannot (out of memory).
+    package init(_ key: SecretBytes) throws {
+        _ = openSSLReady
+        let made = key.withUnsafeBytes { bytes in
+            COpenSSL_hmac_sha256_new(bytes.bindMemory(to: UInt8.self).baseAddress, bytes.count)
+        }
+        guard let made else { throw CryptoError.library("EVP_MAC_CTX_new(HMAC)") }
+        context = made
+    }
+
+    deinit { EVP_MAC_CTX_free(context) }  // frees and wipes the keyed state
+
+    /// HMAC-SHA-256 of the parts one after another (no copy joins them).
+    package func mac(_ parts: [UInt8]...) -> [UInt8] {
+        var mac = [UInt8](repeating: 0, count: SHA256.size)
+        var length = 0
+        let ok: Bool = lock.withLock { _ in
+            guard EVP_MAC_init(context, nil, 0, nil) == 1 else { return false }
+            for part in parts {
+                let updated = part.withUnsafeBufferPointer { EVP_MAC_update(context, $0.baseAddress, $0.count) }
+                guard updated == 1 else { return false }
+            }
+            return mac.withUnsafeMutableBufferPointer { EVP_MAC_final(context, $0.baseAddress, &length, $0.count) } == 1
+        }
+        // As for `SHA256.hmac`: with a built-in digest this fails only when out of memory.
+        precondition(ok && length == SHA256.size, "OpenSSL EVP_MAC(HMAC-SHA-256) failed")
         return mac
     }
 }

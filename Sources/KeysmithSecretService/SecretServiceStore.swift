@@ -240,7 +240,7 @@ public final class SecretServiceStore: SecureStore {
         // applying it (resolveBatch gives one write per key, so nothing changes in between).
         var found: [ItemKey: [LibSecret.Item]] = [:]
         let version = ItemVersion(rawValue: try Self.newVersion())
-        let writes = try resolveBatch(operations, now: now, version: version, limits: limits, store: storeDescription) { key in
+        let writes = try resolveBatch(operations, now: now, version: version, limits: limits, store: storeDescription) { key, _ in
             let items = try find(key, in: connection, secrets: true)
             found[key] = items
             guard let item = items.first, let existing = try record(item, withSecret: true) else { return .absent }

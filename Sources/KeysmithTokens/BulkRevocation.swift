@@ -91,7 +91,7 @@ extension TokenKeeper {
                     for scope in granted { try token.revoke(scope, reason: reason, at: time) }
                     report.changed += 1
                     report.changedTokens.append("\(account) at \(service)")
-                    tokens.append(Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: record.info.version))
+                    tokens.append(Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record))
                 }
                 examined = scan.examined
                 progress?(scan.examined, scan.total)

@@ -51,10 +51,10 @@ public final class TokenKeeper: Sendable {
     }
 
     /// A token with the store's version of its record, for a conditional write.
-    func versionedToken(service: String, account: String) throws -> (token: OAuthToken, version: ItemVersion)? {
+    func versionedToken(service: String, account: String) throws -> (token: OAuthToken, version: ItemVersion, record: SecureRecord)? {
         guard let record = try store.read(Self.key(service: service, account: account)) else { return nil }
         let token = try TokenCodec.decode(Array(record.secret), what: "the token for \(account) at \(service)")
-        return (token, record.info.version)
+        return (token, record.info.version, record)
     }
 
     /// Lists where tokens are stored, optionally for one service.
@@ -167,13 +167,14 @@ public final class TokenKeeper: Sendable {
         let time = now
         var result: OAuthToken?
         try commit(at: time) { _ in
-            guard var (token, version) = try self.versionedToken(service: service, account: account) else {
+            guard let (read, _, record) = try self.versionedToken(service: service, account: account) else {
                 throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
             }
+            var token = read
             let changed = try body(&token, time)
             result = token
             guard changed else { return ([], []) }
-            return ([Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: version)],
+            return ([Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record)],
                     [Event(event, service, account, scopes, detail)])
         }
         guard let result else { throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)") }
@@ -181,6 +182,16 @@ public final class TokenKeeper: Sendable {
     }
 
     typealias Event = AuditLog.Event
+
+    /// The store operation that writes a changed token back over the record it was read from,
+    /// if that record is still at the version read (``StoreOperation/replace(_:)``: the store
+    /// checks the version without decrypting the record again).
+    static func tokenReplace(_ stored: StoredToken, over record: SecureRecord) -> StoreOperation {
+        var replaced = record
+        replaced.info.attributes = stored.attributes.merged(over: record.attributes)
+        replaced.secret = stored.secret
+        return .replace(replaced)
+    }
 
     /// The store operation that writes a token: replacing the record at `version`, or creating
     /// it when `version` is `nil`. Only the operation is kept (a bulk change holds one per token:

@@ -150,6 +150,42 @@ struct StoreContractTests {
         }
     }
 
+    @Test("replace writes a read record back only if unchanged, exactly as given; a stale or deleted one is refused with its batch",
+          arguments: StoreFixture.all)
+    func replaceIsCompareAndSwap(_ fixture: StoreFixture) throws {
+        try fixture.withOpened { opened in
+            let store = opened.store
+            try store.create(ItemAttributes(key: Self.generic, label: "L", comment: "C", isInvisible: true), secret: Data("1".utf8))
+            let original = try #require(try store.read(Self.generic))
+            var changed = original
+            changed.secret = Data("2".utf8)
+            changed.info.attributes.label = "M"
+            changed.info.attributes.comment = nil  // exactly as given: nothing is merged back
+            try store.perform([.replace(changed)])
+            let read = try #require(try opened.reopen().read(Self.generic))
+            #expect(read.secret == Data("2".utf8))
+            #expect(read.attributes.label == "M")
+            #expect(read.attributes.comment == nil)
+            #expect(read.attributes.isInvisible == true)
+            #expect(read.info.created == original.info.created)
+            #expect(read.info.version != original.info.version)
+            // The record read before the write is stale now: refused, and its batch with it.
+            let other = ItemKey.genericPassword(service: "mail", account: "carol")
+            let stale = #expect(throws: KeysmithError.self) {
+                try store.perform([.create(ItemAttributes(key: other), secret: Data("x".utf8)), .replace(changed)])
+            }
+            #expect(stale?.code == .writeConflict)
+            #expect(try store.read(other) == nil)
+            #expect(try store.read(Self.generic)?.secret == Data("2".utf8))
+            // Deleted since it was read: not found.
+            let current = try #require(try store.read(Self.generic))
+            try opened.reopen().delete(Self.generic)
+            let gone = #expect(throws: KeysmithError.self) { try store.perform([.replace(current)]) }
+            #expect(gone?.code == .itemNotFound)
+            #expect(try store.read(Self.generic) == nil)
+        }
+    }
+
     @Test("the update rule: metadata not given are kept, an empty string clears, flags change only when given",
           arguments: StoreFixture.all)
     func updateRule(_ fixture: StoreFixture) throws {

@@ -20,6 +20,10 @@ package enum ExistingItem: Sendable {
     case absent
     /// An intact item.
     case present(ItemInfo)
+    /// An item known only by its version: what a store answers when the batch planner says
+    /// it needs no metadata (a ``StoreOperation/replace(_:)`` or a delete), when reading them
+    /// would cost a decryption.
+    case atVersion(ItemVersion)
     /// A record the store cannot read (damaged): it exists, but its metadata are unknown. An
     /// update, upsert or delete replaces it (repair); a create is refused.
     case damaged
@@ -35,13 +39,14 @@ package enum ExistingItem: Sendable {
 ///   - now: The time to stamp on created and modified dates.
 ///   - version: The version every record the batch writes gets.
 ///   - limits: The store's limits; `store` names the store in their errors.
-///   - existing: What a key holds now.
+///   - existing: What a key holds now; when `needsMetadata` is `false` the store may answer
+///     ``ExistingItem/atVersion(_:)`` for an item it holds.
 /// - Returns: One write per key touched, in the order keys first appear; a key created and
 ///   deleted within the batch appears not at all.
 /// - Throws: The first operation's error that cannot be applied; nothing is applied then.
 package func resolveBatch(
     _ operations: [StoreOperation], now: Date, version: ItemVersion, limits: StoreLimits, store: String,
-    existing: (ItemKey) throws -> ExistingItem
+    existing: (_ key: ItemKey, _ needsMetadata: Bool) throws -> ExistingItem
 ) throws -> [ResolvedWrite] {
     // One slot per key touched, in the order keys first appear: what the key ends up holding
     // (after a slot's first operation, what it holds at this point of the batch) and whether
@@ -67,6 +72,7 @@ package func resolveBatch(
         guard let expected else { return }
         switch current {
         case .present(let info) where info.version == expected: return
+        case .atVersion(let version) where version == expected: return
         case .absent: throw KeysmithError.itemNotFound(key)
         default: throw KeysmithError.writeConflict(key)
         }
@@ -87,7 +93,12 @@ package func resolveBatch(
             case .remove: current = .absent
             }
         } else {
-            current = try existing(key)
+            // Only a merge needs the stored metadata.
+            let needsMetadata: Bool = switch operation {
+            case .update, .upsert: true
+            case .create, .replace, .restore, .delete: false
+            }
+            current = try existing(key, needsMetadata)
         }
         var createdBefore: Date?
         if case .present(let info) = current { createdBefore = info.created }
@@ -105,6 +116,17 @@ package func resolveBatch(
         case .upsert(let attributes, let secret):
             try attributes.validate()
             record = try put(attributes, over: current, secret: secret, created: createdBefore)
+        case .replace(let given):
+            try given.attributes.validate()
+            if case .absent = current { throw KeysmithError.itemNotFound(key) }
+            try check(given.info.version, against: current, key: key)
+            var info = given.info
+            info.attributes = given.attributes.merged(over: nil)
+            info.modified = now
+            info.version = version
+            let replaced = SecureRecord(info: info, secret: given.secret)
+            try limits.check(replaced, in: store)
+            record = replaced
         case .restore(let given):
             try given.attributes.validate()
             var info = given.info

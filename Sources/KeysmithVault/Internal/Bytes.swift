@@ -43,7 +43,8 @@ struct ByteReader {
     }
 
     mutating func readBytes(_ count: Int) -> [UInt8]? { read(count: count).map(Array.init) }
-    mutating func readInline(_ count: Int) -> InlineBytes? { readBytes(count).map(InlineBytes.init) }
+    mutating func readInline(_ count: Int) -> InlineBytes? { read(count: count).map(InlineBytes.init) }
+    mutating func readRecordID() -> RecordID? { read(count: Format.recordIDSize).flatMap(RecordID.init) }
     mutating func readUInt8() -> UInt8? { read(count: 1)?.first }
     mutating func readUInt16() -> UInt16? { readInteger() }
     mutating func readUInt32() -> UInt32? { readInteger() }

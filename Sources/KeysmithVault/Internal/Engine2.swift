@@ -56,6 +56,8 @@ final class Engine2 {
     /// Frames in the logs since the snapshot, damaged logs excepted.
     private var framesSinceSnapshot = 0
     private var overlay: [RecordID: SealedRef] = [:]
+    private var idMACCache: (key: SecretBytes, mac: HMACSHA256Key)?
+    private var cipherCache: [UInt32: (key: SecretBytes, context: AESGCM.Context)] = [:]
 
     // What is wrong.
     private var recordDamage: [RecordID: (version: UInt64, damage: VaultDamage)] = [:]
@@ -585,7 +587,27 @@ final class Engine2 {
     // MARK: Reading
 
     func recordID(for key: ItemKey) -> RecordID {
-        RecordID(SHA256.hmac(key: unlocked.idKey, RecordCodec.identity(key)))!
+        RecordID(idMAC.mac(RecordCodec.identity(key)))!
+    }
+
+    /// The id key set up once for HMAC (a bulk job names 100,000 records); rebuilt if the
+    /// unlocked header's key object changes.
+    private var idMAC: HMACSHA256Key {
+        if let cached = idMACCache, cached.key === unlocked.idKey { return cached.mac }
+        // Setting up a key fails only when OpenSSL is out of memory.
+        guard let made = try? HMACSHA256Key(unlocked.idKey) else { preconditionFailure("OpenSSL cannot set up an HMAC key") }
+        idMACCache = (unlocked.idKey, made)
+        return made
+    }
+
+    /// A GCM context per key epoch, keyed once (reads open records one after another); only
+    /// under the engine's mutex. Rebuilt if the epoch's key object changes.
+    private func cipher(for keys: EpochKeys) throws -> AESGCM.Context {
+        if let cached = cipherCache[keys.epoch], cached.key === keys.record { return cached.context }
+        let context = try vaultCrypto { try AESGCM.Context(key: keys.record) }
+        if cipherCache.count >= 4 { cipherCache.removeAll() }
+        cipherCache[keys.epoch] = (keys.record, context)
+        return context
     }
 
     private enum Lookup {
@@ -723,39 +745,101 @@ final class Engine2 {
     private func open(_ ref: SealedRef, key: ItemKey?, withSecret: Bool, body: [UInt8]?, admitKind: ((UInt8) -> Bool)?) throws -> SecureRecord? {
         let path = paths.root + "/" + ref.file
         let body = try body ?? io { try System.read(ref.fd, count: ref.length, at: ref.offset, path: path) }
+        guard let keys = try keys(for: ref.epoch) else {
+            throw markDamaged(ref, key: key, Self.missingEpochReason(ref.epoch))
+        }
+        switch Self.openDetached(ref, body: body, key: key, withSecret: withSecret, admitKind: admitKind, cipher: try cipher(for: keys),
+                                 vaultID: vaultID, idMAC: idMAC) {
+        case .record(let record): return record
+        case .otherKind: return nil
+        case .damaged(let reason): throw markDamaged(ref, key: key, reason)
+        }
+    }
+
+    static func missingEpochReason(_ epoch: UInt32) -> String {
+        "the record is sealed under key epoch \(epoch), which the header does not hold"
+    }
+
+    /// What opening one record gave.
+    enum Opened {
+        case record(SecureRecord)
+        /// Its kind byte was turned down (not decoded).
+        case otherKind
+        /// Why it cannot be read.
+        case damaged(String)
+    }
+
+    /// Decrypts, decodes and checks one record whose body was read, touching nothing of the
+    /// engine: records can be opened on several threads, each with its own `cipher`.
+    static func openDetached(
+        _ ref: SealedRef, body: [UInt8], key: ItemKey?, withSecret: Bool, admitKind: ((UInt8) -> Bool)?, cipher: AESGCM.Context,
+        vaultID: [UInt8], idMAC: HMACSHA256Key
+    ) -> Opened {
+        guard body.count == ref.length else { return .damaged("the file ends inside the record (truncated)") }
         var plaintext: [UInt8]
         do {
-            guard body.count == ref.length else { throw RecordCodec.DecodeError(reason: "") }
-            guard let keys = try keys(for: ref.epoch) else {
-                throw markDamaged(ref, key: key, "the record is sealed under key epoch \(ref.epoch), which the header does not hold")
-            }
-            plaintext = try AESGCM.open(
-                ciphertext: body, tag: ref.tag.array, key: keys.record, nonce: ref.nonce.array,
+            plaintext = try cipher.open(
+                ciphertext: body, tag: ref.tag.array, nonce: ref.nonce.array,
                 associatedData: SealedRef.associatedData(vaultID: vaultID, epoch: ref.epoch, version: ref.version, op: ref.op,
                                                          recordID: ref.recordID))
-        } catch let error as KeysmithError {
-            throw error
         } catch {
-            throw markDamaged(ref, key: key, body.count == ref.length
-                              ? "the record fails authentication: it is damaged or was altered"
-                              : "the file ends inside the record (truncated)")
+            return .damaged("the record fails authentication: it is damaged or was altered")
         }
         defer { cleanse(&plaintext) }
-        if let admitKind, let kind = plaintext.first, !admitKind(kind) { return nil }
+        if let admitKind, let kind = plaintext.first, !admitKind(kind) { return .otherKind }
         var record: SecureRecord
         do {
             record = try RecordCodec.decode(plaintext, withSecret: withSecret)
-        } catch let error as RecordCodec.DecodeError {
-            throw markDamaged(ref, key: key, "the record authenticated but does not decode: \(error.reason)")
+        } catch {
+            return .damaged("the record authenticated but does not decode: \((error as? RecordCodec.DecodeError)?.reason ?? "\(error)")")
         }
         if let key, record.key != key {
-            throw markDamaged(ref, key: key, "the record's identity does not match its record id: it was renamed")
+            return .damaged("the record's identity does not match its record id: it was renamed")
         }
-        if key == nil, recordID(for: record.key) != ref.recordID {
-            throw markDamaged(ref, key: nil, "the record's identity does not match its record id: it was renamed")
+        if key == nil, RecordID(idMAC.mac(RecordCodec.identity(record.key))) != ref.recordID {
+            return .damaged("the record's identity does not match its record id: it was renamed")
         }
         record.info.version = ItemVersion(rawValue: "c" + String(ref.version))
-        return record
+        return .record(record)
+    }
+
+    /// Opens a batch of records whose bodies were read, on two threads when there are enough
+    /// of them (decrypting and decoding is most of a scan's work); results in order. Keys are
+    /// looked up first, on this thread (a missing one may mean the header changed).
+    private func openBatch(_ batch: [(ref: SealedRef, body: [UInt8])], withSecret: Bool,
+                           admitKind: @escaping @Sendable (UInt8) -> Bool) throws -> [Opened] {
+        var keysByEpoch: [UInt32: EpochKeys] = [:]
+        for (ref, _) in batch where keysByEpoch[ref.epoch] == nil {
+            if let keys = try keys(for: ref.epoch) { keysByEpoch[ref.epoch] = keys }
+        }
+        let idMAC = idMAC, vaultID = vaultID, keys = keysByEpoch
+        @Sendable func run(_ range: Range<Int>) -> [Opened] {
+            var ciphers: [UInt32: AESGCM.Context] = [:]
+            return range.map { index in
+                let (ref, body) = batch[index]
+                guard let epochKeys = keys[ref.epoch] else { return .damaged(Self.missingEpochReason(ref.epoch)) }
+                let cipher: AESGCM.Context
+                if let known = ciphers[ref.epoch] {
+                    cipher = known
+                } else {
+                    // Setting up a 32-byte key fails only when OpenSSL is out of memory.
+                    guard let made = try? AESGCM.Context(key: epochKeys.record) else { return .damaged("OpenSSL cannot set up the key") }
+                    ciphers[ref.epoch] = made
+                    cipher = made
+                }
+                return Self.openDetached(ref, body: body, key: nil, withSecret: withSecret, admitKind: admitKind, cipher: cipher,
+                                         vaultID: vaultID, idMAC: idMAC)
+            }
+        }
+        let threads = min(2, ProcessInfo.processInfo.activeProcessorCount)
+        guard batch.count >= 256, threads > 1 else { return run(0..<batch.count) }
+        let half = batch.count / 2
+        let results = Mutex<[Int: [Opened]]>([:])
+        DispatchQueue.concurrentPerform(iterations: 2) { part in
+            let opened = run(part == 0 ? 0..<half : half..<batch.count)
+            results.withLock { $0[part] = opened }
+        }
+        return results.withLock { ($0[0] ?? []) + ($0[1] ?? []) }
     }
 
     private func markDamaged(_ ref: SealedRef, key: ItemKey?, _ reason: String) -> KeysmithError {
@@ -798,7 +882,7 @@ final class Engine2 {
 
     /// The kind byte comes first in a record: records of kinds the query cannot match are
     /// authenticated but not decoded.
-    private static func kindFilter(_ query: ItemQuery) -> (UInt8) -> Bool {
+    private static func kindFilter(_ query: ItemQuery) -> @Sendable (UInt8) -> Bool {
         { kind in
             let itemKind: ItemKind? = switch kind {
             case 1: .genericPassword
@@ -826,18 +910,35 @@ final class Engine2 {
         var examined = 0
         let limit = max(1, limit)
         let total = (snapshotHead?.recordCount ?? 0) + overlay.count
-        let finished = try forEachLive(after: after) { ref in
-            last = ref.recordID
-            examined += 1
-            let body = try window.body(of: ref, sequentialIn: snapshotFD, root: paths.root)  // an I/O error fails the scan
-            if let record = try? open(ref, key: nil, withSecret: true, body: body, admitKind: admit),
-               query.matches(record.info.attributes)
-            {
-                found.append(record)
+        // Bodies are read in walk order and opened a batch at a time (on two threads); a batch
+        // that fills the chunk part-way leaves the rest for the next call.
+        var batch: [(ref: SealedRef, body: [UInt8])] = []
+        var full = false
+        func flush() throws {
+            let opened = try openBatch(batch, withSecret: true, admitKind: admit)
+            for ((ref, _), result) in zip(batch, opened) where !full {
+                last = ref.recordID
+                examined += 1
+                switch result {
+                case .record(let record):
+                    if query.matches(record.info.attributes) { found.append(record) }
+                    full = found.count >= limit
+                case .otherKind:
+                    break
+                case .damaged(let reason):
+                    _ = markDamaged(ref, key: nil, reason)  // skipped, as search skips it
+                }
             }
-            return found.count < limit
+            batch.removeAll(keepingCapacity: true)
         }
-        return (found, finished ? nil : last, examined, total)
+        try forEachLive(after: after) { ref in
+            let body = try window.body(of: ref, sequentialIn: snapshotFD, root: paths.root)  // an I/O error fails the scan
+            batch.append((ref, body))
+            if batch.count >= min(limit, 1024) { try flush() }
+            return !full
+        }
+        if !full, !batch.isEmpty { try flush() }
+        return (found, full ? last : nil, examined, total)
     }
 
     /// Calls `body` for every live (put) record the vault can vouch for, in record-id order
@@ -941,10 +1042,12 @@ final class Engine2 {
         let writes = try resolveBatch(
             operations, now: clock(), version: ItemVersion(rawValue: "c" + String(sequence)), limits: StoreLimits.standard,
             store: "the file vault"
-        ) { key in
+        ) { key, needsMetadata in
             do {
                 switch try lookup(recordID(for: key), key: key) {
                 case .absent: return .absent
+                // The index gives the version without decrypting the record.
+                case .found(let ref) where !needsMetadata: return .atVersion(ItemVersion(rawValue: "c" + String(ref.version)))
                 case .found(let ref): return .present(try open(ref, key: key, withSecret: false).info)
                 }
             } catch let error as KeysmithError where error.code == .corruptData {
@@ -1026,7 +1129,7 @@ final class Engine2 {
         -> [SealedFrame]
     {
         let vaultID = vaultID
-        @Sendable func sealOne(_ position: Int) throws -> SealedFrame {
+        @Sendable func sealOne(_ position: Int, _ context: AESGCM.Context) throws -> SealedFrame {
             let index = order[position]
             var plaintext: [UInt8] = []
             let op: FrameOp
@@ -1039,18 +1142,24 @@ final class Engine2 {
             }
             defer { cleanse(&plaintext) }
             let sealed = try vaultCrypto {
-                try AESGCM.seal(plaintext, key: keys.record, associatedData: SealedRef.associatedData(
+                try context.seal(plaintext, associatedData: SealedRef.associatedData(
                     vaultID: vaultID, epoch: keys.epoch, version: sequence, op: op, recordID: recordIDs[index]))
             }
             return SealedFrame(op: op, nonce: InlineBytes(sealed.nonce), ciphertext: sealed.ciphertext, tag: InlineBytes(sealed.tag))
         }
         let chunks = ProcessInfo.processInfo.activeProcessorCount
-        guard order.count >= 2048, chunks > 1 else { return try order.indices.map(sealOne) }
+        guard order.count >= 2048, chunks > 1 else {
+            let context = try vaultCrypto { try AESGCM.Context(key: keys.record) }
+            return try order.indices.map { try sealOne($0, context) }
+        }
         let chunkSize = (order.count + chunks - 1) / chunks
         let results = Mutex<[Int: Result<[SealedFrame], any Error>]>([:])
         DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
             let range = (chunk * chunkSize)..<min(order.count, (chunk + 1) * chunkSize)
-            let sealed = Result { try range.map(sealOne) }
+            let sealed = Result {
+                let context = try vaultCrypto { try AESGCM.Context(key: keys.record) }
+                return try range.map { try sealOne($0, context) }
+            }
             results.withLock { $0[chunk] = sealed }
         }
         return try results.withLock { results in try (0..<chunks).flatMap { try results[$0]?.get() ?? [] } }

@@ -38,9 +38,14 @@ struct RecordID: Hashable, Comparable, Sendable, CustomStringConvertible {
     private let words: (UInt64, UInt64, UInt64, UInt64)
 
     init?(_ bytes: [UInt8]) {
+        self.init(bytes[...])
+    }
+
+    init?(_ bytes: ArraySlice<UInt8>) {
         guard bytes.count == Format.recordIDSize else { return nil }
-        func word(_ at: Int) -> UInt64 { bytes[at..<at + 8].reduce(0) { $0 << 8 | UInt64($1) } }
-        words = (word(0), word(8), word(16), word(24))
+        let start = bytes.startIndex
+        words = (bigEndianWord(bytes, start, 8), bigEndianWord(bytes, start + 8, 8), bigEndianWord(bytes, start + 16, 8),
+                 bigEndianWord(bytes, start + 24, 8))
     }
 
     /// The 32 bytes.
@@ -71,6 +76,14 @@ struct RecordID: Hashable, Comparable, Sendable, CustomStringConvertible {
     var description: String { Array(bytes.prefix(8)).hexString }
 }
 
+/// `length` (≤ 8) bytes from `start` as a big-endian number.
+@inline(__always)
+private func bigEndianWord(_ bytes: ArraySlice<UInt8>, _ start: Int, _ length: Int) -> UInt64 {
+    var word: UInt64 = 0
+    for index in start..<(start + length) { word = word << 8 | UInt64(bytes[index]) }
+    return word
+}
+
 /// Up to 16 bytes kept inline (a GCM nonce or tag), so that an index of 100,000 records holds
 /// no array per record.
 struct InlineBytes: Hashable, Sendable {
@@ -79,12 +92,16 @@ struct InlineBytes: Hashable, Sendable {
     let count: Int
 
     init(_ bytes: [UInt8]) {
+        self.init(bytes[...])
+    }
+
+    init(_ bytes: ArraySlice<UInt8>) {
         precondition(bytes.count <= 16, "at most 16 bytes inline")
-        var padded = bytes + [UInt8](repeating: 0, count: 16 - bytes.count)
-        high = padded[0..<8].reduce(0) { $0 << 8 | UInt64($1) }
-        low = padded[8..<16].reduce(0) { $0 << 8 | UInt64($1) }
-        count = bytes.count
-        padded.removeAll()
+        let start = bytes.startIndex, count = bytes.count
+        // Left-aligned: byte i of the value is byte i of high‖low.
+        high = bigEndianWord(bytes, start, min(count, 8)) << UInt64(8 * (8 - min(count, 8)))
+        low = count > 8 ? bigEndianWord(bytes, start + 8, count - 8) << UInt64(8 * (16 - count)) : 0
+        self.count = count
     }
 
     /// The bytes.
@@ -296,6 +313,51 @@ enum RecordCodec {
         case recordType
     }
 
+    /// The text fields of a record being decoded, one optional per tag.
+    private struct StringFields {
+        private var service, account, server, internetProtocol, authenticationType, securityDomain, path: String?
+        private var label, comment, itemDescription, creator, type, recordType: String?
+
+        subscript(tag: Tag) -> String? {
+            get {
+                switch tag {
+                case .service: service
+                case .account: account
+                case .server: server
+                case .internetProtocol: internetProtocol
+                case .authenticationType: authenticationType
+                case .securityDomain: securityDomain
+                case .path: path
+                case .label: label
+                case .comment: comment
+                case .itemDescription: itemDescription
+                case .creator: creator
+                case .type: type
+                case .recordType: recordType
+                case .port, .generic, .secret: nil
+                }
+            }
+            set {
+                switch tag {
+                case .service: service = newValue
+                case .account: account = newValue
+                case .server: server = newValue
+                case .internetProtocol: internetProtocol = newValue
+                case .authenticationType: authenticationType = newValue
+                case .securityDomain: securityDomain = newValue
+                case .path: path = newValue
+                case .label: label = newValue
+                case .comment: comment = newValue
+                case .itemDescription: itemDescription = newValue
+                case .creator: creator = newValue
+                case .type: type = newValue
+                case .recordType: recordType = newValue
+                case .port, .generic, .secret: break
+                }
+            }
+        }
+    }
+
     /// The canonical identity bytes that a record id is the HMAC of.
     static func identity(_ key: ItemKey) -> [UInt8] {
         var writer = ByteWriter(capacity: 64)
@@ -378,17 +440,20 @@ enum RecordCodec {
         guard let kind = reader.readUInt8(), let created = reader.readUInt64(), let modified = reader.readUInt64(),
               let flags = reader.readUInt8()
         else { throw DecodeError(reason: "the record is shorter than its fixed fields") }
-        var strings: [Tag: String] = [:]
+        // One slot per tag and a bit per tag seen: no collection is allocated per record (a
+        // bulk job decodes 100,000).
+        var strings = StringFields()
         var port: Int?
         var generic: Data?
         var secret = Data()
-        var seen = Set<UInt8>()
+        var seen: UInt32 = 0
         while reader.remaining > 0 {
             guard let tagByte = reader.readUInt8(), let length = reader.readUInt32(),
                   let value = reader.read(count: Int(length))
             else { throw DecodeError(reason: "a field runs past the end of the record") }
             guard let tag = Tag(rawValue: tagByte) else { throw DecodeError(reason: "unknown field \(tagByte)") }
-            guard seen.insert(tagByte).inserted else { throw DecodeError(reason: "field \(tagByte) appears twice") }
+            guard seen & (1 << tagByte) == 0 else { throw DecodeError(reason: "field \(tagByte) appears twice") }
+            seen |= 1 << tagByte
             switch tag {
             case .port:
                 guard value.count == 2 else { throw DecodeError(reason: "the port field is not 2 bytes") }
@@ -402,7 +467,7 @@ enum RecordCodec {
                 strings[tag] = text
             }
         }
-        guard seen.contains(Tag.secret.rawValue) else { throw DecodeError(reason: "the record has no secret field") }
+        guard seen & (1 << Tag.secret.rawValue) != 0 else { throw DecodeError(reason: "the record has no secret field") }
         guard let account = strings[.account] else { throw DecodeError(reason: "the record has no account") }
         let key: ItemKey
         switch kind {

@@ -131,8 +131,11 @@ enum LogFile2 {
         var tag: InlineBytes
     }
 
+    /// HMAC(chain key, label ‖ header ‖ table), without joining the parts (a bulk commit's
+    /// table is megabytes).
     static func commitMAC(chainKey: SecretBytes, headerAndTable: [UInt8]) -> [UInt8] {
-        SHA256.hmac(key: chainKey, Format2.commitLabel + headerAndTable)
+        guard let key = try? HMACSHA256Key(chainKey) else { return SHA256.hmac(key: chainKey, Format2.commitLabel + headerAndTable) }
+        return key.mac(Format2.commitLabel, headerAndTable)
     }
 
     static func encodeHead(_ head: Head) -> [UInt8] {
@@ -190,7 +193,7 @@ enum LogFile2 {
         entries.reserveCapacity(count)
         var total = 0
         for _ in 0..<count {
-            guard let id = reader.readBytes(32).flatMap(RecordID.init), let opByte = reader.readUInt8(),
+            guard let id = reader.readRecordID(), let opByte = reader.readUInt8(),
                   let length = reader.readUInt32(), let nonce = reader.readInline(12), let tag = reader.readInline(16)
             else { return (entries, "its table is cut short") }
             guard let op = FrameOp(rawValue: opByte) else { return (entries, "its table names an unknown operation \(opByte)") }
@@ -388,7 +391,7 @@ enum SnapshotFile2 {
         var entries: [IndexEntry] = []
         entries.reserveCapacity(count)
         for index in 0..<count {
-            guard let id = reader.readBytes(32).flatMap(RecordID.init), let version = reader.readUInt64(),
+            guard let id = reader.readRecordID(), let version = reader.readUInt64(),
                   let epoch = reader.readUInt32(), let offset = reader.readUInt64(), let length = reader.readUInt32(),
                   let nonce = reader.readInline(12), let tag = reader.readInline(16)
             else { return (entries, "the page is cut short") }

@@ -407,7 +407,7 @@ struct VaultEngine: ~Copyable {
         let writes = try resolveBatch(
             operations, now: now, version: ItemVersion(rawValue: "c" + String(sequence)), limits: StoreLimits.standard,
             store: "the file vault"
-        ) { key in
+        ) { key, _ in
             if let entry = entries[key] { return .present(entry.info) }
             return damage(for: key) != nil ? .damaged : .absent
         }
