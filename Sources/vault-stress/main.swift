@@ -8,6 +8,7 @@
 //   vault-stress maintain VAULT KEYFILE PREFIX COUNT compacts, re-keys and re-wraps (same
 //                                                    keyfile, new salt) in turn, COUNT times
 //   vault-stress counter VAULT KEYFILE PREFIX COUNT  sets "counter" to 0, 1, … COUNT-1, saying "ack N" after each
+//   vault-stress bulk VAULT KEYFILE PREFIX COUNT     one batch upserting bulk-0 … bulk-(COUNT-1) to PREFIX-bulk-N
 //   vault-stress passwd VAULT KEYFILE NEWKEYFILE     changes the credential once
 //   vault-stress rekey  VAULT KEYFILE                re-keys once
 //   vault-stress upgrade VAULT KEYFILE               upgrades a format 1 vault to format 2
@@ -25,6 +26,13 @@ func say(_ line: String) {
             if written <= 0 { exit(3) }
             offset += written
         }
+    }
+}
+
+/// Upserts of bulk-0 … bulk-(count-1), each to PREFIX-bulk-N.
+func bulkBatch(_ prefix: String, _ count: Int) -> [StoreOperation] {
+    (0..<count).map {
+        .upsert(ItemAttributes(key: .genericPassword(service: "stress", account: "bulk-\($0)")), secret: Data("\(prefix)-bulk-\($0)".utf8))
     }
 }
 
@@ -66,6 +74,15 @@ do {
         say("done")
         exit(0)
     }
+    // A bulk batch is reported in one short line, "bulk PREFIX COUNT": bulk-N is set to
+    // PREFIX-bulk-N for N below COUNT (a line per item would fill the pipe).
+    if mode == "bulk" {
+        say("begin bulk \(prefix) \(count)")
+        try vault.perform(bulkBatch(prefix, count))
+        say("ack bulk \(prefix) \(count)")
+        say("done")
+        exit(0)
+    }
     if mode == "maintain" {
         for index in 0..<count {
             switch index % 3 {
@@ -104,6 +121,13 @@ do {
         var operations: [StoreOperation] = []
         var lines: [String] = []
         switch index % 7 {
+        case _ where mode == "write" && index == 20:
+            // One bulk batch (compacted at once) over keys every writer shares, so that kills
+            // land in the middle of one too.
+            say("begin bulk \(prefix) 4100")
+            try vault.perform(bulkBatch(prefix, 4100))
+            say("ack bulk \(prefix) 4100")
+            continue
         case 3 where index >= 3:
             // Update an earlier item.
             operations = [.upsert(ItemAttributes(key: key(index - 3)), secret: Data("\(prefix)-\(index - 3)-v2".utf8))]

@@ -90,6 +90,42 @@ struct CryptoTests {
         #expect(mac == hex("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"))
     }
 
+    @Test("a keyed HMAC context gives RFC 4231's MAC, the same for parts as for the whole, again and again")
+    func keyedHMAC() throws {
+        let key = try HMACSHA256Key(SecretBytes(copying: Array("Jefe".utf8)))
+        let expected = hex("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        for _ in 0..<3 {
+            #expect(key.mac(Array("what do ya want for nothing?".utf8)) == expected)
+            #expect(key.mac(Array("what do ya ".utf8), [], Array("want for nothing?".utf8)) == expected)
+        }
+        // Another message under the same key agrees with the one-shot HMAC; and another key differs.
+        let other = Array("a different message".utf8)
+        #expect(key.mac(other) == SHA256.hmac(key: SecretBytes(copying: Array("Jefe".utf8)), other))
+        #expect(try HMACSHA256Key(SecretBytes(copying: Array("Jeff".utf8))).mac(other) != key.mac(other))
+    }
+
+    @Test("a keyed GCM context matches test case 16, and keeps working after a failed open")
+    func gcmContextReuse() throws {
+        let context = try AESGCM.Context(key: Self.key)
+        for _ in 0..<3 {
+            let sealed = try context.seal(Self.plaintext, nonce: Self.nonce, associatedData: Self.aad)
+            #expect(sealed.ciphertext == Self.ciphertext)
+            #expect(sealed.tag == Self.tag)
+            var badTag = Self.tag
+            badTag[0] ^= 1
+            #expect(throws: CryptoError.self) {
+                try context.open(ciphertext: Self.ciphertext, tag: badTag, nonce: Self.nonce, associatedData: Self.aad)
+            }
+            #expect(try context.open(ciphertext: Self.ciphertext, tag: Self.tag, nonce: Self.nonce, associatedData: Self.aad) == Self.plaintext)
+        }
+        // Fresh nonces by default, and what one context seals another opens.
+        let first = try context.seal([1, 2, 3], associatedData: [])
+        let second = try context.seal([1, 2, 3], associatedData: [])
+        #expect(first.nonce != second.nonce)
+        #expect(try AESGCM.Context(key: Self.key).open(ciphertext: first.ciphertext, tag: first.tag, nonce: first.nonce, associatedData: []) == [1, 2, 3])
+        #expect(throws: CryptoError.self) { try AESGCM.Context(key: SecretBytes(copying: [1, 2, 3])) }
+    }
+
     @Test("secret bytes print redacted and compare by content")
     func secretBytes() throws {
         var raw: [UInt8] = [1, 2, 3]

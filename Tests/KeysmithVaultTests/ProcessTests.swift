@@ -50,6 +50,8 @@ func stressErrors(_ process: Process) -> String {
 struct Acknowledged {
     var state: [String: String?] = [:]
     var inFlight: Set<String> = []
+    /// The batch in flight at the kill: each key and the value it would get (`nil`: deleted).
+    var inFlightBatch: [(key: String, value: String?)] = []
     /// Whether the writer's token was acknowledged, and which scope revocations were.
     var tokenImported = false
     var revoked: Set<String> = []
@@ -57,7 +59,10 @@ struct Acknowledged {
 
     mutating func read(_ output: String) {
         var pending: [(String, String?)] = []
-        for line in output.split(separator: "\n") {
+        // Only whole lines: a kill can cut the last one short (its batch had not started).
+        var lines = output.split(separator: "\n", omittingEmptySubsequences: false)
+        lines.removeLast()
+        for line in lines {
             let words = line.split(separator: " ").map(String.init)
             if words.count >= 2, words[1] == "token" {
                 if words[0] == "ack" { tokenImported = true }
@@ -68,6 +73,17 @@ struct Acknowledged {
                 continue
             }
             if words.count >= 2, words[1] == "keys" { continue }
+            if words.count == 4, words[1] == "bulk", let count = Int(words[3]) {
+                // "bulk PREFIX COUNT": bulk-N set to PREFIX-bulk-N for every N below COUNT.
+                let operations: [(String, String?)] = (0..<count).map { ("bulk-\($0)", "\(words[2])-bulk-\($0)") }
+                if words[0] == "begin" {
+                    pending = operations
+                } else {
+                    for (key, value) in operations { state[key] = .some(value) }
+                    pending = []
+                }
+                continue
+            }
             let parts = line.split(separator: " ", maxSplits: 1).map(String.init)
             guard parts.count == 2 else { continue }
             let operations: [(String, String?)] = parts[1].components(separatedBy: " | ").map { item in
@@ -82,6 +98,7 @@ struct Acknowledged {
             }
         }
         inFlight = Set(pending.map(\.0))
+        inFlightBatch = pending.map { (key: $0.0, value: $0.1) }
     }
 }
 
@@ -121,6 +138,19 @@ struct ProcessTests {
             // the next write); anything else is damage.
             let damage = try vault.verify().filter { !$0.isSuperseded && $0.file != "header.backup" }
             #expect(damage.isEmpty, "round \(round): the vault reports damage after a kill: \(damage)")
+            // The batch in flight at the kill is all or nothing, a bulk batch included.
+            if !acks.inFlightBatch.isEmpty {
+                var applied = 0, untouched = 0
+                for (account, value) in acks.inFlightBatch {
+                    let read = try vault.read(.genericPassword(service: "stress", account: account)).map { String(decoding: $0.secret, as: UTF8.self) }
+                    let before: String?
+                    if let acked = acks.state[account] { before = acked } else if let known = everything[account] { before = known } else { before = nil }
+                    if read == value { applied += 1 } else if read == before { untouched += 1 }
+                    everything[account] = read
+                }
+                #expect(applied == acks.inFlightBatch.count || untouched == acks.inFlightBatch.count,
+                        "round \(round): the batch in flight was torn: \(applied) applied, \(untouched) untouched of \(acks.inFlightBatch.count)")
+            }
             for (account, expected) in acks.state where !acks.inFlight.contains(account) {
                 acknowledged += 1
                 let secret = try vault.read(.genericPassword(service: "stress", account: account))?.secret
@@ -285,6 +315,57 @@ struct ProcessTests {
         }
         print("passwd fault injection: killed at each of \(step - 1) steps, then finished")
         #expect(sawOld && sawNew)
+        #expect(step > 6)
+    }
+
+    @Test("a bulk batch killed at each of its file-system steps is all or nothing, and the vault opens clean")
+    func bulkBatchKilledAtEveryStep() throws {
+        let directory = TemporaryDirectory()
+        let keyfile = directory.sub("keyfile")
+        try VaultCredential.generateKeyfile(at: keyfile)
+        let pristine = directory.sub("pristine")
+        let vault = try FileVault.create(at: pristine, credential: .keyfile(at: keyfile), anchorDirectory: nil)
+        // A snapshot, then two logs on top: the bulk batch merges over both.
+        try vault.perform((0..<300).map { .create(ItemAttributes(key: .genericPassword(service: "s", account: "a\($0)")), secret: Data("v\($0)".utf8)) })
+        try vault.compact()
+        try vault.perform((0..<50).map { .upsert(ItemAttributes(key: .genericPassword(service: "stress", account: "bulk-\($0)")), secret: Data("old".utf8)) })
+        try vault.perform([.delete(.genericPassword(service: "s", account: "a1"))])
+        let count = 4200
+        var step = 1
+        var sawBefore = false, sawAfter = false
+        while true {
+            let path = directory.sub("vault-\(step)")
+            try FileManager.default.copyItem(atPath: pristine, toPath: path)
+            // Each copy is the same vault: each gets its own rollback anchor.
+            let run = try startStress(["bulk", path, keyfile, "new", String(count)],
+                                      environment: ["KEYSMITH_FAULT_EXIT_AT": String(step), "KEYSMITH_ANCHOR_DIR": directory.sub("anchors-\(step)")])
+            run.0.waitUntilExit()
+            let finished = run.0.terminationStatus == 0
+            #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
+            let opened = try FileVault.open(at: path, credential: .keyfile(at: keyfile), anchorDirectory: nil)
+            #expect(try opened.verify().filter { !$0.isSuperseded }.isEmpty, "step \(step)")
+            let values = try (0..<count).map { index in
+                try opened.read(.genericPassword(service: "stress", account: "bulk-\(index)")).map { String(decoding: $0.secret, as: UTF8.self) }
+            }
+            let applied = values.enumerated().allSatisfy { $0.element == "new-bulk-\($0.offset)" }
+            let untouched = values.enumerated().allSatisfy { $0.element == ($0.offset < 50 ? "old" : nil) }
+            #expect(applied || untouched, "step \(step): the batch is torn")
+            #expect(!finished || applied, "step \(step): an acknowledged batch is missing")
+            if applied { sawAfter = true } else { sawBefore = true }
+            #expect(try opened.read(.genericPassword(service: "s", account: "a7"))?.secret == Data("v7".utf8), "step \(step)")
+            #expect(try opened.read(.genericPassword(service: "s", account: "a1")) == nil, "step \(step)")
+            // The next writes work and compact what a kill left.
+            try opened.perform([.create(ItemAttributes(key: .genericPassword(service: "s", account: "after")), secret: Data("x".utf8))])
+            try opened.compact()
+            #expect(try opened.statistics.logFiles == 0, "step \(step)")
+            #expect(try opened.verify().filter { !$0.isSuperseded }.isEmpty, "step \(step) after compacting")
+            try? FileManager.default.removeItem(atPath: path)
+            if finished { break }
+            step += 1
+            try #require(step < 100)
+        }
+        print("bulk batch fault injection: killed at each of \(step - 1) steps, then finished")
+        #expect(sawBefore && sawAfter)
         #expect(step > 6)
     }
 
