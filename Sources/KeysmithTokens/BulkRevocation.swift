@@ -17,14 +17,40 @@ public struct TokenFilter: Sendable, Hashable {
     }
 }
 
+/// Where a token is kept: its service and account (two fields, never one joined string, so
+/// that names holding " at " or any other separator stay unambiguous).
+public struct TokenReference: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// The service the token is kept under.
+    public var service: String
+    /// The account the token is kept under.
+    public var account: String
+
+    /// Names a token.
+    public init(service: String, account: String) {
+        self.service = service
+        self.account = account
+    }
+
+    /// `ACCOUNT at SERVICE`, for people.
+    public var description: String { "\(account) at \(service)" }
+}
+
+extension TokenFilter {
+    /// The filter in words, for messages: `service news, client web` or `the filter (every token)`.
+    var summary: String {
+        let parts = [service.map { "service \($0)" }, clientID.map { "client \($0)" }, subject.map { "subject \($0)" }].compactMap { $0 }
+        return parts.isEmpty ? "(every token)" : parts.joined(separator: ", ")
+    }
+}
+
 /// What a bulk revocation did (or, in a dry run, would do).
 public struct BulkRevocationReport: Sendable, Hashable {
     /// Tokens that match the filter.
     public var matched: Int
     /// Tokens whose scope changed from another state to revoked.
     public var changed: Int
-    /// Where the changed tokens are stored.
-    public var changedTokens: [String]
+    /// The changed tokens.
+    public var changedTokens: [TokenReference]
     /// Whether this was a dry run (nothing was written).
     public var dryRun: Bool
 }
@@ -45,7 +71,9 @@ extension TokenKeeper {
     /// Only scopes a token holds as **granted** change (also on a token that has expired, so
     /// that a refresh cannot bring them back): a declined or already revoked scope keeps its
     /// state, and a token changes and counts only when at least one of the scopes was granted.
-    /// So running it again changes nothing.
+    /// So running it again changes nothing. A scope that no matching token holds in any state
+    /// is an error, as it is for ``revoke(_:service:account:reason:)`` (a misspelled scope must
+    /// not report success): nothing is revoked then.
     ///
     /// ```swift
     /// let report = try keeper.revoke(scopes: ["posts:write", "posts:delete"],
@@ -61,8 +89,9 @@ extension TokenKeeper {
     ///   - progress: Called with (items examined, about how many to examine) as the job goes
     ///     (``ScanProgress``: a vault counts every record it walks, not only tokens).
     /// - Returns: How many tokens matched and changed.
-    /// - Throws: ``KeysmithError/Code/invalidArgument`` for no scope; a store failure (nothing is
-    ///   written then).
+    /// - Throws: ``KeysmithError/Code/invalidArgument`` for no scope;
+    ///   ``KeysmithError/Code/itemNotFound`` when no token matches, or a scope is held (in any
+    ///   state) by none of the matching tokens; a store failure. Nothing is written then.
     public func revoke(
         scopes: [Scope], matching filter: TokenFilter, reason: String, dryRun: Bool = false,
         progress: ((Int, Int) -> Void)? = nil
@@ -75,6 +104,7 @@ extension TokenKeeper {
             report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
             var tokens: [StoreOperation] = []
             var examined = 0
+            var heardOf = Set<Scope>()
             // One pass, a chunk at a time: each token is read (and decrypted) once.
             try store.forEachRecord(matching: ItemQuery(service: filter.service, recordType: .oauthToken), chunkSize: 4096) { records, scan in
                 for record in records {
@@ -84,24 +114,35 @@ extension TokenKeeper {
                     if let client = filter.clientID, token.clientID != client { continue }
                     if let subject = filter.subject, token.subject != subject { continue }
                     report.matched += 1
+                    for scope in scopes where token.scopes[scope] != nil { heardOf.insert(scope) }
                     // The stored state: a granted scope of an expired token is revoked too (a
                     // refresh would bring it back otherwise).
                     let granted = scopes.filter { token.scopes[$0]?.state == .granted }
                     guard !granted.isEmpty else { continue }
                     for scope in granted { try token.revoke(scope, reason: reason, at: time) }
                     report.changed += 1
-                    report.changedTokens.append("\(account) at \(service)")
+                    report.changedTokens.append(TokenReference(service: service, account: account))
                     tokens.append(Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record))
                 }
                 examined = scan.examined
                 progress?(scan.examined, scan.total)
             }
             progress?(examined, examined)
+            guard report.matched > 0 else {
+                throw KeysmithError(.itemNotFound, "no token matches \(filter.summary); nothing was revoked")
+            }
+            let unknown = scopes.filter { !heardOf.contains($0) }
+            guard unknown.isEmpty else {
+                throw KeysmithError(
+                    .itemNotFound,
+                    "none of the \(report.matched) matching token(s) has ever held \(Scope.formatList(unknown)) "
+                        + "(misspelled?); nothing was revoked")
+            }
             guard !dryRun, !tokens.isEmpty else { return ([], []) }
             // One audit entry names every token the bulk change touched.
             let event = Event("bulk-revoke", filter.service ?? "*", filter.subject ?? "*", scopes.map(\.rawValue),
                               "bulk: \(reason); client \(filter.clientID ?? "*"); \(tokens.count) token(s)",
-                              tokens: report.changedTokens)
+                              tokens: report.changedTokens.map(\.description))
             return (tokens, [event])
         }
         return report

@@ -36,13 +36,22 @@ public struct Scope: Hashable, Sendable, Comparable, Codable, CustomStringConver
         self.rawValue = rawValue
     }
 
-    /// Parses a space-delimited scope list (the `scope` parameter of RFC 6749) into a set.
+    /// Parses a scope list into a set: space-delimited as RFC 6749 §3.3 says, or
+    /// comma-delimited as GitHub, Slack and Facebook send it (`"repo,gist"`), or both.
     ///
-    /// - Parameter list: Scope tokens separated by single or repeated spaces.
+    /// RFC 6749 allows a comma inside a scope token, but no provider names a scope with one
+    /// while several separate scopes with commas, so a list is split at commas too: a scope
+    /// whose name holds a comma can be made with ``init(_:)`` but not given in a list.
+    ///
+    /// ```swift
+    /// try Scope.parseList("repo,gist user")   // [repo, gist, user]
+    /// ```
+    ///
+    /// - Parameter list: Scope tokens separated by spaces and/or commas (repeats ignored).
     /// - Returns: The set of scopes; empty for an empty list.
     /// - Throws: ``KeysmithError/Code/invalidScope`` for the first invalid token.
     public static func parseList(_ list: String) throws -> Set<Scope> {
-        Set(try list.split(separator: " ", omittingEmptySubsequences: true).map { try Scope(String($0)) })
+        Set(try list.split(whereSeparator: { $0 == " " || $0 == "," }).map { try Scope(String($0)) })
     }
 
     /// Formats scopes as a space-delimited list, sorted for stable output.

@@ -16,7 +16,27 @@ struct TokenResponse {
         var token_type: String?
         var expires_in: Flexible?
         var refresh_token: String?
-        var scope: String?
+        var scope: ScopeField?
+    }
+
+    /// `scope` arrives as a space- or comma-delimited string (RFC 6749; GitHub, Slack), or as a
+    /// JSON array of scope strings (Facebook and others).
+    private enum ScopeField: Decodable {
+        case list(String)
+        case array([String])
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.singleValueContainer()
+            if let list = try? container.decode(String.self) { self = .list(list) } else {
+                self = .array(try container.decode([String].self))
+            }
+        }
+
+        func scopes() throws -> Set<Scope> {
+            switch self {
+            case .list(let list): try Scope.parseList(list)
+            case .array(let items): Set(try items.map { try Scope.parseList($0) }.joined())
+            }
+        }
     }
 
     /// `expires_in` arrives as a number, or (from some servers) as a numeric string.
@@ -39,6 +59,8 @@ struct TokenResponse {
         let wire: Wire
         do {
             wire = try JSONDecoder().decode(Wire.self, from: data)
+        } catch let DecodingError.typeMismatch(_, context) where context.codingPath.first?.stringValue == "scope" {
+            throw KeysmithError(.malformedData, "the token response's scope is neither a string nor an array of strings")
         } catch {
             throw KeysmithError(.malformedData, "the token response is not a JSON object with the RFC 6749 fields (access_token, token_type, …)")
         }
@@ -69,7 +91,7 @@ struct TokenResponse {
             throw KeysmithError(
                 .malformedData, "the token response's expires_in (\(expiresIn) s) is more than 100 years; no token lives that long")
         }
-        let scope = try wire.scope.map { try Scope.parseList($0) }
+        let scope = try wire.scope.map { try $0.scopes() }
         return TokenResponse(accessToken: accessToken, tokenType: tokenType, expiresIn: expiresIn,
                              refreshToken: wire.refresh_token, scope: scope)
     }

@@ -43,7 +43,7 @@ extension KeysmithCommand.Token {
         @OptionGroup var store: StoreOptions
         @OptionGroup var location: TokenLocation
 
-        @Option(help: "The scopes that were requested, space-separated.")
+        @Option(help: "The scopes that were requested, separated by spaces or commas.")
         var requested: String = ""
 
         @Option(help: "The client the token was issued to.")
@@ -244,7 +244,17 @@ extension KeysmithCommand {
             bar.finish()
             let names = Scope.formatList(revoking)
             if json {
-                struct Report: Encodable { var scopes: [String]; var matched: Int; var changed: Int; var dryRun: Bool; var tokens: [String] }
+                struct Report: Encodable {
+                    var scopes: [String]
+                    var matched: Int
+                    var changed: Int
+                    var dryRun: Bool
+                    var tokens: [TokenReference]
+                    enum CodingKeys: String, CodingKey {
+                        case scopes, matched, changed, tokens
+                        case dryRun = "dry_run"
+                    }
+                }
                 print(try jsonLine(Report(scopes: revoking.map(\.rawValue).sorted(), matched: report.matched, changed: report.changed,
                                           dryRun: dryRun, tokens: report.changedTokens)))
             } else {

@@ -91,7 +91,7 @@ struct TokenCommandTests {
             #expect(try keysmith.run(["token", "import", "--service", "news", "--account", account, "--client", client], stdin: response).status == 0)
         }
         let dry = try keysmith.run(["revoke", "--scope", "posts:write", "--client", "web", "--dry-run", "--json"])
-        #expect(dry.stdout.contains(#""changed":2"#) && dry.stdout.contains(#""dryRun":true"#))
+        #expect(dry.stdout.contains(#""changed":2"#) && dry.stdout.contains(#""dry_run":true"#))
         #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "a", "posts:write"]).status == 0)
         let done = try keysmith.run(["revoke", "--scope", "posts:write", "--client", "web"])
         #expect(done.stdout.contains("Revoked posts:write on 2 of 2"))
@@ -100,6 +100,69 @@ struct TokenCommandTests {
         let again = try keysmith.run(["revoke", "--scope", "posts:write", "--client", "web", "--json"])
         #expect(again.stdout.contains(#""changed":0"#))
         #expect(try keysmith.run(["audit", "verify"]).stdout.contains("4 entries"))
+    }
+
+    @Test("providers' scope forms: GitHub's commas, Slack's commas, Facebook's array and a comma-separated --requested are separate scopes")
+    func providerScopeForms() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        func scopes(_ account: String) throws -> [String: String] {
+            let listed = try keysmith.run(["token", "scopes", "--json", "--service", "p", "--account", account])
+            #expect(listed.status == 0, "\(listed.output)")
+            var states: [String: String] = [:]
+            for line in listed.stdout.split(separator: "\n") {
+                let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                states[object["scope"] as? String ?? "?"] = object["state"] as? String
+            }
+            return states
+        }
+        let github = #"{"access_token":"gho_X","token_type":"bearer","scope":"repo,gist"}"#
+        #expect(try keysmith.run(["token", "import", "--service", "p", "--account", "github"], stdin: github).status == 0)
+        #expect(try scopes("github") == ["repo": "granted", "gist": "granted"])
+        let slack = #"{"access_token":"xoxb-X","token_type":"bot","scope":"commands,incoming-webhook"}"#
+        #expect(try keysmith.run(["token", "import", "--service", "p", "--account", "slack"], stdin: slack).status == 0)
+        #expect(try scopes("slack") == ["commands": "granted", "incoming-webhook": "granted"])
+        let facebook = #"{"access_token":"EAA-X","token_type":"bearer","scope":["email","public_profile"]}"#
+        let imported = try keysmith.run(["token", "import", "--service", "p", "--account", "facebook",
+                                         "--requested", "email,public_profile,user_friends"], stdin: facebook)
+        #expect(imported.status == 0, "\(imported.output)")
+        #expect(try scopes("facebook") == ["email": "granted", "public_profile": "granted", "user_friends": "declined"])
+        // Each scope is still checked, and a scope of the wrong JSON type is a clear error.
+        let bad = try keysmith.run(["token", "import", "--service", "p", "--account", "bad"],
+                                   stdin: #"{"access_token":"x","token_type":"bearer","scope":["ok","no\\pe"]}"#)
+        #expect(bad.status == 64, "\(bad.output)")
+        let number = try keysmith.run(["token", "import", "--service", "p", "--account", "bad"],
+                                      stdin: #"{"access_token":"x","token_type":"bearer","scope":42}"#)
+        #expect(number.status == 64)
+        #expect(number.stderr.contains("scope is neither a string nor an array"), "\(number.output)")
+        #expect(try keysmith.run(["token", "check", "--service", "p", "--account", "bad", "ok"]).status == 2)
+    }
+
+    @Test("bulk revocation: a misspelled scope or no matching token exits 2 and revokes nothing; JSON names tokens as objects")
+    func bulkExitCodesAndJSON() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        for account in ["a at b", "a"] {
+            #expect(try keysmith.run(["token", "import", "--service", "news", "--account", account, "--client", "web"], stdin: response).status == 0)
+        }
+        let misspelled = try keysmith.run(["revoke", "--scope", "posts:write", "--scope", "posts:wirte", "--client", "web"])
+        #expect(misspelled.status == 2, "\(misspelled.output)")
+        #expect(misspelled.stderr.contains("posts:wirte") && misspelled.stderr.contains("nothing was revoked"))
+        // Not even the scope that exists was revoked.
+        #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "a", "posts:write"]).status == 0)
+        let nobody = try keysmith.run(["revoke", "--scope", "posts:write", "--client", "mobile"])
+        #expect(nobody.status == 2, "\(nobody.output)")
+        #expect(nobody.stderr.contains("no token matches client mobile"))
+        #expect(try keysmith.run(["audit", "verify"]).stdout.contains("2 entries"))
+        // Names holding " at " stay unambiguous: two fields per token.
+        let revoked = try keysmith.run(["revoke", "--scope", "posts:write", "--client", "web", "--json"])
+        #expect(revoked.status == 0, "\(revoked.output)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(revoked.stdout.utf8)) as? [String: Any])
+        let tokens = try #require(report["tokens"] as? [[String: String]])
+        #expect(Set(tokens.map { $0["account"] ?? "" }) == ["a at b", "a"])
+        #expect(tokens.allSatisfy { $0["service"] == "news" })
+        #expect(report["dry_run"] as? Bool == false)
+        #expect(revoked.stdout.split(separator: "\n").count == 1)  // one JSON document
     }
 
     @Test("bulk revocation of several scopes at once is one commit; declined scopes are neither changed nor counted")

@@ -219,7 +219,7 @@ struct TokenKeeperTests {
         let later = TokenKeeper(store: store, clock: { t0.addingTimeInterval(3_600) })
         #expect(try later.token(service: "news", account: "short-lived")?.state(of: "posts:write", at: t0.addingTimeInterval(3_600)) == .expired)
         let expired = try later.revoke(scope: "posts:write", matching: TokenFilter(service: "news"), reason: "incident")
-        #expect(expired.changedTokens.contains("short-lived at news"))
+        #expect(expired.changedTokens.contains(TokenReference(service: "news", account: "short-lived")))
         #expect(try later.token(service: "news", account: "short-lived")?.scopes["posts:write"]?.state == .revoked)
         #expect(try keeper.verifyAuditLog().isIntact)
     }

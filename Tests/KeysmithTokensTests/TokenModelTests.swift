@@ -29,6 +29,8 @@ struct ScopeTests {
         #expect(try Scope("!#$%&'()*+,-./0123456789:;<=>?@AZ[]^_`az{|}~").rawValue.count == 44)
         #expect(try Scope.parseList("b a  b a") == [Scope("a"), Scope("b")])
         #expect(try Scope.parseList("") == [])
+        // Commas separate too (GitHub, Slack), mixed with spaces, repeats ignored.
+        #expect(try Scope.parseList("repo,gist user,,repo , ") == [Scope("repo"), Scope("gist"), Scope("user")])
     }
 
     @Test("each forbidden character is rejected with an error naming it",
