@@ -57,6 +57,31 @@ public final class TokenKeeper: Sendable {
         return (token, record.info.version, record)
     }
 
+    /// Every stored token that matches the filter, with where it is kept, sorted by service
+    /// then account: one pass over the store, each token read once
+    /// (``SecureStore/forEachRecord(matching:chunkSize:_:)``).
+    ///
+    /// ```swift
+    /// let soon = try keeper.tokens(matching: TokenFilter(clientID: "web"))
+    ///     .filter { $0.token.isActive(at: .now) && ($0.token.expiresAt ?? .distantFuture) < .now + 86_400 }
+    /// ```
+    ///
+    /// - Throws: ``KeysmithError/Code/corruptData`` naming a token that does not decode; a
+    ///   store failure.
+    public func tokens(matching filter: TokenFilter = TokenFilter()) throws -> [(reference: TokenReference, token: OAuthToken)] {
+        var found: [(reference: TokenReference, token: OAuthToken)] = []
+        try store.forEachRecord(matching: ItemQuery(service: filter.service, recordType: .oauthToken), chunkSize: 1024) { records, _ in
+            for record in records {
+                guard case .keysmithRecord(let key) = record.key else { continue }
+                let token = try TokenCodec.decode(Array(record.secret), what: "the token for \(key.account) at \(key.service)")
+                if let client = filter.clientID, token.clientID != client { continue }
+                if let subject = filter.subject, token.subject != subject { continue }
+                found.append((TokenReference(service: key.service, account: key.account), token))
+            }
+        }
+        return found.sorted { ($0.reference.service, $0.reference.account) < ($1.reference.service, $1.reference.account) }
+    }
+
     /// Lists where tokens are stored, optionally for one service.
     public func tokenKeys(service: String? = nil) throws -> [(service: String, account: String)] {
         try store.search(ItemQuery(service: service, recordType: .oauthToken)).compactMap { info in

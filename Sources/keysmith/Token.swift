@@ -27,7 +27,8 @@ extension KeysmithCommand {
     struct Token: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Import OAuth tokens and inspect, check and revoke their scopes.",
-            subcommands: [Import.self, Scopes.self, Revoke.self, RevokeAll.self, Check.self, Introspect.self]
+            subcommands: [Import.self, List.self, Get.self, Scopes.self, Revoke.self, RevokeAll.self, Check.self, Introspect.self,
+                          Delete.self]
         )
     }
 }
@@ -185,6 +186,207 @@ extension KeysmithCommand.Token {
             print(try jsonLine(try loadToken(keeper, location).introspection(at: keeper.now)))
         }
     }
+}
+
+/// A duration such as `90s`, `30m`, `12h`, `1d`, `2w`, or a number of seconds; at most 100 years.
+func parseDuration(_ text: String) throws -> TimeInterval {
+    let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
+    var number = Substring(text)
+    var unit = 1.0
+    if let last = text.last, let factor = units[last] {
+        number = text.dropLast()
+        unit = factor
+    }
+    guard let value = Int(number), value >= 0, Double(value) * unit <= 100 * 365 * 86_400 else {
+        throw ValidationError("'\(text)' is not a duration: give a whole number with s, m, h, d or w (such as 12h or 1d), at most 100 years")
+    }
+    return Double(value) * unit
+}
+
+extension KeysmithCommand.Token {
+    /// Lists tokens with filters.
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List stored tokens: where each is kept, its state, expiry and scopes (never the token itself).",
+            discussion: """
+                Filters combine: --service, --client and --subject match the token's fields; --scope keeps tokens that \
+                hold the scope, in --state if given (else in any state); --state alone keeps tokens with any scope in \
+                that state; --expiring-within keeps active tokens that expire within the duration (such as 1d). \
+                With --json, one JSON document: {"tokens": [...]}.
+                """)
+
+        @OptionGroup var store: StoreOptions
+
+        @Option(help: "Only tokens kept under this service.")
+        var service: String?
+
+        @Option(help: "Only tokens issued to this client.")
+        var client: String?
+
+        @Option(help: "Only tokens acting for this subject.")
+        var subject: String?
+
+        @Option(help: "Only tokens that hold this scope.")
+        var scope: String?
+
+        @Option(help: "With --scope, only tokens holding it in this state; alone, tokens with any scope in it (granted, declined, expired, revoked).")
+        var state: String?
+
+        @Option(name: .customLong("expiring-within"), help: "Only active tokens that expire within this long (90s, 30m, 12h, 1d, 2w).")
+        var expiringWithin: String?
+
+        @Flag(help: "Print one JSON document.")
+        var json = false
+
+        func run() throws {
+            let wantedScope = try scope.map { try Scope($0) }
+            let wantedState = try state.map { name in
+                guard let state = ScopeState(rawValue: name) else {
+                    throw ValidationError("unknown state '\(name)': use granted, declined, expired or revoked")
+                }
+                return state
+            }
+            let horizon = try expiringWithin.map(parseDuration)
+            let keeper = TokenKeeper(store: try store.openStore())
+            let now = keeper.now
+            let listed = try keeper.tokens(matching: TokenFilter(service: service, clientID: client, subject: subject)).filter { _, token in
+                let statuses = token.statuses(at: now)
+                if let wantedScope {
+                    guard let status = statuses[wantedScope] else { return false }
+                    if let wantedState, status.state != wantedState { return false }
+                } else if let wantedState, !statuses.values.contains(where: { $0.state == wantedState }) {
+                    return false
+                }
+                if let horizon {
+                    guard token.isActive(at: now), let expiry = token.expiresAt, expiry <= now.addingTimeInterval(horizon) else { return false }
+                }
+                return true
+            }
+            if json {
+                print(try jsonLine(TokenListDocument(tokens: listed.map { TokenListDocument.Entry($0.reference, $0.token, at: now) })))
+                return
+            }
+            if listed.isEmpty {
+                print("No token matches.")
+                return
+            }
+            for (reference, token) in listed {
+                let state = token.isActive(at: now) ? "active" : (token.revokedAt != nil ? "revoked" : "expired")
+                let expiry = token.expiresAt.map { "expires \(iso8601($0))" } ?? "no expiry"
+                let granted = Scope.formatList(token.grantedScopes(at: now))
+                print("\(reference.service)\t\(reference.account)\t\(state)\t\(expiry)\t\(token.clientID ?? "-")\t\(granted.isEmpty ? "-" : granted)")
+            }
+        }
+    }
+
+    /// Prints the access token (or the refresh token) for an `Authorization:` header or a refresh.
+    struct Get: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print a token's access token (or, with --refresh, its refresh token) to standard output.",
+            discussion: """
+                For scripts: curl -H "Authorization: Bearer $(keysmith token get --service S --account A)". \
+                Exit 2 when there is no such token (or no refresh token); exit 3 when the access token is \
+                not active (expired or logged out); the refresh token is printed whatever the access token's state.
+                """)
+
+        @OptionGroup var store: StoreOptions
+        @OptionGroup var location: TokenLocation
+
+        @Flag(help: "Print the refresh token instead.")
+        var refresh = false
+
+        @Flag(name: .customLong("no-newline"), help: "Do not print a newline after the token.")
+        var noNewline = false
+
+        func run() throws {
+            let keeper = TokenKeeper(store: try store.openStore())
+            let token = try loadToken(keeper, location)
+            let value: String
+            if refresh {
+                guard let refreshToken = token.refreshToken else {
+                    throw CommandFailure.notFound("the token for \(location.account) at \(location.service) has no refresh token")
+                }
+                value = refreshToken
+            } else {
+                guard token.isActive(at: keeper.now) else {
+                    let why = token.revokedAt != nil ? "was logged out (revoke-all)" : "expired\(token.expiresAt.map { " at \(iso8601($0))" } ?? "")"
+                    throw CommandFailure.denied("the token for \(location.account) at \(location.service) \(why); refresh it, or use --refresh")
+                }
+                value = token.accessToken
+            }
+            Terminal.write(Array((value + (noNewline ? "" : "\n")).utf8), to: 1)
+        }
+    }
+
+    /// Deletes a token, with an audit entry.
+    struct Delete: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Delete a token; the audit log records it and keeps the token's history.")
+
+        @OptionGroup var store: StoreOptions
+        @OptionGroup var location: TokenLocation
+
+        func run() throws {
+            try TokenKeeper(store: try store.openStore()).delete(service: location.service, account: location.account)
+            print("Deleted the token for \(location.account) at \(location.service).")
+        }
+    }
+}
+
+/// `token list --json`: one document, snake_case names, ISO 8601 UTC times; never a token.
+struct TokenListDocument: Encodable {
+    struct Entry: Encodable {
+        struct ScopeEntry: Encodable {
+            var scope: String
+            var state: String
+            var changedAt: String
+            var reason: String
+            enum CodingKeys: String, CodingKey {
+                case scope, state, reason
+                case changedAt = "changed_at"
+            }
+        }
+        var service: String
+        var account: String
+        var active: Bool
+        var tokenType: String
+        var clientID: String?
+        var subject: String?
+        var issuer: String?
+        var issuedAt: String
+        var expiresAt: String?
+        var revokedAt: String?
+        var hasRefreshToken: Bool
+        var scopes: [ScopeEntry]
+
+        enum CodingKeys: String, CodingKey {
+            case service, account, active, subject, issuer, scopes
+            case tokenType = "token_type"
+            case clientID = "client_id"
+            case issuedAt = "issued_at"
+            case expiresAt = "expires_at"
+            case revokedAt = "revoked_at"
+            case hasRefreshToken = "has_refresh_token"
+        }
+
+        init(_ reference: TokenReference, _ token: OAuthToken, at now: Date) {
+            service = reference.service
+            account = reference.account
+            active = token.isActive(at: now)
+            tokenType = token.tokenType
+            clientID = token.clientID
+            subject = token.subject
+            issuer = token.issuer
+            issuedAt = iso8601(token.issuedAt)
+            expiresAt = token.expiresAt.map(iso8601)
+            revokedAt = token.revokedAt.map(iso8601)
+            hasRefreshToken = token.refreshToken != nil
+            scopes = token.statuses(at: now).sorted { $0.key < $1.key }.map {
+                ScopeEntry(scope: $0.key.rawValue, state: $0.value.state.rawValue, changedAt: iso8601($0.value.changedAt), reason: $0.value.reason)
+            }
+        }
+    }
+    var tokens: [Entry]
 }
 
 func loadToken(_ keeper: TokenKeeper, _ location: TokenLocation) throws -> OAuthToken {

@@ -165,6 +165,66 @@ struct TokenCommandTests {
         #expect(revoked.stdout.split(separator: "\n").count == 1)  // one JSON document
     }
 
+    @Test("token list filters by client, scope, state and expiry and prints one JSON document; get prints a token; delete is audited")
+    func listGetDelete() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        func importToken(_ account: String, client: String, expiresIn: Int?, scope: String) throws {
+            let expiry = expiresIn.map { #","expires_in":\#($0)"# } ?? ""
+            let body = #"{"access_token":"AT-\#(account)","refresh_token":"RT-\#(account)","token_type":"Bearer"\#(expiry),"scope":"\#(scope)"}"#
+            let result = try keysmith.run(["token", "import", "--service", "news", "--account", account, "--client", client,
+                                           "--requested", "groups:read posts:write posts:delete"], stdin: body)
+            #expect(result.status == 0, "\(result.output)")
+        }
+        try importToken("soon", client: "web", expiresIn: 3600, scope: "groups:read posts:write")
+        try importToken("later", client: "web", expiresIn: 3 * 86_400, scope: "groups:read")
+        try importToken("forever", client: "cli", expiresIn: nil, scope: "groups:read posts:write")
+        try importToken("gone", client: "web", expiresIn: 0, scope: "groups:read")
+        func listed(_ arguments: [String]) throws -> [[String: Any]] {
+            let result = try keysmith.run(["token", "list", "--json"] + arguments)
+            #expect(result.status == 0, "\(result.output)")
+            #expect(result.stdout.split(separator: "\n").count == 1, "one document")
+            let document = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+            return try #require(document["tokens"] as? [[String: Any]])
+        }
+        func accounts(_ arguments: [String]) throws -> [String] { try listed(arguments).compactMap { $0["account"] as? String } }
+        #expect(try accounts([]) == ["forever", "gone", "later", "soon"])
+        #expect(try accounts(["--expiring-within", "1d"]) == ["soon"])
+        #expect(try accounts(["--expiring-within", "4d", "--client", "web"]) == ["later", "soon"])
+        #expect(try accounts(["--scope", "posts:write", "--state", "granted"]) == ["forever", "soon"])
+        #expect(try accounts(["--scope", "posts:write", "--state", "declined"]) == ["gone", "later"])
+        #expect(try accounts(["--state", "expired"]) == ["gone"])
+        let soon = try #require(try listed(["--expiring-within", "1d"]).first)
+        #expect(soon["client_id"] as? String == "web" && soon["active"] as? Bool == true && soon["has_refresh_token"] as? Bool == true)
+        #expect((soon["expires_at"] as? String)?.hasSuffix("Z") == true)
+        let scopes = try #require(soon["scopes"] as? [[String: Any]])
+        #expect(scopes.map { $0["scope"] as? String } == ["groups:read", "posts:delete", "posts:write"])
+        #expect(scopes.allSatisfy { ($0["changed_at"] as? String)?.hasSuffix("Z") == true })
+        let all = try keysmith.run(["token", "list", "--json"])
+        #expect(!all.stdout.contains("AT-") && !all.stdout.contains("RT-"))
+        #expect(try keysmith.run(["token", "list", "--expiring-within", "soon"]).status == 64)
+        #expect(try keysmith.run(["token", "list", "--state", "gone"]).status == 64)
+
+        // get: the access token for a header, the refresh token on request; never for an expired one.
+        let access = try keysmith.run(["token", "get", "--service", "news", "--account", "soon"])
+        #expect(access.status == 0 && access.stdout == "AT-soon\n", "\(access.output)")
+        #expect(try keysmith.run(["token", "get", "--service", "news", "--account", "soon", "--refresh", "--no-newline"]).stdout == "RT-soon")
+        let expired = try keysmith.run(["token", "get", "--service", "news", "--account", "gone"])
+        #expect(expired.status == 3 && expired.stdout.isEmpty && expired.stderr.contains("expired"), "\(expired.output)")
+        #expect(!expired.stderr.contains("AT-gone"))
+        #expect(try keysmith.run(["token", "get", "--service", "news", "--account", "gone", "--refresh"]).stdout == "RT-gone\n")
+        #expect(try keysmith.run(["token", "get", "--service", "news", "--account", "nobody"]).status == 2)
+
+        // delete: gone from the list, audited, and a second delete exits 2.
+        let deleted = try keysmith.run(["token", "delete", "--service", "news", "--account", "gone"])
+        #expect(deleted.status == 0, "\(deleted.output)")
+        #expect(try accounts([]) == ["forever", "later", "soon"])
+        #expect(try keysmith.run(["token", "delete", "--service", "news", "--account", "gone"]).status == 2)
+        let audit = try keysmith.run(["audit", "show"])
+        #expect(audit.stdout.contains(#""event":"delete""#), "\(audit.output)")
+        #expect(try keysmith.run(["audit", "verify"]).stdout.contains("5 entries"))
+    }
+
     @Test("bulk revocation of several scopes at once is one commit; declined scopes are neither changed nor counted")
     func bulkSeveralScopes() throws {
         let keysmith = try prepared()
