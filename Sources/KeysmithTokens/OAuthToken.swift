@@ -274,6 +274,68 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
         self = next
     }
 
+    /// What ``applyUpdate(response:requested:allowRegrant:at:)`` changed.
+    public struct UpdateOutcome: Sendable, Hashable {
+        /// Scopes that became granted (new, or declined or expired before).
+        public var granted: Set<Scope> = []
+        /// Scopes that were granted and that the new response does not grant: now declined.
+        public var dropped: Set<Scope> = []
+        /// Scopes the response grants that were revoked here and stay revoked.
+        public var keptRevoked: Set<Scope> = []
+    }
+
+    /// Applies a new token response to a token already kept (a re-import): the refresh and the
+    /// incremental-grant rules at once, with the token's history and identity kept.
+    ///
+    /// The new access token, refresh token (if given), type and expiry replace the old ones.
+    /// The response's scopes (else `requested`) are what is granted now: a scope it grants that
+    /// was absent, declined or expired becomes granted; a granted scope it leaves out becomes
+    /// declined ("dropped"), with the time and the reason; a requested scope it does not grant
+    /// is declined if it was unknown. A scope **revoked** here stays revoked (a revocation is a
+    /// local decision a provider's new token must not undo) unless `allowRegrant`, which also
+    /// ends a log-out. With neither a response scope nor `requested`, the scopes are kept.
+    ///
+    /// - Returns: What changed.
+    /// - Throws: ``KeysmithError/Code/malformedData`` or ``KeysmithError/Code/invalidScope``;
+    ///   the token is unchanged then.
+    @discardableResult
+    public mutating func applyUpdate(response: Data, requested: Set<Scope>, allowRegrant: Bool = false, at date: Date) throws
+        -> UpdateOutcome
+    {
+        let parsed = try TokenResponse.parse(response)
+        var next = self
+        next.accessToken = parsed.accessToken
+        if let refresh = parsed.refreshToken { next.refreshToken = refresh }
+        next.tokenType = parsed.tokenType
+        next.refreshedAt = date
+        next.expiresAt = parsed.expiresIn.map { date.addingTimeInterval(TimeInterval($0)) }
+        var outcome = UpdateOutcome()
+        if parsed.scope != nil || !requested.isEmpty {
+            let offered = parsed.scope ?? requested
+            for scope in offered {
+                switch next.scopes[scope]?.state {
+                case .granted?:
+                    continue
+                case .revoked? where !allowRegrant:
+                    outcome.keptRevoked.insert(scope)
+                default:
+                    next.scopes[scope] = ScopeStatus(state: .granted, changedAt: date, reason: "granted by a new token response")
+                    outcome.granted.insert(scope)
+                }
+            }
+            for (scope, status) in scopes where status.state == .granted && !offered.contains(scope) {
+                next.scopes[scope] = ScopeStatus(state: .declined, changedAt: date, reason: "dropped: the new token response does not grant it")
+                outcome.dropped.insert(scope)
+            }
+            for scope in requested.subtracting(offered) where next.scopes[scope] == nil {
+                next.scopes[scope] = ScopeStatus(state: .declined, changedAt: date, reason: "requested but not granted")
+            }
+        }
+        if allowRegrant { next.revokedAt = nil }
+        self = next
+        return outcome
+    }
+
     /// The token's identity and scopes, never its secrets.
     public var description: String {
         "OAuth token (\(tokenType), client \(clientID ?? "-"), subject \(subject ?? "-"), \(scopes.count) scope(s), secrets redacted)"

@@ -166,6 +166,25 @@ public final class TokenKeeper: Sendable {
         }
     }
 
+    /// Applies a new token response to a token already kept, keeping its history and identity
+    /// (``OAuthToken/applyUpdate(response:requested:allowRegrant:at:)``), with an audit entry
+    /// (`update`) naming the scopes granted, dropped and kept revoked.
+    ///
+    /// - Throws: ``KeysmithError/Code/itemNotFound`` when there is no such token; a bad response
+    ///   (nothing changes then); a store failure.
+    @discardableResult
+    public func update(
+        with response: Data, requested: Set<Scope>, allowRegrant: Bool = false, service: String, account: String
+    ) throws -> (token: OAuthToken, outcome: OAuthToken.UpdateOutcome) {
+        var outcome = OAuthToken.UpdateOutcome()
+        let token = try change(service: service, account: account, event: "update", scopes: requested.map(\.rawValue).sorted(),
+                               detail: "new token response") { token, time in
+            outcome = try token.applyUpdate(response: response, requested: requested, allowRegrant: allowRegrant, at: time)
+            return true
+        }
+        return (token, outcome)
+    }
+
     /// Deletes a token (the audit log keeps its history).
     public func delete(service: String, account: String) throws {
         let key = Self.key(service: service, account: account)

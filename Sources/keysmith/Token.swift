@@ -38,7 +38,12 @@ extension KeysmithCommand.Token {
     struct Import: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Import an RFC 6749 token response read from standard input.",
-            discussion: "The granted scopes are the response's `scope`, else --requested; requested scopes not granted are declined."
+            discussion: """
+                The granted scopes are the response's `scope`, else --requested; requested scopes not granted are declined. \
+                When a token is kept under this service and account already, the response updates it (a refresh or an \
+                incremental grant) and its history is kept: scopes the response leaves out become declined, scopes revoked \
+                here stay revoked unless --allow-regrant; --replace starts over instead.
+                """
         )
 
         @OptionGroup var store: StoreOptions
@@ -56,10 +61,40 @@ extension KeysmithCommand.Token {
         @Option(help: "The issuer.")
         var issuer: String?
 
+        @Flag(help: "Replace a token already kept under this service and account, starting a new history.")
+        var replace = false
+
+        @Flag(name: .customLong("allow-regrant"), help: "Let the new response grant again scopes that were revoked here (and end a log-out).")
+        var allowRegrant = false
+
         func run() throws {
             let requestedScopes = try Scope.parseList(requested)
+            if Terminal.isTerminal(0) {
+                Terminal.write(Array("keysmith: reading a token response (JSON) from standard input; end it with Ctrl-D\n".utf8), to: 2)
+            }
             let body = Data(try Terminal.readAll(fd: 0))
             let keeper = TokenKeeper(store: try store.openStore())
+            if !replace, let existing = try keeper.token(service: location.service, account: location.account) {
+                // A token kept here already: a refresh or an incremental grant, history kept.
+                for (flag, given, stored) in [("--client", client, existing.clientID), ("--subject", subject, existing.subject),
+                                              ("--issuer", issuer, existing.issuer)] {
+                    if let given, given != stored {
+                        throw ValidationError(
+                            "the token kept for \(location.account) at \(location.service) has \(flag) \(stored ?? "(none)"), not \(given); "
+                                + "give --replace to replace it")
+                    }
+                }
+                let (_, outcome) = try keeper.update(with: body, requested: requestedScopes, allowRegrant: allowRegrant,
+                                                    service: location.service, account: location.account)
+                var parts = ["Updated the \(existing.tokenType) token for \(location.account) at \(location.service)"]
+                if !outcome.granted.isEmpty { parts.append("granted \(Scope.formatList(outcome.granted))") }
+                if !outcome.dropped.isEmpty { parts.append("dropped \(Scope.formatList(outcome.dropped))") }
+                if !outcome.keptRevoked.isEmpty {
+                    parts.append("kept revoked \(Scope.formatList(outcome.keptRevoked)) (--allow-regrant to grant them again)")
+                }
+                print(parts.joined(separator: "; ") + ".")
+                return
+            }
             let token = try keeper.importResponse(
                 body, service: location.service, account: location.account, requested: requestedScopes,
                 clientID: client, subject: subject, issuer: issuer)

@@ -225,6 +225,55 @@ struct TokenCommandTests {
         #expect(try keysmith.run(["audit", "verify"]).stdout.contains("5 entries"))
     }
 
+    @Test("re-importing a kept token updates it with its history: narrowing declines, new scopes are granted, revoked ones stay revoked")
+    func reimportKeepsHistory() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        let location = ["--service", "news", "--account", "bob"]
+        func states() throws -> [String: (state: String, reason: String)] {
+            let listed = try keysmith.run(["token", "scopes", "--json"] + location)
+            var result: [String: (String, String)] = [:]
+            for line in listed.stdout.split(separator: "\n") {
+                let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                result[object["scope"] as? String ?? "?"] = (object["state"] as? String ?? "?", object["reason"] as? String ?? "?")
+            }
+            return result
+        }
+        func body(_ scope: String, _ access: String) -> String {
+            #"{"access_token":"\#(access)","token_type":"Bearer","expires_in":3600,"scope":"\#(scope)"}"#
+        }
+        #expect(try keysmith.run(["token", "import", "--client", "web", "--subject", "bob"] + location, stdin: body("groups:read posts:write", "A1")).status == 0)
+        #expect(try keysmith.run(["token", "revoke", "--reason", "incident 7"] + location + ["posts:write"]).status == 0)
+        // The same grant again: the revocation stands, the new access token is kept.
+        let again = try keysmith.run(["token", "import"] + location, stdin: body("groups:read posts:write", "A2"))
+        #expect(again.status == 0, "\(again.output)")
+        #expect(again.stdout.contains("kept revoked posts:write"))
+        #expect(try states()["posts:write"]?.state == "revoked")
+        #expect(try states()["posts:write"]?.reason.contains("incident 7") == true)
+        #expect(try keysmith.run(["token", "get"] + location).stdout == "A2\n")
+        // A new scope is added; one left out is dropped (declined, with the reason).
+        let grown = try keysmith.run(["token", "import"] + location, stdin: body("posts:delete posts:write", "A3"))
+        #expect(grown.status == 0, "\(grown.output)")
+        #expect(try states()["posts:delete"]?.state == "granted")
+        #expect(try states()["groups:read"]?.state == "declined")
+        #expect(try states()["groups:read"]?.reason.contains("dropped") == true)
+        // The identity stays: client and subject were not given again, and are kept.
+        let listed = try keysmith.run(["token", "list", "--json", "--client", "web"])
+        #expect(listed.stdout.contains(#""subject":"bob""#), "\(listed.output)")
+        // Another client is a different token: refused unless --replace.
+        let other = try keysmith.run(["token", "import", "--client", "mobile"] + location, stdin: body("groups:read", "A4"))
+        #expect(other.status == 64 && other.stderr.contains("--replace"), "\(other.output)")
+        // --allow-regrant grants a revoked scope again, history kept.
+        #expect(try keysmith.run(["token", "import", "--allow-regrant"] + location, stdin: body("posts:write", "A5")).status == 0)
+        #expect(try states()["posts:write"]?.state == "granted")
+        // --replace starts over.
+        #expect(try keysmith.run(["token", "import", "--replace", "--client", "mobile"] + location, stdin: body("groups:read", "A6")).status == 0)
+        #expect(try Set(states().keys) == ["groups:read"])
+        let audit = try keysmith.run(["audit", "show"])
+        #expect(audit.stdout.components(separatedBy: #""event":"update""#).count - 1 == 3, "\(audit.output)")
+        #expect(try keysmith.run(["audit", "verify"]).status == 0)
+    }
+
     @Test("bulk revocation of several scopes at once is one commit; declined scopes are neither changed nor counted")
     func bulkSeveralScopes() throws {
         let keysmith = try prepared()
