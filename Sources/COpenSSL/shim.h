@@ -25,8 +25,8 @@ static inline int COpenSSL_init_without_config(void) {
     return OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, NULL);
 }
 
-/// A new HMAC-SHA-256 context (EVP_MAC) keyed with `key`, or NULL. Re-initialising it with a
-/// NULL key (EVP_MAC_init(ctx, NULL, 0, NULL)) starts a new MAC under the same key.
+/// A new HMAC-SHA-256 context (EVP_MAC) keyed with `key`, or NULL. Copy it (EVP_MAC_CTX_dup) for
+/// each MAC: re-initialising it with a NULL key does not reset it before OpenSSL 3.0.3.
 static inline EVP_MAC_CTX *COpenSSL_hmac_sha256_new(const unsigned char *key, size_t length) {
     EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
     if (mac == NULL) return NULL;

@@ -40,15 +40,14 @@ package enum SHA256 {
 }
 
 /// HMAC-SHA-256 under one key for many messages: the key is set up once, so each MAC costs
-/// only its hashing (a vault computes one per record it names). Safe to share between threads:
-/// one MAC at a time.
+/// only its hashing (a vault computes one per record it names). Safe to share between threads.
 ///
 /// ```swift
 /// let key = try HMACSHA256Key(secret)
 /// let mac = key.mac(label, message)   // HMAC(secret, label ‖ message)
 /// ```
 package final class HMACSHA256Key: @unchecked Sendable {
-    /// The keyed EVP_MAC context; used only under `lock`.
+    /// The keyed EVP_MAC context, never updated: each MAC works on a copy (made under `lock`).
     private let context: OpaquePointer
     private let lock = Mutex(())
 
@@ -68,14 +67,17 @@ package final class HMACSHA256Key: @unchecked Sendable {
     package func mac(_ parts: [UInt8]...) -> [UInt8] {
         var mac = [UInt8](repeating: 0, count: SHA256.size)
         var length = 0
-        let ok: Bool = lock.withLock { _ in
-            guard EVP_MAC_init(context, nil, 0, nil) == 1 else { return false }
-            for part in parts {
-                let updated = part.withUnsafeBufferPointer { EVP_MAC_update(context, $0.baseAddress, $0.count) }
-                guard updated == 1 else { return false }
-            }
-            return mac.withUnsafeMutableBufferPointer { EVP_MAC_final(context, $0.baseAddress, &length, $0.count) } == 1
+        // Each MAC works on a copy of the keyed context: re-initialising one with a NULL key
+        // does not reset it before OpenSSL 3.0.3, and a copy is correct on every version.
+        guard let working = lock.withLock({ _ in EVP_MAC_CTX_dup(context) }) else {
+            preconditionFailure("OpenSSL EVP_MAC_CTX_dup failed (out of memory)")
         }
+        defer { EVP_MAC_CTX_free(working) }
+        var ok = true
+        for part in parts where ok {
+            ok = part.withUnsafeBufferPointer { EVP_MAC_update(working, $0.baseAddress, $0.count) } == 1
+        }
+        ok = ok && mac.withUnsafeMutableBufferPointer { EVP_MAC_final(working, $0.baseAddress, &length, $0.count) } == 1
         // As for `SHA256.hmac`: with a built-in digest this fails only when out of memory.
         precondition(ok && length == SHA256.size, "OpenSSL EVP_MAC(HMAC-SHA-256) failed")
         return mac

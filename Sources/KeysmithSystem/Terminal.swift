@@ -36,6 +36,25 @@ package enum Terminal {
         return line
     }
 
+    /// Asks a yes/no question on the controlling terminal; `true` only for `y` or `yes`
+    /// (any case), `nil` when there is no terminal.
+    package static func confirm(_ question: String) throws -> Bool? {
+        let fd = Glibc.open("/dev/tty", O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { Glibc.close(fd) }
+        try System.writeAll(fd, Array((question + " [y/N] ").utf8), path: "/dev/tty")
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
+        while line.count < 16 {
+            let count = Glibc.read(fd, &byte, 1)
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 || byte == UInt8(ascii: "\n") { break }
+            line.append(byte)
+        }
+        let answer = String(decoding: line, as: UTF8.self).lowercased().filter { !$0.isWhitespace }
+        return answer == "y" || answer == "yes"
+    }
+
     /// Reads a descriptor to its end (standard input, or `--passphrase-fd N`).
     package static func readAll(fd: Int32) throws -> [UInt8] {
         try System.readAll(fd, path: "fd \(fd)")

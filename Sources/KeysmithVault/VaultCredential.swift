@@ -113,7 +113,8 @@ public struct VaultCredential: Sendable, CustomStringConvertible {
             var bytes: [UInt8]
             do {
                 guard let read = try System.readFile(path) else {
-                    throw KeysmithError(.authenticationFailed, "the keyfile \(path) does not exist")
+                    // Not a wrong credential (exit 4): no credential at all, like a missing vault.
+                    throw KeysmithError(.storeUnavailable, "the keyfile \(path) does not exist; give the right --keyfile, or make one with `keysmith init --keyfile`")
                 }
                 bytes = read
             } catch let error as SystemError {

@@ -18,7 +18,7 @@ extension KeysmithCommand {
 
         @OptionGroup var store: StoreOptions
 
-        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost as log2(N), 14 to 20 (default: 17).")
+        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost as log2(N), 14 to 20.")
         var scryptLogN: Int = 17
 
         func validate() throws {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import FoundationEssentials
 import Keysmith
 import KeysmithSystem
 import Logging
@@ -30,6 +31,7 @@ struct KeysmithCommand: ParsableCommand {
     /// Runs the command, turning every error into one line on stderr and a stable exit code.
     static func main() {
         bootstrapLogging()
+        checkCommandName(Array(CommandLine.arguments.dropFirst()))
         do {
             var command = try parseAsRoot()
             try command.run()
@@ -38,8 +40,51 @@ struct KeysmithCommand: ParsableCommand {
         } catch let error as CommandFailure {
             fail(error.message, code: error.exitCode)
         } catch {
-            exit(withError: error)
+            // --help and --version print as the parser prints them; every other parse or
+            // validation error is one `keysmith:` line, exit 64, pointing at the help.
+            let code = exitCode(for: error)
+            guard code != .success else { exit(withError: error) }
+            let message = Self.message(for: error).split(separator: "\n").map { line in
+                String(line.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
+            }.filter { !$0.isEmpty }.joined(separator: "; ")
+            let subcommand = CommandLine.arguments.dropFirst().prefix { !$0.hasPrefix("-") }.joined(separator: " ")
+            let help = "keysmith " + (subcommand.isEmpty ? "" : subcommand + " ") + "--help"
+            fail("\(message) (see `\(help)`)", code: code == .failure ? ExitCode(1) : ExitCode(64))
         }
+    }
+
+    /// The options every store command takes (StoreOptions); before the subcommand they are an
+    /// easy mistake, told apart here, before parsing, by the arguments themselves.
+    static let storeOptions: Set<String> = ["--vault", "--keyfile", "--passphrase-fd", "--backend", "--collection", "--timeout"]
+
+    /// Catches two mistakes the parser reports poorly: store options before the subcommand, and
+    /// a misspelled subcommand (with a suggestion).
+    static func checkCommandName(_ arguments: [String]) {
+        guard let first = arguments.first else { return }
+        let names = configuration.subcommands.map { $0._commandName }
+        if let option = first.split(separator: "=").first.map(String.init), storeOptions.contains(option) {
+            let words = arguments.drop { !names.contains($0) }.prefix { !$0.hasPrefix("-") }.joined(separator: " ")
+            let subcommand = words.isEmpty ? "secret get" : words
+            fail("\(option) goes after the subcommand, as in `keysmith \(subcommand) \(option) …`", code: ExitCode(64))
+        }
+        guard !first.hasPrefix("-"), !names.contains(first) else { return }
+        let closest = names.min { distance($0, first) < distance($1, first) }
+        let suggestion = closest.flatMap { distance($0, first) <= 2 ? "; did you mean `\($0)`?" : nil } ?? ""
+        fail("unknown command '\(first)'\(suggestion) (see `keysmith --help`)", code: ExitCode(64))
+    }
+
+    /// Edit distance between two short words, for suggestions.
+    static func distance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var previous = Array(0...b.count)
+        for i in 1...max(a.count, 1) where !a.isEmpty {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in 1...max(b.count, 1) where !b.isEmpty {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return a.isEmpty ? b.count : previous[b.count]
     }
 
     /// Diagnostics on standard error, at the level `KEYSMITH_LOG_LEVEL` names (warning by default).

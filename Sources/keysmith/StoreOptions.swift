@@ -20,10 +20,10 @@ struct StoreOptions: ParsableArguments {
     @Option(help: ArgumentHelp("The store: vault, secret-service or auto (default: $KEYSMITH_BACKEND, else the config file, else vault).", valueName: "backend"))
     var backend: String?
 
-    @Option(help: "The Secret Service collection: an alias or a label (default: default).")
+    @Option(help: "The Secret Service collection: an alias or a label.")
     var collection: String = "default"
 
-    @Option(help: "Seconds to wait for the Secret Service before giving up (default: 5).")
+    @Option(help: "Seconds to wait for the Secret Service before giving up.")
     var timeout: Double = 5
 
     var vaultPath: String { vault ?? FileVault.defaultPath }
@@ -40,7 +40,7 @@ struct StoreOptions: ParsableArguments {
     }
 
     func openChosen() throws -> StoreChoice.Opened {
-        try choice().open(vaultPath: vaultPath, vaultCredential: { try credential() }, collection: collection,
+        try choice().open(vaultPath: vaultPath, vaultCredential: { try vaultCredential() }, collection: collection,
                           timeout: .milliseconds(Int(max(timeout, 0.1) * 1000)))
     }
 
@@ -70,7 +70,16 @@ struct StoreOptions: ParsableArguments {
     }
 
     func openVault() throws -> FileVault {
-        try FileVault.open(at: vaultPath, credential: credential())
+        try FileVault.open(at: vaultPath, credential: vaultCredential())
+    }
+
+    /// The credential for an existing vault: when there is no vault, say so (and how to make
+    /// one) before asking for a passphrase or complaining that none was given.
+    func vaultCredential() throws -> VaultCredential {
+        guard (try? System.status(vaultPath))??.isDirectory == true else {
+            throw KeysmithError(.storeUnavailable, "there is no vault at \(vaultPath); create one with `keysmith init`")
+        }
+        return try credential()
     }
 }
 
@@ -103,13 +112,13 @@ struct ItemOptions: ParsableArguments {
     @Option(help: "The server of an internet password.")
     var server: String?
 
-    @Option(help: "The port of an internet password (default: 0, unspecified).")
+    @Option(help: "The port of an internet password (0: unspecified).")
     var port: Int = 0
 
     @Option(name: .customLong("protocol"), help: "The protocol of an internet password, such as https or ssh.")
     var internetProtocol: String?
 
-    @Option(name: .customLong("auth-type"), help: "The authentication type of an internet password (default: default).")
+    @Option(name: .customLong("auth-type"), help: "The authentication type of an internet password.")
     var authenticationType: String = "default"
 
     @Option(name: .customLong("security-domain"), help: "The security domain of an internet password.")

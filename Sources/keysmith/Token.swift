@@ -470,9 +470,20 @@ extension KeysmithCommand {
         @Flag(help: "Print the report as JSON.")
         var json = false
 
+        @Flag(help: "Do not ask before revoking from every token (no --service, --client or --subject) on a terminal.")
+        var yes = false
+
         func run() throws {
             let revoking = try parseScopes(scope)
             guard !revoking.isEmpty else { throw ValidationError("name at least one scope with --scope") }
+            // A fleet-wide revocation typed at a terminal is confirmed first; scripts are not asked.
+            if service == nil, client == nil, subject == nil, !dryRun, !yes, Terminal.isTerminal(0),
+               let confirmed = try Terminal.confirm("Revoke \(Scope.formatList(revoking)) from every token in the store?"),
+               !confirmed
+            {
+                throw CommandFailure(message: "cancelled; nothing was revoked (--dry-run shows what would change, --yes skips this question)",
+                                     exitCode: ExitCode(1))
+            }
             let keeper = TokenKeeper(store: try store.openStore())
             let bar = ProgressBar(enabled: Terminal.isTerminal(2))
             let report = try keeper.revoke(

@@ -93,7 +93,7 @@ extension KeysmithCommand.Vault {
         @Option(name: .customLong("new-passphrase-fd"), help: ArgumentHelp("Read the new passphrase from this descriptor.", valueName: "n"))
         var newPassphraseFD: Int32?
 
-        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost for the new passphrase, as log2(N), 14 to 20 (default: 17).")
+        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost for the new passphrase, as log2(N), 14 to 20.")
         var scryptLogN: Int = 17
 
         func validate() throws {
@@ -163,7 +163,7 @@ extension KeysmithCommand.Vault {
 
         @OptionGroup var store: StoreOptions
 
-        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost for a passphrase, as log2(N), 14 to 20 (default: 17).")
+        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost for a passphrase, as log2(N), 14 to 20.")
         var scryptLogN: Int = 17
 
         func validate() throws {

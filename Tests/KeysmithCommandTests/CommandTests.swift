@@ -60,6 +60,36 @@ struct Keysmith {
 
 @Suite("the keysmith command")
 struct CommandTests {
+    @Test("errors are one keysmith: line with a stable code: no vault, missing and malformed keyfiles, usage errors, misplaced store options, misspelled commands")
+    func errorLines() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        func expectOneLine(_ result: Keysmith.Result, _ code: Int32, _ fragment: String, sourceLocation: SourceLocation = #_sourceLocation) {
+            #expect(result.status == code, "\(result.output)", sourceLocation: sourceLocation)
+            #expect(result.stderr.hasPrefix("keysmith: "), "\(result.stderr)", sourceLocation: sourceLocation)
+            #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)", sourceLocation: sourceLocation)
+            #expect(result.stderr.contains(fragment), "\(result.stderr)", sourceLocation: sourceLocation)
+        }
+        // No vault and no credential: the missing vault is the news, not the missing passphrase.
+        expectOneLine(try keysmith.run(["secret", "get", "--service", "s", "--account", "a"]), 5, "no vault at \(keysmith.vault); create one with `keysmith init`")
+        try keysmith.run(["init", "--keyfile", keysmith.keyfile])
+        expectOneLine(try keysmith.run(["secret", "get", "--keyfile", keysmith.directory + "/nope", "--service", "s", "--account", "a"]), 5,
+                      "keyfile \(keysmith.directory)/nope does not exist")
+        try "not hex".write(toFile: keysmith.directory + "/bad", atomically: true, encoding: .utf8)
+        expectOneLine(try keysmith.run(["secret", "get", "--keyfile", keysmith.directory + "/bad", "--service", "s", "--account", "a"]), 64,
+                      "not 64 hexadecimal digits")
+        expectOneLine(try keysmith.run(["secret", "get", "--keyfile", keysmith.keyfile, "--service", "s"]), 64, "keysmith secret get --help")
+        expectOneLine(try keysmith.run(["--backend", "secret-service", "secret", "get", "--service", "s", "--account", "a"]), 64,
+                      "--backend goes after the subcommand, as in `keysmith secret get --backend")
+        expectOneLine(try keysmith.run(["secrt", "get"]), 64, "did you mean `secret`?")
+        expectOneLine(try keysmith.run(["zzzzzz"]), 64, "unknown command 'zzzzzz'")
+        // Help states each default once.
+        let help = try keysmith.run(["secret", "get", "--help"])
+        #expect(help.status == 0)
+        #expect(!help.stdout.contains("(default: default). (default") && !help.stdout.contains("(default: 5). (default"), "\(help.stdout)")
+        #expect(try keysmith.run(["--version"]).status == 0)
+    }
+
     @Test("init with a keyfile creates both, 0600 and 0700; a second init is refused with exit 7")
     func initWithKeyfile() throws {
         let keysmith = try Keysmith()

@@ -274,6 +274,62 @@ struct TokenCommandTests {
         #expect(try keysmith.run(["audit", "verify"]).status == 0)
     }
 
+    /// Runs the command on a pseudo-terminal (its stdin, stdout, stderr and controlling
+    /// terminal), answering `answer` when it asks a yes/no question.
+    func onTerminal(_ keysmith: Keysmith, _ arguments: [String], answer: String) throws -> (status: Int32, output: String) {
+        let script = """
+            import os, pty, select, sys
+            answer, argv = sys.argv[1].encode() + b"\\n", sys.argv[2:]
+            pid, fd = pty.fork()
+            if pid == 0:
+                os.execv(argv[0], argv)
+            out, sent = b"", False
+            while True:
+                try:
+                    ready, _, _ = select.select([fd], [], [], 20)
+                    data = os.read(fd, 4096) if ready else b""
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                out += data
+                if not sent and b"[y/N]" in out:
+                    os.write(fd, answer)
+                    sent = True
+            _, status = os.waitpid(pid, 0)
+            sys.stdout.write(out.decode(errors="replace"))
+            sys.exit(os.WEXITSTATUS(status))
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script, answer, Keysmith.binary] + arguments
+        process.environment = keysmith.environment.merging(["KEYSMITH_KEYFILE": keysmith.keyfile, "PATH": "/usr/bin:/bin:/usr/local/bin"]) { $1 }
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, text)
+    }
+
+    @Test("a revocation from every token typed at a terminal asks first; no answer revokes nothing; scripts and filtered runs are not asked")
+    func fleetWideRevocationAsks() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        #expect(try keysmith.run(["token", "import", "--service", "news", "--account", "a", "--client", "web"], stdin: response).status == 0)
+        let declined = try onTerminal(keysmith, ["revoke", "--scope", "posts:write"], answer: "n")
+        #expect(declined.status == 1, "\(declined.output)")
+        #expect(declined.output.contains("from every token") && declined.output.contains("nothing was revoked"))
+        #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "a", "posts:write"]).status == 0)
+        let accepted = try onTerminal(keysmith, ["revoke", "--scope", "posts:write"], answer: "y")
+        #expect(accepted.status == 0, "\(accepted.output)")
+        #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "a", "posts:write"]).status == 3)
+        // Filtered, --yes, or from a script (no terminal): no question.
+        let filtered = try onTerminal(keysmith, ["revoke", "--scope", "groups:read", "--client", "web"], answer: "n")
+        #expect(filtered.status == 0 && !filtered.output.contains("[y/N]"), "\(filtered.output)")
+        #expect(try keysmith.run(["revoke", "--scope", "groups:read"]).status == 0)
+    }
+
     @Test("bulk revocation of several scopes at once is one commit; declined scopes are neither changed nor counted")
     func bulkSeveralScopes() throws {
         let keysmith = try prepared()

@@ -169,6 +169,26 @@ struct TamperTestsFormat1 {
         #expect(try opened.read(genericKey("snap1"))?.secret == Data("secret-snap-1".utf8))
     }
 
+    @Test("a format 1 vault is scanned a chunk at a time too: every match once, at most the chunk size per call")
+    func scanInChunks() throws {
+        let directory = TemporaryDirectory()
+        let vault = try FileVault.createFormat1(at: directory.path, credential: testKey)
+        try vault.perform((0..<10).map { .create(ItemAttributes(key: genericKey("k\($0)")), secret: Data("s\($0)".utf8)) }
+                          + [.create(ItemAttributes(key: genericKey("x", service: "other")), secret: Data("x".utf8))])
+        var calls = 0
+        var seen: [String: Data] = [:]
+        try vault.forEachRecord(matching: ItemQuery(service: "svc"), chunkSize: 3) { records, _ in
+            calls += 1
+            #expect(records.count <= 3)
+            for record in records {
+                #expect(seen[record.key.account ?? ""] == nil)
+                seen[record.key.account ?? ""] = record.secret
+            }
+        }
+        #expect(calls == 4)
+        #expect(seen.count == 10 && seen["k7"] == Data("s7".utf8))
+    }
+
     @Test("records renamed inside a file (ids swapped, checksums fixed) fail authentication, each named")
     func renameRecordId() throws {
         let directory = TemporaryDirectory()

@@ -72,13 +72,17 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
         engine.entries.values.lazy.filter { query.matches($0.info.attributes) }.map(\.info)
     }
 
-    /// Format 1 holds every record in memory already: one chunk of all the matches.
+    /// Format 1 holds every record's metadata in memory already: the matches in record-id
+    /// order, `limit` after `after`.
     func records(matching query: ItemQuery, after: RecordID?, limit: Int) throws
         -> (records: [SecureRecord], next: RecordID?, examined: Int, total: Int)
     {
-        guard after == nil else { return ([], nil, engine.entries.count, engine.entries.count) }
-        let keys = try search(query).map(\.key)
-        return (try keys.compactMap { try engine.read($0) }, nil, engine.entries.count, engine.entries.count)
+        let matches = try search(query).map { (id: engine.recordID(for: $0.key), key: $0.key) }.sorted { $0.id < $1.id }
+        let rest = matches.drop { match in after.map { !($0 < match.id) } ?? false }  // ids after `after`
+        let chunk = rest.prefix(max(1, limit))
+        let records = try chunk.compactMap { try engine.read($0.key) }
+        let more = rest.count > chunk.count
+        return (records, more ? chunk.last?.id : nil, chunk.count, matches.count)
     }
 
     func prepareWrite() throws {

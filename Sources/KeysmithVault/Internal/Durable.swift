@@ -53,8 +53,9 @@ enum Durable {
         try create(at: path, directory: directory) { fd, temporary in try System.writeAll(fd, bytes, path: temporary) }
     }
 
-    /// The same, for a file that `fill` writes from the start, in order (a large commit is
-    /// written in pieces rather than built whole in memory).
+    /// The same, for a file that `fill` writes into the temporary file's descriptor, in any
+    /// order (a large commit is written in pieces rather than built whole in memory); the file
+    /// is synced and linked only after `fill` returns.
     static func create(at path: String, directory: String, _ fill: (_ fd: Int32, _ temporary: String) throws -> Void) throws {
         let temporary = try writeTemporary(directory: directory, sync: true, fill)
         defer { try? System.unlink(temporary) }

@@ -105,7 +105,7 @@ final class Engine2 {
     /// `stat` of the snapshot and an `open` of the next log).
     func refresh() throws {
         let status = try io { try System.status(paths.snapshot) }
-        if status != snapshotStatus {
+        if status != snapshotStatus || needsReload {
             try reloadAll()
             return
         }
@@ -118,15 +118,21 @@ final class Engine2 {
     /// Reads everything but the records again: the header copies, the snapshot's directory,
     /// every log's table, the chain and the anchor.
     func reloadAll() throws {
+        // Until a reload completes: a failed one leaves half-reset state, read again next time.
+        needsReload = true
         // Another process may commit or compact while this one reads the files without the
         // lock: a view that the anchor says is behind is read again before it counts as a rollback.
         for _ in 0..<8 {
             try reloadOnce()
             // The same for a compaction between opening the snapshot and listing the logs.
             let moved = try io { try System.status(paths.snapshot) } != snapshotStatus
-            if !anchorAhead && !moved { return }
+            if !anchorAhead && !moved { break }
         }
+        needsReload = false
     }
+
+    /// Whether the last ``reloadAll()`` failed part-way: the next ``refresh()`` reloads.
+    private var needsReload = false
 
     /// Set by ``checkAnchor()`` when the anchor is ahead of the files read and the snapshot
     /// changed meanwhile: another process compacted, so the view must be read again.
@@ -605,7 +611,8 @@ final class Engine2 {
     private func cipher(for keys: EpochKeys) throws -> AESGCM.Context {
         if let cached = cipherCache[keys.epoch], cached.key === keys.record { return cached.context }
         let context = try vaultCrypto { try AESGCM.Context(key: keys.record) }
-        if cipherCache.count >= 4 { cipherCache.removeAll() }
+        // Keys the header no longer holds (a rekey retired them) are not kept in memory.
+        cipherCache = cipherCache.filter { unlocked.epochs[$0.key]?.record === $0.value.key }
         cipherCache[keys.epoch] = (keys.record, context)
         return context
     }
@@ -812,34 +819,40 @@ final class Engine2 {
         for (ref, _) in batch where keysByEpoch[ref.epoch] == nil {
             if let keys = try keys(for: ref.epoch) { keysByEpoch[ref.epoch] = keys }
         }
-        let idMAC = idMAC, vaultID = vaultID, keys = keysByEpoch
-        @Sendable func run(_ range: Range<Int>) -> [Opened] {
+        let idMAC = idMAC, vaultID = vaultID
+        let parts = batch.count >= 256 && ProcessInfo.processInfo.activeProcessorCount > 1 ? 2 : 1
+        // One GCM context per thread and epoch, made here: a failure to set one up is an error,
+        // never taken for damage in the records.
+        var contexts: [[UInt32: AESGCM.Context]] = []
+        for _ in 0..<parts {
             var ciphers: [UInt32: AESGCM.Context] = [:]
-            return range.map { index in
+            for (epoch, keys) in keysByEpoch { ciphers[epoch] = try vaultCrypto { try AESGCM.Context(key: keys.record) } }
+            contexts.append(ciphers)
+        }
+        let prepared = UncheckedContexts(contexts)
+        @Sendable func run(_ part: Int, _ range: Range<Int>) -> [Opened] {
+            range.map { index in
                 let (ref, body) = batch[index]
-                guard let epochKeys = keys[ref.epoch] else { return .damaged(Self.missingEpochReason(ref.epoch)) }
-                let cipher: AESGCM.Context
-                if let known = ciphers[ref.epoch] {
-                    cipher = known
-                } else {
-                    // Setting up a 32-byte key fails only when OpenSSL is out of memory.
-                    guard let made = try? AESGCM.Context(key: epochKeys.record) else { return .damaged("OpenSSL cannot set up the key") }
-                    ciphers[ref.epoch] = made
-                    cipher = made
-                }
+                guard let cipher = prepared.contexts[part][ref.epoch] else { return .damaged(Self.missingEpochReason(ref.epoch)) }
                 return Self.openDetached(ref, body: body, key: nil, withSecret: withSecret, admitKind: admitKind, cipher: cipher,
                                          vaultID: vaultID, idMAC: idMAC)
             }
         }
-        let threads = min(2, ProcessInfo.processInfo.activeProcessorCount)
-        guard batch.count >= 256, threads > 1 else { return run(0..<batch.count) }
+        guard parts == 2 else { return run(0, 0..<batch.count) }
         let half = batch.count / 2
         let results = Mutex<[Int: [Opened]]>([:])
         DispatchQueue.concurrentPerform(iterations: 2) { part in
-            let opened = run(part == 0 ? 0..<half : half..<batch.count)
+            let opened = run(part, part == 0 ? 0..<half : half..<batch.count)
             results.withLock { $0[part] = opened }
         }
         return results.withLock { ($0[0] ?? []) + ($0[1] ?? []) }
+    }
+
+    /// GCM contexts handed to the threads of ``openBatch(_:withSecret:admitKind:)``: thread
+    /// `i` uses only `contexts[i]`, so no context is shared (hence unchecked).
+    private struct UncheckedContexts: @unchecked Sendable {
+        let contexts: [[UInt32: AESGCM.Context]]
+        init(_ contexts: [[UInt32: AESGCM.Context]]) { self.contexts = contexts }
     }
 
     private func markDamaged(_ ref: SealedRef, key: ItemKey?, _ reason: String) -> KeysmithError {
@@ -1028,8 +1041,9 @@ final class Engine2 {
                             bodiesStart: written.bodiesStart)
             return .committedAndCompacted
         } catch {
-            // The commit stands whatever the compaction did: read the vault as it is on disk.
-            try reloadAll()
+            // The commit stands whatever the compaction did: read the vault as it is on disk
+            // (if even that fails, the next refresh reads it; the commit is acknowledged).
+            try? reloadAll()
             return .committedCompactionFailed(error)
         }
     }
@@ -1155,7 +1169,8 @@ final class Engine2 {
         let chunkSize = (order.count + chunks - 1) / chunks
         let results = Mutex<[Int: Result<[SealedFrame], any Error>]>([:])
         DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
-            let range = (chunk * chunkSize)..<min(order.count, (chunk + 1) * chunkSize)
+            // With many cores the last chunks can be empty: clamp both ends.
+            let range = min(order.count, chunk * chunkSize)..<min(order.count, (chunk + 1) * chunkSize)
             let sealed = Result {
                 let context = try vaultCrypto { try AESGCM.Context(key: keys.record) }
                 return try range.map { try sealOne($0, context) }
