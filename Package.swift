@@ -60,7 +60,7 @@ let package = Package(
         .target(name: "KeysmithStores", dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithSystem"]),
 
         // Tokens, scopes, the audit log and the permission manager.
-        .target(name: "KeysmithTokens", dependencies: ["Keysmith", "KeysmithCrypto"]),
+        .target(name: "KeysmithTokens", dependencies: ["Keysmith", "KeysmithCrypto", "KeysmithSystem"]),
 
         // Roles, actions, policies and the engine, fed by token scopes.
         .target(name: "KeysmithPolicy", dependencies: ["Keysmith", "KeysmithTokens"]),

@@ -232,6 +232,26 @@ package enum System {
     /// The process's id.
     package static var processID: Int32 { getpid() }
 
+    /// This host's name (`gethostname`), or `nil`.
+    package static var hostName: String? {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return nil }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The effective user's login name (`getpwuid_r`), or `nil` when the user database has none.
+    package static var userName: String? {
+        var record = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        // getpwuid_r fills `record` with pointers into `buffer`; the name is copied out before
+        // either goes away.
+        guard getpwuid_r(geteuid(), &record, &buffer, buffer.count, &result) == 0, result != nil, let name = record.pw_name else {
+            return nil
+        }
+        return String(cString: name)
+    }
+
     /// An environment variable, or `nil`.
     package static func environment(_ name: String) -> String? {
         guard let value = getenv(name) else { return nil }

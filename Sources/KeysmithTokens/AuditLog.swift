@@ -1,5 +1,37 @@
 public import Keysmith
 import KeysmithCrypto
+import KeysmithSystem
+
+/// Who made a change to a token: the user, the host and the process, and what was run.
+///
+/// ```swift
+/// let keeper = TokenKeeper(store: vault, actor: .current(command: "nightly-rotation.swift"))
+/// ```
+public struct AuditActor: Sendable, Hashable, Codable {
+    /// The login name of the effective user (else `uid N`).
+    public var user: String
+    /// The host's name.
+    public var host: String
+    /// The process id.
+    public var process: Int32
+    /// The command line or API call, when the caller says (the `keysmith` command records its
+    /// arguments: they never hold a secret).
+    public var command: String?
+
+    /// Describes an actor.
+    public init(user: String, host: String, process: Int32, command: String? = nil) {
+        self.user = user
+        self.host = host
+        self.process = process
+        self.command = command
+    }
+
+    /// This process: its effective user, the host's name and the process id.
+    public static func current(command: String? = nil) -> AuditActor {
+        AuditActor(user: System.userName ?? "uid \(System.userID)", host: System.hostName ?? "unknown", process: System.processID,
+                   command: command)
+    }
+}
 
 /// One entry of the audit log: a change of token state, chained to the entry before it.
 ///
@@ -22,6 +54,8 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     public var detail: String
     /// For a bulk change, every token it changed (`ACCOUNT at SERVICE`); empty otherwise.
     public var tokens: [String]
+    /// Who made the change (`nil` in entries written before Keysmith recorded it).
+    public var actor: AuditActor?
     /// The previous entry's hash (64 zeros for the first).
     public var previousHash: String
     /// This entry's hash.
@@ -108,14 +142,14 @@ enum AuditLog {
 
     /// Operations that append `events` after the current head: entry creates (which fail with
     /// a duplicate if another writer appended first) and the head's update.
-    static func appendOperations(_ events: [Event], after read: ReadHead, at time: Date) throws -> [StoreOperation] {
+    static func appendOperations(_ events: [Event], after read: ReadHead, at time: Date, actor: AuditActor?) throws -> [StoreOperation] {
         var operations: [StoreOperation] = []
         var previous = read.head
         for event in events {
             var entry = AuditEntry(
                 sequence: previous.sequence + 1, time: time, event: event.event, service: event.service,
                 account: event.account, scopes: event.scopes.sorted(), detail: event.detail, tokens: event.tokens,
-                previousHash: previous.hash, hash: "")
+                actor: actor, previousHash: previous.hash, hash: "")
             entry.hash = try entry.computedHash()
             operations.append(.create(ItemAttributes(key: entryKey(entry.sequence)), secret: try TokenCoding.encode(entry)))
             previous = Head(sequence: entry.sequence, hash: entry.hash)

@@ -140,8 +140,10 @@ extension TokenKeeper {
             }
             guard !dryRun, !tokens.isEmpty else { return ([], []) }
             // One audit entry names every token the bulk change touched.
-            let event = Event("bulk-revoke", filter.service ?? "*", filter.subject ?? "*", scopes.map(\.rawValue),
-                              "bulk: \(reason); client \(filter.clientID ?? "*"); \(tokens.count) token(s)",
+            // The filters go in the detail; account is "*" (a bulk change has no one account).
+            let event = Event("bulk-revoke", filter.service ?? "*", "*", scopes.map(\.rawValue),
+                              "bulk: \(reason); service \(filter.service ?? "*"); client \(filter.clientID ?? "*"); "
+                                  + "subject \(filter.subject ?? "*"); \(tokens.count) token(s)",
                               tokens: report.changedTokens.map(\.description))
             return (tokens, [event])
         }

@@ -22,15 +22,19 @@ public final class TokenKeeper: Sendable {
     /// The store the tokens and the audit log live in.
     public let store: any SecureStore
     private let clock: @Sendable () -> Date
+    /// Who the audit log says made the changes this keeper makes.
+    public let actor: AuditActor
 
     /// Creates a keeper over a store.
     ///
     /// - Parameters:
     ///   - store: Where tokens and the audit log live.
     ///   - clock: The time source for state changes and expiry; the system clock if omitted.
-    public init(store: any SecureStore, clock: @escaping @Sendable () -> Date = { Date() }) {
+    ///   - actor: Who the audit log names for this keeper's changes; this process if omitted.
+    public init(store: any SecureStore, clock: @escaping @Sendable () -> Date = { Date() }, actor: AuditActor = .current()) {
         self.store = store
         self.clock = clock
+        self.actor = actor
     }
 
     /// The current time of the keeper's clock.
@@ -218,8 +222,12 @@ public final class TokenKeeper: Sendable {
             let changed = try body(&token, time)
             result = token
             guard changed else { return ([], []) }
+            // The scopes the entry names: those given, else every scope whose state changed.
+            let touched = scopes.isEmpty
+                ? token.scopes.filter { read.scopes[$0.key]?.state != $0.value.state }.map(\.key.rawValue).sorted()
+                : scopes
             return ([Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record)],
-                    [Event(event, service, account, scopes, detail)])
+                    [Event(event, service, account, touched, detail)])
         }
         guard let result else { throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)") }
         return result
@@ -265,7 +273,7 @@ public final class TokenKeeper: Sendable {
             var (operations, events) = try build(attempt)
             guard !events.isEmpty else { return }
             operations += extra()
-            operations += try AuditLog.appendOperations(events, after: head, at: time)
+            operations += try AuditLog.appendOperations(events, after: head, at: time, actor: actor)
             do {
                 try store.perform(operations)
                 return

@@ -129,7 +129,7 @@ extension KeysmithCommand.PolicyCommand {
                 }
                 var granted = try Set(parseScopes(scopes))
                 if let tokenService, let tokenAccount {
-                    let keeper = TokenKeeper(store: try store.openStore())
+                    let keeper = makeKeeper(try store.openStore())
                     let token = try loadToken(keeper, try TokenLocation.parse(["--service", tokenService, "--account", tokenAccount]))
                     granted.formUnion(token.grantedScopes(at: keeper.now))
                 }

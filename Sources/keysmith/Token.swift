@@ -73,7 +73,7 @@ extension KeysmithCommand.Token {
                 Terminal.write(Array("keysmith: reading a token response (JSON) from standard input; end it with Ctrl-D\n".utf8), to: 2)
             }
             let body = Data(try Terminal.readAll(fd: 0))
-            let keeper = TokenKeeper(store: try store.openStore())
+            let keeper = makeKeeper(try store.openStore())
             if !replace, let existing = try keeper.token(service: location.service, account: location.account) {
                 // A token kept here already: a refresh or an incremental grant, history kept.
                 for (flag, given, stored) in [("--client", client, existing.clientID), ("--subject", subject, existing.subject),
@@ -116,7 +116,7 @@ extension KeysmithCommand.Token {
         var json = false
 
         func run() throws {
-            let keeper = TokenKeeper(store: try store.openStore())
+            let keeper = makeKeeper(try store.openStore())
             let token = try loadToken(keeper, location)
             let now = keeper.now
             let statuses = token.statuses(at: now).sorted { $0.key < $1.key }
@@ -154,7 +154,7 @@ extension KeysmithCommand.Token {
         func run() throws {
             let revoking = try parseScopes(scopes)
             guard !revoking.isEmpty else { throw ValidationError("name at least one scope to revoke") }
-            let keeper = TokenKeeper(store: try store.openStore())
+            let keeper = makeKeeper(try store.openStore())
             _ = try keeper.revoke(revoking, service: location.service, account: location.account, reason: reason)
             print("Revoked \(Scope.formatList(revoking)) for \(location.account) at \(location.service).")
         }
@@ -172,7 +172,7 @@ extension KeysmithCommand.Token {
         var reason: String = "logged out with keysmith"
 
         func run() throws {
-            let keeper = TokenKeeper(store: try store.openStore())
+            let keeper = makeKeeper(try store.openStore())
             _ = try keeper.revokeAll(service: location.service, account: location.account, reason: reason)
             print("Revoked every scope of the token for \(location.account) at \(location.service).")
         }
@@ -195,7 +195,7 @@ extension KeysmithCommand.Token {
         func run() throws {
             let needed = try parseScopes(scopes)
             guard !needed.isEmpty else { throw ValidationError("name at least one scope to check") }
-            let keeper = TokenKeeper(store: try store.openStore())
+            let keeper = makeKeeper(try store.openStore())
             let token = try loadToken(keeper, location)
             let now = keeper.now
             let missing = needed.filter { !token.hasGranted($0, at: now) }
@@ -217,7 +217,7 @@ extension KeysmithCommand.Token {
         @OptionGroup var location: TokenLocation
 
         func run() throws {
-            let keeper = TokenKeeper(store: try store.openStore())
+            let keeper = makeKeeper(try store.openStore())
             print(try jsonLine(try loadToken(keeper, location).introspection(at: keeper.now)))
         }
     }
@@ -282,7 +282,7 @@ extension KeysmithCommand.Token {
                 return state
             }
             let horizon = try expiringWithin.map(parseDuration)
-            let keeper = TokenKeeper(store: try store.openStore())
+            let keeper = makeKeeper(try store.openStore())
             let now = keeper.now
             let listed = try keeper.tokens(matching: TokenFilter(service: service, clientID: client, subject: subject)).filter { _, token in
                 let statuses = token.statuses(at: now)
@@ -334,7 +334,7 @@ extension KeysmithCommand.Token {
         var noNewline = false
 
         func run() throws {
-            let keeper = TokenKeeper(store: try store.openStore())
+            let keeper = makeKeeper(try store.openStore())
             let token = try loadToken(keeper, location)
             let value: String
             if refresh {
@@ -362,10 +362,47 @@ extension KeysmithCommand.Token {
         @OptionGroup var location: TokenLocation
 
         func run() throws {
-            try TokenKeeper(store: try store.openStore()).delete(service: location.service, account: location.account)
+            try makeKeeper(try store.openStore()).delete(service: location.service, account: location.account)
             print("Deleted the token for \(location.account) at \(location.service).")
         }
     }
+}
+
+/// `audit show --json`: one document, snake_case names, ISO 8601 UTC times.
+struct AuditDocument: Encodable {
+    struct Entry: Encodable {
+        var sequence: Int
+        var time: String
+        var event: String
+        var service: String
+        var account: String
+        var scopes: [String]
+        var detail: String
+        var tokens: [String]
+        var actor: AuditActor?
+        var previousHash: String
+        var hash: String
+
+        enum CodingKeys: String, CodingKey {
+            case sequence, time, event, service, account, scopes, detail, tokens, actor, hash
+            case previousHash = "previous_hash"
+        }
+
+        init(_ entry: AuditEntry) {
+            sequence = entry.sequence
+            time = iso8601(entry.time)
+            event = entry.event
+            service = entry.service
+            account = entry.account
+            scopes = entry.scopes
+            detail = entry.detail
+            tokens = entry.tokens
+            actor = entry.actor
+            previousHash = entry.previousHash
+            hash = entry.hash
+        }
+    }
+    var entries: [Entry]
 }
 
 /// `token list --json`: one document, snake_case names, ISO 8601 UTC times; never a token.
@@ -422,6 +459,12 @@ struct TokenListDocument: Encodable {
         }
     }
     var tokens: [Entry]
+}
+
+/// A token keeper whose audit entries name this user, host and process and the command line
+/// (the command never takes a secret as an argument).
+func makeKeeper(_ store: any SecureStore) -> TokenKeeper {
+    TokenKeeper(store: store, actor: .current(command: (["keysmith"] + CommandLine.arguments.dropFirst()).joined(separator: " ")))
 }
 
 func loadToken(_ keeper: TokenKeeper, _ location: TokenLocation) throws -> OAuthToken {
@@ -484,7 +527,7 @@ extension KeysmithCommand {
                 throw CommandFailure(message: "cancelled; nothing was revoked (--dry-run shows what would change, --yes skips this question)",
                                      exitCode: ExitCode(1))
             }
-            let keeper = TokenKeeper(store: try store.openStore())
+            let keeper = makeKeeper(try store.openStore())
             let bar = ProgressBar(enabled: Terminal.isTerminal(2))
             let report = try keeper.revoke(
                 scopes: revoking, matching: TokenFilter(service: service, clientID: client, subject: subject),
@@ -523,7 +566,7 @@ extension KeysmithCommand {
             @OptionGroup var store: StoreOptions
 
             func run() throws {
-                let verification = try TokenKeeper(store: try store.openStore()).verifyAuditLog()
+                let verification = try makeKeeper(try store.openStore()).verifyAuditLog()
                 if verification.isIntact {
                     print("The audit log is intact: \(verification.entries) entr\(verification.entries == 1 ? "y" : "ies").")
                     return
@@ -534,12 +577,58 @@ extension KeysmithCommand {
         }
 
         struct Show: ParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "Print the audit log, one JSON object per entry.")
+            static let configuration = CommandConfiguration(
+                abstract: "Print the audit log: one line per entry, or with --json one document.",
+                discussion: """
+                    Filters combine: --since and --until take an ISO 8601 time (2026-11-22T08:00:00Z) or a \
+                    duration back from now (12h, 1d); --event, --service and --account match exactly.
+                    """)
 
             @OptionGroup var store: StoreOptions
 
+            @Option(help: "Only entries at or after this time (ISO 8601, or a duration back from now such as 1d).")
+            var since: String?
+
+            @Option(help: "Only entries at or before this time (ISO 8601, or a duration back from now).")
+            var until: String?
+
+            @Option(help: "Only entries of this event: import, update, revoke, revoke-all, refresh, grant, delete, bulk-revoke.")
+            var event: String?
+
+            @Option(help: "Only entries about this service.")
+            var service: String?
+
+            @Option(help: "Only entries about this account.")
+            var account: String?
+
+            @Flag(help: "Print one JSON document.")
+            var json = false
+
             func run() throws {
-                for entry in try TokenKeeper(store: try store.openStore()).auditEntries() { print(try jsonLine(entry)) }
+                let keeper = makeKeeper(try store.openStore())
+                let now = keeper.now
+                func instant(_ text: String) throws -> Date {
+                    if let date = try? Date(text, strategy: Date.ISO8601FormatStyle()) { return date }
+                    return now.addingTimeInterval(-(try parseDuration(text)))
+                }
+                let from = try since.map(instant), to = try until.map(instant)
+                let entries = try keeper.auditEntries().filter { entry in
+                    if let from, entry.time < from { return false }
+                    if let to, entry.time > to { return false }
+                    if let event, entry.event != event { return false }
+                    if let service, entry.service != service { return false }
+                    if let account, entry.account != account { return false }
+                    return true
+                }
+                if json {
+                    print(try jsonLine(AuditDocument(entries: entries.map(AuditDocument.Entry.init))))
+                    return
+                }
+                for entry in entries {
+                    let who = entry.actor.map { " by \($0.user)@\($0.host)" } ?? ""
+                    let scopes = entry.scopes.isEmpty ? "" : " [\(entry.scopes.joined(separator: " "))]"
+                    print("\(entry.sequence)\t\(iso8601(entry.time))\t\(entry.event)\t\(entry.account) at \(entry.service)\(scopes)\t\(entry.detail)\(who)")
+                }
             }
         }
     }

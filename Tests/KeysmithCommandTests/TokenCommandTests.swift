@@ -220,7 +220,7 @@ struct TokenCommandTests {
         #expect(deleted.status == 0, "\(deleted.output)")
         #expect(try accounts([]) == ["forever", "later", "soon"])
         #expect(try keysmith.run(["token", "delete", "--service", "news", "--account", "gone"]).status == 2)
-        let audit = try keysmith.run(["audit", "show"])
+        let audit = try keysmith.run(["audit", "show", "--json"])
         #expect(audit.stdout.contains(#""event":"delete""#), "\(audit.output)")
         #expect(try keysmith.run(["audit", "verify"]).stdout.contains("5 entries"))
     }
@@ -269,7 +269,7 @@ struct TokenCommandTests {
         // --replace starts over.
         #expect(try keysmith.run(["token", "import", "--replace", "--client", "mobile"] + location, stdin: body("groups:read", "A6")).status == 0)
         #expect(try Set(states().keys) == ["groups:read"])
-        let audit = try keysmith.run(["audit", "show"])
+        let audit = try keysmith.run(["audit", "show", "--json"])
         #expect(audit.stdout.components(separatedBy: #""event":"update""#).count - 1 == 3, "\(audit.output)")
         #expect(try keysmith.run(["audit", "verify"]).status == 0)
     }
@@ -328,6 +328,48 @@ struct TokenCommandTests {
         let filtered = try onTerminal(keysmith, ["revoke", "--scope", "groups:read", "--client", "web"], answer: "n")
         #expect(filtered.status == 0 && !filtered.output.contains("[y/N]"), "\(filtered.output)")
         #expect(try keysmith.run(["revoke", "--scope", "groups:read"]).status == 0)
+    }
+
+    @Test("the audit log reads back who did what and when: ISO 8601 times, the actor and command, filters, one JSON document")
+    func auditShowsWhoAndWhen() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        for account in ["a", "b"] {
+            #expect(try keysmith.run(["token", "import", "--service", "news", "--account", account, "--client", "web",
+                                      "--subject", account], stdin: response).status == 0)
+        }
+        #expect(try keysmith.run(["revoke", "--scope", "posts:write", "--client", "web", "--subject", "a", "--reason", "incident 9"]).status == 0)
+        #expect(try keysmith.run(["token", "revoke-all", "--service", "news", "--account", "b"]).status == 0)
+        func entries(_ arguments: [String]) throws -> [[String: Any]] {
+            let shown = try keysmith.run(["audit", "show", "--json"] + arguments)
+            #expect(shown.status == 0, "\(shown.output)")
+            #expect(shown.stdout.split(separator: "\n").count == 1, "one document")
+            let document = try #require(try JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [String: Any])
+            return try #require(document["entries"] as? [[String: Any]])
+        }
+        let all = try entries([])
+        #expect(all.map { $0["event"] as? String } == ["import", "import", "bulk-revoke", "revoke-all"])
+        let bulk = all[2]
+        #expect((bulk["time"] as? String)?.range(of: #"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"#, options: .regularExpression) != nil, "\(bulk)")
+        #expect(bulk["account"] as? String == "*")
+        #expect((bulk["detail"] as? String)?.contains("subject a") == true && (bulk["detail"] as? String)?.contains("client web") == true)
+        #expect(bulk["scopes"] as? [String] == ["posts:write"])
+        let actor = try #require(bulk["actor"] as? [String: Any])
+        #expect((actor["user"] as? String)?.isEmpty == false && (actor["host"] as? String)?.isEmpty == false)
+        #expect((actor["process"] as? Int ?? 0) > 0)
+        #expect((actor["command"] as? String)?.hasPrefix("keysmith revoke --scope posts:write --client web") == true, "\(actor)")
+        // revoke-all names the scopes it revoked.
+        #expect(all[3]["scopes"] as? [String] == ["groups:read", "posts:write"], "\(all[3])")
+        // Filters.
+        #expect(try entries(["--event", "import"]).count == 2)
+        #expect(try entries(["--account", "b"]).map { $0["event"] as? String } == ["import", "revoke-all"])
+        #expect(try entries(["--since", "1h"]).count == 4)
+        #expect(try entries(["--until", "2001-01-01T00:00:00Z"]).isEmpty)
+        #expect(try keysmith.run(["audit", "show", "--since", "yesterday"]).status == 64)
+        // The text form: one line per entry, with the time and who.
+        let text = try keysmith.run(["audit", "show", "--event", "bulk-revoke"])
+        #expect(text.stdout.split(separator: "\n").count == 1 && text.stdout.contains("bulk-revoke") && text.stdout.contains(" by "), "\(text.output)")
+        #expect(try keysmith.run(["audit", "verify"]).status == 0)
     }
 
     @Test("bulk revocation of several scopes at once is one commit; declined scopes are neither changed nor counted")
