@@ -67,6 +67,9 @@ extension KeysmithCommand.Token {
         @Flag(name: .customLong("allow-regrant"), help: "Let the new response grant again scopes that were revoked here (and end a log-out).")
         var allowRegrant = false
 
+        @Flag(help: "Print the token as stored afterwards as one JSON document (never the token itself).")
+        var json = false
+
         func run() throws {
             let requestedScopes = try Scope.parseList(requested)
             if Terminal.isTerminal(0) {
@@ -84,8 +87,9 @@ extension KeysmithCommand.Token {
                                 + "give --replace to replace it")
                     }
                 }
-                let (_, outcome) = try keeper.update(with: body, requested: requestedScopes, allowRegrant: allowRegrant,
-                                                    service: location.service, account: location.account)
+                let (updated, outcome) = try keeper.update(with: body, requested: requestedScopes, allowRegrant: allowRegrant,
+                                                           service: location.service, account: location.account)
+                if json { return try printTokenDocument(location, updated, at: keeper.now) }
                 var parts = ["Updated the \(existing.tokenType) token for \(location.account) at \(location.service)"]
                 if !outcome.granted.isEmpty { parts.append("granted \(Scope.formatList(outcome.granted))") }
                 if !outcome.dropped.isEmpty { parts.append("dropped \(Scope.formatList(outcome.dropped))") }
@@ -98,6 +102,7 @@ extension KeysmithCommand.Token {
             let token = try keeper.importResponse(
                 body, service: location.service, account: location.account, requested: requestedScopes,
                 clientID: client, subject: subject, issuer: issuer)
+            if json { return try printTokenDocument(location, token, at: keeper.now) }
             let granted = token.scopes(in: .granted, at: keeper.now)
             let declined = token.scopes(in: .declined, at: keeper.now)
             print("Imported a \(token.tokenType) token for \(location.account) at \(location.service): granted \(Scope.formatList(granted).isEmpty ? "nothing" : Scope.formatList(granted))"
@@ -112,7 +117,7 @@ extension KeysmithCommand.Token {
         @OptionGroup var store: StoreOptions
         @OptionGroup var location: TokenLocation
 
-        @Flag(help: "Print one JSON object per scope, one per line.")
+        @Flag(help: "Print the token's state, expiry and every scope as one JSON document.")
         var json = false
 
         func run() throws {
@@ -120,13 +125,7 @@ extension KeysmithCommand.Token {
             let token = try loadToken(keeper, location)
             let now = keeper.now
             let statuses = token.statuses(at: now).sorted { $0.key < $1.key }
-            if json {
-                struct Line: Encodable { var scope: String; var state: String; var changed: String; var reason: String }
-                for (scope, status) in statuses {
-                    print(try jsonLine(Line(scope: scope.rawValue, state: status.state.rawValue, changed: iso8601(status.changedAt), reason: status.reason)))
-                }
-                return
-            }
+            if json { return try printTokenDocument(location, token, at: now) }
             let active = token.isActive(at: now) ? "active" : (token.revokedAt != nil ? "revoked (logged out)" : "expired")
             print("Token for \(location.account) at \(location.service): \(active)" + (token.expiresAt.map { ", expires \(iso8601($0))" } ?? ""))
             let width = statuses.map { $0.key.rawValue.count }.max() ?? 0
@@ -151,11 +150,15 @@ extension KeysmithCommand.Token {
         @Argument(help: "The scopes to revoke.")
         var scopes: [String]
 
+        @Flag(help: "Print the token as stored afterwards as one JSON document.")
+        var json = false
+
         func run() throws {
             let revoking = try parseScopes(scopes)
             guard !revoking.isEmpty else { throw ValidationError("name at least one scope to revoke") }
             let keeper = makeKeeper(try store.openStore())
-            _ = try keeper.revoke(revoking, service: location.service, account: location.account, reason: reason)
+            let token = try keeper.revoke(revoking, service: location.service, account: location.account, reason: reason)
+            if json { return try printTokenDocument(location, token, at: keeper.now) }
             print("Revoked \(Scope.formatList(revoking)) for \(location.account) at \(location.service).")
         }
     }
@@ -171,9 +174,13 @@ extension KeysmithCommand.Token {
         @Option(help: "Why, for the audit log.")
         var reason: String = "logged out with keysmith"
 
+        @Flag(help: "Print the token as stored afterwards as one JSON document.")
+        var json = false
+
         func run() throws {
             let keeper = makeKeeper(try store.openStore())
-            _ = try keeper.revokeAll(service: location.service, account: location.account, reason: reason)
+            let token = try keeper.revokeAll(service: location.service, account: location.account, reason: reason)
+            if json { return try printTokenDocument(location, token, at: keeper.now) }
             print("Revoked every scope of the token for \(location.account) at \(location.service).")
         }
     }
@@ -192,6 +199,9 @@ extension KeysmithCommand.Token {
         @Argument(help: "The scopes that must be granted.")
         var scopes: [String]
 
+        @Flag(help: "Print the answer as one JSON document (the exit code still answers).")
+        var json = false
+
         func run() throws {
             let needed = try parseScopes(scopes)
             guard !needed.isEmpty else { throw ValidationError("name at least one scope to check") }
@@ -199,8 +209,21 @@ extension KeysmithCommand.Token {
             let token = try loadToken(keeper, location)
             let now = keeper.now
             let missing = needed.filter { !token.hasGranted($0, at: now) }
+            if json {
+                struct Answer: Encodable {
+                    struct Needed: Encodable { var scope: String; var state: String? }
+                    var service: String
+                    var account: String
+                    var granted: Bool
+                    var active: Bool
+                    var scopes: [Needed]
+                }
+                print(try jsonLine(Answer(service: location.service, account: location.account, granted: missing.isEmpty,
+                                          active: token.isActive(at: now),
+                                          scopes: needed.map { Answer.Needed(scope: $0.rawValue, state: token.state(of: $0, at: now)?.rawValue) })))
+            }
             if missing.isEmpty {
-                if !quiet { print("granted: \(Scope.formatList(needed))") }
+                if !quiet && !json { print("granted: \(Scope.formatList(needed))") }
                 return
             }
             let why = missing.map { scope in "\(scope) is \(token.state(of: scope, at: now)?.rawValue ?? "unknown to the token")" }
@@ -215,6 +238,9 @@ extension KeysmithCommand.Token {
 
         @OptionGroup var store: StoreOptions
         @OptionGroup var location: TokenLocation
+
+        @Flag(help: "Accepted for uniformity: the output is always one JSON document (RFC 7662).")
+        var json = false
 
         func run() throws {
             let keeper = makeKeeper(try store.openStore())
@@ -467,6 +493,11 @@ func makeKeeper(_ store: any SecureStore) -> TokenKeeper {
     TokenKeeper(store: store, actor: .current(command: (["keysmith"] + CommandLine.arguments.dropFirst()).joined(separator: " ")))
 }
 
+/// Prints a token as stored (`token list --json`'s entry form): one JSON document, never a secret.
+func printTokenDocument(_ location: TokenLocation, _ token: OAuthToken, at now: Date) throws {
+    print(try jsonLine(TokenListDocument.Entry(TokenReference(service: location.service, account: location.account), token, at: now)))
+}
+
 func loadToken(_ keeper: TokenKeeper, _ location: TokenLocation) throws -> OAuthToken {
     guard let token = try keeper.token(service: location.service, account: location.account) else {
         throw KeysmithError(.itemNotFound, "there is no token for \(location.account) at \(location.service); import one with `keysmith token import`")
@@ -565,8 +596,17 @@ extension KeysmithCommand {
 
             @OptionGroup var store: StoreOptions
 
+            @Flag(help: "Print the result as one JSON document (the exit code still answers).")
+            var json = false
+
             func run() throws {
                 let verification = try makeKeeper(try store.openStore()).verifyAuditLog()
+                if json {
+                    struct Result: Encodable { var intact: Bool; var entries: Int; var problems: [String] }
+                    print(try jsonLine(Result(intact: verification.isIntact, entries: verification.entries, problems: verification.problems)))
+                    if verification.isIntact { return }
+                    throw CommandFailure(message: "the audit log's chain is broken (\(verification.problems.count) problem(s))", exitCode: ExitCode(6))
+                }
                 if verification.isIntact {
                     print("The audit log is intact: \(verification.entries) entr\(verification.entries == 1 ? "y" : "ies").")
                     return

@@ -57,11 +57,23 @@ extension KeysmithCommand.Vault {
                 struct Problem: Encodable {
                     var file: String; var offset: Int; var record: String?; var item: String?; var reason: String; var superseded: Bool
                 }
-                for problem in damage {
-                    print(try jsonLine(Problem(file: problem.file, offset: problem.offset, record: problem.recordID,
-                                               item: problem.key?.description, reason: problem.reason,
-                                               superseded: problem.isSuperseded)))
+                struct Report: Encodable {
+                    var intact: Bool
+                    var items: Int?
+                    var format: Int
+                    var newestCommit: UInt64
+                    var problems: [Problem]
+                    enum CodingKeys: String, CodingKey {
+                        case intact, items, format, problems
+                        case newestCommit = "newest_commit"
+                    }
                 }
+                print(try jsonLine(Report(
+                    intact: open.isEmpty, items: items, format: vault.formatVersion, newestCommit: sequence,
+                    problems: damage.map {
+                        Problem(file: $0.file, offset: $0.offset, record: $0.recordID, item: $0.key?.description, reason: $0.reason,
+                                superseded: $0.isSuperseded)
+                    })))
             } else if open.isEmpty {
                 print("The vault at \(vault.path) is intact: \(items ?? 0) item(s), format \(vault.formatVersion), newest commit \(sequence).")
                 for problem in damage { print("superseded (repaired): \(problem)") }

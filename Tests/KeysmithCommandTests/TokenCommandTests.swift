@@ -12,6 +12,15 @@ struct TokenCommandTests {
 
     let response = #"{"access_token":"AT-SECRET-9","refresh_token":"RT-SECRET-9","token_type":"Bearer","expires_in":3600,"scope":"groups:read posts:write"}"#
 
+    /// `token scopes --json`: one document; its scopes as objects.
+    func scopeObjects(_ keysmith: Keysmith, _ location: [String]) throws -> [[String: Any]] {
+        let shown = try keysmith.run(["token", "scopes", "--json"] + location)
+        #expect(shown.status == 0, "\(shown.output)")
+        #expect(shown.stdout.split(separator: "\n").count == 1, "one document")
+        let document = try #require(try JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [String: Any])
+        return try #require(document["scopes"] as? [[String: Any]])
+    }
+
     @Test("import, scopes, check, revoke and introspect a token; check's exit code follows the grant")
     func lifecycle() throws {
         let keysmith = try prepared()
@@ -22,9 +31,9 @@ struct TokenCommandTests {
         #expect(imported.status == 0, "\(imported.output)")
         #expect(imported.stdout.contains("declined posts:delete"))
         let scopes = try keysmith.run(["token", "scopes", "--json"] + location)
-        let states = scopes.stdout.split(separator: "\n").map { String($0) }
+        let states = try scopeObjects(keysmith, location)
         #expect(states.count == 3)
-        #expect(states.contains { $0.contains(#""scope":"posts:delete""#) && $0.contains(#""state":"declined""#) })
+        #expect(states.contains { $0["scope"] as? String == "posts:delete" && $0["state"] as? String == "declined" })
         #expect(try keysmith.run(["token", "check", "--quiet"] + location + ["posts:write", "groups:read"]).status == 0)
         #expect(try keysmith.run(["token", "check"] + location + ["posts:delete"]).status == 3)
         #expect(try keysmith.run(["token", "revoke"] + location + ["posts:write"]).status == 0)
@@ -107,11 +116,8 @@ struct TokenCommandTests {
         let keysmith = try prepared()
         defer { keysmith.cleanup() }
         func scopes(_ account: String) throws -> [String: String] {
-            let listed = try keysmith.run(["token", "scopes", "--json", "--service", "p", "--account", account])
-            #expect(listed.status == 0, "\(listed.output)")
             var states: [String: String] = [:]
-            for line in listed.stdout.split(separator: "\n") {
-                let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            for object in try scopeObjects(keysmith, ["--service", "p", "--account", account]) {
                 states[object["scope"] as? String ?? "?"] = object["state"] as? String
             }
             return states
@@ -231,10 +237,8 @@ struct TokenCommandTests {
         defer { keysmith.cleanup() }
         let location = ["--service", "news", "--account", "bob"]
         func states() throws -> [String: (state: String, reason: String)] {
-            let listed = try keysmith.run(["token", "scopes", "--json"] + location)
             var result: [String: (String, String)] = [:]
-            for line in listed.stdout.split(separator: "\n") {
-                let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            for object in try scopeObjects(keysmith, location) {
                 result[object["scope"] as? String ?? "?"] = (object["state"] as? String ?? "?", object["reason"] as? String ?? "?")
             }
             return result
@@ -372,6 +376,40 @@ struct TokenCommandTests {
         #expect(try keysmith.run(["audit", "verify"]).status == 0)
     }
 
+    @Test("one output contract: import, scopes, revoke, revoke-all, check, introspect and audit verify print one JSON document with --json")
+    func jsonEverywhere() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        let location = ["--service", "news", "--account", "bob"]
+        func document(_ arguments: [String], stdin: String = "", status: Int32 = 0) throws -> [String: Any] {
+            let result = try keysmith.run(arguments, stdin: stdin)
+            #expect(result.status == status, "\(arguments): \(result.output)")
+            #expect(result.stdout.split(separator: "\n").count == 1, "\(arguments): one document: \(result.stdout)")
+            #expect(!result.stdout.contains("AT-SECRET-9") && !result.stdout.contains("RT-SECRET-9"))
+            return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(arguments)")
+        }
+        let imported = try document(["token", "import", "--json", "--client", "web"] + location, stdin: response)
+        #expect(imported["active"] as? Bool == true && imported["client_id"] as? String == "web")
+        #expect((imported["scopes"] as? [[String: Any]])?.count == 2)
+        let shown = try document(["token", "scopes", "--json"] + location)
+        #expect((shown["expires_at"] as? String)?.hasSuffix("Z") == true && shown["account"] as? String == "bob")
+        let revoked = try document(["token", "revoke", "--json"] + location + ["posts:write"])
+        #expect((revoked["scopes"] as? [[String: Any]])?.first { $0["scope"] as? String == "posts:write" }?["state"] as? String == "revoked")
+        let check = try document(["token", "check", "--json"] + location + ["groups:read", "posts:write"], status: 3)
+        #expect(check["granted"] as? Bool == false && check["active"] as? Bool == true)
+        #expect((check["scopes"] as? [[String: Any]])?.map { $0["state"] as? String } == ["granted", "revoked"])
+        #expect(try document(["token", "check", "--json"] + location + ["groups:read"])["granted"] as? Bool == true)
+        #expect(try document(["token", "introspect", "--json"] + location)["active"] as? Bool == true)
+        let out = try document(["token", "revoke-all", "--json"] + location)
+        #expect(out["active"] as? Bool == false && out["revoked_at"] != nil)
+        // A token without scopes still prints its state.
+        let bare = try document(["token", "import", "--json", "--service", "news", "--account", "bare"],
+                                stdin: #"{"access_token":"x","token_type":"Bearer"}"#)
+        #expect((bare["scopes"] as? [Any])?.isEmpty == true && bare["active"] as? Bool == true)
+        let verify = try document(["audit", "verify", "--json"])
+        #expect(verify["intact"] as? Bool == true && verify["entries"] as? Int == 4 && (verify["problems"] as? [Any])?.isEmpty == true)
+    }
+
     @Test("bulk revocation of several scopes at once is one commit; declined scopes are neither changed nor counted")
     func bulkSeveralScopes() throws {
         let keysmith = try prepared()
@@ -398,8 +436,8 @@ struct TokenCommandTests {
         let declined = try keysmith.run(["revoke", "--scope", "posts:delete", "--client", "web", "--json"])
         #expect(declined.stdout.contains(#""changed":0"#), "\(declined.output)")
         #expect(declined.stdout.contains(#""matched":2"#))
-        let scopes = try keysmith.run(["token", "scopes", "--json", "--service", "news", "--account", "a"])
-        #expect(scopes.stdout.split(separator: "\n").contains { $0.contains(#""scope":"posts:delete""#) && $0.contains(#""state":"declined""#) })
+        #expect(try scopeObjects(keysmith, ["--service", "news", "--account", "a"])
+            .contains { $0["scope"] as? String == "posts:delete" && $0["state"] as? String == "declined" })
         #expect(try keysmith.run(["revoke", "--client", "web"]).status == 64)
     }
 }
