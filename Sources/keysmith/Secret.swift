@@ -138,7 +138,7 @@ extension KeysmithCommand.Secret {
         @Option(help: "Only internet passwords on this server.")
         var server: String?
 
-        @Flag(help: "Print JSON lines, one object per item.")
+        @Flag(help: "Print one JSON document: {\"items\": [...]}, each item named as batch lines name it.")
         var json = false
 
         @Flag(help: "Also list Keysmith's own records (tokens, the audit log), marked as such; never their contents.")
@@ -149,7 +149,8 @@ extension KeysmithCommand.Secret {
             let query = ItemQuery(service: service, account: account, server: server, namespace: all ? .any : .user)
             let items = try vault.search(query).sorted { $0.key.description < $1.key.description }
             if json {
-                for info in items { print(try jsonLine(ItemJSON(info))) }
+                struct Listing: Encodable { var items: [ItemJSON] }
+                print(try jsonLine(Listing(items: items.map(ItemJSON.init))))
                 return
             }
             if items.isEmpty {

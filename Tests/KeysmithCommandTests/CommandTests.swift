@@ -1,6 +1,13 @@
 import Foundation
 import Testing
 
+/// The items of `secret list --json` (one document, `{"items": [...]}`).
+func listedItems(_ result: Keysmith.Result) throws -> [[String: Any]] {
+    #expect(result.stdout.split(separator: "\n").count == 1, "one document: \(result.stdout)")
+    let document = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+    return try #require(document["items"] as? [[String: Any]])
+}
+
 /// Runs the built `keysmith` binary in a scratch directory.
 struct Keysmith {
     let directory: String
@@ -209,12 +216,12 @@ struct CommandTests {
             """
         let dry = try keysmith.run(["batch", "--dry-run", "--keyfile", keysmith.keyfile], stdin: lines)
         #expect(dry.status == 0, "\(dry.output)")
-        #expect(try keysmith.run(["secret", "list", "--json", "--keyfile", keysmith.keyfile]).stdout.isEmpty)
+        #expect(try listedItems(keysmith.run(["secret", "list", "--json", "--keyfile", keysmith.keyfile])).isEmpty)
         let applied = try keysmith.run(["batch", "--keyfile", keysmith.keyfile], stdin: lines)
         #expect(applied.status == 0, "\(applied.output)")
-        let list = try keysmith.run(["secret", "list", "--json", "--keyfile", keysmith.keyfile])
-        #expect(list.stdout.split(separator: "\n").count == 2)
-        #expect(list.stdout.contains("\"label\":\"App DB\""))
+        let list = try listedItems(keysmith.run(["secret", "list", "--json", "--keyfile", keysmith.keyfile]))
+        #expect(list.count == 2)
+        #expect(list.contains { $0["label"] as? String == "App DB" })
 
         let bad = """
             {"op":"set","service":"db","account":"new","secret":"x"}
@@ -223,7 +230,7 @@ struct CommandTests {
             """
         let failed = try keysmith.run(["batch", "--keyfile", keysmith.keyfile], stdin: bad)
         #expect(failed.status == 2)
-        #expect(try keysmith.run(["secret", "list", "--json", "--keyfile", keysmith.keyfile]).stdout.split(separator: "\n").count == 2)
+        #expect(try listedItems(keysmith.run(["secret", "list", "--json", "--keyfile", keysmith.keyfile])).count == 2)
         let malformed = try keysmith.run(["batch", "--keyfile", keysmith.keyfile], stdin: "{\"op\":\"set\"\n")
         #expect(malformed.status == 64)
         #expect(malformed.stderr.contains("line 1"))

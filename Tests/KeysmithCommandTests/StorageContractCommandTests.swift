@@ -28,8 +28,7 @@ struct StorageContractCommandTests {
         #expect(try keysmith.run(["vault", "verify"]).status == 0)
         #expect(try keysmith.run(["vault", "compact"]).status == 0)
         #expect(try keysmith.run(["secret", "get", "--service", decomposed, "--account", "bob"]).stdout == "second\n")
-        let list = try keysmith.run(["secret", "list", "--json"])
-        #expect(list.stdout.split(separator: "\n").count == 2)
+        #expect(try listedItems(keysmith.run(["secret", "list", "--json"])).count == 2)
     }
 
     @Test("tokens and the audit log are invisible to secret commands, which cannot read, overwrite or delete them")
@@ -125,8 +124,7 @@ struct StorageContractCommandTests {
         #expect(try keysmith.run(["secret", "set", "--service", "s", "--account", "a", "--label", "L", "--comment", "C"], stdin: "1").status == 0)
         #expect(try keysmith.run(["batch"], stdin: #"{"op":"set","service":"s","account":"a","secret":"2"}"#).status == 0)
         #expect(try keysmith.run(["secret", "set", "--service", "s", "--account", "a", "--comment", ""], stdin: "3").status == 0)
-        let list = try keysmith.run(["secret", "list", "--json"])
-        let object = try #require(try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [String: Any])
+        let object = try #require(try listedItems(keysmith.run(["secret", "list", "--json"])).first)
         #expect(object["label"] as? String == "L")
         #expect(object["comment"] == nil)
         #expect(try keysmith.run(["secret", "get", "--service", "s", "--account", "a"]).stdout == "3\n")

@@ -89,7 +89,7 @@ struct TokenCommandTests {
         let unknown = try keysmith.run(["token", "scopes", "--service", "news", "--account", "nobody"])
         #expect(unknown.status == 2)
         #expect(unknown.stderr.contains("no token"))
-        #expect(try keysmith.run(["secret", "list", "--json"]).stdout.isEmpty)
+        #expect(try listedItems(keysmith.run(["secret", "list", "--json"])).isEmpty)
     }
 
     @Test("bulk revocation across tokens, with a dry run, filters and idempotence")
