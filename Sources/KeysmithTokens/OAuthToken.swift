@@ -293,7 +293,7 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
     /// declined ("dropped"), with the time and the reason; a requested scope it does not grant
     /// is declined if it was unknown. A scope **revoked** here stays revoked (a revocation is a
     /// local decision a provider's new token must not undo) unless `allowRegrant`, which also
-    /// ends a log-out. With neither a response scope nor `requested`, the scopes are kept.
+    /// ends a log-out when the response grants at least one scope. With neither a response scope nor `requested`, the scopes are kept.
     ///
     /// - Returns: What changed.
     /// - Throws: ``KeysmithError/Code/malformedData`` or ``KeysmithError/Code/invalidScope``;
@@ -331,7 +331,8 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
                 next.scopes[scope] = ScopeStatus(state: .declined, changedAt: date, reason: "requested but not granted")
             }
         }
-        if allowRegrant { next.revokedAt = nil }
+        // A log-out ends only when the new response actually grants something.
+        if allowRegrant, !outcome.granted.isEmpty { next.revokedAt = nil }
         self = next
         return outcome
     }

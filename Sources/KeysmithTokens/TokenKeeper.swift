@@ -107,24 +107,40 @@ public final class TokenKeeper: Sendable {
     ///   - subject: The user it acts for.
     ///   - issuer: The issuer.
     ///   - audience: The audience.
+    ///   - replacing: Whether a token already kept there may be replaced (its history, its
+    ///     revocations and a log-out go with it; the audit entry is a `replace` naming the
+    ///     scopes that were revoked). Without it, a kept token is an error: update it with
+    ///     ``update(with:requested:allowRegrant:service:account:)``.
     /// - Returns: The stored token.
     /// - Throws: ``KeysmithError/Code/malformedData`` or ``KeysmithError/Code/invalidScope`` for
-    ///   a bad response (nothing is stored then); a store failure.
+    ///   a bad response (nothing is stored then); ``KeysmithError/Code/duplicateItem`` when a
+    ///   token is kept there and `replacing` is `false` (also when another process imported one
+    ///   a moment earlier); a store failure.
     @discardableResult
     public func importResponse(
         _ response: Data, service: String, account: String, requested: Set<Scope>, clientID: String? = nil,
-        subject: String? = nil, issuer: String? = nil, audience: [String] = []
+        subject: String? = nil, issuer: String? = nil, audience: [String] = [], replacing: Bool = false
     ) throws -> OAuthToken {
         let time = now
         let token = try OAuthToken(response: response, requested: requested, clientID: clientID, subject: subject,
                                    issuer: issuer, audience: audience, now: time)
         try commit(at: time) { _ in
-            let granted = token.scopes.filter { $0.value.state == .granted }.map(\.key.rawValue)
-            let declined = token.scopes.filter { $0.value.state == .declined }.map(\.key.rawValue)
-            let existing = try store.read(Self.key(service: service, account: account))?.info.version
-            return ([Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: existing)],
-                    [Event("import", service, account, granted + declined,
-                           "imported; granted: \(granted.sorted().joined(separator: " ")); declined: \(declined.sorted().joined(separator: " "))")])
+            let granted = token.scopes.filter { $0.value.state == .granted }.map(\.key.rawValue).sorted()
+            let declined = token.scopes.filter { $0.value.state == .declined }.map(\.key.rawValue).sorted()
+            let imported = "granted: \(granted.joined(separator: " ")); declined: \(declined.joined(separator: " "))"
+            guard let existing = try versionedToken(service: service, account: account) else {
+                return ([Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: nil)],
+                        [Event("import", service, account, granted + declined, "imported; " + imported)])
+            }
+            guard replacing else {
+                throw KeysmithError(.duplicateItem, "a token is kept for \(account) at \(service) already; update it, or replace it")
+            }
+            // Say what the replacement discards: revocations and a log-out.
+            let revoked = existing.token.scopes.filter { $0.value.state == .revoked }.map(\.key.rawValue).sorted()
+            let discarded = (revoked.isEmpty ? "" : "; discards the revocation of \(revoked.joined(separator: " "))")
+                + (existing.token.revokedAt == nil ? "" : "; ends a log-out")
+            return ([Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: existing.version)],
+                    [Event("replace", service, account, granted + declined, "replaced; " + imported + discarded)])
         }
         return token
     }
@@ -172,7 +188,8 @@ public final class TokenKeeper: Sendable {
 
     /// Applies a new token response to a token already kept, keeping its history and identity
     /// (``OAuthToken/applyUpdate(response:requested:allowRegrant:at:)``), with an audit entry
-    /// (`update`) naming the scopes granted, dropped and kept revoked.
+    /// (`update`) whose scopes are every scope whose state changed and whose detail says which
+    /// were granted, granted again after a revocation, dropped and kept revoked.
     ///
     /// - Throws: ``KeysmithError/Code/itemNotFound`` when there is no such token; a bad response
     ///   (nothing changes then); a store failure.
@@ -181,10 +198,20 @@ public final class TokenKeeper: Sendable {
         with response: Data, requested: Set<Scope>, allowRegrant: Bool = false, service: String, account: String
     ) throws -> (token: OAuthToken, outcome: OAuthToken.UpdateOutcome) {
         var outcome = OAuthToken.UpdateOutcome()
-        let token = try change(service: service, account: account, event: "update", scopes: requested.map(\.rawValue).sorted(),
-                               detail: "new token response") { token, time in
+        var regranted: [String] = []
+        let token = try change(service: service, account: account, event: "update", scopes: [], detail: "new token response") { token, time in
+            let before = token
             outcome = try token.applyUpdate(response: response, requested: requested, allowRegrant: allowRegrant, at: time)
+            regranted = outcome.granted.filter { before.scopes[$0]?.state == .revoked }.map(\.rawValue).sorted()
             return true
+        } describe: {
+            // The entry names every scope whose state changed (change() does) and says how.
+            var parts = ["new token response"]
+            if !outcome.granted.isEmpty { parts.append("granted \(Scope.formatList(outcome.granted))") }
+            if !regranted.isEmpty { parts.append("granted again after a revocation (--allow-regrant): \(regranted.joined(separator: " "))") }
+            if !outcome.dropped.isEmpty { parts.append("dropped \(Scope.formatList(outcome.dropped))") }
+            if !outcome.keptRevoked.isEmpty { parts.append("kept revoked \(Scope.formatList(outcome.keptRevoked))") }
+            return parts.joined(separator: "; ")
         }
         return (token, outcome)
     }
@@ -210,7 +237,7 @@ public final class TokenKeeper: Sendable {
 
     private func change(
         service: String, account: String, event: String, scopes: [String], detail: String,
-        _ body: (inout OAuthToken, Date) throws -> Bool
+        _ body: (inout OAuthToken, Date) throws -> Bool, describe: (() -> String)? = nil
     ) throws -> OAuthToken {
         let time = now
         var result: OAuthToken?
@@ -227,7 +254,7 @@ public final class TokenKeeper: Sendable {
                 ? token.scopes.filter { read.scopes[$0.key]?.state != $0.value.state }.map(\.key.rawValue).sorted()
                 : scopes
             return ([Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record)],
-                    [Event(event, service, account, touched, detail)])
+                    [Event(event, service, account, touched, describe?() ?? detail)])
         }
         guard let result else { throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)") }
         return result

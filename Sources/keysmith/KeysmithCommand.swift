@@ -44,11 +44,15 @@ struct KeysmithCommand: ParsableCommand {
             // validation error is one `keysmith:` line, exit 64, pointing at the help.
             let code = exitCode(for: error)
             guard code != .success else { exit(withError: error) }
-            let message = Self.message(for: error).split(separator: "\n").map { line in
+            var message = Self.message(for: error).split(separator: "\n").map { line in
                 String(line.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
             }.filter { !$0.isEmpty }.joined(separator: "; ")
-            let subcommand = CommandLine.arguments.dropFirst().prefix { !$0.hasPrefix("-") }.joined(separator: " ")
-            let help = "keysmith " + (subcommand.isEmpty ? "" : subcommand + " ") + "--help"
+            // The parser quotes the arguments it rejects; one of them may be a secret typed in
+            // the wrong place, so none is repeated (option names are).
+            for argument in CommandLine.arguments.dropFirst() where !argument.hasPrefix("-") && !argument.isEmpty {
+                message = message.replacing("'\(argument)'", with: "'…'")
+            }
+            let help = (["keysmith"] + commandPath(Array(CommandLine.arguments.dropFirst())) + ["--help"]).joined(separator: " ")
             fail("\(message) (see `\(help)`)", code: code == .failure ? ExitCode(1) : ExitCode(64))
         }
     }
@@ -57,11 +61,23 @@ struct KeysmithCommand: ParsableCommand {
     /// easy mistake, told apart here, before parsing, by the arguments themselves.
     static let storeOptions: Set<String> = ["--vault", "--keyfile", "--passphrase-fd", "--backend", "--collection", "--timeout"]
 
+    /// The subcommand names at the start of the arguments (`token list`), for pointing at help.
+    static func commandPath(_ arguments: [String]) -> [String] {
+        var path: [String] = []
+        var level = configuration.subcommands
+        for argument in arguments {
+            guard let next = level.first(where: { $0._commandName == argument }) else { break }
+            path.append(argument)
+            level = next.configuration.subcommands
+        }
+        return path
+    }
+
     /// Catches two mistakes the parser reports poorly: store options before the subcommand, and
     /// a misspelled subcommand (with a suggestion).
     static func checkCommandName(_ arguments: [String]) {
         guard let first = arguments.first else { return }
-        let names = configuration.subcommands.map { $0._commandName }
+        let names = configuration.subcommands.map { $0._commandName } + ["help"]  // the parser's own `help`
         if let option = first.split(separator: "=").first.map(String.init), storeOptions.contains(option) {
             let words = arguments.drop { !names.contains($0) }.prefix { !$0.hasPrefix("-") }.joined(separator: " ")
             let subcommand = words.isEmpty ? "secret get" : words

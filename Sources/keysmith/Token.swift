@@ -84,7 +84,7 @@ extension KeysmithCommand.Token {
                     if let given, given != stored {
                         throw ValidationError(
                             "the token kept for \(location.account) at \(location.service) has \(flag) \(stored ?? "(none)"), not \(given); "
-                                + "give --replace to replace it")
+                                + "--replace replaces it (its history and revocations go with it)")
                     }
                 }
                 let (updated, outcome) = try keeper.update(with: body, requested: requestedScopes, allowRegrant: allowRegrant,
@@ -99,12 +99,18 @@ extension KeysmithCommand.Token {
                 print(parts.joined(separator: "; ") + ".")
                 return
             }
+            let replacing = replace ? try keeper.token(service: location.service, account: location.account) : nil
             let token = try keeper.importResponse(
                 body, service: location.service, account: location.account, requested: requestedScopes,
-                clientID: client, subject: subject, issuer: issuer)
+                clientID: client, subject: subject, issuer: issuer, replacing: replace)
             if json { return try printTokenDocument(location, token, at: keeper.now) }
             let granted = token.scopes(in: .granted, at: keeper.now)
             let declined = token.scopes(in: .declined, at: keeper.now)
+            if let replacing {
+                let revoked = replacing.scopes(in: .revoked, at: keeper.now)
+                print("Replaced the token for \(location.account) at \(location.service)"
+                      + (revoked.isEmpty ? "" : "; the revocation of \(Scope.formatList(revoked)) is gone with the old token") + ".")
+            }
             print("Imported a \(token.tokenType) token for \(location.account) at \(location.service): granted \(Scope.formatList(granted).isEmpty ? "nothing" : Scope.formatList(granted))"
                   + (declined.isEmpty ? "" : "; declined \(Scope.formatList(declined))") + ".")
         }
@@ -300,7 +306,11 @@ extension KeysmithCommand.Token {
         var json = false
 
         func run() throws {
-            let wantedScope = try scope.map { try Scope($0) }
+            let wantedScope = try scope.map { text in
+                let scopes = try Scope.parseList(text)
+                guard scopes.count == 1, let only = scopes.first else { throw ValidationError("--scope takes one scope, not '\(text)'") }
+                return only
+            }
             let wantedState = try state.map { name in
                 guard let state = ScopeState(rawValue: name) else {
                     throw ValidationError("unknown state '\(name)': use granted, declined, expired or revoked")
@@ -493,6 +503,15 @@ func makeKeeper(_ store: any SecureStore) -> TokenKeeper {
     TokenKeeper(store: store, actor: .current(command: (["keysmith"] + CommandLine.arguments.dropFirst()).joined(separator: " ")))
 }
 
+/// Text with control characters (newlines, tabs, escapes) shown as `\u{…}`, for one-line output.
+func escaped(_ text: String) -> String {
+    var out = ""
+    for scalar in text.unicodeScalars {
+        if scalar.properties.generalCategory == .control { out += "\\u{\(String(scalar.value, radix: 16))}" } else { out.unicodeScalars.append(scalar) }
+    }
+    return out
+}
+
 /// Prints a token as stored (`token list --json`'s entry form): one JSON document, never a secret.
 func printTokenDocument(_ location: TokenLocation, _ token: OAuthToken, at now: Date) throws {
     print(try jsonLine(TokenListDocument.Entry(TokenReference(service: location.service, account: location.account), token, at: now)))
@@ -516,14 +535,15 @@ extension KeysmithCommand {
                 granted change (on expired tokens too); declined and already revoked scopes keep their \
                 state, and only tokens that changed are counted. \
                 Idempotent: tokens where the scope is already revoked, or that never had it, are left alone. \
-                Every changed token gets an audit entry. A progress bar goes to standard error when it \
-                is a terminal and the job is long.
+                One audit entry names every changed token. A progress bar goes to standard error when it \
+                is a terminal and the job is long. Without --service, --client or --subject, on a terminal, \
+                it asks first (--yes skips the question).
                 """
         )
 
         @OptionGroup var store: StoreOptions
 
-        @Option(help: "A scope to revoke; repeat it (or give a space-separated list) to revoke several in one commit.")
+        @Option(help: "A scope to revoke; repeat it (or give a list separated by spaces or commas) to revoke several in one commit.")
         var scope: [String] = []
 
         @Option(help: "Only tokens kept under this service.")
@@ -551,12 +571,16 @@ extension KeysmithCommand {
             let revoking = try parseScopes(scope)
             guard !revoking.isEmpty else { throw ValidationError("name at least one scope with --scope") }
             // A fleet-wide revocation typed at a terminal is confirmed first; scripts are not asked.
-            if service == nil, client == nil, subject == nil, !dryRun, !yes, Terminal.isTerminal(0),
-               let confirmed = try Terminal.confirm("Revoke \(Scope.formatList(revoking)) from every token in the store?"),
-               !confirmed
-            {
-                throw CommandFailure(message: "cancelled; nothing was revoked (--dry-run shows what would change, --yes skips this question)",
-                                     exitCode: ExitCode(1))
+            // A fleet-wide revocation with a terminal on standard input is confirmed first;
+            // without a terminal (a pipe, a cron job) no question is asked.
+            if service == nil, client == nil, subject == nil, !dryRun, !yes, Terminal.isTerminal(0) {
+                guard let confirmed = try Terminal.confirm("Revoke \(Scope.formatList(revoking)) from every token in the store?") else {
+                    throw ValidationError("revoking from every token needs a yes, and there is no terminal to ask: give --yes")
+                }
+                guard confirmed else {
+                    throw CommandFailure(message: "cancelled; nothing was revoked (--dry-run shows what would change, --yes skips this question)",
+                                         exitCode: ExitCode(1))
+                }
             }
             let keeper = makeKeeper(try store.openStore())
             let bar = ProgressBar(enabled: Terminal.isTerminal(2))
@@ -649,12 +673,17 @@ extension KeysmithCommand {
                 let now = keeper.now
                 func instant(_ text: String) throws -> Date {
                     if let date = try? Date(text, strategy: Date.ISO8601FormatStyle()) { return date }
-                    return now.addingTimeInterval(-(try parseDuration(text)))
+                    if let day = try? Date(text, strategy: Date.ISO8601FormatStyle().year().month().day()) { return day }
+                    guard let duration = try? parseDuration(text) else {
+                        throw ValidationError("'\(text)' is neither an ISO 8601 time (2026-11-22T08:00:00Z, 2026-11-22) nor a duration (12h, 1d)")
+                    }
+                    return now.addingTimeInterval(-duration)
                 }
                 let from = try since.map(instant), to = try until.map(instant)
                 let entries = try keeper.auditEntries().filter { entry in
                     if let from, entry.time < from { return false }
-                    if let to, entry.time > to { return false }
+                    // Times print in whole seconds: --until a printed time includes that entry.
+                    if let to, entry.time.timeIntervalSince1970.rounded(.down) > to.timeIntervalSince1970 { return false }
                     if let event, entry.event != event { return false }
                     if let service, entry.service != service { return false }
                     if let account, entry.account != account { return false }
@@ -664,10 +693,13 @@ extension KeysmithCommand {
                     print(try jsonLine(AuditDocument(entries: entries.map(AuditDocument.Entry.init))))
                     return
                 }
+                // Names and reasons are anyone's text: control characters are escaped, so no field
+                // can forge a line (the JSON form escapes them too).
                 for entry in entries {
-                    let who = entry.actor.map { " by \($0.user)@\($0.host)" } ?? ""
+                    let who = entry.actor.map { " by \(escaped($0.user))@\(escaped($0.host))" } ?? ""
                     let scopes = entry.scopes.isEmpty ? "" : " [\(entry.scopes.joined(separator: " "))]"
-                    print("\(entry.sequence)\t\(iso8601(entry.time))\t\(entry.event)\t\(entry.account) at \(entry.service)\(scopes)\t\(entry.detail)\(who)")
+                    print("\(entry.sequence)\t\(iso8601(entry.time))\t\(escaped(entry.event))\t\(escaped(entry.account)) at \(escaped(entry.service))"
+                          + "\(escaped(scopes))\t\(escaped(entry.detail))\(who)")
                 }
             }
         }

@@ -33,7 +33,7 @@ extension KeysmithCommand.Vault {
 
         @OptionGroup var store: StoreOptions
 
-        @Flag(help: "Print JSON lines, one object per problem.")
+        @Flag(help: "Print the report as one JSON document.")
         var json = false
 
         @Option(name: .customLong("expect-sequence"), help: ArgumentHelp(

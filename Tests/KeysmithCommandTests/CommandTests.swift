@@ -90,6 +90,13 @@ struct CommandTests {
                       "--backend goes after the subcommand, as in `keysmith secret get --backend")
         expectOneLine(try keysmith.run(["secrt", "get"]), 64, "did you mean `secret`?")
         expectOneLine(try keysmith.run(["zzzzzz"]), 64, "unknown command 'zzzzzz'")
+        // A stray argument (perhaps a secret typed in the wrong place) is never repeated.
+        let stray = try keysmith.run(["secret", "set", "--keyfile", keysmith.keyfile, "--service", "s", "--account", "a", "hunter2-SECRET"])
+        expectOneLine(stray, 64, "Unexpected argument '…' (see `keysmith secret set --help`)")
+        #expect(!stray.output.contains("hunter2"))
+        // The parser's own help command still works.
+        let help2 = try keysmith.run(["help", "secret"])
+        #expect(help2.status == 0 && help2.stdout.contains("USAGE: keysmith secret"), "\(help2.output)")
         // Help states each default once.
         let help = try keysmith.run(["secret", "get", "--help"])
         #expect(help.status == 0)

@@ -210,6 +210,7 @@ struct TokenCommandTests {
         #expect(!all.stdout.contains("AT-") && !all.stdout.contains("RT-"))
         #expect(try keysmith.run(["token", "list", "--expiring-within", "soon"]).status == 64)
         #expect(try keysmith.run(["token", "list", "--state", "gone"]).status == 64)
+        #expect(try keysmith.run(["token", "list", "--scope", "groups:read,posts:write"]).status == 64)
 
         // get: the access token for a header, the refresh token on request; never for an expired one.
         let access = try keysmith.run(["token", "get", "--service", "news", "--account", "soon"])
@@ -267,14 +268,25 @@ struct TokenCommandTests {
         // Another client is a different token: refused unless --replace.
         let other = try keysmith.run(["token", "import", "--client", "mobile"] + location, stdin: body("groups:read", "A4"))
         #expect(other.status == 64 && other.stderr.contains("--replace"), "\(other.output)")
-        // --allow-regrant grants a revoked scope again, history kept.
+        // --allow-regrant grants a revoked scope again, history kept, and the audit entry says so.
         #expect(try keysmith.run(["token", "import", "--allow-regrant"] + location, stdin: body("posts:write", "A5")).status == 0)
         #expect(try states()["posts:write"]?.state == "granted")
-        // --replace starts over.
-        #expect(try keysmith.run(["token", "import", "--replace", "--client", "mobile"] + location, stdin: body("groups:read", "A6")).status == 0)
+        let regrant = try keysmith.run(["audit", "show", "--json", "--event", "update"])
+        #expect(regrant.stdout.contains("granted again after a revocation (--allow-regrant): posts:write"), "\(regrant.output)")
+        // After a log-out, a response granting nothing does not make the token active again.
+        #expect(try keysmith.run(["token", "revoke-all"] + location).status == 0)
+        #expect(try keysmith.run(["token", "import", "--allow-regrant"] + location,
+                                 stdin: #"{"access_token":"A55","token_type":"Bearer","expires_in":3600}"#).status == 0)
+        #expect(try keysmith.run(["token", "get"] + location).status == 3)
+        #expect(try keysmith.run(["token", "import", "--allow-regrant"] + location, stdin: body("posts:write", "A5")).status == 0)
+        // --replace starts over, and says what it discards, on screen and in the audit log.
+        #expect(try keysmith.run(["token", "revoke"] + location + ["posts:delete"]).status == 0)
+        let replaced = try keysmith.run(["token", "import", "--replace", "--client", "mobile"] + location, stdin: body("groups:read", "A6"))
+        #expect(replaced.status == 0 && replaced.stdout.contains("the revocation of groups:read posts:delete is gone"), "\(replaced.output)")
         #expect(try Set(states().keys) == ["groups:read"])
         let audit = try keysmith.run(["audit", "show", "--json"])
-        #expect(audit.stdout.components(separatedBy: #""event":"update""#).count - 1 == 3, "\(audit.output)")
+        #expect(audit.stdout.components(separatedBy: #""event":"update""#).count - 1 == 5, "\(audit.output)")
+        #expect(audit.stdout.contains(#""event":"replace""#) && audit.stdout.contains("discards the revocation of groups:read posts:delete"))
         #expect(try keysmith.run(["audit", "verify"]).status == 0)
     }
 
@@ -284,9 +296,20 @@ struct TokenCommandTests {
         let script = """
             import os, pty, select, sys
             answer, argv = sys.argv[1].encode() + b"\\n", sys.argv[2:]
-            pid, fd = pty.fork()
-            if pid == 0:
-                os.execv(argv[0], argv)
+            if sys.argv[1] == "--no-controlling-terminal":
+                # A terminal on the standard streams, but none the process can open as /dev/tty.
+                fd, child = os.openpty()
+                pid = os.fork()
+                if pid == 0:
+                    os.setsid()
+                    for stream in (0, 1, 2):
+                        os.dup2(child, stream)
+                    os.execv(argv[0], argv)
+                os.close(child)
+            else:
+                pid, fd = pty.fork()
+                if pid == 0:
+                    os.execv(argv[0], argv)
             out, sent = b"", False
             while True:
                 try:
@@ -328,6 +351,10 @@ struct TokenCommandTests {
         let accepted = try onTerminal(keysmith, ["revoke", "--scope", "posts:write"], answer: "y")
         #expect(accepted.status == 0, "\(accepted.output)")
         #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "a", "posts:write"]).status == 3)
+        // A terminal on stdin but no /dev/tty to ask on: refused, never taken as a yes.
+        let unasked = try onTerminal(keysmith, ["revoke", "--scope", "groups:read"], answer: "--no-controlling-terminal")
+        #expect(unasked.status == 64 && unasked.output.contains("give --yes"), "\(unasked.output)")
+        #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "a", "groups:read"]).status == 0)
         // Filtered, --yes, or from a script (no terminal): no question.
         let filtered = try onTerminal(keysmith, ["revoke", "--scope", "groups:read", "--client", "web"], answer: "n")
         #expect(filtered.status == 0 && !filtered.output.contains("[y/N]"), "\(filtered.output)")
@@ -370,9 +397,18 @@ struct TokenCommandTests {
         #expect(try entries(["--since", "1h"]).count == 4)
         #expect(try entries(["--until", "2001-01-01T00:00:00Z"]).isEmpty)
         #expect(try keysmith.run(["audit", "show", "--since", "yesterday"]).status == 64)
+        // --until a printed time includes that entry (times print in whole seconds); a date alone works.
+        let printed = try #require(all.last?["time"] as? String)
+        #expect(try entries(["--until", printed]).count == 4)
+        #expect(try entries(["--since", String(printed.prefix(10))]).count == 4)
         // The text form: one line per entry, with the time and who.
         let text = try keysmith.run(["audit", "show", "--event", "bulk-revoke"])
         #expect(text.stdout.split(separator: "\n").count == 1 && text.stdout.contains("bulk-revoke") && text.stdout.contains(" by "), "\(text.output)")
+        // No field can forge a line in the text form: control characters are escaped.
+        #expect(try keysmith.run(["token", "revoke", "--service", "news", "--account", "a", "--reason", "x\n99\t2030-01-01T00:00:00Z\tforged",
+                                  "groups:read"]).status == 0)
+        let lines = try keysmith.run(["audit", "show"]).stdout.split(separator: "\n")
+        #expect(lines.count == 5 && !lines.contains { $0.hasPrefix("99") }, "\(lines)")
         #expect(try keysmith.run(["audit", "verify"]).status == 0)
     }
 

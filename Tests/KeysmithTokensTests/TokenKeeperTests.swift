@@ -61,6 +61,27 @@ struct TokenKeeperTests {
         #expect(notAToken?.code == .corruptData)
     }
 
+    @Test("importing over a kept token is refused unless replacing, and a replacement is audited with what it discards",
+          arguments: TokenStoreFixture.all)
+    func importDoesNotSilentlyReplace(_ fixture: TokenStoreFixture) throws {
+        let (store, cleanup) = try fixture.make()
+        defer { cleanup() }
+        let keeper = TokenKeeper(store: store, actor: AuditActor(user: "ops", host: "h1", process: 7, command: "rotation job"))
+        try keeper.importResponse(standard, service: "news", account: "bob", requested: ["groups:read", "posts:write"])
+        try keeper.revoke(["posts:write"], service: "news", account: "bob", reason: "incident")
+        let refused = #expect(throws: KeysmithError.self) {
+            try keeper.importResponse(standard, service: "news", account: "bob", requested: ["groups:read", "posts:write"])
+        }
+        #expect(refused?.code == .duplicateItem)
+        #expect(try keeper.token(service: "news", account: "bob")?.scopes["posts:write"]?.state == .revoked)
+        try keeper.importResponse(standard, service: "news", account: "bob", requested: ["groups:read", "posts:write"], replacing: true)
+        let last = try #require(try keeper.auditEntries().last)
+        #expect(last.event == "replace")
+        #expect(last.detail.contains("discards the revocation of posts:write"))
+        #expect(last.actor == AuditActor(user: "ops", host: "h1", process: 7, command: "rotation job"))
+        #expect(try keeper.verifyAuditLog().isIntact)
+    }
+
     @Test("an unknown token, an unknown scope and a widening refresh each fail and leave the stored token as it was")
     func failuresChangeNothing() throws {
         let keeper = TokenKeeper(store: MemoryStore(), clock: { t0 })
