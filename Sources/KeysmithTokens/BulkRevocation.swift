@@ -1,4 +1,4 @@
-import Keysmith
+public import Keysmith
 
 /// Which tokens a bulk revocation touches: every field set must match.
 public struct TokenFilter: Sendable, Hashable {
@@ -40,6 +40,36 @@ extension TokenFilter {
     var summary: String {
         let parts = [service.map { "service \($0)" }, clientID.map { "client \($0)" }, subject.map { "subject \($0)" }].compactMap { $0 }
         return parts.isEmpty ? "(every token)" : parts.joined(separator: ", ")
+    }
+}
+
+/// One token response to import with ``TokenKeeper/importBatch(_:replacing:)``.
+public struct TokenImport: Sendable {
+    /// Where to keep it: the service…
+    public var service: String
+    /// …and the account.
+    public var account: String
+    /// The RFC 6749 token response (JSON).
+    public var response: Data
+    /// The scopes that were requested.
+    public var requested: Set<Scope>
+    /// The client it was issued to.
+    public var clientID: String?
+    /// The user it acts for.
+    public var subject: String?
+    /// The issuer.
+    public var issuer: String?
+
+    /// Describes one import.
+    public init(service: String, account: String, response: Data, requested: Set<Scope> = [], clientID: String? = nil,
+                subject: String? = nil, issuer: String? = nil) {
+        self.service = service
+        self.account = account
+        self.response = response
+        self.requested = requested
+        self.clientID = clientID
+        self.subject = subject
+        self.issuer = issuer
     }
 }
 

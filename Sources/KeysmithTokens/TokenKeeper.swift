@@ -145,6 +145,70 @@ public final class TokenKeeper: Sendable {
         return token
     }
 
+    /// Imports many token responses as one all-or-nothing commit, with one audit entry
+    /// (`import-batch`) naming every token: a new token is imported; a kept one is updated as
+    /// ``update(with:requested:allowRegrant:service:account:)`` updates it (history kept,
+    /// revoked scopes stay revoked), or with `replacing` replaced.
+    ///
+    /// ```swift
+    /// let result = try keeper.importBatch(responses.map {
+    ///     TokenImport(service: "github", account: $0.user, response: $0.json, requested: ["repo"])
+    /// })
+    /// print("\(result.imported.count) new, \(result.updated.count) updated")
+    /// ```
+    ///
+    /// - Throws: ``KeysmithError/Code/invalidArgument`` when a token appears twice;
+    ///   ``KeysmithError/Code/malformedData`` or ``KeysmithError/Code/invalidScope`` naming the
+    ///   first bad response (by its position, from 1); a store failure. Nothing is stored then.
+    @discardableResult
+    public func importBatch(_ imports: [TokenImport], replacing: Bool = false) throws
+        -> (imported: [TokenReference], updated: [TokenReference])
+    {
+        let time = now
+        // Every response is parsed before anything is read: a bad one fails the whole batch.
+        var seen = Set<TokenReference>()
+        var fresh: [OAuthToken] = []
+        for (index, item) in imports.enumerated() {
+            let reference = TokenReference(service: item.service, account: item.account)
+            guard seen.insert(reference).inserted else {
+                throw KeysmithError.invalidArgument("token \(index + 1) (\(reference)) appears twice in the batch")
+            }
+            do {
+                fresh.append(try OAuthToken(response: item.response, requested: item.requested, clientID: item.clientID,
+                                            subject: item.subject, issuer: item.issuer, now: time))
+            } catch let error as KeysmithError {
+                throw KeysmithError(error.code, "token \(index + 1) (\(reference)): \(error.message)")
+            }
+        }
+        var imported: [TokenReference] = [], updated: [TokenReference] = []
+        try commit(at: time) { _ in
+            imported = []
+            updated = []
+            var writes: [StoreOperation] = []
+            for (item, token) in zip(imports, fresh) {
+                let reference = TokenReference(service: item.service, account: item.account)
+                let stored = StoredToken(service: item.service, account: item.account, token: token)
+                guard let existing = try versionedToken(service: item.service, account: item.account) else {
+                    writes.append(Self.tokenWrite(stored, replacing: nil))
+                    imported.append(reference)
+                    continue
+                }
+                if replacing {
+                    writes.append(Self.tokenWrite(stored, replacing: existing.version))
+                } else {
+                    var kept = existing.token
+                    try kept.applyUpdate(response: item.response, requested: item.requested, at: time)
+                    writes.append(Self.tokenReplace(StoredToken(service: item.service, account: item.account, token: kept), over: existing.record))
+                }
+                updated.append(reference)
+            }
+            guard !writes.isEmpty else { return ([], []) }
+            let detail = "batch of \(writes.count): \(imported.count) imported, \(updated.count) " + (replacing ? "replaced" : "updated")
+            return (writes, [Event("import-batch", "*", "*", [], detail, tokens: (imported + updated).map(\.description))])
+        }
+        return (imported, updated)
+    }
+
     /// Revokes scopes of one token.
     ///
     /// - Returns: The token after the change.

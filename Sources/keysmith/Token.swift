@@ -47,7 +47,15 @@ extension KeysmithCommand.Token {
         )
 
         @OptionGroup var store: StoreOptions
-        @OptionGroup var location: TokenLocation
+
+        @Option(help: "The service the token is kept under (not with --batch).")
+        var service: String?
+
+        @Option(help: "The account the token is kept under (not with --batch).")
+        var account: String?
+
+        @Flag(help: "Read JSON lines of {service, account, response, requested, client_id, subject, issuer} and import them all in one commit.")
+        var batch = false
 
         @Option(help: "The scopes that were requested, separated by spaces or commas.")
         var requested: String = ""
@@ -71,6 +79,14 @@ extension KeysmithCommand.Token {
         var json = false
 
         func run() throws {
+            if batch {
+                guard service == nil, account == nil, client == nil, subject == nil, issuer == nil, requested.isEmpty, !allowRegrant else {
+                    throw ValidationError("with --batch, each line names its token: give only --replace and --json")
+                }
+                return try runBatch()
+            }
+            guard let service, let account else { throw ValidationError("give --service and --account (or --batch)") }
+            let location = (service: service, account: account)
             let requestedScopes = try Scope.parseList(requested)
             if Terminal.isTerminal(0) {
                 Terminal.write(Array("keysmith: reading a token response (JSON) from standard input; end it with Ctrl-D\n".utf8), to: 2)
@@ -514,7 +530,97 @@ func escaped(_ text: String) -> String {
 
 /// Prints a token as stored (`token list --json`'s entry form): one JSON document, never a secret.
 func printTokenDocument(_ location: TokenLocation, _ token: OAuthToken, at now: Date) throws {
+    try printTokenDocument((location.service, location.account), token, at: now)
+}
+
+func printTokenDocument(_ location: (service: String, account: String), _ token: OAuthToken, at now: Date) throws {
     print(try jsonLine(TokenListDocument.Entry(TokenReference(service: location.service, account: location.account), token, at: now)))
+}
+
+/// Any JSON value, to carry a token response through a batch line unchanged.
+enum JSONValue: Codable {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() { self = .null }
+        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
+        else if let value = try? container.decode(Double.self) { self = .number(value) }
+        else if let value = try? container.decode(String.self) { self = .string(value) }
+        else if let value = try? container.decode([JSONValue].self) { self = .array(value) }
+        else { self = .object(try container.decode([String: JSONValue].self)) }
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let value): try container.encode(value)
+        case .number(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        }
+    }
+}
+
+extension KeysmithCommand.Token.Import {
+    /// One line of `token import --batch`.
+    struct BatchLine: Decodable {
+        var service: String
+        var account: String
+        var response: JSONValue
+        var requested: JSONValue?
+        var clientID: String?
+        var subject: String?
+        var issuer: String?
+        enum CodingKeys: String, CodingKey {
+            case service, account, response, requested, subject, issuer
+            case clientID = "client_id"
+        }
+    }
+
+    func runBatch() throws {
+        let input = try Terminal.readAll(fd: 0)
+        var imports: [TokenImport] = []
+        for (index, line) in input.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
+            let text = line.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }
+            guard !text.isEmpty else { continue }
+            let parsed: BatchLine
+            do {
+                parsed = try JSONDecoder().decode(BatchLine.self, from: Data(text))
+            } catch {
+                throw ValidationError("line \(index + 1) is not {\"service\", \"account\", \"response\": {…}, …}; nothing was imported")
+            }
+            // The response may be the object itself or a string holding it.
+            let response: Data
+            if case .string(let raw) = parsed.response { response = Data(raw.utf8) } else { response = try JSONEncoder().encode(parsed.response) }
+            var requested: Set<Scope> = []
+            switch parsed.requested {
+            case .string(let list)?: requested = try Scope.parseList(list)
+            case .array(let items)?:
+                for case .string(let item) in items { requested.formUnion(try Scope.parseList(item)) }
+            case nil, .null?: break
+            default: throw ValidationError("line \(index + 1): requested is neither a string nor an array of strings")
+            }
+            imports.append(TokenImport(service: parsed.service, account: parsed.account, response: response, requested: requested,
+                                       clientID: parsed.clientID, subject: parsed.subject, issuer: parsed.issuer))
+        }
+        guard !imports.isEmpty else { throw ValidationError("no token on standard input; nothing was imported") }
+        let keeper = makeKeeper(try store.openStore())
+        let (imported, updated) = try keeper.importBatch(imports, replacing: replace)
+        if json {
+            struct Report: Encodable { var imported: [TokenReference]; var updated: [TokenReference] }
+            print(try jsonLine(Report(imported: imported, updated: updated)))
+        } else {
+            print("Imported \(imported.count) and \(replace ? "replaced" : "updated") \(updated.count) token(s) in one commit.")
+        }
+    }
 }
 
 func loadToken(_ keeper: TokenKeeper, _ location: TokenLocation) throws -> OAuthToken {

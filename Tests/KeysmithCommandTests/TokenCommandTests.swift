@@ -446,6 +446,41 @@ struct TokenCommandTests {
         #expect(verify["intact"] as? Bool == true && verify["entries"] as? Int == 4 && (verify["problems"] as? [Any])?.isEmpty == true)
     }
 
+    @Test("token import --batch imports many tokens in one commit and one audit entry; a bad line imports nothing")
+    func batchImport() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        // A kept token with a revocation: the batch updates it, and the revocation stands.
+        #expect(try keysmith.run(["token", "import", "--service", "news", "--account", "kept", "--client", "web"], stdin: response).status == 0)
+        #expect(try keysmith.run(["token", "revoke", "--service", "news", "--account", "kept", "posts:write"]).status == 0)
+        var lines = (0..<500).map { index in
+            #"{"service":"news","account":"u\#(index)","client_id":"web","requested":"groups:read,posts:write","response":{"access_token":"T\#(index)","token_type":"Bearer","expires_in":3600,"scope":"groups:read"}}"#
+        }
+        lines.append(#"{"service":"news","account":"kept","response":"{\"access_token\":\"NEW\",\"token_type\":\"Bearer\",\"scope\":\"groups:read posts:write\"}"}"#)
+        let imported = try keysmith.run(["token", "import", "--batch", "--json"], stdin: lines.joined(separator: "\n") + "\n")
+        #expect(imported.status == 0, "\(imported.output)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(imported.stdout.utf8)) as? [String: Any])
+        #expect((report["imported"] as? [Any])?.count == 500 && (report["updated"] as? [[String: String]])?.first?["account"] == "kept")
+        #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "u499", "groups:read"]).status == 0)
+        #expect(try keysmith.run(["token", "get", "--service", "news", "--account", "u7"]).stdout == "T7\n")
+        #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "kept", "posts:write"]).status == 3)
+        #expect(try keysmith.run(["token", "get", "--service", "news", "--account", "kept"]).stdout == "NEW\n")
+        let audit = try keysmith.run(["audit", "show", "--json", "--event", "import-batch"])
+        #expect(audit.stdout.contains("batch of 501: 500 imported, 1 updated"), "\(audit.output)")
+        #expect(try keysmith.run(["audit", "verify"]).stdout.contains("3 entries"))
+        // A bad line, a bad response or a token twice: exit 64, nothing imported.
+        for bad in [#"{"service":"news","account":"x","response":{"access_token":"a","token_type":"Bearer"}}"# + "\nnot json",
+                    #"{"service":"news","account":"x","response":{"token_type":"Bearer"}}"#,
+                    #"{"service":"news","account":"x","response":{"access_token":"a","token_type":"B"}}"# + "\n"
+                        + #"{"service":"news","account":"x","response":{"access_token":"b","token_type":"B"}}"#] {
+            let refused = try keysmith.run(["token", "import", "--batch"], stdin: bad)
+            #expect(refused.status == 64, "\(refused.output)")
+            #expect(refused.stderr.split(separator: "\n").count == 1)
+            #expect(try keysmith.run(["token", "get", "--service", "news", "--account", "x"]).status == 2)
+        }
+        #expect(try keysmith.run(["token", "import", "--batch", "--service", "news"], stdin: lines[0]).status == 64)
+    }
+
     @Test("bulk revocation of several scopes at once is one commit; declined scopes are neither changed nor counted")
     func bulkSeveralScopes() throws {
         let keysmith = try prepared()
