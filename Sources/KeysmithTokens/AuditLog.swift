@@ -33,6 +33,56 @@ public struct AuditActor: Sendable, Hashable, Codable {
     }
 }
 
+/// Where this machine keeps the newest audit-log head it saw of each store (its sequence and
+/// hash), outside the store: a log cut short, deleted, or rewritten under the same sequence
+/// numbers is then reported by ``TokenKeeper/verifyAuditLog()`` even by someone who could
+/// write the store consistently (docs/threat-model.md, "The audit log of token changes").
+///
+/// ```swift
+/// let keeper = TokenKeeper(store: vault, auditAnchor: .standard)
+/// ```
+///
+/// A store is known by its ``SecureStore/storeDescription`` (for a vault, its path): a vault
+/// moved elsewhere starts without a mark.
+public struct AuditAnchor: Sendable {
+    let marks: MarkFiles
+    static let header = "keysmith-audit-anchor-1"
+
+    /// Marks kept in `directory` (created 0700 when missing).
+    public init(directory: String) {
+        marks = MarkFiles(directory: directory)
+    }
+
+    /// Marks in `$KEYSMITH_ANCHOR_DIR`, else `$XDG_STATE_HOME/keysmith/anchors`, else
+    /// `~/.local/state/keysmith/anchors` (beside the vault's rollback anchors).
+    public static var standard: AuditAnchor { AuditAnchor(directory: MarkFiles.defaultDirectory) }
+
+    func name(for store: any SecureStore) -> String {
+        "audit-" + String(SHA256.hash(Array(store.storeDescription.utf8)).hexDigits.prefix(32))
+    }
+
+    func read(for store: any SecureStore) -> (sequence: Int, hash: String)? {
+        guard let (sequence, value) = marks.read(name(for: store), header: Self.header), sequence <= UInt64(Int.max) else { return nil }
+        return (Int(sequence), value)
+    }
+
+    func advance(for store: any SecureStore, to head: AuditLog.Head) {
+        guard head.sequence > 0 else { return }
+        marks.advance(name(for: store), header: Self.header, sequence: UInt64(head.sequence), value: head.hash)
+    }
+
+    func reset(for store: any SecureStore) {
+        try? marks.remove(name(for: store))
+    }
+}
+
+extension Array where Element == UInt8 {
+    var hexDigits: String {
+        let digits = Array("0123456789abcdef".utf8)
+        return String(decoding: flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] }, as: UTF8.self)
+    }
+}
+
 /// One entry of the audit log: a change of token state, chained to the entry before it.
 ///
 /// `hash` is SHA-256 over the entry's canonical form (docs/guide.md, "The audit log"), which
@@ -69,10 +119,7 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     }
 
     func computedHash() throws -> String {
-        SHA256.hash(try canonicalBytes()).map { byte in
-            let digits = Array("0123456789abcdef")
-            return String([digits[Int(byte >> 4)], digits[Int(byte & 15)]])
-        }.joined()
+        SHA256.hash(try canonicalBytes()).hexDigits
     }
 }
 
@@ -142,7 +189,9 @@ enum AuditLog {
 
     /// Operations that append `events` after the current head: entry creates (which fail with
     /// a duplicate if another writer appended first) and the head's update.
-    static func appendOperations(_ events: [Event], after read: ReadHead, at time: Date, actor: AuditActor?) throws -> [StoreOperation] {
+    static func appendOperations(_ events: [Event], after read: ReadHead, at time: Date, actor: AuditActor?) throws
+        -> (operations: [StoreOperation], head: Head)
+    {
         var operations: [StoreOperation] = []
         var previous = read.head
         for event in events {
@@ -160,10 +209,10 @@ enum AuditLog {
         } else {
             operations.append(.create(ItemAttributes(key: headKey), secret: headSecret))
         }
-        return operations
+        return (operations, previous)
     }
 
-    static func verify(in store: any SecureStore) throws -> AuditVerification {
+    static func verify(in store: any SecureStore, anchor: AuditAnchor? = nil) throws -> AuditVerification {
         let head = try head(in: store).head
         var problems: [String] = []
         var previousHash = genesis
@@ -192,10 +241,23 @@ enum AuditLog {
         if head.sequence > 0, !previousHash.isEmpty, previousHash != head.hash {
             problems.append("the log's head does not name the last entry's hash")
         }
+        // What this machine saw last: the log must reach it, with the same entry there.
+        if let anchor, let seen = anchor.read(for: store) {
+            if head.sequence < seen.sequence {
+                problems.append("the log ends at entry \(head.sequence) but this machine saw entry \(seen.sequence): entries were removed, "
+                                + "or the log was deleted or put back (`keysmith audit verify --accept-rollback` after a deliberate restore)")
+            } else if let record = try store.read(entryKey(seen.sequence)),
+                      let entry = try? TokenCoding.decode(AuditEntry.self, from: record.secret, what: "audit entry \(seen.sequence)"),
+                      entry.hash != seen.hash
+            {
+                problems.append("entry \(seen.sequence) is not the one this machine saw: the log was rewritten")
+            }
+        }
         let stored = try store.search(ItemQuery(service: service, recordType: .auditEntry)).count
         if stored > head.sequence {
             problems.append("\(stored - head.sequence) entr\(stored - head.sequence == 1 ? "y lies" : "ies lie") beyond the log's head (inserted, or the head was rolled back)")
         }
+        if problems.isEmpty { anchor?.advance(for: store, to: head) }
         return AuditVerification(entries: head.sequence, problems: problems)
     }
 

@@ -24,6 +24,9 @@ public final class TokenKeeper: Sendable {
     private let clock: @Sendable () -> Date
     /// Who the audit log says made the changes this keeper makes.
     public let actor: AuditActor
+    /// Where the newest audit head this keeper wrote or verified is recorded outside the store;
+    /// `nil` keeps none.
+    public let auditAnchor: AuditAnchor?
 
     /// Creates a keeper over a store.
     ///
@@ -31,10 +34,15 @@ public final class TokenKeeper: Sendable {
     ///   - store: Where tokens and the audit log live.
     ///   - clock: The time source for state changes and expiry; the system clock if omitted.
     ///   - actor: Who the audit log names for this keeper's changes; this process if omitted.
-    public init(store: any SecureStore, clock: @escaping @Sendable () -> Date = { Date() }, actor: AuditActor = .current()) {
+    ///   - auditAnchor: Where to record the newest audit head outside the store, so that
+    ///     ``verifyAuditLog()`` notices a log cut short, deleted or rewritten; none if omitted
+    ///     (the `keysmith` command uses ``AuditAnchor/standard``).
+    public init(store: any SecureStore, clock: @escaping @Sendable () -> Date = { Date() }, actor: AuditActor = .current(),
+                auditAnchor: AuditAnchor? = nil) {
         self.store = store
         self.clock = clock
         self.actor = actor
+        self.auditAnchor = auditAnchor
     }
 
     /// The current time of the keeper's clock.
@@ -293,8 +301,16 @@ public final class TokenKeeper: Sendable {
         } extra: { deletion }
     }
 
-    /// Verifies the audit log's hash chain.
-    public func verifyAuditLog() throws -> AuditVerification { try AuditLog.verify(in: store) }
+    /// Verifies the audit log's hash chain, and against ``auditAnchor`` that the log still
+    /// reaches the newest entry this machine saw, unchanged. An intact log moves the anchor up.
+    public func verifyAuditLog() throws -> AuditVerification { try AuditLog.verify(in: store, anchor: auditAnchor) }
+
+    /// Makes the anchor accept the audit log as it is now (after a deliberate restore of the
+    /// store from a backup), then verifies it.
+    public func acceptAuditLog() throws -> AuditVerification {
+        auditAnchor?.reset(for: store)
+        return try verifyAuditLog()
+    }
 
     /// Every audit entry, in order.
     public func auditEntries() throws -> [AuditEntry] { try AuditLog.entries(in: store) }
@@ -364,9 +380,11 @@ public final class TokenKeeper: Sendable {
             var (operations, events) = try build(attempt)
             guard !events.isEmpty else { return }
             operations += extra()
-            operations += try AuditLog.appendOperations(events, after: head, at: time, actor: actor)
+            let appended = try AuditLog.appendOperations(events, after: head, at: time, actor: actor)
+            operations += appended.operations
             do {
                 try store.perform(operations)
+                auditAnchor?.advance(for: store, to: appended.head)
                 return
             } catch let error as KeysmithError
                 where (error.code == .duplicateItem || error.code == .writeConflict) && attempt < attempts

@@ -514,9 +514,11 @@ struct TokenListDocument: Encodable {
 }
 
 /// A token keeper whose audit entries name this user, host and process and the command line
-/// (the command never takes a secret as an argument).
+/// (the command never takes a secret as an argument), and that anchors the audit head outside
+/// the store (``AuditAnchor/standard``).
 func makeKeeper(_ store: any SecureStore) -> TokenKeeper {
-    TokenKeeper(store: store, actor: .current(command: (["keysmith"] + CommandLine.arguments.dropFirst()).joined(separator: " ")))
+    TokenKeeper(store: store, actor: .current(command: (["keysmith"] + CommandLine.arguments.dropFirst()).joined(separator: " ")),
+                auditAnchor: .standard)
 }
 
 /// Text with control characters (newlines, tabs, escapes) shown as `\u{…}`, for one-line output.
@@ -729,8 +731,12 @@ extension KeysmithCommand {
             @Flag(help: "Print the result as one JSON document (the exit code still answers).")
             var json = false
 
+            @Flag(name: .customLong("accept-rollback"), help: "Accept the log as it is after a deliberate restore (resets this machine's audit anchor).")
+            var acceptRollback = false
+
             func run() throws {
-                let verification = try makeKeeper(try store.openStore()).verifyAuditLog()
+                let keeper = makeKeeper(try store.openStore())
+                let verification = try acceptRollback ? keeper.acceptAuditLog() : keeper.verifyAuditLog()
                 if json {
                     struct Result: Encodable { var intact: Bool; var entries: Int; var problems: [String] }
                     print(try jsonLine(Result(intact: verification.isIntact, entries: verification.entries, problems: verification.problems)))

@@ -481,6 +481,29 @@ struct TokenCommandTests {
         #expect(try keysmith.run(["token", "import", "--batch", "--service", "news"], stdin: lines[0]).status == 64)
     }
 
+    @Test("a vault put back to an older copy: the vault and then the audit log report it, until each restore is accepted")
+    func restoredVaultAuditAnchor() throws {
+        let keysmith = try prepared()
+        defer { keysmith.cleanup() }
+        let location = ["--service", "news", "--account", "bob"]
+        #expect(try keysmith.run(["token", "import"] + location, stdin: response).status == 0)
+        let backup = keysmith.directory + "/backup"
+        try FileManager.default.copyItem(atPath: keysmith.vault, toPath: backup)
+        #expect(try keysmith.run(["token", "revoke"] + location + ["posts:write"]).status == 0)
+        #expect(try keysmith.run(["audit", "verify"]).status == 0)
+        // Put the older copy back: the revocation and its audit entry are gone.
+        try FileManager.default.removeItem(atPath: keysmith.vault)
+        try FileManager.default.copyItem(atPath: backup, toPath: keysmith.vault)
+        #expect(try keysmith.run(["audit", "verify"]).status == 6)  // the vault's own anchor first
+        #expect(try keysmith.run(["vault", "verify", "--accept-rollback"]).status == 0)
+        let audit = try keysmith.run(["audit", "verify", "--json"])
+        #expect(audit.status == 6, "\(audit.output)")
+        #expect(audit.stdout.contains("this machine saw entry 2"), "\(audit.output)")
+        let accepted = try keysmith.run(["audit", "verify", "--accept-rollback"])
+        #expect(accepted.status == 0 && accepted.stdout.contains("1 entry"), "\(accepted.output)")
+        #expect(try keysmith.run(["audit", "verify"]).status == 0)
+    }
+
     @Test("bulk revocation of several scopes at once is one commit; declined scopes are neither changed nor counted")
     func bulkSeveralScopes() throws {
         let keysmith = try prepared()

@@ -82,6 +82,40 @@ struct TokenKeeperTests {
         #expect(try keeper.verifyAuditLog().isIntact)
     }
 
+    @Test("with an audit anchor, a log cut short, deleted, or rewritten consistently by someone who can write the store is reported")
+    func auditAnchorCatchesRewrites() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("keysmith-audit-anchor-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = MemoryStore()
+        let keeper = TokenKeeper(store: store, auditAnchor: AuditAnchor(directory: directory))
+        try keeper.importResponse(standard, service: "news", account: "bob", requested: ["groups:read", "posts:write"])
+        try keeper.revoke(["posts:write"], service: "news", account: "bob", reason: "incident")
+        #expect(try keeper.verifyAuditLog().isIntact)
+        // Someone with write access to the store removes the whole log: head and entries.
+        let auditRecords = try store.search(ItemQuery(service: "audit", namespace: .keysmith)).map(\.key)
+        #expect(auditRecords.count == 3)
+        try store.perform(auditRecords.map { .delete($0) })
+        // Without the anchor, an empty log looks intact; with it, it is caught.
+        #expect(try TokenKeeper(store: store).verifyAuditLog().isIntact)
+        let deleted = try keeper.verifyAuditLog()
+        #expect(!deleted.isIntact)
+        #expect(deleted.problems.contains { $0.contains("this machine saw entry 2") }, "\(deleted.problems)")
+        // They write a new, self-consistent log of the same length: caught too.
+        let forger = TokenKeeper(store: store)
+        try forger.delete(service: "news", account: "bob")
+        try forger.importResponse(standard, service: "news", account: "bob", requested: ["groups:read", "posts:write"])
+        #expect(try forger.verifyAuditLog().isIntact)
+        let rewritten = try keeper.verifyAuditLog()
+        #expect(rewritten.problems.contains { $0.contains("entry 2 is not the one this machine saw") }, "\(rewritten.problems)")
+        // After a deliberate restore, the anchor accepts the log as it is, and follows it again.
+        #expect(try keeper.acceptAuditLog().isIntact)
+        try keeper.revoke(["posts:write"], service: "news", account: "bob", reason: "again")
+        #expect(try keeper.verifyAuditLog().isIntact)
+        // A log that only grows, written by another keeper on another anchor, stays intact.
+        try forger.revoke(["groups:read"], service: "news", account: "bob", reason: "more")
+        #expect(try keeper.verifyAuditLog().isIntact)
+    }
+
     @Test("an unknown token, an unknown scope and a widening refresh each fail and leave the stored token as it was")
     func failuresChangeNothing() throws {
         let keeper = TokenKeeper(store: MemoryStore(), clock: { t0 })
