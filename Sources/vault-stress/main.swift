@@ -4,6 +4,7 @@
 //
 //   vault-stress write  VAULT KEYFILE PREFIX COUNT   creates, updates, deletes, batches, token
 //                                                    revocations, key changes and rekeys
+//   vault-stress write-bulk …                        the same, with one bulk batch (4,100 items) at step 20
 //   vault-stress shared VAULT KEYFILE PREFIX COUNT   also upserts one shared key each step
 //   vault-stress maintain VAULT KEYFILE PREFIX COUNT compacts, re-keys and re-wraps (same
 //                                                    keyfile, new salt) in turn, COUNT times
@@ -97,14 +98,16 @@ do {
     }
     let keeper = TokenKeeper(store: vault)
     let scopes = (0..<64).map { try! Scope("s\($0)") }
-    if mode == "write" {
+    // "write-bulk" is "write" plus one bulk batch at step 20.
+    let writing = mode == "write" || mode == "write-bulk"
+    if writing {
         say("begin token \(prefix)")
         try keeper.importResponse(Data(#"{"access_token":"a","token_type":"Bearer"}"#.utf8), service: "stress-token",
                                   account: prefix, requested: Set(scopes))
         say("ack token \(prefix)")
     }
     for index in 0..<count {
-        if mode == "write" && index % 11 == 10 {
+        if writing && index % 11 == 10 {
             // Revoke the next scope of this writer's token.
             let scope = scopes[(index / 11) % scopes.count]
             say("begin revoke \(prefix) \(scope)")
@@ -112,7 +115,7 @@ do {
             say("ack revoke \(prefix) \(scope)")
             continue
         }
-        if mode == "write" && index % 37 == 36 {
+        if writing && index % 37 == 36 {
             // Re-wrap the keys (same keyfile, new salt) or re-encrypt everything: both must survive a kill.
             if index % 74 == 73 { try vault.rekey() } else { try vault.changeCredential(to: .keyfile(at: keyfile)) }
             say("ack keys \(index)")
@@ -121,7 +124,7 @@ do {
         var operations: [StoreOperation] = []
         var lines: [String] = []
         switch index % 7 {
-        case _ where mode == "write" && index == 20:
+        case _ where mode == "write-bulk" && index == 20:
             // One bulk batch (compacted at once) over keys every writer shares, so that kills
             // land in the middle of one too.
             say("begin bulk \(prefix) 4100")

@@ -119,7 +119,10 @@ struct ProcessTests {
         for round in 0..<rounds {
             // A writer and, every other round, a process that compacts, re-keys and re-wraps the
             // keys at the same time; each is killed at its own random instant.
-            let (process, output) = try startStress("write", vault: path, keyfile: keyfile, prefix: "r\(round)", count: 100_000)
+            // Every third round the writer also runs a bulk batch (compacted at once), so that
+            // some kills land inside one; the others keep many small acknowledged writes.
+            let (process, output) = try startStress(round % 3 == 2 ? "write-bulk" : "write", vault: path, keyfile: keyfile,
+                                                    prefix: "r\(round)", count: 100_000)
             let maintainer = round % 2 == 1 ? try startStress("maintain", vault: path, keyfile: keyfile, prefix: "m", count: 100_000) : nil
             let first = UInt32.random(in: 5_000...120_000), second = UInt32.random(in: 5_000...120_000)
             usleep(min(first, second))
@@ -180,7 +183,9 @@ struct ProcessTests {
             #expect(try vault.read(.genericPassword(service: "stress", account: account))?.secret == expected.map { Data($0.utf8) })
         }
         print("crash consistency: \(kills) kills survived, \(acknowledged) acknowledged writes checked, \(lost) lost")
-        #expect(acknowledged > 100)
+        // The harness did its job: writers got writes acknowledged before most kills (a slow
+        // or busy machine acknowledges fewer in the same kill windows).
+        #expect(acknowledged > 2 * rounds)
         #expect(lost == 0)
     }
 
