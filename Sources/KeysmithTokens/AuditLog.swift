@@ -74,6 +74,12 @@ public struct AuditAnchor: Sendable {
     func reset(for store: any SecureStore) {
         try? marks.remove(name(for: store))
     }
+
+    /// Forgets the head recorded for a store: for a store created new where another one was
+    /// (`keysmith init` at a path that held a vault), whose log starts again from entry 1.
+    public func forget(_ store: any SecureStore) {
+        reset(for: store)
+    }
 }
 
 extension Array where Element == UInt8 {

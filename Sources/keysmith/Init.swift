@@ -2,6 +2,7 @@ import ArgumentParser
 import Keysmith
 import KeysmithCrypto
 import KeysmithSystem
+import KeysmithTokens
 import KeysmithVault
 
 extension KeysmithCommand {
@@ -47,7 +48,10 @@ extension KeysmithCommand {
                 guard !first.isEmpty else { throw KeysmithError.invalidArgument("the passphrase is empty; nothing was created") }
                 credential = .passphrase(bytes: first)
             }
-            _ = try FileVault.create(at: store.vaultPath, credential: credential, scrypt: ScryptParameters(n: 1 << UInt64(scryptLogN)))
+            let vault = try FileVault.create(at: store.vaultPath, credential: credential, scrypt: ScryptParameters(n: 1 << UInt64(scryptLogN)))
+            // A new vault at this path starts a new audit log: forget the head an earlier vault
+            // here had (the anchor knows a store by its path).
+            AuditAnchor.standard.forget(vault)
             if createdKeyfile { print("Created keyfile \(store.keyfilePath ?? "")") }
             print("Created vault at \(store.vaultPath)")
         }

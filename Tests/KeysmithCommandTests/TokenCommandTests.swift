@@ -502,6 +502,14 @@ struct TokenCommandTests {
         let accepted = try keysmith.run(["audit", "verify", "--accept-rollback"])
         #expect(accepted.status == 0 && accepted.stdout.contains("1 entry"), "\(accepted.output)")
         #expect(try keysmith.run(["audit", "verify"]).status == 0)
+        // A new vault made at the same path starts a new log: no false alarm.
+        #expect(try keysmith.run(["token", "revoke"] + location + ["posts:write"]).status == 0)
+        #expect(try keysmith.run(["token", "revoke"] + location + ["groups:read"]).status == 0)
+        try FileManager.default.removeItem(atPath: keysmith.vault)
+        #expect(try keysmith.run(["init"]).status == 0)
+        #expect(try keysmith.run(["token", "import"] + location, stdin: response).status == 0)
+        let fresh = try keysmith.run(["audit", "verify"])
+        #expect(fresh.status == 0 && fresh.stdout.contains("1 entry"), "\(fresh.output)")
     }
 
     @Test("bulk revocation of several scopes at once is one commit; declined scopes are neither changed nor counted")
