@@ -23,6 +23,9 @@ extension KeysmithCommand {
         @Flag(name: .customLong("dry-run"), help: "Check every line and report what would change, without changing anything.")
         var dryRun = false
 
+        @Flag(help: "Print one JSON document: {operations, applied, dry_run}.")
+        var json = false
+
         /// A line: the operation and its secret, beside the item's fields (``ItemJSON``).
         struct Line: Decodable {
             var op: String
@@ -41,6 +44,17 @@ extension KeysmithCommand {
             }
         }
 
+        /// `--json`: one document.
+        struct Report: Encodable {
+            var operations: Int
+            var applied: Bool
+            var dryRun: Bool
+            enum CodingKeys: String, CodingKey {
+                case operations, applied
+                case dryRun = "dry_run"
+            }
+        }
+
         func run() throws {
             var input = try Terminal.readAll(fd: 0)
             defer { cleanse(&input) }
@@ -56,10 +70,12 @@ extension KeysmithCommand {
                 let touched = operations.map(\.key)
                 try memory.perform(try touched.compactMap { try vault.read($0) }.map { .restore($0) })
                 try memory.perform(operations)
+                if json { return print(try jsonLine(Report(operations: operations.count, applied: false, dryRun: true))) }
                 print("Would apply \(operations.count) operation(s); nothing was changed.")
                 return
             }
             try vault.perform(operations)
+            if json { return print(try jsonLine(Report(operations: operations.count, applied: true, dryRun: false))) }
             print("Applied \(operations.count) operation(s).")
         }
 

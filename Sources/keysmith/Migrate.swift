@@ -12,8 +12,16 @@ extension KeysmithCommand {
 
         @OptionGroup var store: StoreOptions
 
+        @Flag(help: "Print one JSON document: {backend, store, reason}.")
+        var json = false
+
         func run() throws {
             let opened = try store.openChosen()
+            if json {
+                struct Answer: Encodable { var backend: String; var store: String; var reason: String }
+                print(try jsonLine(Answer(backend: opened.backend.rawValue, store: opened.store.storeDescription, reason: opened.reason)))
+                return
+            }
             print("\(opened.backend.rawValue): \(opened.store.storeDescription) (\(opened.reason))")
         }
     }
@@ -45,6 +53,9 @@ extension KeysmithCommand {
         @Flag(name: .customLong("dry-run"), help: "Report what would happen without writing anything.")
         var dryRun = false
 
+        @Flag(help: "Print one JSON document: the items copied, already present, overwritten, skipped and removed.")
+        var json = false
+
         func validate() throws {
             for (value, name) in [(from, "--from"), (to, "--to")] where !["vault", "secret-service"].contains(value) {
                 throw ValidationError("\(name) is vault or secret-service, not '\(value)'")
@@ -63,6 +74,23 @@ extension KeysmithCommand {
             let report = try StoreMigration.migrate(
                 from: try open(from), to: try open(to), conflicts: MigrationConflictPolicy(rawValue: conflicts) ?? .fail,
                 removeFromSource: removeSource, dryRun: dryRun)
+            if json {
+                struct Report: Encodable {
+                    var dryRun: Bool
+                    var copied, alreadyPresent, overwritten, skipped, removedFromSource: [String]
+                    enum CodingKeys: String, CodingKey {
+                        case copied, overwritten, skipped
+                        case dryRun = "dry_run"
+                        case alreadyPresent = "already_present"
+                        case removedFromSource = "removed_from_source"
+                    }
+                }
+                func names(_ keys: [ItemKey]) -> [String] { keys.map(\.description) }
+                print(try jsonLine(Report(dryRun: dryRun, copied: names(report.copied), alreadyPresent: names(report.alreadyPresent),
+                                          overwritten: names(report.overwritten), skipped: names(report.skipped),
+                                          removedFromSource: names(report.removedFromSource))))
+                return
+            }
             let verb = dryRun ? "would copy" : "copied"
             print("\(verb) \(report.copied.count), already present \(report.alreadyPresent.count), overwritten \(report.overwritten.count), "
                   + "skipped \(report.skipped.count), removed from the source \(report.removedFromSource.count)")

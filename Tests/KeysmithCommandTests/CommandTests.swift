@@ -223,6 +223,9 @@ struct CommandTests {
             """
         let dry = try keysmith.run(["batch", "--dry-run", "--keyfile", keysmith.keyfile], stdin: lines)
         #expect(dry.status == 0, "\(dry.output)")
+        let dryJSON = try keysmith.run(["batch", "--dry-run", "--json", "--keyfile", keysmith.keyfile], stdin: lines)
+        let dryReport = try JSONSerialization.jsonObject(with: Data(dryJSON.stdout.utf8)) as? [String: Any]
+        #expect(dryReport?["operations"] as? Int == 2 && dryReport?["applied"] as? Bool == false && dryReport?["dry_run"] as? Bool == true)
         #expect(try listedItems(keysmith.run(["secret", "list", "--json", "--keyfile", keysmith.keyfile])).isEmpty)
         let applied = try keysmith.run(["batch", "--keyfile", keysmith.keyfile], stdin: lines)
         #expect(applied.status == 0, "\(applied.output)")
@@ -318,6 +321,9 @@ struct StoreChoiceCommandTests {
         keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
         try keysmith.run(["init"])
         #expect(try keysmith.run(["backend"]).stdout.hasPrefix("vault: file vault at"))
+        let answer = try JSONSerialization.jsonObject(with: Data(try keysmith.run(["backend", "--json"]).stdout.utf8)) as? [String: Any]
+        #expect(answer?["backend"] as? String == "vault" && (answer?["store"] as? String)?.hasPrefix("file vault at") == true)
+        #expect((answer?["reason"] as? String)?.isEmpty == false)
         let config = keysmith.directory + "/config/keysmith"
         try FileManager.default.createDirectory(atPath: config, withIntermediateDirectories: true)
         try "# keysmith\nbackend = bogus\n".write(toFile: config + "/config", atomically: true, encoding: .utf8)

@@ -94,6 +94,23 @@ struct SecretServiceFailureTests {
         #expect(result.output.contains("AUTO: vault"))
     }
 
+    @Test("migrate --json prints one document naming what was copied")
+    func migrateJSON() throws {
+        let result = try script(#"""
+            exec dbus-run-session -- bash -c '
+                eval "$PRIVATE_KEYRING"
+                "$K" init --vault $home/v --keyfile $home/k >/dev/null
+                echo "REPORT: $("$K" migrate --from secret-service --to vault --vault $home/v --keyfile $home/k --json)"
+                status=$?
+                kill $daemon; rm -rf $home; exit $status' 2>&1
+            """#)
+        #expect(result.status == 0, "\(result.output)")
+        let line = try #require(result.output.split(separator: "\n").first { $0.hasPrefix("REPORT: ") }, "\(result.output)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(line.dropFirst(8).utf8)) as? [String: Any])
+        #expect((report["copied"] as? [String])?.count == 1 && report["dry_run"] as? Bool == false, "\(report)")
+        #expect(report["already_present"] as? [String] == [])
+    }
+
     @Test("a daemon that stops answering mid-session: a timeout error within the deadline, no hang")
     func hungDaemon() throws {
         let result = try script(#"""
