@@ -219,6 +219,9 @@ enum AuditLog {
     }
 
     static func verify(in store: any SecureStore, anchor: AuditAnchor? = nil) throws -> AuditVerification {
+        // The mark first, then the head: a writer moves the mark only after its commit is
+        // durable, so a head read afterwards is never behind it unless the log went back.
+        let seenBefore = anchor?.read(for: store)
         let head = try head(in: store).head
         var problems: [String] = []
         var previousHash = genesis
@@ -248,7 +251,7 @@ enum AuditLog {
             problems.append("the log's head does not name the last entry's hash")
         }
         // What this machine saw last: the log must reach it, with the same entry there.
-        if let anchor, let seen = anchor.read(for: store) {
+        if let seen = seenBefore {
             if head.sequence < seen.sequence {
                 problems.append("the log ends at entry \(head.sequence) but this machine saw entry \(seen.sequence): entries were removed, "
                                 + "or the log was deleted or put back (`keysmith audit verify --accept-rollback` after a deliberate restore)")
