@@ -1,9 +1,14 @@
-/// A small JSON reader that remembers the line of every value, so that policy-file errors can
-/// name their line. Strict RFC 8259: no comments, no trailing commas.
+/// A small JSON reader that remembers the line and column of every value, so that errors can
+/// name where they are. Strict RFC 8259: no comments, no trailing commas, numbers by the RFC's
+/// grammar only (no `+1`, `01`, `1.`), and a key repeated in one object is an error (readers
+/// disagree on which copy wins, so a policy could mean one thing to `jq` and another here).
 indirect enum JSONValue: Sendable {
     case object([(key: String, value: Located)])
     case array([Located])
     case string(String)
+    /// A number written without fraction or exponent that fits in 64 bits.
+    case integer(Int64)
+    /// Any other number.
     case number(Double)
     case bool(Bool)
     case null
@@ -13,17 +18,18 @@ indirect enum JSONValue: Sendable {
         case .object: "an object"
         case .array: "an array"
         case .string: "a string"
-        case .number: "a number"
+        case .integer, .number: "a number"
         case .bool: "true or false"
         case .null: "null"
         }
     }
 }
 
-/// A JSON value and the line it starts on.
+/// A JSON value and the line (and column, counted in characters from 1) it starts on.
 struct Located: Sendable {
     var value: JSONValue
     var line: Int
+    var column: Int = 1
 
     subscript(key: String) -> Located? {
         if case .object(let members) = value { return members.first { $0.key == key }?.value }
@@ -33,6 +39,7 @@ struct Located: Sendable {
 
 struct JSONSyntaxError: Error, Sendable {
     var line: Int
+    var column: Int = 1
     var message: String
 }
 
@@ -40,6 +47,7 @@ struct JSONReader {
     private let bytes: [UInt8]
     private var offset = 0
     private var line = 1
+    private var lineStart = 0
     private var depth = 0
 
     static func parse(_ bytes: [UInt8]) throws(JSONSyntaxError) -> Located {
@@ -53,12 +61,21 @@ struct JSONReader {
 
     private init(bytes: [UInt8]) { self.bytes = bytes }
 
-    private func error(_ message: String) -> JSONSyntaxError { JSONSyntaxError(line: line, message: message) }
+    private func error(_ message: String) -> JSONSyntaxError { JSONSyntaxError(line: line, column: column, message: message) }
+
+    /// The column of `offset`, counting characters (not bytes) from the start of the line.
+    private var column: Int {
+        var count = 1
+        for byte in bytes[lineStart..<min(offset, bytes.count)] where byte & 0xC0 != 0x80 { count += 1 }
+        return count
+    }
 
     private mutating func skipSpace() {
         while offset < bytes.count {
             switch bytes[offset] {
-            case UInt8(ascii: "\n"): line += 1
+            case UInt8(ascii: "\n"):
+                line += 1
+                lineStart = offset + 1
             case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\r"): break
             default: return
             }
@@ -76,6 +93,7 @@ struct JSONReader {
     private mutating func value() throws(JSONSyntaxError) -> Located {
         guard offset < bytes.count else { throw error("the document ends where a value was expected") }
         let start = line
+        let startColumn = column
         depth += 1
         defer { depth -= 1 }
         guard depth < 256 else { throw error("nesting is deeper than 256 levels") }
@@ -86,12 +104,16 @@ struct JSONReader {
             skipSpace()
             if offset < bytes.count, bytes[offset] == UInt8(ascii: "}") {
                 offset += 1
-                return Located(value: .object(members), line: start)
+                return Located(value: .object(members), line: start, column: startColumn)
             }
             while true {
                 skipSpace()
                 guard offset < bytes.count, bytes[offset] == UInt8(ascii: "\"") else { throw error("expected a quoted key") }
+                let keyLine = line, keyColumn = column
                 let key = try string()
+                if members.contains(where: { $0.key == key }) {
+                    throw JSONSyntaxError(line: keyLine, column: keyColumn, message: "the key \"\(key)\" appears twice in one object")
+                }
                 skipSpace()
                 try expect(":")
                 skipSpace()
@@ -102,14 +124,14 @@ struct JSONReader {
                 if bytes[offset] == UInt8(ascii: "}") { offset += 1; break }
                 throw error("expected ',' or '}' in an object")
             }
-            return Located(value: .object(members), line: start)
+            return Located(value: .object(members), line: start, column: startColumn)
         case UInt8(ascii: "["):
             offset += 1
             var items: [Located] = []
             skipSpace()
             if offset < bytes.count, bytes[offset] == UInt8(ascii: "]") {
                 offset += 1
-                return Located(value: .array(items), line: start)
+                return Located(value: .array(items), line: start, column: startColumn)
             }
             while true {
                 skipSpace()
@@ -120,30 +142,52 @@ struct JSONReader {
                 if bytes[offset] == UInt8(ascii: "]") { offset += 1; break }
                 throw error("expected ',' or ']' in an array")
             }
-            return Located(value: .array(items), line: start)
+            return Located(value: .array(items), line: start, column: startColumn)
         case UInt8(ascii: "\""):
-            return Located(value: .string(try string()), line: start)
+            return Located(value: .string(try string()), line: start, column: startColumn)
         case UInt8(ascii: "t"):
             try expect("true")
-            return Located(value: .bool(true), line: start)
+            return Located(value: .bool(true), line: start, column: startColumn)
         case UInt8(ascii: "f"):
             try expect("false")
-            return Located(value: .bool(false), line: start)
+            return Located(value: .bool(false), line: start, column: startColumn)
         case UInt8(ascii: "n"):
             try expect("null")
-            return Located(value: .null, line: start)
+            return Located(value: .null, line: start, column: startColumn)
         default:
-            return Located(value: .number(try number()), line: start)
+            return Located(value: try number(), line: start, column: startColumn)
         }
     }
 
-    private mutating func number() throws(JSONSyntaxError) -> Double {
+    /// A number by RFC 8259's grammar: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
+    private mutating func number() throws(JSONSyntaxError) -> JSONValue {
         let start = offset
-        while offset < bytes.count, "+-0123456789.eE".utf8.contains(bytes[offset]) { offset += 1 }
-        guard offset > start, let text = String(validating: bytes[start..<offset], as: UTF8.self),
-              let value = Double(text), value.isFinite
-        else { throw error("expected a value") }
-        return value
+        func digits() -> Int {
+            let first = offset
+            while offset < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[offset]) { offset += 1 }
+            return offset - first
+        }
+        if offset < bytes.count, bytes[offset] == UInt8(ascii: "-") { offset += 1 }
+        let integerStart = offset
+        let integerDigits = digits()
+        guard integerDigits > 0 else { throw error("expected a value") }
+        guard integerDigits == 1 || bytes[integerStart] != UInt8(ascii: "0") else { throw error("a number has a leading zero") }
+        var isInteger = true
+        if offset < bytes.count, bytes[offset] == UInt8(ascii: ".") {
+            offset += 1
+            isInteger = false
+            guard digits() > 0 else { throw error("a number has no digits after its decimal point") }
+        }
+        if offset < bytes.count, bytes[offset] == UInt8(ascii: "e") || bytes[offset] == UInt8(ascii: "E") {
+            offset += 1
+            isInteger = false
+            if offset < bytes.count, bytes[offset] == UInt8(ascii: "+") || bytes[offset] == UInt8(ascii: "-") { offset += 1 }
+            guard digits() > 0 else { throw error("a number has no digits in its exponent") }
+        }
+        let text = String(decoding: bytes[start..<offset], as: UTF8.self)
+        if isInteger, let value = Int64(text) { return .integer(value) }
+        guard let value = Double(text), value.isFinite else { throw error("a number is out of range") }
+        return .number(value)
     }
 
     private mutating func string() throws(JSONSyntaxError) -> String {

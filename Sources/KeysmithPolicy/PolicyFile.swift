@@ -244,7 +244,7 @@ public enum PolicyFile {
         switch value {
         case .bool(let flag): .bool(flag)
         case .string(let text): .string(text)
-        case .number(let number) where number == number.rounded() && abs(number) < 9e15: .int(Int(number))
+        case .integer(let number): .int(Int(number))
         default: nil
         }
     }

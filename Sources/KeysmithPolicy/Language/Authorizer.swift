@@ -1,0 +1,359 @@
+public import Foundation
+public import KeysmithTokens
+
+/// A principal's token as policies see it: `context.token.granted`, `.declined`, `.expired` and
+/// `.revoked` (sets of scope names), and, for explanations, when each scope last changed.
+///
+/// ```swift
+/// let view = TokenView.token(token, at: .now)        // a stored token at an instant
+/// let live = TokenView.live(manager)                 // read at every decision: revocations apply at once
+/// ```
+public struct TokenView: Sendable {
+    enum Source: Sendable {
+        case statuses([Scope: ScopeStatus])
+        case live(PermissionManager)
+    }
+
+    let source: Source
+
+    /// A token's scopes at `date`: granted scopes of an expired token are `expired` (from its
+    /// expiry), and every granted scope of a revoked token is `revoked` (from its revocation).
+    public static func token(_ token: OAuthToken, at date: Date) -> TokenView {
+        var statuses = token.statuses(at: date)
+        if let revokedAt = token.revokedAt {
+            for (scope, status) in statuses where status.state == .granted || status.state == .expired {
+                statuses[scope] = ScopeStatus(state: .revoked, changedAt: revokedAt, reason: "the token was revoked")
+            }
+        }
+        return TokenView(source: .statuses(statuses))
+    }
+
+    /// A permission manager, read at every decision: a revocation applied to it changes the very
+    /// next decision. Only granted scopes are known.
+    public static func live(_ manager: PermissionManager) -> TokenView { TokenView(source: .live(manager)) }
+
+    /// A fixed set of granted scopes, with no history.
+    public static func granted(_ scopes: Set<Scope>) -> TokenView {
+        TokenView(source: .statuses(Dictionary(uniqueKeysWithValues: scopes.map {
+            ($0, ScopeStatus(state: .granted, changedAt: Date(timeIntervalSince1970: 0), reason: ""))
+        })))
+    }
+
+    /// Each scope's status now (a live view knows granted scopes only, with no time).
+    func snapshot() -> [String: ScopeStatus?] {
+        switch source {
+        case .statuses(let statuses):
+            return Dictionary(uniqueKeysWithValues: statuses.map { ($0.key.rawValue, Optional($0.value)) })
+        case .live(let manager):
+            return Dictionary(uniqueKeysWithValues: manager.permissions.map { ($0.rawValue, ScopeStatus?.none) })
+        }
+    }
+
+    /// The `context.token` record.
+    static func record(_ snapshot: [String: ScopeStatus?]) -> PolicyValue {
+        var sets: [ScopeState: [PolicyValue]] = [:]
+        for (name, status) in snapshot { sets[status?.state ?? .granted, default: []].append(.string(name)) }
+        var fields: [String: PolicyValue] = [:]
+        for state in ScopeState.allCases { fields[state.rawValue] = .set(PolicyValueSet(sets[state] ?? [])) }
+        return .record(fields)
+    }
+}
+
+/// One question: may this principal do this action to this resource, in this context?
+///
+/// ```swift
+/// let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "alice"),
+///                                    action: EntityUID(type: "Action", id: "delete"),
+///                                    resource: EntityUID(type: "Photo", id: "42"),
+///                                    context: ["ip": .ip(IPAddress("10.0.0.7")!)],
+///                                    token: .token(token, at: .now))
+/// ```
+public struct AuthorizationRequest: Sendable {
+    /// Who.
+    public var principal: EntityUID
+    /// What: an entity of type `Action` (or `Namespace::Action`).
+    public var action: EntityUID
+    /// To what.
+    public var resource: EntityUID
+    /// Facts about the request (`context.…` in conditions). The name `token` is reserved.
+    public var context: [String: PolicyValue]
+    /// The principal's token, `context.token` in conditions; `nil` for a principal without one
+    /// (`context has token` is then false).
+    public var token: TokenView?
+
+    /// A request.
+    public init(principal: EntityUID, action: EntityUID, resource: EntityUID, context: [String: PolicyValue] = [:],
+                token: TokenView? = nil) {
+        self.principal = principal
+        self.action = action
+        self.resource = resource
+        self.context = context
+        self.token = token
+    }
+}
+
+/// A policy named in a decision: its id and where it is written.
+public struct PolicyReference: Sendable, Hashable, CustomStringConvertible {
+    /// The policy's `@id`, or `policyN` (its index in the set) when it has none.
+    public var id: String
+    /// Permit or forbid.
+    public var effect: Effect
+    /// Where its text starts.
+    public var location: SourceLocation
+
+    /// `id (file:line:column)`.
+    public var description: String { "\(id) (\(location))" }
+}
+
+/// A scope a condition names, and its state in the principal's token.
+public struct ScopeFact: Sendable, Hashable, CustomStringConvertible {
+    /// The scope's name.
+    public var scope: String
+    /// Its state; `nil` when the token never held it, or there is no token.
+    public var state: ScopeState?
+    /// When it last changed, when known.
+    public var changedAt: Date?
+    /// Why it changed, when known.
+    public var reason: String?
+
+    /// `posts:write revoked at 2026-11-20T10:00:00Z (reason)`, or `posts:write not in the token`.
+    public var description: String {
+        guard let state else { return "\(scope) is not in the token" }
+        var text = "\(scope) is \(state.rawValue)"
+        if let changedAt, changedAt.timeIntervalSince1970 > 0 {
+            text += " since " + DateTimeText.format(milliseconds: Int64((changedAt.timeIntervalSince1970 * 1000).rounded(.down)))
+        }
+        if let reason, !reason.isEmpty { text += " (\(reason))" }
+        return text
+    }
+}
+
+/// A clause that decided a policy's fate: a `when` that was false, or an `unless` that was true.
+public struct ClauseOutcome: Sendable, Hashable, CustomStringConvertible {
+    /// The policy.
+    public var policy: PolicyReference
+    /// `when` or `unless`, or `head` when the principal/action/resource constraint did not match.
+    public var clause: String
+    /// The deciding part of the clause as written (the first false conjunct of a `when`).
+    public var text: String
+    /// Where it is.
+    public var location: SourceLocation
+    /// Scopes the clause names (`context.token.granted.contains("posts:write")`) and their state.
+    public var scopes: [ScopeFact]
+
+    /// `policy: when { text } is false (scopes…)`.
+    public var description: String {
+        let outcome = clause == "unless" ? "is true" : "is false"
+        var line = "\(policy.id) (\(location)): \(clause) { \(text) } \(outcome)"
+        if !scopes.isEmpty { line += ": " + scopes.map(\.description).joined(separator: "; ") }
+        return line
+    }
+}
+
+/// A condition that could not be evaluated, in one policy.
+public struct PolicyFailure: Sendable, Hashable, CustomStringConvertible {
+    /// The policy.
+    public var policy: PolicyReference
+    /// The error.
+    public var error: EvaluationError
+
+    /// `policy: error`.
+    public var description: String { "\(policy.id): \(error)" }
+}
+
+/// The answer to a request, with everything that decided it.
+public struct AuthorizationDecision: Sendable, CustomStringConvertible {
+    /// Allowed only when a permit applies, no forbid applies, and no forbid failed to evaluate.
+    public var isAllowed: Bool
+    /// The permits that allowed, or the forbids that denied (empty for a denial because nothing
+    /// permits).
+    public var determining: [PolicyReference]
+    /// Policies whose condition could not be evaluated. A failed forbid denies; a failed permit
+    /// does not allow.
+    public var failures: [PolicyFailure]
+    /// For a denial: for each forbid that denied, the clauses that made it apply; for each permit
+    /// that would have applied but for a clause, that clause and the scopes it names.
+    public var unmet: [ClauseOutcome]
+
+    /// `allow` or `deny`.
+    public var outcome: String { isAllowed ? "allow" : "deny" }
+
+    /// One line per reason, first line `allow: permitted by …` or `deny: …`.
+    public var description: String {
+        var lines: [String]
+        if isAllowed {
+            lines = ["allow: permitted by " + determining.map(\.id).joined(separator: ", ")]
+        } else if !determining.isEmpty {
+            lines = ["deny: forbidden by " + determining.map(\.id).joined(separator: ", ")]
+        } else if !failures.isEmpty, failures.contains(where: { $0.policy.effect == .forbid }) {
+            lines = ["deny: a forbid could not be evaluated, so it counts as applying"]
+        } else if unmet.isEmpty {
+            lines = ["deny: no permit applies to this principal, action and resource"]
+        } else {
+            lines = ["deny: no permit's conditions hold"]
+        }
+        lines += failures.map { "  error in \($0)" }
+        lines += unmet.map { "  \($0)" }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// A set of policies in Keysmith's policy language, and the authorizer that applies them.
+///
+/// The language is Cedar's policy syntax and meaning (docs/policy-language.md), failing closed:
+/// a forbid whose condition cannot be evaluated denies, where Cedar would skip it.
+///
+/// ```swift
+/// let policies = try Policies(text: """
+///     @id("owner-delete")
+///     permit (principal, action == Action::"delete", resource is Photo)
+///     when { resource.owner == principal && context.token.granted.contains("photos:write") };
+///     """, file: "photos.cedar")
+/// let decision = policies.isAuthorized(request, entities: entities)
+/// if decision.isAllowed { … } else { print(decision) }   // says what was missing
+/// ```
+public struct Policies: Sendable {
+    let policies: [ParsedPolicy]
+
+    /// Parses policy text; every problem is reported at once, with file:line:column.
+    public init(text: String, file: String = "<policies>") throws(PolicyDiagnostics) {
+        policies = try PolicyParser.parse(text, file: file)
+    }
+
+    init(parsed: [ParsedPolicy]) { policies = parsed }
+
+    /// The policies' ids, in file order.
+    public var ids: [String] { policies.map(\.id) }
+
+    /// Decides a request.
+    public func isAuthorized(_ request: AuthorizationRequest, entities: EntityStore) -> AuthorizationDecision {
+        var context = request.context
+        var snapshot: [String: ScopeStatus?]?
+        if let token = request.token {
+            let scopes = token.snapshot()
+            snapshot = scopes
+            context["token"] = TokenView.record(scopes)
+        }
+        let evaluator = Evaluator(principal: request.principal, action: request.action, resource: request.resource,
+                                  context: .record(context), entities: entities)
+        var permits: [PolicyReference] = []
+        var forbids: [PolicyReference] = []
+        var failures: [PolicyFailure] = []
+        var unmetPermits: [ClauseOutcome] = []
+        var forbidClauses: [ClauseOutcome] = []
+        for policy in policies {
+            guard headMatches(policy, request, entities) else { continue }
+            let reference = PolicyReference(id: policy.id, effect: policy.effect, location: policy.location)
+            var satisfied = true
+            var applied: [ClauseOutcome] = []
+            do {
+                for (isWhen, body) in policy.conditions {
+                    let holds = try evaluator.bool(body)
+                    if holds != isWhen {
+                        satisfied = false
+                        let deciding = isWhen ? firstFalseConjunct(body, evaluator) : body
+                        unmetPermits.append(ClauseOutcome(policy: reference, clause: isWhen ? "when" : "unless", text: deciding.text,
+                                                          location: deciding.location, scopes: scopeFacts(in: deciding, snapshot)))
+                        break
+                    }
+                    applied.append(ClauseOutcome(policy: reference, clause: isWhen ? "when" : "unless", text: body.text,
+                                                 location: body.location, scopes: scopeFacts(in: body, snapshot)))
+                }
+            } catch {
+                failures.append(PolicyFailure(policy: reference, error: error))
+                if policy.effect == .permit, !unmetPermits.isEmpty, unmetPermits.last?.policy == reference { unmetPermits.removeLast() }
+                continue
+            }
+            if policy.effect == .forbid {
+                if !satisfied, unmetPermits.last?.policy == reference { unmetPermits.removeLast() }
+                if satisfied {
+                    forbids.append(reference)
+                    forbidClauses += applied
+                }
+            } else if satisfied {
+                permits.append(reference)
+            }
+        }
+        let forbidFailed = failures.contains { $0.policy.effect == .forbid }
+        if !forbids.isEmpty || forbidFailed {
+            return AuthorizationDecision(isAllowed: false, determining: forbids, failures: failures, unmet: forbidClauses)
+        }
+        if !permits.isEmpty {
+            return AuthorizationDecision(isAllowed: true, determining: permits, failures: failures, unmet: [])
+        }
+        return AuthorizationDecision(isAllowed: false, determining: [], failures: failures, unmet: unmetPermits)
+    }
+
+    func headMatches(_ policy: ParsedPolicy, _ request: AuthorizationRequest, _ entities: EntityStore) -> Bool {
+        func matches(_ constraint: EntityConstraint, _ uid: EntityUID) -> Bool {
+            switch constraint {
+            case .any: true
+            case .equal(let other): uid == other
+            case .within(let container): entities.isDescendant(uid, of: container)
+            case .isType(let type): uid.type == type
+            case .isTypeWithin(let type, let container): uid.type == type && entities.isDescendant(uid, of: container)
+            }
+        }
+        guard matches(policy.principal, request.principal), matches(policy.resource, request.resource) else { return false }
+        switch policy.action {
+        case .any: return true
+        case .equal(let action): return request.action == action
+        case .within(let groups): return groups.contains { entities.isDescendant(request.action, of: $0) }
+        }
+    }
+
+    /// The first conjunct of `a && b && …` that is false (the whole expression otherwise).
+    private func firstFalseConjunct(_ expression: Expression, _ evaluator: Evaluator) -> Expression {
+        guard case .binary(.and, let left, let right) = expression.kind else { return expression }
+        if (try? evaluator.bool(left)) == false { return firstFalseConjunct(left, evaluator) }
+        if (try? evaluator.bool(right)) == false { return firstFalseConjunct(right, evaluator) }
+        return expression
+    }
+
+    /// Scope names in `context.token.…` set tests within `expression`, with their state.
+    private func scopeFacts(in expression: Expression, _ snapshot: [String: ScopeStatus?]?) -> [ScopeFact] {
+        var names: [String] = []
+        func strings(_ expression: Expression) {
+            switch expression.kind {
+            case .literal(.string(let name)): names.append(name)
+            case .set(let items): items.forEach(strings)
+            default: break
+            }
+        }
+        func walk(_ expression: Expression) {
+            switch expression.kind {
+            case .method(let receiver, let name, let arguments):
+                if ["contains", "containsAll", "containsAny"].contains(name), receiver.text.hasPrefix("context.token") {
+                    arguments.forEach(strings)
+                }
+                walk(receiver)
+                arguments.forEach(walk)
+            case .not(let inner), .negate(let inner), .has(let inner, _), .like(let inner, _), .attribute(let inner, _):
+                walk(inner)
+            case .binary(_, let left, let right):
+                walk(left)
+                walk(right)
+            case .ifThenElse(let a, let b, let c):
+                walk(a)
+                walk(b)
+                walk(c)
+            case .isType(let inner, _, let container):
+                walk(inner)
+                if let container { walk(container) }
+            case .call(_, let items), .set(let items):
+                items.forEach(walk)
+            case .record(let fields):
+                fields.forEach { walk($0.1) }
+            case .literal, .variable:
+                break
+            }
+        }
+        walk(expression)
+        var seen: Set<String> = []
+        return names.filter { seen.insert($0).inserted }.map { name in
+            guard let snapshot, let entry = snapshot[name] else { return ScopeFact(scope: name) }
+            guard let status = entry else { return ScopeFact(scope: name, state: .granted) }
+            return ScopeFact(scope: name, state: status.state, changedAt: status.changedAt, reason: status.reason)
+        }
+    }
+}

@@ -1,0 +1,260 @@
+/// An entity: a principal, a resource, a group, a role or an action, with attributes and parents.
+///
+/// Membership is through parents, transitively: a user whose parent is a team whose parent is an
+/// org is `in` the org.
+///
+/// ```swift
+/// let alice = Entity(uid: EntityUID(type: "User", id: "alice"), parents: [EntityUID(type: "Team", id: "infra")])
+/// let photo = Entity(uid: EntityUID(type: "Photo", id: "42"),
+///                    attributes: ["owner": .entity(alice.uid), "tags": .set(.init([.string("beach")]))],
+///                    parents: [EntityUID(type: "Album", id: "7")])
+/// ```
+public struct Entity: Sendable, Hashable {
+    /// The entity's type and id.
+    public var uid: EntityUID
+    /// Attributes that conditions read.
+    public var attributes: [String: PolicyValue]
+    /// The entities it is directly `in`.
+    public var parents: [EntityUID]
+
+    /// An entity.
+    public init(uid: EntityUID, attributes: [String: PolicyValue] = [:], parents: [EntityUID] = []) {
+        self.uid = uid
+        self.attributes = attributes
+        self.parents = parents
+    }
+}
+
+/// The entities a decision may read, with every entity's ancestors computed once.
+///
+/// Read from Cedar's JSON entity format (a JSON array of `{"uid": {"type", "id"}, "attrs", "parents"}`,
+/// entity references as `{"__entity": {"type", "id"}}`, extension values as
+/// `{"__extn": {"fn": "ip", "arg": "10.0.0.1"}}`) or built in Swift.
+public struct EntityStore: Sendable {
+    /// Every entity by uid.
+    public private(set) var entities: [EntityUID: Entity]
+    private var ancestorsByEntity: [EntityUID: Set<EntityUID>]
+
+    /// A store of these entities; a uid given twice is an error.
+    public init(_ entities: [Entity] = []) throws(PolicyDiagnostics) {
+        var byUID: [EntityUID: Entity] = [:]
+        var problems: [PolicyDiagnostic] = []
+        for entity in entities {
+            if byUID.updateValue(entity, forKey: entity.uid) != nil {
+                problems.append(PolicyDiagnostic(location: SourceLocation(file: "<entities>", line: 1, column: 1),
+                                                 message: "the entity \(entity.uid) is given twice"))
+            }
+        }
+        if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
+        self.entities = byUID
+        self.ancestorsByEntity = [:]
+        computeAncestors()
+    }
+
+    /// Adds entities (action entities from a schema, say); a uid already present is an error.
+    public mutating func add(_ more: [Entity]) throws(PolicyDiagnostics) {
+        var problems: [PolicyDiagnostic] = []
+        for entity in more {
+            if entities.updateValue(entity, forKey: entity.uid) != nil {
+                problems.append(PolicyDiagnostic(location: SourceLocation(file: "<entities>", line: 1, column: 1),
+                                                 message: "the entity \(entity.uid) is given twice"))
+            }
+        }
+        if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
+        computeAncestors()
+    }
+
+    private mutating func computeAncestors() {
+        var result: [EntityUID: Set<EntityUID>] = [:]
+        for uid in entities.keys {
+            var seen: Set<EntityUID> = []
+            var pending = entities[uid]?.parents ?? []
+            while let next = pending.popLast() {
+                guard seen.insert(next).inserted else { continue }
+                pending.append(contentsOf: entities[next]?.parents ?? [])
+            }
+            result[uid] = seen
+        }
+        ancestorsByEntity = result
+    }
+
+    /// The entity, if the store holds it.
+    public subscript(uid: EntityUID) -> Entity? { entities[uid] }
+
+    /// Every entity `uid` is in, directly or through its parents (not itself).
+    public func ancestors(of uid: EntityUID) -> Set<EntityUID> { ancestorsByEntity[uid] ?? [] }
+
+    /// Whether `uid` is `container` or is in it.
+    public func isDescendant(_ uid: EntityUID, of container: EntityUID) -> Bool {
+        uid == container || ancestorsByEntity[uid]?.contains(container) == true
+    }
+
+    /// Reads Cedar's JSON entity format; every malformed entity is reported, with its line.
+    public init(json bytes: [UInt8], file: String = "<entities>") throws(PolicyDiagnostics) {
+        let document: Located
+        do {
+            document = try JSONReader.parse(bytes)
+        } catch {
+            throw PolicyDiagnostics(kind: .input, problems: [PolicyDiagnostic(
+                location: SourceLocation(file: file, line: error.line, column: error.column), message: error.message)])
+        }
+        var problems: [PolicyDiagnostic] = []
+        var list: [Entity] = []
+        var seen: [EntityUID: Int] = [:]
+        guard case .array(let items) = document.value else {
+            throw PolicyDiagnostics(kind: .input, problems: [PolicyDiagnostic(
+                location: SourceLocation(file: file, line: document.line, column: document.column),
+                message: "the entities must be a JSON array of {\"uid\", \"attrs\", \"parents\"}")])
+        }
+        for item in items {
+            do {
+                let entity = try JSONValues.entity(item, file: file)
+                if let line = seen[entity.uid] {
+                    problems.append(PolicyDiagnostic(location: SourceLocation(file: file, line: item.line, column: item.column),
+                                                     message: "the entity \(entity.uid) is given twice (first at line \(line))"))
+                } else {
+                    seen[entity.uid] = item.line
+                    list.append(entity)
+                }
+            } catch {
+                problems.append(error)
+            }
+        }
+        if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
+        try self.init(list)
+    }
+}
+
+/// Conversions between Cedar's JSON forms and ``PolicyValue``.
+enum JSONValues {
+    static func problem(_ value: Located, _ file: String, _ message: String) -> PolicyDiagnostic {
+        PolicyDiagnostic(location: SourceLocation(file: file, line: value.line, column: value.column), message: message)
+    }
+
+    static func members(_ value: Located, _ file: String, _ what: String, allowed: Set<String>) throws(PolicyDiagnostic)
+        -> [String: Located]
+    {
+        guard case .object(let members) = value.value else { throw problem(value, file, "\(what) must be a JSON object") }
+        var out: [String: Located] = [:]
+        for (key, member) in members {
+            guard allowed.contains(key) else {
+                throw problem(member, file, "\(what) has an unknown field \(PolicyValue.quoted(key)) (fields: \(allowed.sorted().joined(separator: ", ")))")
+            }
+            out[key] = member
+        }
+        return out
+    }
+
+    static func string(_ value: Located?, _ file: String, _ what: String, in parent: Located) throws(PolicyDiagnostic) -> String {
+        guard let value else { throw problem(parent, file, "\(what) is missing") }
+        guard case .string(let text) = value.value else { throw problem(value, file, "\(what) must be a string") }
+        return text
+    }
+
+    /// `{"type": "User", "id": "alice"}`, or `{"__entity": {…}}`, or `User::"alice"`.
+    static func uid(_ value: Located, _ file: String, _ what: String) throws(PolicyDiagnostic) -> EntityUID {
+        if case .string(let text) = value.value {
+            guard let uid = parseUID(text) else { throw problem(value, file, "\(what) must be an entity such as User::\"alice\"") }
+            return uid
+        }
+        var fields = try members(value, file, what, allowed: ["type", "id", "__entity"])
+        if let inner = fields["__entity"] {
+            guard fields.count == 1 else { throw problem(value, file, "\(what): __entity must be the only field") }
+            fields = try members(inner, file, what, allowed: ["type", "id"])
+        }
+        let type = try string(fields["type"], file, "\(what)'s type", in: value)
+        let id = try string(fields["id"], file, "\(what)'s id", in: value)
+        guard isTypeName(type) else { throw problem(value, file, "\(what)'s type \(PolicyValue.quoted(type)) is not a type name (Name or Namespace::Name)") }
+        return EntityUID(type: type, id: id)
+    }
+
+    static func isTypeName(_ text: String) -> Bool {
+        let parts = text.components(separatedBy: "::")
+        return parts.allSatisfy { part in
+            guard let first = part.unicodeScalars.first, first == "_" || ("a"..."z").contains(first) || ("A"..."Z").contains(first)
+            else { return false }
+            return part.unicodeScalars.allSatisfy { $0 == "_" || ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) }
+                && !PolicyParser.reserved.contains(part)
+        }
+    }
+
+    /// `Type::"id"` (the id with policy-text escapes).
+    static func parseUID(_ text: String) -> EntityUID? {
+        guard let separator = text.range(of: "::\"", options: .backwards), text.hasSuffix("\""), text.count >= 4 else { return nil }
+        let type = String(text[..<separator.lowerBound])
+        guard isTypeName(type) else { return nil }
+        var lexer = Lexer(text: String(text[text.index(separator.lowerBound, offsetBy: 2)...]), file: "")
+        guard let tokens = try? lexer.tokens(), tokens.count == 2, case .string(let id, _) = tokens[0].token else { return nil }
+        return EntityUID(type: type, id: id)
+    }
+
+    static func entity(_ value: Located, file: String) throws(PolicyDiagnostic) -> Entity {
+        let fields = try members(value, file, "an entity", allowed: ["uid", "attrs", "parents", "tags"])
+        guard let uidValue = fields["uid"] else { throw problem(value, file, "an entity has no \"uid\"") }
+        let uid = try uid(uidValue, file, "the entity's uid")
+        var attributes: [String: PolicyValue] = [:]
+        if let attrs = fields["attrs"] {
+            guard case .object(let members) = attrs.value else { throw problem(attrs, file, "\(uid)'s attrs must be an object") }
+            for (key, member) in members { attributes[key] = try policyValue(member, file, "\(uid).\(key)") }
+        }
+        var parents: [EntityUID] = []
+        if let parentsValue = fields["parents"] {
+            guard case .array(let items) = parentsValue.value else { throw problem(parentsValue, file, "\(uid)'s parents must be an array") }
+            for item in items { parents.append(try self.uid(item, file, "a parent of \(uid)")) }
+        }
+        if let tags = fields["tags"], case .object(let members) = tags.value, !members.isEmpty {
+            throw problem(tags, file, "entity tags are not supported")
+        }
+        return Entity(uid: uid, attributes: attributes, parents: parents)
+    }
+
+    /// A JSON value as a policy value: numbers must be integers; `null` is not a value.
+    static func policyValue(_ value: Located, _ file: String, _ what: String) throws(PolicyDiagnostic) -> PolicyValue {
+        switch value.value {
+        case .bool(let flag): return .bool(flag)
+        case .integer(let number): return .long(number)
+        case .number: throw problem(value, file, "\(what) is not a whole number that fits in 64 bits (use decimal(\"…\") for fractions)")
+        case .string(let text): return .string(text)
+        case .null: throw problem(value, file, "\(what) is null: leave the attribute out instead")
+        case .array(let items):
+            var values: [PolicyValue] = []
+            for item in items { values.append(try policyValue(item, file, what)) }
+            return .set(PolicyValueSet(values))
+        case .object(let members):
+            if members.count == 1, members[0].key == "__entity" { return .entity(try uid(value, file, what)) }
+            if members.count == 1, members[0].key == "__extn" {
+                let fields = try self.members(members[0].value, file, what, allowed: ["fn", "arg"])
+                let function = try string(fields["fn"], file, "\(what)'s fn", in: value)
+                let argument = try string(fields["arg"], file, "\(what)'s arg", in: value)
+                do {
+                    return try Evaluator.extensionValue(function, argument)
+                } catch {
+                    throw problem(value, file, "\(what): \(error.message)")
+                }
+            }
+            var record: [String: PolicyValue] = [:]
+            for (key, member) in members { record[key] = try policyValue(member, file, "\(what).\(key)") }
+            return .record(record)
+        }
+    }
+
+    /// A policy value in Cedar's JSON form.
+    static func json(_ value: PolicyValue) -> JSONValue {
+        func at(_ value: JSONValue) -> Located { Located(value: value, line: 0) }
+        switch value {
+        case .bool(let flag): return .bool(flag)
+        case .long(let number): return .integer(number)
+        case .string(let text): return .string(text)
+        case .entity(let uid):
+            return .object([("__entity", at(.object([("type", at(.string(uid.type))), ("id", at(.string(uid.id)))])))])
+        case .set(let set): return .array(set.elements.map { at(json($0)) })
+        case .record(let fields): return .object(fields.sorted { $0.key < $1.key }.map { ($0.key, at(json($0.value))) })
+        case .ip, .decimal, .datetime, .duration:
+            let text = value.description
+            let open = text.firstIndex(of: "(")!
+            let function = String(text[..<open])
+            let argument = String(text[text.index(open, offsetBy: 2)..<text.index(text.endIndex, offsetBy: -2)])
+            return .object([("__extn", at(.object([("fn", at(.string(function))), ("arg", at(.string(argument)))])))])
+        }
+    }
+}

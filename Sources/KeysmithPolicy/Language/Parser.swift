@@ -1,0 +1,467 @@
+/// One policy of a policy file, parsed.
+struct ParsedPolicy: Sendable {
+    var id: String
+    var effect: Effect
+    var principal: EntityConstraint
+    var action: ActionConstraint
+    var resource: EntityConstraint
+    /// `when` (true) and `unless` (false) clauses, in order.
+    var conditions: [(isWhen: Bool, body: Expression)]
+    var annotations: [String: String]
+    var location: SourceLocation
+    /// Where the head's principal, action and resource constraints are.
+    var principalLocation: SourceLocation
+    var actionLocation: SourceLocation
+    var resourceLocation: SourceLocation
+}
+
+/// Reads policy text: Cedar's policy syntax (see docs/policy-language.md).
+struct PolicyParser {
+    private var tokens: [Lexer.Located]
+    private var position = 0
+    private let source: String.UnicodeScalarView
+    private let file: String
+    private var depth = 0
+
+    /// Expressions nest at most this deep (a hostile file cannot exhaust the stack).
+    static let maximumDepth = 200
+
+    static let reserved: Set<String> = [
+        "true", "false", "if", "then", "else", "in", "is", "like", "has", "principal", "action", "resource", "context",
+        "permit", "forbid", "when", "unless",
+    ]
+    static let extensionFunctions: Set<String> = ["ip", "decimal", "datetime", "duration"]
+
+    /// Parses every policy, reporting every policy that does not parse (each problem stops only
+    /// its own policy).
+    static func parse(_ text: String, file: String) throws(PolicyDiagnostics) -> [ParsedPolicy] {
+        var lexer = Lexer(text: text, file: file)
+        let tokens: [Lexer.Located]
+        do { tokens = try lexer.tokens() } catch { throw PolicyDiagnostics(kind: .syntax, problems: [error]) }
+        var parser = PolicyParser(tokens: tokens, source: text.unicodeScalars, file: file)
+        var policies: [ParsedPolicy] = []
+        var problems: [PolicyDiagnostic] = []
+        var ids: [String: SourceLocation] = [:]
+        while parser.current.token != .end {
+            let start = parser.position
+            do {
+                var policy = try parser.policy(index: policies.count + problems.count)
+                if let earlier = ids[policy.id] {
+                    problems.append(PolicyDiagnostic(location: policy.location,
+                                                     message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at line \(earlier.line))"))
+                }
+                ids[policy.id] = policy.location
+                policy.annotations["id"] = policy.id
+                policies.append(policy)
+            } catch {
+                problems.append(error)
+                parser.skipPolicy(from: start)
+            }
+        }
+        if !problems.isEmpty { throw PolicyDiagnostics(kind: .syntax, problems: problems) }
+        return policies
+    }
+
+    private init(tokens: [Lexer.Located], source: String.UnicodeScalarView, file: String) {
+        self.tokens = tokens
+        self.source = source
+        self.file = file
+    }
+
+    private var current: Lexer.Located { tokens[position] }
+
+    private func problem(_ message: String, at token: Lexer.Located? = nil) -> PolicyDiagnostic {
+        PolicyDiagnostic(location: (token ?? current).location, message: message)
+    }
+
+    private static func describe(_ token: Lexer.Token) -> String {
+        switch token {
+        case .identifier(let name): "'\(name)'"
+        case .string(let text, _): PolicyValue.quoted(text)
+        case .integer(let digits): digits
+        case .symbol(let symbol): "'\(symbol)'"
+        case .annotationStart: "'@'"
+        case .end: "the end of the file"
+        }
+    }
+
+    /// Skips to just past the next `;` outside brackets (after a problem).
+    private mutating func skipPolicy(from start: Int) {
+        if position == start, current.token != .end { position += 1 }
+        var nesting = 0
+        while current.token != .end {
+            let token = current.token
+            position += 1
+            switch token {
+            case .symbol("("), .symbol("{"), .symbol("["): nesting += 1
+            case .symbol(")"), .symbol("}"), .symbol("]"): nesting = max(0, nesting - 1)
+            case .symbol(";") where nesting == 0: return
+            default: break
+            }
+        }
+    }
+
+    private mutating func accept(_ symbol: String) -> Bool {
+        if current.token == .symbol(symbol) {
+            position += 1
+            return true
+        }
+        return false
+    }
+
+    private mutating func expect(_ symbol: String, _ context: String) throws(PolicyDiagnostic) {
+        guard accept(symbol) else { throw problem("expected '\(symbol)' \(context), found \(Self.describe(current.token))") }
+    }
+
+    private mutating func keyword(_ name: String) -> Bool {
+        if current.token == .identifier(name) {
+            position += 1
+            return true
+        }
+        return false
+    }
+
+    private mutating func identifier(_ what: String) throws(PolicyDiagnostic) -> String {
+        guard case .identifier(let name) = current.token else { throw problem("expected \(what), found \(Self.describe(current.token))") }
+        position += 1
+        return name
+    }
+
+    private mutating func policy(index: Int) throws(PolicyDiagnostic) -> ParsedPolicy {
+        var annotations: [String: String] = [:]
+        while current.token == .annotationStart {
+            let at = current
+            position += 1
+            let name = try identifier("an annotation name after '@'")
+            var value = ""
+            if accept("(") {
+                guard case .string(let text, _) = current.token else { throw problem("an annotation's value must be a string") }
+                position += 1
+                value = text
+                try expect(")", "after the annotation's value")
+            }
+            guard annotations[name] == nil else { throw problem("the annotation @\(name) appears twice", at: at) }
+            annotations[name] = value
+        }
+        let start = current
+        let effect: Effect
+        if keyword("permit") {
+            effect = .permit
+        } else if keyword("forbid") {
+            effect = .forbid
+        } else {
+            throw problem("expected 'permit' or 'forbid', found \(Self.describe(current.token))")
+        }
+        try expect("(", "after '\(effect.rawValue)'")
+        let principalLocation = current.location
+        guard keyword("principal") else { throw problem("the head's first element must be 'principal'") }
+        let principal = try entityConstraint("principal")
+        try expect(",", "after the principal constraint")
+        let actionLocation = current.location
+        guard keyword("action") else { throw problem("the head's second element must be 'action'") }
+        var action = ActionConstraint.any
+        if accept("==") {
+            action = .equal(try entityReference())
+        } else if keyword("in") {
+            if accept("[") {
+                var list: [EntityUID] = []
+                if !accept("]") {
+                    repeat { list.append(try entityReference()) } while accept(",")
+                    try expect("]", "to close the list of actions")
+                }
+                action = .within(list)
+            } else {
+                action = .within([try entityReference()])
+            }
+        }
+        try expect(",", "after the action constraint")
+        let resourceLocation = current.location
+        guard keyword("resource") else { throw problem("the head's third element must be 'resource'") }
+        let resource = try entityConstraint("resource")
+        try expect(")", "to close the policy's head")
+        var conditions: [(Bool, Expression)] = []
+        while case .identifier(let word) = current.token, word == "when" || word == "unless" {
+            position += 1
+            try expect("{", "after '\(word)'")
+            let body = try expression()
+            try expect("}", "to close the '\(word)' clause")
+            conditions.append((word == "when", body))
+        }
+        try expect(";", "at the end of the policy")
+        let id = annotations["id"] ?? "policy\(index)"
+        return ParsedPolicy(id: id, effect: effect, principal: principal, action: action, resource: resource,
+                            conditions: conditions, annotations: annotations, location: start.location,
+                            principalLocation: principalLocation, actionLocation: actionLocation, resourceLocation: resourceLocation)
+    }
+
+    private mutating func entityConstraint(_ variable: String) throws(PolicyDiagnostic) -> EntityConstraint {
+        if accept("==") {
+            if current.token == .symbol("?") { throw problem("templates (?\(variable)) are not supported") }
+            return .equal(try entityReference())
+        }
+        if keyword("is") {
+            let type = try path()
+            if keyword("in") { return .isTypeWithin(type, try entityReference()) }
+            return .isType(type)
+        }
+        if keyword("in") {
+            if current.token == .symbol("?") { throw problem("templates (?\(variable)) are not supported") }
+            return .within(try entityReference())
+        }
+        return .any
+    }
+
+    /// `Name` or `Name::Name…` (a type path).
+    private mutating func path() throws(PolicyDiagnostic) -> String {
+        var name = try identifier("an entity type")
+        while current.token == .symbol("::"), case .identifier(let next) = tokens[position + 1].token {
+            position += 2
+            name += "::" + next
+        }
+        return name
+    }
+
+    /// `Type::"id"` or `Name::Space::Type::"id"`.
+    private mutating func entityReference() throws(PolicyDiagnostic) -> EntityUID {
+        let start = current
+        var parts = [try identifier("an entity such as User::\"alice\"")]
+        while accept("::") {
+            switch current.token {
+            case .identifier(let name):
+                position += 1
+                parts.append(name)
+            case .string(let id, _):
+                position += 1
+                return EntityUID(type: parts.joined(separator: "::"), id: id)
+            default:
+                throw problem("expected a type name or a quoted id after '::'")
+            }
+        }
+        throw problem("expected an entity such as \(parts.joined(separator: "::"))::\"id\"", at: start)
+    }
+
+    private func text(from start: Lexer.Located) -> String {
+        let end = tokens[max(position - 1, 0)].end
+        guard start.start <= end else { return "" }
+        return String(String.UnicodeScalarView(source[start.start..<end]))
+    }
+
+    private mutating func nested() throws(PolicyDiagnostic) {
+        depth += 1
+        guard depth <= Self.maximumDepth else { throw problem("the expression nests deeper than \(Self.maximumDepth) levels") }
+    }
+
+    mutating func expression() throws(PolicyDiagnostic) -> Expression {
+        try nested()
+        defer { depth -= 1 }
+        let start = current
+        if keyword("if") {
+            let condition = try expression()
+            guard keyword("then") else { throw problem("expected 'then' after the 'if' condition") }
+            let then = try expression()
+            guard keyword("else") else { throw problem("expected 'else': every 'if' needs one") }
+            let otherwise = try expression()
+            return Expression(kind: .ifThenElse(condition, then, otherwise), location: start.location, text: text(from: start))
+        }
+        var left = try conjunction()
+        while accept("||") {
+            let right = try conjunction()
+            left = Expression(kind: .binary(.or, left, right), location: start.location, text: text(from: start))
+        }
+        return left
+    }
+
+    private mutating func conjunction() throws(PolicyDiagnostic) -> Expression {
+        let start = current
+        var left = try relation()
+        while accept("&&") {
+            let right = try relation()
+            left = Expression(kind: .binary(.and, left, right), location: start.location, text: text(from: start))
+        }
+        return left
+    }
+
+    private mutating func relation() throws(PolicyDiagnostic) -> Expression {
+        let start = current
+        let left = try additive()
+        func make(_ kind: Expression.Kind) -> Expression { Expression(kind: kind, location: start.location, text: text(from: start)) }
+        for symbol in ["==", "!=", "<=", ">=", "<", ">"] where current.token == .symbol(symbol) {
+            position += 1
+            let right = try additive()
+            return make(.binary(BinaryOperator(rawValue: symbol)!, left, right))
+        }
+        if current.token == .symbol("=") { throw problem("'=' is not an operator: write '==' to compare") }
+        if keyword("in") {
+            let right = try additive()
+            return make(.binary(.in, left, right))
+        }
+        if keyword("has") {
+            switch current.token {
+            case .identifier(let name), .string(let name, _):
+                position += 1
+                return make(.has(left, name))
+            default:
+                throw problem("expected an attribute name after 'has'")
+            }
+        }
+        if keyword("like") {
+            guard case .string(_, let pattern) = current.token else { throw problem("expected a quoted pattern after 'like'") }
+            position += 1
+            return make(.like(left, pattern))
+        }
+        if keyword("is") {
+            let type = try path()
+            if keyword("in") {
+                let container = try additive()
+                return make(.isType(left, type, in: container))
+            }
+            return make(.isType(left, type, in: nil))
+        }
+        return left
+    }
+
+    private mutating func additive() throws(PolicyDiagnostic) -> Expression {
+        let start = current
+        var left = try multiplicative()
+        while true {
+            let op: BinaryOperator
+            if accept("+") { op = .add } else if accept("-") { op = .subtract } else { return left }
+            let right = try multiplicative()
+            left = Expression(kind: .binary(op, left, right), location: start.location, text: text(from: start))
+        }
+    }
+
+    private mutating func multiplicative() throws(PolicyDiagnostic) -> Expression {
+        let start = current
+        var left = try unary()
+        while accept("*") {
+            let right = try unary()
+            left = Expression(kind: .binary(.multiply, left, right), location: start.location, text: text(from: start))
+        }
+        return left
+    }
+
+    private mutating func unary() throws(PolicyDiagnostic) -> Expression {
+        try nested()
+        defer { depth -= 1 }
+        let start = current
+        if accept("!") {
+            let operand = try unary()
+            return Expression(kind: .not(operand), location: start.location, text: text(from: start))
+        }
+        if accept("-") {
+            // `-9223372036854775808` is a literal: the magnitude alone would not fit.
+            if case .integer(let digits) = current.token {
+                position += 1
+                guard let value = Int64("-" + digits) else { throw problem("the integer -\(digits) does not fit in 64 bits", at: start) }
+                let literal = Expression(kind: .literal(.long(value)), location: start.location, text: text(from: start))
+                return try accessChain(literal, start: start)
+            }
+            let operand = try unary()
+            return Expression(kind: .negate(operand), location: start.location, text: text(from: start))
+        }
+        return try member()
+    }
+
+    private mutating func member() throws(PolicyDiagnostic) -> Expression {
+        let start = current
+        return try accessChain(try primary(), start: start)
+    }
+
+    private mutating func accessChain(_ base: Expression, start: Lexer.Located) throws(PolicyDiagnostic) -> Expression {
+        var value = base
+        while true {
+            if accept(".") {
+                let name = try identifier("an attribute or method name after '.'")
+                if accept("(") {
+                    let arguments = try expressionList(closing: ")")
+                    value = Expression(kind: .method(value, name, arguments), location: start.location, text: text(from: start))
+                } else {
+                    value = Expression(kind: .attribute(value, name), location: start.location, text: text(from: start))
+                }
+            } else if current.token == .symbol("[") {
+                position += 1
+                guard case .string(let name, _) = current.token else { throw problem("expected a quoted attribute name inside [ ]") }
+                position += 1
+                try expect("]", "after the attribute name")
+                value = Expression(kind: .attribute(value, name), location: start.location, text: text(from: start))
+            } else {
+                return value
+            }
+        }
+    }
+
+    private mutating func expressionList(closing: String) throws(PolicyDiagnostic) -> [Expression] {
+        var items: [Expression] = []
+        if accept(closing) { return items }
+        repeat { items.append(try expression()) } while accept(",")
+        try expect(closing, "to close the list")
+        return items
+    }
+
+    private mutating func primary() throws(PolicyDiagnostic) -> Expression {
+        let start = current
+        func make(_ kind: Expression.Kind) -> Expression { Expression(kind: kind, location: start.location, text: text(from: start)) }
+        switch current.token {
+        case .integer(let digits):
+            position += 1
+            guard let value = Int64(digits) else { throw problem("the integer \(digits) does not fit in 64 bits", at: start) }
+            return make(.literal(.long(value)))
+        case .string(let value, _):
+            position += 1
+            return make(.literal(.string(value)))
+        case .symbol("("):
+            position += 1
+            let inner = try expression()
+            try expect(")", "to close the parenthesis")
+            return Expression(kind: inner.kind, location: start.location, text: text(from: start))
+        case .symbol("["):
+            position += 1
+            return make(.set(try expressionList(closing: "]")))
+        case .symbol("{"):
+            position += 1
+            var fields: [(String, Expression)] = []
+            if !accept("}") {
+                repeat {
+                    let name: String
+                    switch current.token {
+                    case .identifier(let identifier), .string(let identifier, _): name = identifier
+                    default: throw problem("expected a field name in the record")
+                    }
+                    position += 1
+                    if fields.contains(where: { $0.0 == name }) { throw problem("the field \(PolicyValue.quoted(name)) appears twice in the record") }
+                    try expect(":", "after the field name")
+                    fields.append((name, try expression()))
+                } while accept(",")
+                try expect("}", "to close the record")
+            }
+            return make(.record(fields))
+        case .identifier(let name):
+            switch name {
+            case "true", "false":
+                position += 1
+                return make(.literal(.bool(name == "true")))
+            case "principal", "action", "resource", "context":
+                position += 1
+                return make(.variable(Variable(rawValue: name)!))
+            default:
+                break
+            }
+            if tokens[position + 1].token == .symbol("("), Self.extensionFunctions.contains(name) {
+                position += 2
+                let arguments = try expressionList(closing: ")")
+                return make(.call(name, arguments))
+            }
+            if tokens[position + 1].token == .symbol("::") {
+                return make(.literal(.entity(try entityReference())))
+            }
+            if tokens[position + 1].token == .symbol("(") {
+                throw problem("unknown function '\(name)': the functions are ip, decimal, datetime and duration")
+            }
+            if Self.reserved.contains(name) { throw problem("'\(name)' cannot start an expression") }
+            throw problem("unknown name '\(name)': a condition reads principal, action, resource and context")
+        default:
+            throw problem("expected an expression, found \(Self.describe(current.token))")
+        }
+    }
+}

@@ -1,0 +1,281 @@
+/// Where something is in a policy or schema file: the file's name, a line and a column (both
+/// from 1; columns count characters).
+public struct SourceLocation: Sendable, Hashable, CustomStringConvertible {
+    /// The file's name as given to the parser (`<string>` for text not from a file).
+    public var file: String
+    /// The line, from 1.
+    public var line: Int
+    /// The column, from 1, in characters.
+    public var column: Int
+
+    /// A location.
+    public init(file: String, line: Int, column: Int) {
+        self.file = file
+        self.line = line
+        self.column = column
+    }
+
+    /// `file:line:column`, as compilers print it.
+    public var description: String { "\(file):\(line):\(column)" }
+}
+
+/// One piece of a `like` pattern: literal text, or `*` (any run of characters).
+enum PatternElement: Sendable, Hashable {
+    case literal(Unicode.Scalar)
+    case wildcard
+}
+
+/// The four request variables.
+enum Variable: String, Sendable {
+    case principal, action, resource, context
+}
+
+enum BinaryOperator: String, Sendable {
+    case equal = "==", notEqual = "!=", less = "<", lessEqual = "<=", greater = ">", greaterEqual = ">="
+    case add = "+", subtract = "-", multiply = "*", `in` = "in", and = "&&", or = "||"
+}
+
+/// An expression in a condition, with the span of source text it came from.
+struct Expression: Sendable {
+    indirect enum Kind: Sendable {
+        case literal(PolicyValue)
+        case variable(Variable)
+        case not(Expression)
+        case negate(Expression)
+        case binary(BinaryOperator, Expression, Expression)
+        case ifThenElse(Expression, Expression, Expression)
+        case has(Expression, String)
+        case like(Expression, [PatternElement])
+        case isType(Expression, String, in: Expression?)
+        case attribute(Expression, String)
+        case method(Expression, String, [Expression])
+        case call(String, [Expression])
+        case set([Expression])
+        case record([(String, Expression)])
+    }
+
+    var kind: Kind
+    var location: SourceLocation
+    /// The expression's text as written (for explanations).
+    var text: String
+}
+
+/// How a policy's head constrains the principal or the resource.
+enum EntityConstraint: Sendable {
+    case any
+    case equal(EntityUID)
+    case within(EntityUID)
+    case isType(String)
+    case isTypeWithin(String, EntityUID)
+}
+
+/// How a policy's head constrains the action.
+enum ActionConstraint: Sendable {
+    case any
+    case equal(EntityUID)
+    case within([EntityUID])
+}
+
+/// A syntax or validation problem, with where it is.
+public struct PolicyDiagnostic: Sendable, Hashable, CustomStringConvertible, Error {
+    /// Where.
+    public var location: SourceLocation
+    /// What is wrong, in one sentence.
+    public var message: String
+
+    /// A problem at a location.
+    public init(location: SourceLocation, message: String) {
+        self.location = location
+        self.message = message
+    }
+
+    /// `file:line:column: message`.
+    public var description: String { "\(location): \(message)" }
+}
+
+/// Every problem found in one run over a policy, schema, entity or request document.
+///
+/// Nothing is ever decided from a document that has one.
+public struct PolicyDiagnostics: Error, Sendable, CustomStringConvertible {
+    /// What kind of input failed.
+    public enum Kind: String, Sendable {
+        /// Policy text does not parse.
+        case syntax
+        /// Policies, entities or a request do not agree with the schema.
+        case validation
+        /// An entity or request document is malformed.
+        case input
+    }
+
+    /// What kind of input failed.
+    public var kind: Kind
+    /// Every problem, in file order.
+    public var problems: [PolicyDiagnostic]
+
+    /// The problems, one per line.
+    public var description: String { problems.map(\.description).joined(separator: "\n") }
+}
+
+/// Turns policy or schema text into tokens.
+struct Lexer {
+    enum Token: Sendable, Equatable {
+        case identifier(String)
+        case string(String, pattern: [PatternElement])
+        case integer(String)
+        case symbol(String)
+        case annotationStart
+        case end
+    }
+
+    struct Located: Sendable {
+        var token: Token
+        var location: SourceLocation
+        var start: String.UnicodeScalarView.Index
+        var end: String.UnicodeScalarView.Index
+    }
+
+    let file: String
+    let scalars: String.UnicodeScalarView
+    private var index: String.UnicodeScalarView.Index
+    private var line = 1
+    private var column = 1
+
+    init(text: String, file: String) {
+        self.file = file
+        self.scalars = text.unicodeScalars
+        self.index = scalars.startIndex
+    }
+
+    private var location: SourceLocation { SourceLocation(file: file, line: line, column: column) }
+
+    private mutating func advance() {
+        if scalars[index] == "\n" {
+            line += 1
+            column = 1
+        } else {
+            column += 1
+        }
+        index = scalars.index(after: index)
+    }
+
+    private func peek(_ offset: Int = 0) -> Unicode.Scalar? {
+        var position = index
+        for _ in 0..<offset {
+            guard position < scalars.endIndex else { return nil }
+            position = scalars.index(after: position)
+        }
+        return position < scalars.endIndex ? scalars[position] : nil
+    }
+
+    /// Every token, or the first lexical problem (the parser cannot go on past one).
+    mutating func tokens() throws(PolicyDiagnostic) -> [Located] {
+        var out: [Located] = []
+        while true {
+            skipSpaceAndComments()
+            let start = location
+            let startIndex = index
+            guard let scalar = peek() else {
+                out.append(Located(token: .end, location: start, start: index, end: index))
+                return out
+            }
+            let token: Token
+            if scalar == "_" || ("a"..."z").contains(scalar) || ("A"..."Z").contains(scalar) {
+                var name = ""
+                while let next = peek(), next == "_" || ("a"..."z").contains(next) || ("A"..."Z").contains(next) || ("0"..."9").contains(next) {
+                    name.unicodeScalars.append(next)
+                    advance()
+                }
+                token = .identifier(name)
+            } else if ("0"..."9").contains(scalar) {
+                var digits = ""
+                while let next = peek(), ("0"..."9").contains(next) {
+                    digits.unicodeScalars.append(next)
+                    advance()
+                }
+                token = .integer(digits)
+            } else if scalar == "\"" {
+                token = try string()
+            } else if scalar == "@" {
+                advance()
+                token = .annotationStart
+            } else {
+                let two = peek(1).map { String(scalar) + String($0) } ?? ""
+                if ["==", "!=", "<=", ">=", "&&", "||", "::"].contains(two) {
+                    advance()
+                    advance()
+                    token = .symbol(two)
+                } else if "(){}[],;.:<>!+-*=?".unicodeScalars.contains(scalar) {
+                    advance()
+                    token = .symbol(String(scalar))
+                } else {
+                    throw PolicyDiagnostic(location: start, message: "unexpected character \(PolicyValue.quoted(String(scalar)))")
+                }
+            }
+            out.append(Located(token: token, location: start, start: startIndex, end: index))
+        }
+    }
+
+    private mutating func skipSpaceAndComments() {
+        while let scalar = peek() {
+            if scalar == " " || scalar == "\t" || scalar == "\n" || scalar == "\r" {
+                advance()
+            } else if scalar == "/", peek(1) == "/" {
+                while let next = peek(), next != "\n" { advance() }
+            } else {
+                return
+            }
+        }
+    }
+
+    /// A string literal: `\n \r \t \0 \\ \" \' \*` and `\u{hex}`; `\*` is a literal star in a
+    /// `like` pattern, `*` a wildcard.
+    private mutating func string() throws(PolicyDiagnostic) -> Token {
+        let start = location
+        advance()
+        var value = String.UnicodeScalarView()
+        var pattern: [PatternElement] = []
+        while true {
+            guard let scalar = peek() else { throw PolicyDiagnostic(location: start, message: "a string is not closed") }
+            advance()
+            if scalar == "\"" { break }
+            if scalar == "\\" {
+                let escapeLocation = location
+                guard let escape = peek() else { throw PolicyDiagnostic(location: start, message: "a string is not closed") }
+                advance()
+                let decoded: Unicode.Scalar
+                switch escape {
+                case "n": decoded = "\n"
+                case "r": decoded = "\r"
+                case "t": decoded = "\t"
+                case "0": decoded = "\0"
+                case "\\", "\"", "'": decoded = escape
+                case "*":
+                    value.append("*")
+                    pattern.append(.literal("*"))
+                    continue
+                case "u":
+                    guard peek() == "{" else { throw PolicyDiagnostic(location: escapeLocation, message: "\\u must be followed by {hex digits}") }
+                    advance()
+                    var hex = ""
+                    while let digit = peek(), digit.properties.isASCIIHexDigit, hex.count < 6 {
+                        hex.unicodeScalars.append(digit)
+                        advance()
+                    }
+                    guard peek() == "}", !hex.isEmpty, let code = UInt32(hex, radix: 16), let scalar = Unicode.Scalar(code) else {
+                        throw PolicyDiagnostic(location: escapeLocation, message: "an invalid \\u{…} escape")
+                    }
+                    advance()
+                    decoded = scalar
+                default:
+                    throw PolicyDiagnostic(location: escapeLocation, message: "an unknown escape \\\(escape) in a string")
+                }
+                value.append(decoded)
+                pattern.append(.literal(decoded))
+                continue
+            }
+            value.append(scalar)
+            pattern.append(scalar == "*" ? .wildcard : .literal(scalar))
+        }
+        return .string(String(value), pattern: pattern)
+    }
+}

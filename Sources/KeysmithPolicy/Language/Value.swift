@@ -1,0 +1,254 @@
+/// An entity's identity: its type and its id, written `Photo::"42"`.
+///
+/// Two entities with the same id and different types are different: `Photo::"42"` is not
+/// `Album::"42"`. Types may be namespaced: `Drive::Folder::"f1"`.
+///
+/// ```swift
+/// let photo = EntityUID(type: "Photo", id: "42")
+/// print(photo)   // Photo::"42"
+/// ```
+public struct EntityUID: Hashable, Sendable, CustomStringConvertible, Comparable {
+    /// The entity type, such as `Photo` or `Drive::Folder`.
+    public var type: String
+    /// The entity's id within its type: any string.
+    public var id: String
+
+    /// An entity reference by type and id.
+    public init(type: String, id: String) {
+        self.type = type
+        self.id = id
+    }
+
+    /// The entity as policy text writes it: `Photo::"42"`.
+    public var description: String { "\(type)::\(PolicyValue.quoted(id))" }
+
+    /// Orders by type, then id (for stable output).
+    public static func < (lhs: EntityUID, rhs: EntityUID) -> Bool { (lhs.type, lhs.id) < (rhs.type, rhs.id) }
+}
+
+/// A value in a policy, an entity's attribute, or a request's context.
+///
+/// The types are Cedar's: booleans, 64-bit integers (`Long`), strings, entity references, sets,
+/// records, and the extension types `ipaddr`, `decimal`, `datetime` and `duration`.
+public indirect enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
+    /// `true` or `false`.
+    case bool(Bool)
+    /// A 64-bit signed integer; arithmetic that overflows is an error.
+    case long(Int64)
+    /// A string.
+    case string(String)
+    /// A reference to an entity.
+    case entity(EntityUID)
+    /// A set: no order, no duplicates (equality ignores order).
+    case set(PolicyValueSet)
+    /// A record: named fields.
+    case record([String: PolicyValue])
+    /// An IPv4 or IPv6 address or range, from `ip("10.0.0.0/8")`.
+    case ip(IPAddress)
+    /// A decimal with four digits after the point, from `decimal("1.2345")`, stored ×10,000.
+    case decimal(Int64)
+    /// An instant, from `datetime("2026-11-22T10:00:00Z")`: milliseconds since 1970 (UTC).
+    case datetime(Int64)
+    /// A length of time, from `duration("1h30m")`: milliseconds.
+    case duration(Int64)
+
+    /// The type's name as schemas and errors write it.
+    public var typeName: String {
+        switch self {
+        case .bool: "Bool"
+        case .long: "Long"
+        case .string: "String"
+        case .entity(let uid): "entity of type \(uid.type)"
+        case .set: "Set"
+        case .record: "Record"
+        case .ip: "ipaddr"
+        case .decimal: "decimal"
+        case .datetime: "datetime"
+        case .duration: "duration"
+        }
+    }
+
+    /// The value as policy text writes it.
+    public var description: String {
+        switch self {
+        case .bool(let value): "\(value)"
+        case .long(let value): "\(value)"
+        case .string(let value): Self.quoted(value)
+        case .entity(let uid): uid.description
+        case .set(let set): "[" + set.elements.map(\.description).sorted().joined(separator: ", ") + "]"
+        case .record(let fields):
+            "{" + fields.sorted { $0.key < $1.key }.map { "\(Self.quoted($0.key)): \($0.value)" }.joined(separator: ", ") + "}"
+        case .ip(let address): "ip(\(Self.quoted(address.description)))"
+        case .decimal(let value): "decimal(\(Self.quoted(Self.decimalText(value))))"
+        case .datetime(let value): "datetime(\(Self.quoted(DateTimeText.format(milliseconds: value))))"
+        case .duration(let value): "duration(\(Self.quoted(DateTimeText.formatDuration(milliseconds: value))))"
+        }
+    }
+
+    static func decimalText(_ value: Int64) -> String {
+        let sign = value < 0 ? "-" : ""
+        let magnitude = value.magnitude
+        let fraction = String(magnitude % 10_000)
+        return "\(sign)\(magnitude / 10_000)." + String(repeating: "0", count: 4 - fraction.count) + fraction
+    }
+
+    /// A string literal with Cedar's escapes.
+    static func quoted(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case "\0": out += "\\0"
+            default:
+                if scalar.value < 0x20 || scalar.value == 0x7F {
+                    out += "\\u{" + String(scalar.value, radix: 16) + "}"
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out + "\""
+    }
+}
+
+/// The elements of a set value: equal when they hold the same elements, in any order.
+public struct PolicyValueSet: Sendable, Hashable {
+        /// The elements, without duplicates, in the order first seen.
+        public private(set) var elements: [PolicyValue]
+        private var members: Set<PolicyValue>
+
+        /// A set of these values (duplicates dropped).
+        public init(_ values: some Sequence<PolicyValue>) {
+            elements = []
+            members = []
+            for value in values where members.insert(value).inserted { elements.append(value) }
+        }
+
+        /// Whether the set holds `value`.
+        public func contains(_ value: PolicyValue) -> Bool { members.contains(value) }
+        /// The number of elements.
+        public var count: Int { elements.count }
+
+        /// Equal when they hold the same elements.
+        public static func == (lhs: PolicyValueSet, rhs: PolicyValueSet) -> Bool { lhs.members == rhs.members }
+        /// Hashes the members, ignoring order.
+        public func hash(into hasher: inout Hasher) { hasher.combine(members) }
+}
+
+/// An IPv4 or IPv6 address with a prefix length (a single address has the full length).
+public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
+    /// Whether it is IPv6.
+    public var isV6: Bool
+    /// The address bits, left-aligned in 128 bits (IPv4 uses the top 32).
+    var high: UInt64
+    var low: UInt64
+    /// The prefix length: 32 or 128 for a single address.
+    public var prefix: Int
+
+    /// Parses `192.168.0.1`, `10.0.0.0/8`, `::1`, `2001:db8::/32` as Cedar's `ip()` does.
+    public init?(_ text: String) {
+        var addressText = Substring(text)
+        var prefixText: Substring?
+        if let slash = text.firstIndex(of: "/") {
+            addressText = text[..<slash]
+            prefixText = text[text.index(after: slash)...]
+        }
+        if addressText.contains(":") {
+            guard let (high, low) = Self.parseV6(addressText) else { return nil }
+            self.isV6 = true
+            self.high = high
+            self.low = low
+            self.prefix = 128
+        } else {
+            let parts = addressText.split(separator: ".", omittingEmptySubsequences: false)
+            guard parts.count == 4 else { return nil }
+            var value: UInt64 = 0
+            for part in parts {
+                guard !part.isEmpty, part.count <= 3, part.allSatisfy(\.isASCII), let octet = UInt64(part), octet <= 255,
+                      part.count == 1 || part.first != "0"
+                else { return nil }
+                value = value << 8 | octet
+            }
+            self.isV6 = false
+            self.high = value << 32
+            self.low = 0
+            self.prefix = 32
+        }
+        if let prefixText {
+            guard !prefixText.isEmpty, prefixText.count <= 3, prefixText.allSatisfy({ $0.isASCII && $0.isNumber }),
+                  prefixText.count == 1 || prefixText.first != "0",
+                  let length = Int(prefixText), length <= (isV6 ? 128 : 32)
+            else { return nil }
+            prefix = length
+        }
+    }
+
+    private static func parseV6(_ text: Substring) -> (UInt64, UInt64)? {
+        guard text.allSatisfy({ $0.isHexDigit || $0 == ":" }) else { return nil }
+        let halves = text.components(separatedBy: "::")
+        guard halves.count <= 2 else { return nil }
+        func groups(_ part: String) -> [UInt16]? {
+            if part.isEmpty { return [] }
+            var out: [UInt16] = []
+            for group in part.split(separator: ":", omittingEmptySubsequences: false) {
+                guard !group.isEmpty, group.count <= 4, let value = UInt16(group, radix: 16) else { return nil }
+                out.append(value)
+            }
+            return out
+        }
+        guard let head = groups(halves[0]) else { return nil }
+        var all = head
+        if halves.count == 2 {
+            guard let tail = groups(halves[1]), head.count + tail.count < 8 else { return nil }
+            all += Array(repeating: 0, count: 8 - head.count - tail.count) + tail
+        }
+        guard all.count == 8 else { return nil }
+        var high: UInt64 = 0, low: UInt64 = 0
+        for group in all[0..<4] { high = high << 16 | UInt64(group) }
+        for group in all[4..<8] { low = low << 16 | UInt64(group) }
+        return (high, low)
+    }
+
+    private func masked(_ length: Int) -> (UInt64, UInt64) {
+        func mask(_ bits: Int) -> UInt64 { bits <= 0 ? 0 : bits >= 64 ? ~0 : ~(~UInt64(0) >> bits) }
+        return (high & mask(length), low & mask(length - 64))
+    }
+
+    /// Whether this address or range lies within `range` (same family only).
+    public func isIn(_ range: IPAddress) -> Bool {
+        guard isV6 == range.isV6, prefix >= range.prefix else { return false }
+        return masked(range.prefix) == range.masked(range.prefix)
+    }
+
+    /// Whether it is a loopback address (127.0.0.0/8 or ::1).
+    public var isLoopback: Bool {
+        isV6 ? isIn(IPAddress("::1")!) : isIn(IPAddress("127.0.0.0/8")!)
+    }
+
+    /// Whether it is a multicast address (224.0.0.0/4 or ff00::/8).
+    public var isMulticast: Bool {
+        isV6 ? isIn(IPAddress("ff00::/8")!) : isIn(IPAddress("224.0.0.0/4")!)
+    }
+
+    /// The address as text, with its prefix when it is a range.
+    public var description: String {
+        var text: String
+        if isV6 {
+            var groups: [String] = []
+            for index in 0..<8 {
+                let word = index < 4 ? high >> (16 * (3 - index)) : low >> (16 * (7 - index))
+                groups.append(String(UInt16(truncatingIfNeeded: word), radix: 16))
+            }
+            text = groups.joined(separator: ":")
+        } else {
+            let value = high >> 32
+            text = (0..<4).map { String((value >> (8 * (3 - $0))) & 0xFF) }.joined(separator: ".")
+        }
+        if prefix != (isV6 ? 128 : 32) { text += "/\(prefix)" }
+        return text
+    }
+}
