@@ -10,7 +10,21 @@ if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import cryptography' 2>/d
     echo "keysmith: installing the Python package cryptography for the format tests" >&2
     python3 -m pip install --quiet cryptography >&2 || packages+=(python3-cryptography)
 fi
-command -v python3 >/dev/null 2>&1 || packages+=(python3 python3-cryptography)
+command -v python3 >/dev/null 2>&1 || packages+=(python3 python3-cryptography python3-pip)
+# The policy tests compare every decision with Cedar's own (cedarpy, from PyPI; no Debian package).
+need_cedarpy=0
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import cedarpy' 2>/dev/null; then
+    need_cedarpy=1
+    command -v python3 >/dev/null 2>&1 && ! python3 -m pip --version >/dev/null 2>&1 && packages+=(python3-pip)
+fi
+
+install_cedarpy() {
+    [ "$need_cedarpy" -eq 1 ] || return 0
+    echo "keysmith: installing the Python package cedarpy for the policy oracle tests" >&2
+    python3 -m pip install --quiet cedarpy >&2 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages cedarpy >&2 \
+        || { echo "keysmith: could not install cedarpy: run python3 -m pip install cedarpy" >&2; exit 1; }
+}
 
 missing=()
 for package in "${packages[@]}"; do
@@ -18,7 +32,10 @@ for package in "${packages[@]}"; do
         missing+=("$package")
     fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+    install_cedarpy
+    exit 0
+fi
 
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "keysmith: missing system packages: ${missing[*]}; this script knows apt-get only: install them with your package manager" >&2
@@ -37,3 +54,4 @@ echo "keysmith: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq >&2
 "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >&2
+install_cedarpy

@@ -48,6 +48,7 @@ struct JSONReader {
     private var offset = 0
     private var line = 1
     private var lineStart = 0
+    private var counted = (offset: 0, column: 1)
     private var depth = 0
 
     static func parse(_ bytes: [UInt8]) throws(JSONSyntaxError) -> Located {
@@ -61,13 +62,18 @@ struct JSONReader {
 
     private init(bytes: [UInt8]) { self.bytes = bytes }
 
-    private func error(_ message: String) -> JSONSyntaxError { JSONSyntaxError(line: line, column: column, message: message) }
+    private mutating func error(_ message: String) -> JSONSyntaxError { JSONSyntaxError(line: line, column: column, message: message) }
 
-    /// The column of `offset`, counting characters (not bytes) from the start of the line.
+    /// The column of `offset`, counting characters (not bytes) from the start of the line. The
+    /// reader only moves forward, so the count continues from the last column asked for.
     private var column: Int {
-        var count = 1
-        for byte in bytes[lineStart..<min(offset, bytes.count)] where byte & 0xC0 != 0x80 { count += 1 }
-        return count
+        mutating get {
+            if counted.offset < lineStart { counted = (lineStart, 1) }
+            let end = min(offset, bytes.count)
+            for byte in bytes[counted.offset..<max(end, counted.offset)] where byte & 0xC0 != 0x80 { counted.column += 1 }
+            counted.offset = max(end, counted.offset)
+            return counted.column
+        }
     }
 
     private mutating func skipSpace() {

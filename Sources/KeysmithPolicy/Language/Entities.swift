@@ -48,7 +48,7 @@ public struct EntityStore: Sendable {
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
         self.entities = byUID
         self.ancestorsByEntity = [:]
-        computeAncestors()
+        try computeAncestors()
     }
 
     /// Adds entities (action entities from a schema, say); a uid already present is an error.
@@ -61,10 +61,12 @@ public struct EntityStore: Sendable {
             }
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
-        computeAncestors()
+        try computeAncestors()
     }
 
-    private mutating func computeAncestors() {
+    /// Every entity's ancestors; an entity that is its own ancestor (a cycle of parents) is an
+    /// error, as in Cedar: membership must be a hierarchy.
+    private mutating func computeAncestors() throws(PolicyDiagnostics) {
         var result: [EntityUID: Set<EntityUID>] = [:]
         for uid in entities.keys {
             var seen: Set<EntityUID> = []
@@ -74,6 +76,13 @@ public struct EntityStore: Sendable {
                 pending.append(contentsOf: entities[next]?.parents ?? [])
             }
             result[uid] = seen
+        }
+        let cyclic = result.filter { $0.value.contains($0.key) }.keys.sorted()
+        if !cyclic.isEmpty {
+            throw PolicyDiagnostics(kind: .input, problems: cyclic.prefix(10).map {
+                PolicyDiagnostic(location: SourceLocation(file: "<entities>", line: 1, column: 1),
+                                 message: "\($0) is its own ancestor: the parents form a cycle")
+            })
         }
         ancestorsByEntity = result
     }

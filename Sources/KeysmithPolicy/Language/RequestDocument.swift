@@ -1,0 +1,48 @@
+extension AuthorizationRequest {
+    /// Reads a request in Cedar's JSON form:
+    /// `{"principal": {"type": "User", "id": "alice"}, "action": …, "resource": …, "context": {…}}`
+    /// (an entity may also be written `"User::\"alice\""`). Unknown fields, duplicate keys, a
+    /// missing part and a context value that is not a Cedar value are errors. The context may
+    /// not name `token`: a token is given as ``token``.
+    public init(json bytes: [UInt8], file: String = "<request>") throws(PolicyDiagnostics) {
+        let document: Located
+        do {
+            document = try JSONReader.parse(bytes)
+        } catch {
+            throw PolicyDiagnostics(kind: .input, problems: [PolicyDiagnostic(
+                location: SourceLocation(file: file, line: error.line, column: error.column), message: error.message)])
+        }
+        do {
+            self = try Self.parse(document, file: file, allowing: [])
+        } catch {
+            throw PolicyDiagnostics(kind: .input, problems: [error])
+        }
+    }
+
+    /// Parses a request object, allowing `extra` fields beside Cedar's four (they are left to the caller).
+    static func parse(_ document: Located, file: String, allowing extra: Set<String>, tokenInContext: Bool = false)
+        throws(PolicyDiagnostic) -> AuthorizationRequest
+    {
+        let fields = try JSONValues.members(document, file, "a request", allowed: Set(["principal", "action", "resource", "context"]).union(extra))
+        func part(_ name: String) throws(PolicyDiagnostic) -> EntityUID {
+            guard let value = fields[name] else { throw JSONValues.problem(document, file, "the request has no \(name)") }
+            return try JSONValues.uid(value, file, "the \(name)")
+        }
+        let principal = try part("principal")
+        let action = try part("action")
+        let resource = try part("resource")
+        var context: [String: PolicyValue] = [:]
+        if let contextValue = fields["context"] {
+            guard case .object(let members) = contextValue.value else {
+                throw JSONValues.problem(contextValue, file, "the context must be a JSON object")
+            }
+            for (key, member) in members {
+                if key == "token", !tokenInContext {
+                    throw JSONValues.problem(member, file, "context.token is reserved: it is the principal's token, given by Keysmith")
+                }
+                context[key] = try JSONValues.policyValue(member, file, "context.\(key)")
+            }
+        }
+        return AuthorizationRequest(principal: principal, action: action, resource: resource, context: context)
+    }
+}

@@ -1,0 +1,115 @@
+import Foundation
+@testable import KeysmithPolicy
+import Testing
+
+/// Differential tests against Cedar itself: random policies, entities and requests, decided by
+/// cedarpy (PyPI) and by Keysmith. Every decision, every set of deciding policies and every set
+/// of policies in error must agree, except where Keysmith fails closed on purpose: a forbid in
+/// error denies.
+///
+/// `KEYSMITH_ORACLE_SCENARIOS` (default 300, 25 requests each) runs more.
+@Suite("Policy language: Cedar oracle")
+struct OracleTests {
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Oracle/cedar_oracle.py").path
+
+    static func oracle(seed: Int, scenarios: Int, requests: Int) throws -> [Located] {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script, String(seed), String(scenarios), String(requests)]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw OracleFailure(message: "cedar_oracle.py exited \(process.terminationStatus): is cedarpy installed (scripts/bootstrap.sh)?")
+        }
+        return try data.split(separator: UInt8(ascii: "\n")).map { try JSONReader.parse(Array($0)) }
+    }
+
+    struct OracleFailure: Error { var message: String }
+
+    static func strings(_ value: Located?) -> [String] {
+        guard case .array(let items)? = value?.value else { return [] }
+        return items.compactMap { if case .string(let text) = $0.value { text } else { nil } }
+    }
+
+    @Test("random policies decide as Cedar decides, errors included")
+    func agreesWithCedar() throws {
+        let scenarios = ProcessInfo.processInfo.environment["KEYSMITH_ORACLE_SCENARIOS"].flatMap(Int.init) ?? 300
+        var compared = 0, allowed = 0, errored = 0, failClosed = 0, skipped = 0, scenarioCount = 0, refusedEntities = 0
+        for scenario in try Self.oracle(seed: 20261122, scenarios: scenarios, requests: 25) {
+            if case .string(let refused)? = scenario["refused"]?.value {
+                #expect(throws: PolicyDiagnostics.self, "Cedar refuses this, and so must Keysmith:\n\(refused)") {
+                    try Policies(text: refused, file: "oracle")
+                }
+                skipped += 1
+                continue
+            }
+            if let refused = scenario["refusedEntities"] {
+                #expect(throws: PolicyDiagnostics.self, "Cedar refuses these entities, and so must Keysmith") {
+                    try EntityStore(json: Array(JSONOut.encode(refused.value).utf8))
+                }
+                refusedEntities += 1
+                continue
+            }
+            guard case .string(let text)? = scenario["policies"]?.value, let entitiesValue = scenario["entities"],
+                  case .array(let requests)? = scenario["requests"]?.value
+            else { throw OracleFailure(message: "a malformed oracle line") }
+            scenarioCount += 1
+            let policies = try Policies(text: text, file: "oracle")
+            let entities = try EntityStore(json: Array(JSONOut.encode(entitiesValue.value).utf8))
+            for item in requests {
+                let request = try AuthorizationRequest.parse(item, file: "oracle", allowing: ["decision", "reasons", "errors"], tokenInContext: true)
+                let decision = policies.isAuthorized(request, entities: entities)
+                let expected = Self.strings(item["decision"]).first ?? (item["decision"].flatMap { if case .string(let d) = $0.value { d } else { nil } } ?? "?")
+                let reasons = Set(Self.strings(item["reasons"]))
+                let errors = Set(Self.strings(item["errors"]))
+                let context = "policies:\n\(text)\nrequest: \(request.principal) \(request.action) \(request.resource)"
+                #expect(Set(decision.failures.map(\.policy.id)) == errors, "\(context)\nours: \(decision)")
+                if decision.failures.contains(where: { $0.policy.effect == .forbid }) {
+                    #expect(!decision.isAllowed, "\(context)")
+                    if expected == "allow" { failClosed += 1 }
+                } else {
+                    #expect(decision.outcome == expected, "\(context)\nours: \(decision)")
+                    #expect(Set(decision.determining.map(\.id)) == reasons, "\(context)\nours: \(decision)")
+                }
+                compared += 1
+                if expected == "allow" { allowed += 1 }
+                if !errors.isEmpty { errored += 1 }
+            }
+        }
+        print("cedar oracle: \(compared) requests compared, \(allowed) allowed by Cedar, \(errored) with errors, \(failClosed) denied where Cedar allowed past a failed forbid, \(skipped) policy texts and \(refusedEntities) entity sets both refused")
+        #expect(compared == scenarioCount * 25 && scenarioCount >= scenarios / 2)
+        #expect(allowed > compared / 50)
+        #expect(errored > compared / 50)
+    }
+}
+
+/// Writes a parsed JSON value back as text (the oracle's entities go through the public reader).
+enum JSONOut {
+    static func encode(_ value: JSONValue) -> String {
+        switch value {
+        case .object(let members): "{" + members.map { encodeString($0.key) + ":" + encode($0.value.value) }.joined(separator: ",") + "}"
+        case .array(let items): "[" + items.map { encode($0.value) }.joined(separator: ",") + "]"
+        case .string(let text): encodeString(text)
+        case .integer(let number): String(number)
+        case .number(let number): String(number)
+        case .bool(let flag): flag ? "true" : "false"
+        case .null: "null"
+        }
+    }
+
+    static func encodeString(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            default:
+                if scalar.value < 0x20 { out += String(format: "\\u%04x", scalar.value) } else { out.unicodeScalars.append(scalar) }
+            }
+        }
+        return out + "\""
+    }
+}
