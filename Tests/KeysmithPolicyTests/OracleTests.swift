@@ -12,10 +12,10 @@ import Testing
 struct OracleTests {
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Oracle/cedar_oracle.py").path
 
-    static func oracle(seed: Int, scenarios: Int, requests: Int) throws -> [Located] {
+    static func oracle(seed: Int, scenarios: Int, requests: Int, typed: Bool = false) throws -> [Located] {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script, String(seed), String(scenarios), String(requests)]
+        process.arguments = ["python3", script, String(seed), String(scenarios), String(requests)] + (typed ? ["typed"] : [])
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -111,5 +111,58 @@ enum JSONOut {
             }
         }
         return out + "\""
+    }
+}
+
+/// The type checker against Cedar's validator, and its promise: a policy set that validates,
+/// with entities and requests that validate, never meets a type error when it is evaluated.
+@Suite("Policy language: schema validation against Cedar")
+struct ValidationOracleTests {
+    @Test("policies the type checker accepts never meet a type error; acceptance agrees with Cedar's validator")
+    func soundAndAgrees() throws {
+        let scenarios = ProcessInfo.processInfo.environment["KEYSMITH_ORACLE_SCENARIOS"].flatMap(Int.init) ?? 300
+        var policiesCompared = 0, agreed = 0, accepted = 0, requestsEvaluated = 0
+        var disagreements: [String] = []
+        for scenario in try OracleTests.oracle(seed: 7, scenarios: scenarios, requests: 10, typed: true) {
+            guard case .string(let schemaText)? = scenario["schema"]?.value, case .array(let each)? = scenario["each"]?.value,
+                  case .string(let text)? = scenario["policies"]?.value, let entitiesValue = scenario["entities"],
+                  case .array(let requests)? = scenario["requests"]?.value
+            else { continue }
+            let schema = try Schema(text: schemaText, file: "schema")
+            for item in each {
+                guard case .string(let policyText)? = item["text"]?.value, case .bool(let cedarValid)? = item["valid"]?.value else { continue }
+                let ours: Bool
+                do {
+                    try schema.validate(try Policies(text: policyText, file: "p"))
+                    ours = true
+                } catch {
+                    ours = false
+                }
+                policiesCompared += 1
+                if ours == cedarValid { agreed += 1 } else { disagreements.append("cedar \(cedarValid), ours \(ours):\n\(policyText)\n\(item["errors"].map { JSONOut.encode($0.value) } ?? "")") }
+            }
+            let policies = try Policies(text: text, file: "oracle")
+            guard (try? schema.validate(policies)) != nil else { continue }
+            accepted += 1
+            var entities = try EntityStore(json: Array(JSONOut.encode(entitiesValue.value).utf8))
+            try schema.validate(entities)
+            try entities.add(schema.actionEntities.filter { entities[$0.uid] == nil })
+            for item in requests {
+                var request = try AuthorizationRequest.parse(item, file: "oracle", allowing: ["decision", "reasons", "errors"], tokenInContext: true)
+                request.context["token"] = nil
+                try schema.validate(request)
+                request = try AuthorizationRequest.parse(item, file: "oracle", allowing: ["decision", "reasons", "errors"], tokenInContext: true)
+                let decision = policies.isAuthorized(request, entities: entities)
+                requestsEvaluated += 1
+                for failure in decision.failures {
+                    #expect(failure.error.kind == .missingEntity || failure.error.kind == .overflow,
+                            "a validated policy met \(failure.error.kind): \(failure)\n\(text)")
+                }
+            }
+        }
+        print("validation oracle: \(policiesCompared) policies, \(agreed) judged as Cedar judges them; \(accepted) policy sets accepted, \(requestsEvaluated) requests evaluated without a type error")
+        for disagreement in disagreements.prefix(5) { print(disagreement) }
+        #expect(disagreements.isEmpty)
+        #expect(accepted > 0 && requestsEvaluated >= accepted * 10)
     }
 }

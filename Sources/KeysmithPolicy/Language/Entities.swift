@@ -34,6 +34,12 @@ public struct EntityStore: Sendable {
     /// Every entity by uid.
     public private(set) var entities: [EntityUID: Entity]
     private var ancestorsByEntity: [EntityUID: Set<EntityUID>]
+    private var locations: [EntityUID: SourceLocation] = [:]
+
+    /// Where the entity was read from (its JSON object), for error messages.
+    public func location(of uid: EntityUID) -> SourceLocation {
+        locations[uid] ?? SourceLocation(file: "<entities>", line: 1, column: 1)
+    }
 
     /// A store of these entities; a uid given twice is an error.
     public init(_ entities: [Entity] = []) throws(PolicyDiagnostics) {
@@ -110,6 +116,7 @@ public struct EntityStore: Sendable {
         var problems: [PolicyDiagnostic] = []
         var list: [Entity] = []
         var seen: [EntityUID: Int] = [:]
+        var locations: [EntityUID: SourceLocation] = [:]
         guard case .array(let items) = document.value else {
             throw PolicyDiagnostics(kind: .input, problems: [PolicyDiagnostic(
                 location: SourceLocation(file: file, line: document.line, column: document.column),
@@ -123,6 +130,7 @@ public struct EntityStore: Sendable {
                                                      message: "the entity \(entity.uid) is given twice (first at line \(line))"))
                 } else {
                     seen[entity.uid] = item.line
+                    locations[entity.uid] = SourceLocation(file: file, line: item.line, column: item.column)
                     list.append(entity)
                 }
             } catch {
@@ -131,6 +139,7 @@ public struct EntityStore: Sendable {
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
         try self.init(list)
+        self.locations = locations
     }
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Random policies, entities and requests, decided by Cedar itself (cedarpy from PyPI).
 
-Usage: cedar_oracle.py SEED SCENARIOS REQUESTS_PER_SCENARIO
+Usage: cedar_oracle.py SEED SCENARIOS REQUESTS_PER_SCENARIO [typed]
 Prints one JSON document per scenario (JSON lines):
   {"policies": text, "entities": [...], "requests": [{"principal", "action", "resource", "context",
    "decision": "allow"|"deny", "reasons": [policy ids], "errors": [policy ids]}]}
@@ -25,13 +25,29 @@ SCOPES = ["photos:read", "photos:write", "albums:admin"]
 STRINGS = ["", "a", "alice", "beach", "b*ch", "x\\y", "photo-1", "Émile"]
 
 
+# The vocabulary's schema in Keysmith's schema language. Cedar's copy adds context.token, which
+# Keysmith declares by itself (it is reserved for the principal's token).
+SCHEMA = """
+entity Group in [Group];
+entity User in [Group] { level: Long, name: String, active: Bool, tags: Set<String>, manager: User, groups: Set<Group> };
+entity Album { public: Bool };
+entity Photo in [Album] { owner: User, size: Long, title: String, public: Bool, labels: Set<String>, expires: datetime };
+type Ctx = { n: Long, s: String, flag: Bool, addr: ipaddr, now: datetime, score: decimal };
+action write;
+action view, share appliesTo { principal: [User, Group], resource: [Photo, Album], context: Ctx };
+action edit, delete in [write] appliesTo { principal: [User], resource: [Photo], context: Ctx };
+"""
+CEDAR_SCHEMA = SCHEMA.replace("type Ctx = {", "type Ctx = { token?: { granted: Set<String>, declined: Set<String>, expired: Set<String>, revoked: Set<String> },")
+
+
 def q(text):
     return json.dumps(text, ensure_ascii=False)
 
 
 class Gen:
-    def __init__(self, rng):
+    def __init__(self, rng, typed=False):
         self.r = rng
+        self.typed = typed  # entities and requests that the schema accepts
 
     def pick(self, items):
         return self.r.choice(items)
@@ -177,7 +193,7 @@ class Gen:
         r = self.r
 
         def maybe(attrs, key, value):
-            if r.random() < 0.85:
+            if self.typed or r.random() < 0.85:
                 attrs[key] = value
 
         for user in USERS:
@@ -193,6 +209,9 @@ class Gen:
         for group in GROUPS:
             parents = [{"type": "Group", "id": g} for g in r.sample(GROUPS, r.randint(0, 1)) if g != group]
             out.append({"uid": {"type": "Group", "id": group}, "attrs": {}, "parents": parents})
+        if self.typed:  # no cycles among groups: each group's parent comes later in the list
+            for index, group in enumerate(GROUPS):
+                out[len(USERS) + index]["parents"] = [{"type": "Group", "id": g} for g in GROUPS[index + 1:] if r.random() < 0.4]
         for album in ALBUMS:
             out.append({"uid": {"type": "Album", "id": album}, "attrs": {"public": r.random() < 0.5}, "parents": []})
         for photo in PHOTOS:
@@ -202,6 +221,8 @@ class Gen:
             maybe(attrs, "title", self.value("string"))
             maybe(attrs, "public", self.value("bool"))
             maybe(attrs, "labels", r.sample(STRINGS, r.randint(0, 3)))
+            if self.typed:
+                attrs["title"] = attrs["title"] if isinstance(attrs["title"], str) else "t"
             maybe(attrs, "expires", {"__extn": {"fn": "datetime", "arg": r.choice(["2025-06-01", "2026-11-22T10:00:00Z", "2027-01-01T00:00:00.500+0100"])}})
             parents = [{"type": "Album", "id": a} for a in r.sample(ALBUMS, r.randint(0, 1))]
             out.append({"uid": {"type": "Photo", "id": photo}, "attrs": attrs, "parents": parents})
@@ -228,9 +249,23 @@ class Gen:
             context["score"] = {"__extn": {"fn": "decimal", "arg": r.choice(["0.4999", "1.2345", "-3.5", "0.5"])}}
         if r.random() < 0.8:
             context["token"] = {"granted": r.sample(SCOPES, r.randint(0, 3))}
+        action = r.choice(ACTIONS)
+        if self.typed:
+            context = {"n": self.value("long"), "s": self.value("string"), "flag": self.value("bool"),
+                       "addr": {"__extn": {"fn": "ip", "arg": r.choice(["10.1.2.3", "::1", "8.8.8.8"])}},
+                       "now": {"__extn": {"fn": "datetime", "arg": r.choice(["2026-11-22T10:00:00Z", "2025-01-01"])}},
+                       "score": {"__extn": {"fn": "decimal", "arg": r.choice(["0.4999", "1.2345", "-3.5"])}},
+                       **({"token": {"granted": r.sample(SCOPES, r.randint(0, 3)), "declined": [], "expired": [],
+                                     "revoked": r.sample(SCOPES, r.randint(0, 1))}} if r.random() < 0.8 else {})}
+            pt = "User" if action in ("edit", "delete") else r.choice(["User", "Group"])
+            rt = "Photo" if action in ("edit", "delete") else r.choice(["Photo", "Album"])
+            pi = r.choice(USERS if pt == "User" else GROUPS)
+            ri = r.choice(PHOTOS if rt == "Photo" else ALBUMS)
+            return {"principal": {"type": pt, "id": pi}, "action": {"type": "Action", "id": action},
+                    "resource": {"type": rt, "id": ri}, "context": context}
         pt, pi = self.uid(r.choice(["User", "User", "Group"]))
         rt, ri = self.uid(r.choice(["Photo", "Photo", "Album"]))
-        return {"principal": {"type": pt, "id": pi}, "action": {"type": "Action", "id": r.choice(ACTIONS)},
+        return {"principal": {"type": pt, "id": pi}, "action": {"type": "Action", "id": action},
                 "resource": {"type": rt, "id": ri}, "context": context}
 
 
@@ -243,10 +278,12 @@ def policy_id(error):
 
 def main():
     seed, scenarios, per = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    typed = len(sys.argv) > 4 and sys.argv[4] == "typed"
     rng = random.Random(seed)
-    gen = Gen(rng)
+    gen = Gen(rng, typed)
     for _ in range(scenarios):
-        policies = "\n\n".join(gen.policy() for _ in range(rng.randint(1, 5)))
+        texts = [gen.policy() for _ in range(rng.randint(1, 5))]
+        policies = "\n\n".join(texts)
         entities = gen.entities()
         requests = [gen.request() for _ in range(per)]
         try:
@@ -269,7 +306,21 @@ def main():
             item["reasons"] = sorted(result.diagnostics.reasons)
             item["errors"] = sorted({policy_id(e) for e in result.diagnostics.errors})
             out.append(item)
-        print(json.dumps({"policies": policies, "entities": entities, "requests": out}, ensure_ascii=False), flush=True)
+        document = {"policies": policies, "entities": entities, "requests": out}
+        if typed:
+            validation = cedarpy.validate_policies(policies, CEDAR_SCHEMA)
+            document["schema"] = SCHEMA
+            document["cedarValid"] = bool(validation.validation_passed)
+            document["cedarErrors"] = [str(e)[:300] for e in validation.errors]
+            document["each"] = []
+            for text in texts:
+                try:
+                    alone = cedarpy.validate_policies(text, CEDAR_SCHEMA)
+                    document["each"].append({"text": text, "valid": bool(alone.validation_passed),
+                                             "errors": [str(e)[:300] for e in alone.errors]})
+                except ValueError:
+                    pass
+        print(json.dumps(document, ensure_ascii=False), flush=True)
 
 
 if __name__ == "__main__":

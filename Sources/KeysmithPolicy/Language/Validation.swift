@@ -1,0 +1,108 @@
+extension Schema {
+    /// Checks every entity against the schema: its type is declared, it has every required
+    /// attribute and no undeclared one, every value has its declared type, and every parent's
+    /// type is one the schema allows. Action entities come from the schema, not from data.
+    public func validate(_ entities: EntityStore) throws(PolicyDiagnostics) {
+        var problems: [PolicyDiagnostic] = []
+        for uid in entities.entities.keys.sorted() {
+            let entity = entities.entities[uid]!
+            let location = entities.location(of: uid)
+            func report(_ message: String) { problems.append(PolicyDiagnostic(location: location, message: "\(uid): \(message)")) }
+            if actions[uid] != nil { continue }
+            guard let declaration = entityTypes[uid.type] else {
+                report("the entity type \(uid.type) is not declared in the schema\(Self.suggestion(uid.type, entityTypes.keys))")
+                continue
+            }
+            for problem in Self.check(.record(entity.attributes), against: .record(declaration.attributes), path: "attributes") {
+                report(problem)
+            }
+            for parent in entity.parents where !declaration.memberOf.contains(parent.type) {
+                report("a \(uid.type) cannot be in \(parent) (the schema allows \(declaration.memberOf.isEmpty ? "no parents" : declaration.memberOf.sorted().joined(separator: ", ")))")
+            }
+        }
+        if !problems.isEmpty { throw PolicyDiagnostics(kind: .validation, problems: problems) }
+    }
+
+    /// Checks a request: its action is declared, its principal's and resource's types are ones
+    /// the action applies to, and its context has exactly the declared attributes, typed.
+    public func validate(_ request: AuthorizationRequest, location: SourceLocation = SourceLocation(file: "<request>", line: 1, column: 1))
+        throws(PolicyDiagnostics)
+    {
+        var problems: [String] = []
+        if let action = actions[request.action] {
+            if !action.principals.contains(request.principal.type) {
+                problems.append("\(request.action) does not apply to a principal of type \(request.principal.type) (it applies to \(action.principals.sorted().joined(separator: ", ")))")
+            }
+            if !action.resources.contains(request.resource.type) {
+                problems.append("\(request.action) does not apply to a resource of type \(request.resource.type) (it applies to \(action.resources.sorted().joined(separator: ", ")))")
+            }
+            if request.context["token"] != nil {
+                problems.append("context.token is reserved: it is the principal's token, given by Keysmith")
+            }
+            var declared = action.context
+            declared["token"] = nil
+            var context = request.context
+            context["token"] = nil
+            problems += Self.check(.record(context), against: .record(declared), path: "context")
+        } else {
+            let names = actions.keys.filter { $0.type == request.action.type }.map(\.id)
+            problems.append("the action \(request.action) is not declared in the schema\(Self.suggestion(request.action.id, names))")
+        }
+        if !problems.isEmpty {
+            throw PolicyDiagnostics(kind: .validation, problems: problems.map { PolicyDiagnostic(location: location, message: $0) })
+        }
+    }
+
+    /// " (did you mean X?)" for the closest known name, or "".
+    static func suggestion(_ name: String, _ known: some Sequence<String>) -> String {
+        let lowered = name.lowercased()
+        let best = known.map { ($0, editDistance(lowered, $0.lowercased())) }.min { $0.1 < $1.1 || ($0.1 == $1.1 && $0.0 < $1.0) }
+        guard let best, best.1 <= max(1, name.count / 3) else { return "" }
+        return " (did you mean \(best.0)?)"
+    }
+
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        guard !a.isEmpty else { return b.count }
+        var previous = Array(0...b.count)
+        for i in 1...a.count {
+            var row = [i] + Array(repeating: 0, count: b.count)
+            for j in stride(from: 1, through: b.count, by: 1) {
+                row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = row
+        }
+        return previous[b.count]
+    }
+
+    /// Every way `value` differs from `type`, as sentences naming the path.
+    static func check(_ value: PolicyValue, against type: SchemaType, path: String) -> [String] {
+        switch (type, value) {
+        case (.bool, .bool), (.long, .long), (.string, .string): return []
+        case (.entity(let name), .entity(let uid)):
+            return uid.type == name ? [] : ["\(path) must be an entity of type \(name), not \(uid)"]
+        case (.set(let element), .set(let set)):
+            return set.elements.flatMap { check($0, against: element, path: "an element of \(path)") }
+        case (.record(let fields), .record(let record)):
+            var problems: [String] = []
+            func qualified(_ name: String) -> String { path == "attributes" ? "the attribute \(name)" : "\(path).\(name)" }
+            for (name, attribute) in fields.sorted(by: { $0.key < $1.key }) {
+                if let member = record[name] {
+                    problems += check(member, against: attribute.type, path: path == "attributes" ? name : "\(path).\(name)")
+                } else if attribute.required {
+                    problems.append("\(qualified(name)) is missing (it is required, of type \(attribute.type))")
+                }
+            }
+            for name in record.keys.sorted() where fields[name] == nil {
+                problems.append("\(qualified(name)) is not declared\(suggestion(name, fields.keys))")
+            }
+            return problems
+        case (.extension(let name), .ip) where name == "ipaddr": return []
+        case (.extension(let name), .decimal) where name == "decimal": return []
+        case (.extension(let name), .datetime) where name == "datetime": return []
+        case (.extension(let name), .duration) where name == "duration": return []
+        default:
+            return ["\(path) must be \(type), not \(value.typeName) \(value)"]
+        }
+    }
+}
