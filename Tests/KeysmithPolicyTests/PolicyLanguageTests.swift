@@ -43,6 +43,18 @@ struct PolicyLanguageNewsGroupsTests {
         }
     }
 
+    @Test("the news-groups policies validate against their schema, and so does every case's data")
+    func validates() throws {
+        let url = Self.root.appendingPathComponent("docs/examples/news-groups/schema.cedarschema")
+        let schema = try Schema(text: try String(contentsOf: url, encoding: .utf8), file: "schema.cedarschema")
+        try schema.validate(try Self.policies())
+        for item in try NewsGroups.cases("exhaustive.expected.jsonl") {
+            let uid = EntityUID(type: item.principal.anonymous ? "Anonymous" : "User", id: item.principal.id)
+            try schema.validate(AuthorizationRequest(principal: uid, action: EntityUID(type: "Action", id: item.action),
+                                                     resource: EntityUID(type: "Group", id: item.group.id)))
+        }
+    }
+
     @Test("a denial by a scope forbid names the scope and its state")
     func scopeExplanation() throws {
         let policies = try Self.policies()

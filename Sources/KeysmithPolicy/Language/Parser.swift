@@ -341,26 +341,34 @@ struct PolicyParser {
         return left
     }
 
+    /// `!` or `-` repeated at most four times (not mixed, as in Cedar), then a member.
     private mutating func unary() throws(PolicyDiagnostic) -> Expression {
-        try nested()
-        defer { depth -= 1 }
         let start = current
-        if accept("!") {
-            let operand = try unary()
-            return Expression(kind: .not(operand), location: start.location, text: text(from: start))
+        guard current.token == .symbol("!") || current.token == .symbol("-") else { return try member() }
+        let symbol = current.token
+        var operators: [Lexer.Located] = []
+        while current.token == symbol {
+            operators.append(current)
+            position += 1
         }
-        if accept("-") {
+        guard operators.count <= 4 else { throw problem("'\(symbol == .symbol("!") ? "!" : "-")' is repeated more than four times", at: start) }
+        if current.token == .symbol("!") || current.token == .symbol("-") {
+            throw problem("'!' and '-' cannot be mixed without parentheses")
+        }
+        var operand: Expression
+        if symbol == .symbol("-"), case .integer(let digits) = current.token {
             // `-9223372036854775808` is a literal: the magnitude alone would not fit.
-            if case .integer(let digits) = current.token {
-                position += 1
-                guard let value = Int64("-" + digits) else { throw problem("the integer -\(digits) does not fit in 64 bits", at: start) }
-                let literal = Expression(kind: .literal(.long(value)), location: start.location, text: text(from: start))
-                return try accessChain(literal, start: start)
-            }
-            let operand = try unary()
-            return Expression(kind: .negate(operand), location: start.location, text: text(from: start))
+            let sign = operators.removeLast()
+            position += 1
+            guard let value = Int64("-" + digits) else { throw problem("the integer -\(digits) does not fit in 64 bits", at: sign) }
+            operand = try accessChain(Expression(kind: .literal(.long(value)), location: sign.location, text: text(from: sign)), start: sign)
+        } else {
+            operand = try member()
         }
-        return try member()
+        for op in operators.reversed() {
+            operand = Expression(kind: symbol == .symbol("!") ? .not(operand) : .negate(operand), location: op.location, text: text(from: op))
+        }
+        return operand
     }
 
     private mutating func member() throws(PolicyDiagnostic) -> Expression {

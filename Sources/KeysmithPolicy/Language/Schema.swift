@@ -47,6 +47,9 @@ public struct EntityTypeDeclaration: Sendable, Hashable {
     public var memberOf: Set<String>
     /// Its attributes.
     public var attributes: [String: SchemaAttribute]
+    /// For an enumerated type (`entity Role enum ["admin", "member"];`), its only ids: any other
+    /// id of this type, in a policy, an entity or a request, is an error.
+    public var enumeration: [String]?
     /// Where it is declared.
     public var location: SourceLocation
 }
@@ -77,6 +80,7 @@ public struct ActionDeclaration: Sendable, Hashable {
 /// entity User in [Team] { name: String, level?: Long };
 /// entity Photo in [Album] { owner: User, tags: Set<String> };
 /// entity Album;
+/// entity Role enum ["admin", "member"];
 /// action view, edit appliesTo { principal: [User], resource: [Photo], context: { ip: ipaddr } };
 /// ```
 ///
@@ -224,7 +228,8 @@ struct SchemaParser {
     }
 
     mutating func parse() -> ([String: EntityTypeDeclaration], [EntityUID: ActionDeclaration], [PolicyDiagnostic]) {
-        var entities: [(name: String, memberOf: [(String, SourceLocation)], attributes: TypeSyntax?, location: SourceLocation)] = []
+        var entities: [(name: String, memberOf: [(String, SourceLocation)], attributes: TypeSyntax?, enumeration: [String]?,
+                        location: SourceLocation)] = []
         var actions: [(uid: EntityUID, memberOf: [EntityUID], principals: [(String, SourceLocation)],
                        resources: [(String, SourceLocation)], context: TypeSyntax?, location: SourceLocation)] = []
         while current.token != .end {
@@ -248,11 +253,25 @@ struct SchemaParser {
                         }
                     }
                     var attributes: TypeSyntax?
-                    if current.token == .symbol("=") { position += 1 }
-                    if current.token == .symbol("{") { attributes = try recordType() }
+                    var enumeration: [String]?
+                    if keyword("enum") {
+                        try expect("[", "after enum")
+                        var ids: [String] = []
+                        repeat {
+                            guard case .string(let id, _) = current.token else { throw problem("expected a quoted id in the enum") }
+                            guard !ids.contains(id) else { throw problem("the id \(PolicyValue.quoted(id)) appears twice in the enum") }
+                            position += 1
+                            ids.append(id)
+                        } while accept(",")
+                        try expect("]", "to close the enum")
+                        enumeration = ids
+                    } else {
+                        if current.token == .symbol("=") { position += 1 }
+                        if current.token == .symbol("{") { attributes = try recordType() }
+                    }
                     if case .identifier("tags") = current.token { throw problem("entity tags are not supported") }
                     try expect(";", "at the end of the entity declaration")
-                    for name in names { entities.append((name, parents, attributes, location)) }
+                    for name in names { entities.append((name, parents, attributes, enumeration, location)) }
                 } else if keyword("action") {
                     var uids = [try actionName()]
                     while accept(",") { uids.append(try actionName()) }
@@ -323,7 +342,8 @@ struct SchemaParser {
                 problems.append(PolicyDiagnostic(location: entity.location, message: "the entity type \(entity.name) is declared twice or names a built-in type"))
                 continue
             }
-            entityTypes[entity.name] = EntityTypeDeclaration(name: entity.name, memberOf: Set(entity.memberOf.map(\.0)), attributes: [:], location: entity.location)
+            entityTypes[entity.name] = EntityTypeDeclaration(name: entity.name, memberOf: Set(entity.memberOf.map(\.0)), attributes: [:],
+                                                             enumeration: entity.enumeration, location: entity.location)
         }
         for entity in entities {
             for (parent, location) in entity.memberOf where entityTypes[parent] == nil {

@@ -87,6 +87,8 @@ extension Schema {
         func declared(_ uid: EntityUID, _ location: SourceLocation) {
             if entityTypes[uid.type] == nil {
                 problems.append(PolicyDiagnostic(location: location, message: "the entity type \(uid.type) is not declared in the schema\(Self.suggestion(uid.type, entityTypes.keys))"))
+            } else if let problem = enumerationProblem(uid) {
+                problems.append(PolicyDiagnostic(location: location, message: problem))
             }
         }
         func declared(type: String, _ location: SourceLocation) {
@@ -248,11 +250,25 @@ struct TypeChecker {
             guard let a, let b else { return plain(resultType(op)) }
             switch op {
             case .equal, .notEqual:
-                // As in Cedar: two literals may be compared whatever their types, and so may two
-                // entities (of different types they are never equal).
-                if case .literal = left.kind, case .literal = right.kind { break }
-                if case .entity = a, case .entity = b { break }
-                if a.join(b) == nil { report(expression, "'\(op.rawValue)' compares \(a) with \(b): they are never equal") }
+                // As in Cedar: two constants (literals, or the action, which each request
+                // environment fixes) may be compared whatever their types, and so may two
+                // entities; when their types cannot meet, the comparison is constant.
+                func isConstant(_ expression: Expression) -> Bool {
+                    switch expression.kind {
+                    case .literal, .variable(.action): true
+                    default: false
+                    }
+                }
+                let disjoint: Bool
+                if case .entity(let typesA) = a, case .entity(let typesB) = b {
+                    disjoint = typesA.isDisjoint(with: typesB)
+                } else if isConstant(left) && isConstant(right) {
+                    disjoint = a.join(b) == nil
+                } else {
+                    if a.join(b) == nil { report(expression, "'\(op.rawValue)' compares \(a) with \(b): they are never equal") }
+                    disjoint = false
+                }
+                if disjoint { return plain(op == .equal ? .alwaysFalse : .alwaysTrue) }
             case .less, .lessEqual, .greater, .greaterEqual:
                 let ordered = (a == b) && (a == .long || a == .extension("datetime") || a == .extension("duration"))
                 if !ordered { report(expression, "'\(op.rawValue)' compares two Longs, two datetimes or two durations, not \(a) and \(b)") }
@@ -296,6 +312,7 @@ struct TypeChecker {
                 if types.allSatisfy({ schema.entityTypes[$0]?.attributes[name] == nil }) { return plain(.alwaysFalse) }
             case .record(let fields):
                 if fields[name] == nil { return plain(.alwaysFalse) }
+                if fields[name]?.required == true { return plain(.alwaysTrue) }
             default: report(expression, "'has' needs an entity or a record, not \(type)")
             }
             return (.bool, Self.path(base).map { ["\($0).\(name)"] } ?? [])
@@ -309,6 +326,7 @@ struct TypeChecker {
             let baseType = check(base, known: known).type
             if let baseType, !isEntity(baseType) { report(base, "'is' needs an entity, not \(baseType)") }
             if case .entity(let types)? = baseType, !types.contains(type) { return plain(.alwaysFalse) }
+            if container == nil, baseType == .entity([type]) { return plain(.alwaysTrue) }
             if let container, let containerType = check(container, known: known).type {
                 switch containerType {
                 case .entity, .set(.entity): break
@@ -417,6 +435,10 @@ struct TypeChecker {
             }
             guard schema.entityTypes[uid.type] != nil else {
                 report(expression, "the entity type \(uid.type) is not declared in the schema\(Schema.suggestion(uid.type, schema.entityTypes.keys))")
+                return nil
+            }
+            if let problem = schema.enumerationProblem(uid) {
+                report(expression, problem)
                 return nil
             }
             return .entity([uid.type])

@@ -13,7 +13,11 @@ extension Schema {
                 report("the entity type \(uid.type) is not declared in the schema\(Self.suggestion(uid.type, entityTypes.keys))")
                 continue
             }
-            for problem in Self.check(.record(entity.attributes), against: .record(declaration.attributes), path: "attributes") {
+            if let problem = enumerationProblem(uid) { report(problem) }
+            for parent in entity.parents {
+                if let problem = enumerationProblem(parent) { report(problem) }
+            }
+            for problem in check(.record(entity.attributes), against: .record(declaration.attributes), path: "attributes") {
                 report(problem)
             }
             for parent in entity.parents where !declaration.memberOf.contains(parent.type) {
@@ -43,7 +47,10 @@ extension Schema {
             declared["token"] = nil
             var context = request.context
             context["token"] = nil
-            problems += Self.check(.record(context), against: .record(declared), path: "context")
+            problems += check(.record(context), against: .record(declared), path: "context")
+            for uid in [request.principal, request.resource] {
+                if let problem = enumerationProblem(uid) { problems.append(problem) }
+            }
         } else {
             let names = actions.keys.filter { $0.type == request.action.type }.map(\.id)
             problems.append("the action \(request.action) is not declared in the schema\(Self.suggestion(request.action.id, names))")
@@ -75,12 +82,19 @@ extension Schema {
         return previous[b.count]
     }
 
+    /// Why `uid` is not a value of its enumerated type, if it is not.
+    func enumerationProblem(_ uid: EntityUID) -> String? {
+        guard let ids = entityTypes[uid.type]?.enumeration, !ids.contains(uid.id) else { return nil }
+        return "\(uid) is not one of the declared \(uid.type) ids (\(ids.map(PolicyValue.quoted).joined(separator: ", ")))\(Schema.suggestion(uid.id, ids))"
+    }
+
     /// Every way `value` differs from `type`, as sentences naming the path.
-    static func check(_ value: PolicyValue, against type: SchemaType, path: String) -> [String] {
+    func check(_ value: PolicyValue, against type: SchemaType, path: String) -> [String] {
         switch (type, value) {
         case (.bool, .bool), (.long, .long), (.string, .string): return []
         case (.entity(let name), .entity(let uid)):
-            return uid.type == name ? [] : ["\(path) must be an entity of type \(name), not \(uid)"]
+            guard uid.type == name else { return ["\(path) must be an entity of type \(name), not \(uid)"] }
+            return enumerationProblem(uid).map { ["\(path): \($0)"] } ?? []
         case (.set(let element), .set(let set)):
             return set.elements.flatMap { check($0, against: element, path: "an element of \(path)") }
         case (.record(let fields), .record(let record)):
@@ -94,7 +108,7 @@ extension Schema {
                 }
             }
             for name in record.keys.sorted() where fields[name] == nil {
-                problems.append("\(qualified(name)) is not declared\(suggestion(name, fields.keys))")
+                problems.append("\(qualified(name)) is not declared\(Schema.suggestion(name, fields.keys))")
             }
             return problems
         case (.extension(let name), .ip) where name == "ipaddr": return []

@@ -1,0 +1,195 @@
+import Foundation
+@testable import KeysmithPolicy
+import KeysmithTokens
+import Testing
+
+/// Schemas: every mistake is an error before any decision, with where it is.
+@Suite("Policy language: schemas fail closed")
+struct PolicyValidationTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("docs/examples/photos")
+
+    static func schema() throws -> Schema {
+        try Schema(text: try String(contentsOf: root.appendingPathComponent("schema.cedarschema"), encoding: .utf8), file: "schema.cedarschema")
+    }
+
+    static func policies() throws -> Policies {
+        try Policies(text: try String(contentsOf: root.appendingPathComponent("policies.cedar"), encoding: .utf8), file: "policies.cedar")
+    }
+
+    static let photoJSON = #"""
+    [{"uid": {"type": "User", "id": "alice"}, "attrs": {"name": "Alice", "email": "a@example.com", "level": 1}, "parents": [{"type": "Team", "id": "infra"}]},
+     {"uid": {"type": "Team", "id": "infra"}, "parents": [{"type": "Org", "id": "acme"}]},
+     {"uid": {"type": "Photo", "id": "42"}, "attrs": {"owner": {"__entity": {"type": "User", "id": "alice"}}, "archived": %ARCHIVED%, "tags": []}}]
+    """#
+
+    static func diagnostics(_ body: () throws -> Void) -> PolicyDiagnostics? {
+        do {
+            try body()
+            return nil
+        } catch let error as PolicyDiagnostics {
+            return error
+        } catch {
+            return nil
+        }
+    }
+
+    @Test("the example policies validate against the example schema")
+    func examplesValidate() throws {
+        try Self.schema().validate(try Self.policies())
+    }
+
+    @Test("an attribute of the wrong type, misspelled, or missing is an error, never a decision",
+          arguments: [#""true""#, "1", "null", "\"\""])
+    func mistypedEntityAttribute(value: String) throws {
+        let schema = try Self.schema()
+        let json = Self.photoJSON.replacingOccurrences(of: "%ARCHIVED%", with: value)
+        let error = Self.diagnostics {
+            let entities = try EntityStore(json: Array(json.utf8), file: "entities.json")
+            try schema.validate(entities)
+        }
+        #expect(error != nil)
+        #expect(error?.problems.first?.message.contains("archived") == true, "\(String(describing: error))")
+    }
+
+    @Test("a misspelled or missing attribute in an entity is an error naming the declared one")
+    func misspelledAttribute() throws {
+        let schema = try Self.schema()
+        let json = Self.photoJSON.replacingOccurrences(of: #""archived": %ARCHIVED%"#, with: #""Archived": true"#)
+        let error = try #require(Self.diagnostics { try schema.validate(try EntityStore(json: Array(json.utf8), file: "entities.json")) })
+        let messages = error.problems.map(\.message)
+        #expect(messages.contains { $0.contains("Archived is not declared (did you mean archived?)") }, "\(messages)")
+        #expect(messages.contains { $0.contains("archived is missing") }, "\(messages)")
+        #expect(error.problems.allSatisfy { $0.location.file == "entities.json" && $0.location.line == 3 })
+    }
+
+    @Test("a duplicate key anywhere is an error, not the last copy winning")
+    func duplicateKeys() throws {
+        let json = #"[{"uid": {"type": "User", "id": "a"}, "attrs": {"level": 1, "level": 2}}]"#
+        let error = try #require(Self.diagnostics { _ = try EntityStore(json: Array(json.utf8)) })
+        #expect(error.problems[0].message.contains("appears twice"))
+        let request = #"{"principal": "User::\"a\"", "action": "Action::\"view\"", "resource": "Photo::\"1\"", "action": "Action::\"delete\""}"#
+        #expect(throws: PolicyDiagnostics.self) { try AuthorizationRequest(json: Array(request.utf8)) }
+        for number in ["+1", "01", "1.", ".5", "1e", "-"] {
+            #expect(throws: PolicyDiagnostics.self, "\(number)") {
+                try EntityStore(json: Array(#"[{"uid": {"type": "User", "id": "a"}, "attrs": {"level": \#(number)}}]"#.utf8))
+            }
+        }
+    }
+
+    @Test("requests: undeclared action, wrong principal type, undeclared or mistyped context, unknown role id")
+    func requests() throws {
+        let schema = try Self.schema()
+        func request(_ action: String, principal: EntityUID = EntityUID(type: "User", id: "alice"),
+                     context: [String: PolicyValue] = ["ip": .ip(IPAddress("10.0.0.1")!), "now": .datetime(0), "mfa": .bool(true)])
+            -> AuthorizationRequest
+        {
+            AuthorizationRequest(principal: principal, action: EntityUID(type: "Action", id: action), resource: EntityUID(type: "Photo", id: "42"),
+                                 context: context)
+        }
+        try schema.validate(request("delete"))
+        let typo = try #require(Self.diagnostics { try schema.validate(request("delet")) })
+        #expect(typo.problems[0].message.contains("did you mean delete?"))
+        #expect(Self.diagnostics { try schema.validate(request("delete", principal: EntityUID(type: "Team", id: "infra"))) } != nil)
+        #expect(Self.diagnostics { try schema.validate(request("delete", context: ["ip": .ip(IPAddress("10.0.0.1")!), "now": .datetime(0), "mfa": .string("true")])) } != nil)
+        #expect(Self.diagnostics { try schema.validate(request("delete", context: ["ip": .ip(IPAddress("10.0.0.1")!), "now": .datetime(0)])) } != nil)
+        #expect(Self.diagnostics { try schema.validate(request("delete", context: ["ip": .ip(IPAddress("10.0.0.1")!), "now": .datetime(0), "mfa": .bool(true), "MFA": .bool(true)])) } != nil)
+        #expect(Self.diagnostics { try schema.validate(request("delete", context: ["ip": .ip(IPAddress("10.0.0.1")!), "now": .datetime(0), "mfa": .bool(true), "token": .bool(true)])) } != nil)
+        // Roles are an enumerated entity type: a misspelled role is an error wherever it appears.
+        let json = #"[{"uid": {"type": "User", "id": "bob"}, "attrs": {"name": "B", "email": "b@x", "level": 1}, "parents": [{"type": "Role", "id": "admn"}]}]"#
+        let role = try #require(Self.diagnostics { try schema.validate(try EntityStore(json: Array(json.utf8))) })
+        #expect(role.problems[0].message.contains("did you mean \"admin\"") || role.problems[0].message.contains("did you mean admin"), "\(role)")
+    }
+
+    @Test("policy mistakes are all reported in one run, each with file:line:column")
+    func policyMistakes() throws {
+        let schema = try Self.schema()
+        let text = """
+        permit (principal, action == Action::"delet", resource);
+        permit (principal in Role::"admn", action == Action::"view", resource);
+        permit (principal, action == Action::"view", resource is Photo)
+        when { resource.Archived == false };
+        permit (principal, action == Action::"view", resource is Photo)
+        when { resource.shareExpires > context.now };
+        permit (principal, action == Action::"view", resource is Photo)
+        when { resource.archived == "true" };
+        permit (principal, action == Action::"view", resource is Phot);
+        """
+        let error = try #require(Self.diagnostics { try schema.validate(try Policies(text: text, file: "bad.cedar")) })
+        let lines = error.problems.map(\.location.line)
+        #expect(Set(lines) == [1, 2, 4, 6, 8, 9], "\(error)")
+        #expect(error.problems.allSatisfy { $0.location.file == "bad.cedar" })
+        let messages = error.description
+        #expect(messages.contains("did you mean delete?"))
+        #expect(messages.contains("did you mean \"admin\"") || messages.contains("did you mean admin"))
+        #expect(messages.contains("did you mean archived?"))
+        #expect(messages.contains("optional"))
+        #expect(messages.contains("did you mean Photo?"))
+        #expect(error.problems.first { $0.location.line == 4 }?.location.column == 8)
+    }
+
+    @Test("syntax errors in several policies are all reported, with their lines")
+    func syntaxErrors() {
+        let text = """
+        permit (principal, action, resource) when { 1 = 1 };
+        permit (principal, action, resource);
+        forbid (principal, action resource);
+        permit (principal, action, resource) when { principal.a == };
+        """
+        let error = Self.diagnostics { _ = try Policies(text: text, file: "x.cedar") }
+        #expect(error?.problems.map(\.location.line) == [1, 3, 4])
+        #expect(error?.kind == .syntax)
+    }
+
+    @Test("schema mistakes are all reported in one run")
+    func schemaMistakes() {
+        let text = """
+        entity User in [Tem] { name: Strng };
+        entity User;
+        action view appliesTo { principal: [Usr], resource: [User] };
+        action edit in [write] appliesTo { principal: [User], resource: [User], context: { token: Bool } };
+        """
+        let error = Self.diagnostics { _ = try Schema(text: text, file: "s") }
+        let messages = error?.problems.map(\.message) ?? []
+        #expect(messages.count >= 5, "\(messages)")
+        #expect(messages.contains { $0.contains("Tem") })
+        #expect(messages.contains { $0.contains("Strng") })
+        #expect(messages.contains { $0.contains("declared twice") })
+        #expect(messages.contains { $0.contains("Usr") })
+        #expect(messages.contains { $0.contains("reserved") })
+    }
+
+    @Test("typed entities: a role on Photo::\"42\" is not a role on Album::\"42\"")
+    func typedEntities() throws {
+        let policies = try Policies(text: """
+        permit (principal, action == Action::"delete", resource) when { principal in resource.owners };
+        """)
+        let photo = Entity(uid: EntityUID(type: "Photo", id: "42"), attributes: ["owners": .entity(EntityUID(type: "Owners", id: "Photo-42"))])
+        let album = Entity(uid: EntityUID(type: "Album", id: "42"), attributes: ["owners": .entity(EntityUID(type: "Owners", id: "Album-42"))])
+        let user = Entity(uid: EntityUID(type: "User", id: "u"), parents: [EntityUID(type: "Owners", id: "Photo-42")])
+        let entities = try EntityStore([photo, album, user])
+        func decide(_ resource: EntityUID) -> Bool {
+            policies.isAuthorized(AuthorizationRequest(principal: user.uid, action: EntityUID(type: "Action", id: "delete"), resource: resource),
+                                  entities: entities).isAllowed
+        }
+        #expect(decide(photo.uid))
+        #expect(!decide(album.uid))
+    }
+
+    @Test("a forbid whose condition errs denies, and the decision says why")
+    func failClosed() throws {
+        let policies = try Policies(text: """
+        permit (principal, action, resource);
+        @id("no-archived")
+        forbid (principal, action, resource) when { resource.archived };
+        """)
+        let resource = Entity(uid: EntityUID(type: "Photo", id: "1"), attributes: ["Archived": .bool(true)])
+        let decision = policies.isAuthorized(
+            AuthorizationRequest(principal: EntityUID(type: "User", id: "u"), action: EntityUID(type: "Action", id: "delete"), resource: resource.uid),
+            entities: try EntityStore([resource]))
+        #expect(!decision.isAllowed)
+        #expect(decision.failures.map(\.policy.id) == ["no-archived"])
+        #expect(decision.failures[0].error.kind == .missingAttribute)
+        #expect(decision.description.contains("could not be evaluated"))
+    }
+}
