@@ -13,7 +13,7 @@ let package = Package(
     targets: [
         .target(name: "FuzzDriver"),
         .executableTarget(name: "FuzzTokenResponse", dependencies: ["FuzzDriver", .product(name: "KeysmithTokens", package: root)]),
-        .executableTarget(name: "FuzzPolicyFile", dependencies: ["FuzzDriver", .product(name: "KeysmithPolicy", package: root)]),
+        .executableTarget(name: "FuzzPolicyLanguage", dependencies: ["FuzzDriver", .product(name: "KeysmithPolicy", package: root)]),
         .executableTarget(name: "FuzzVaultFormat", dependencies: ["FuzzDriver", .product(name: "KeysmithVault", package: root)]),
     ]
 )

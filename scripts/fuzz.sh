@@ -2,10 +2,10 @@
 # Builds a libFuzzer target (Fuzz/) with the fuzzer and AddressSanitizer, and runs it for a given
 # number of seconds over a copy of its seed corpus. Crashing inputs land in Fuzz/Regressions/,
 # where the test suite replays them forever after.
-#   scripts/fuzz.sh FuzzVaultFormat|FuzzTokenResponse|FuzzPolicyFile [SECONDS]
+#   scripts/fuzz.sh FuzzVaultFormat|FuzzTokenResponse|FuzzPolicyLanguage [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=${1:?usage: scripts/fuzz.sh FuzzVaultFormat|FuzzTokenResponse|FuzzPolicyFile [SECONDS]}
+target=${1:?usage: scripts/fuzz.sh FuzzVaultFormat|FuzzTokenResponse|FuzzPolicyLanguage [SECONDS]}
 seconds=${2:-600}
 name=${target#Fuzz}
 

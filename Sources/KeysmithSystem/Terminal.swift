@@ -60,6 +60,24 @@ package enum Terminal {
         try System.readAll(fd, path: "fd \(fd)")
     }
 
+    /// Reads what is available from a descriptor into `buffer` (at most its size), waiting for
+    /// at least one byte: the count, 0 at the end of input, or -1 on an error. Lets a command
+    /// answer each line of a pipe as it arrives instead of after the writer closes it.
+    package static func read(fd: Int32, into buffer: inout [UInt8]) -> Int {
+        while true {
+            // The buffer's storage is valid for the call; read(2) writes at most count bytes.
+            let count = buffer.withUnsafeMutableBytes { bytes in
+                #if canImport(Glibc)
+                Glibc.read(fd, bytes.baseAddress, bytes.count)
+                #else
+                Musl.read(fd, bytes.baseAddress, bytes.count)
+                #endif
+            }
+            if count < 0 && errno == EINTR { continue }
+            return count
+        }
+    }
+
     /// Writes bytes to standard output or standard error.
     package static func write(_ bytes: [UInt8], to fd: Int32) {
         try? System.writeAll(fd, bytes, path: "fd \(fd)")

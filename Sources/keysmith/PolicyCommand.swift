@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import Keysmith
 import KeysmithPolicy
 import KeysmithSystem
@@ -6,234 +7,456 @@ import KeysmithTokens
 import KeysmithVault
 
 extension KeysmithCommand {
-    /// Policy files: check, validate, test, decide.
+    /// Policies in Keysmith's policy language: validate, check, decide, list what is permitted, test.
     struct PolicyCommand: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "policy",
-            abstract: "Validate policy files, run their tests, and decide requests.",
-            subcommands: [Check.self, Validate.self, Test.self, Decide.self, Example.self]
+            abstract: "Validate policies against a schema, decide requests, list what a principal may do, run policy tests.",
+            discussion: "The language is described in docs/policy-language.md.",
+            subcommands: [Validate.self, Check.self, Decide.self, Permitted.self, Test.self, Example.self]
         )
     }
 }
 
-/// Reads and compiles a policy file; every problem is reported with its line.
-func loadPolicy(_ path: String) throws -> PolicyEngine {
-    let bytes: [UInt8]
-    do {
-        guard let read = try System.readFile(path) else {
-            throw KeysmithError(.itemNotFound, "there is no policy file at \(path)")
-        }
-        bytes = read
-    } catch let error as SystemError {
-        throw KeysmithError(.ioFailure, "cannot read the policy file: \(error)")
+/// The files a decision reads: policies, and optionally a schema and entities.
+struct PolicyInputs: ParsableArguments {
+    @Option(name: .customLong("policies"), help: ArgumentHelp("A policy file (repeatable).", valueName: "file"))
+    var policyFiles: [String] = []
+
+    @Option(help: ArgumentHelp("A schema file: policies, entities and requests are checked against it.", valueName: "file"))
+    var schema: String?
+
+    @Option(help: ArgumentHelp("An entities file (Cedar's JSON entity format).", valueName: "file"))
+    var entities: String?
+
+    func validate() throws {
+        if policyFiles.isEmpty { throw ValidationError("give at least one --policies FILE") }
     }
-    do {
-        return try PolicyFile.engine(from: bytes)
-    } catch {
-        throw KeysmithError(.malformedData, "\(path) is invalid:\n" + error.problems.map { "  \(path):\($0.description)" }.joined(separator: "\n"))
+
+    /// Everything loaded and validated; every problem of every file is printed before the failure.
+    struct Loaded {
+        var policies: Policies
+        var schema: Schema?
+        var entities: EntityStore
+    }
+
+    func load() throws -> Loaded {
+        var problems: [PolicyDiagnostic] = []
+        var texts: [(String, String)] = []
+        for file in policyFiles { texts.append((file, try readText(file, "policy file"))) }
+        var parsed: Policies?
+        do {
+            parsed = try Policies(files: texts)
+        } catch {
+            problems += error.problems
+        }
+        var schema: Schema?
+        if let path = self.schema {
+            do {
+                schema = try Schema(text: try readText(path, "schema"), file: path)
+            } catch let error as PolicyDiagnostics {
+                problems += error.problems
+            }
+        }
+        var store = try EntityStore()
+        if let path = entities {
+            do {
+                store = try EntityStore(json: Array(try readText(path, "entities file").utf8), file: path)
+            } catch let error as PolicyDiagnostics {
+                problems += error.problems
+            }
+        }
+        if problems.isEmpty, let schema {
+            do { try schema.validate(parsed!) } catch { problems += error.problems }
+            do { try schema.validate(store) } catch { problems += error.problems }
+            do { try store.add(schema.actionEntities.filter { store[$0.uid] == nil }) } catch { problems += error.problems }
+        }
+        try reportProblems(problems)
+        return Loaded(policies: parsed!, schema: schema, entities: store)
     }
 }
 
-struct DecisionJSON: Encodable {
-    var decision: String
-    var reasons: [String]
-    var basis: String
-    var errors: [String]?
+/// Prints every problem as `file:line:column: message` on standard error and fails with exit 64.
+func reportProblems(_ problems: [PolicyDiagnostic]) throws {
+    guard !problems.isEmpty else { return }
+    Terminal.write(Array(problems.map { "\($0)\n" }.joined().utf8), to: 2)
+    throw CommandFailure(message: "\(problems.count) problem(s); nothing was decided", exitCode: ExitCode(64))
+}
 
-    init(_ decision: Decision) {
-        self.decision = decision.isAllowed ? "allow" : "deny"
-        reasons = decision.policies
-        basis = decision.basis.rawValue
-        errors = decision.errors.isEmpty ? nil : decision.errors.map { "\($0.policy): \($0.error)" }
+/// A text file, or a not-found / I/O failure naming what it was.
+func readText(_ path: String, _ what: String) throws -> String {
+    let bytes: [UInt8]
+    do {
+        guard let read = try System.readFile(path) else { throw KeysmithError(.itemNotFound, "there is no \(what) at \(path)") }
+        bytes = read
+    } catch let error as SystemError {
+        throw KeysmithError(.ioFailure, "cannot read the \(what) \(path): \(error)")
     }
+    guard let text = String(validating: bytes, as: UTF8.self) else { throw KeysmithError(.malformedData, "the \(what) \(path) is not UTF-8") }
+    return text
+}
+
+/// `User::"alice"`, or for an action a bare name (`view` is `Action::"view"`).
+func parseEntity(_ text: String, what: String, bareType: String? = nil) throws -> EntityUID {
+    if let bareType, !text.contains("::") { return EntityUID(type: bareType, id: text) }
+    guard let uid = EntityUID(parsing: text) else {
+        throw KeysmithError.invalidArgument("\(what) must be an entity such as User::\"alice\" (quote it for the shell: '\(what == "--action" ? "Action::\"view\"" : "User::\"alice\"")')")
+    }
+    return uid
+}
+
+/// Where the principal's token comes from on the command line.
+struct TokenOptions: ParsableArguments {
+    @Option(name: .customLong("scope"), help: "A scope the principal's token grants (repeatable; comma or space lists too). Without a token the principal has none (context has token is false).")
+    var scopes: [String] = []
+
+    @Option(name: .customLong("token-service"), help: "Read the principal's token stored under this service…")
+    var tokenService: String?
+
+    @Option(name: .customLong("token-account"), help: "…and this account: its scopes' states and times, read now.")
+    var tokenAccount: String?
+
+    func validate() throws {
+        if (tokenService == nil) != (tokenAccount == nil) { throw ValidationError("give both --token-service and --token-account, or neither") }
+        if tokenService != nil && !scopes.isEmpty { throw ValidationError("give --scope or a stored token (--token-service), not both") }
+    }
+
+    func token(_ store: StoreOptions) throws -> TokenView? {
+        if let tokenService, let tokenAccount {
+            let keeper = makeKeeper(try store.openStore())
+            let token = try loadToken(keeper, try TokenLocation.parse(["--service", tokenService, "--account", tokenAccount]))
+            return .token(token, at: keeper.now)
+        }
+        if scopes.isEmpty { return nil }
+        return .granted(Set(try parseScopes(scopes)))
+    }
+}
+
+/// A decision as one JSON document (hand-written: `policy decide` writes one per request).
+func decisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil) -> String {
+    func location(_ location: SourceLocation) -> String {
+        "\"file\":\(jsonString(location.file)),\"line\":\(location.line),\"column\":\(location.column)"
+    }
+    func time(_ date: Date?) -> String {
+        guard let date, date.timeIntervalSince1970 > 0 else { return "null" }
+        return jsonString(iso8601(date))
+    }
+    var out = "{\"decision\":\"\(decision.outcome)\",\"determining\":["
+    out += decision.determining.map { "{\"id\":\(jsonString($0.id)),\"effect\":\"\($0.effect.rawValue)\",\(location($0.location))}" }
+        .joined(separator: ",")
+    out += "],\"errors\":["
+    out += decision.failures.map {
+        "{\"policy\":\(jsonString($0.policy.id)),\"kind\":\"\($0.error.kind.rawValue)\",\"message\":\(jsonString($0.error.message))"
+            + ($0.error.location.map { "," + location($0) } ?? "") + "}"
+    }.joined(separator: ",")
+    out += "],\"unmet\":["
+    out += decision.unmet.map { clause in
+        "{\"policy\":\(jsonString(clause.policy.id)),\"clause\":\"\(clause.clause)\",\"value\":\(clause.value),\"text\":\(jsonString(clause.text)),\(location(clause.location)),\"scopes\":["
+            + clause.scopes.map { fact in
+                "{\"scope\":\(jsonString(fact.scope)),\"state\":\(fact.state.map { "\"\($0.rawValue)\"" } ?? "null"),\"changedAt\":\(time(fact.changedAt)),\"reason\":\(fact.reason.map(jsonString) ?? "null")}"
+            }.joined(separator: ",") + "]}"
+    }.joined(separator: ",")
+    out += "]"
+    if let remedies {
+        out += ",\"wouldAllow\":[" + remedies.map { remedy in
+            switch remedy {
+            case .grant(let scopes): "{\"grant\":[" + scopes.map(jsonString).joined(separator: ",") + "]}"
+            case .membership(let entities): "{\"memberOf\":[" + entities.map { jsonString($0.description) }.joined(separator: ",") + "]}"
+            }
+        }.joined(separator: ",") + "]"
+    }
+    return out + "}"
+}
+
+/// A JSON string literal.
+func jsonString(_ text: String) -> String {
+    var out = "\""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        default:
+            if scalar.value < 0x20 || scalar.value == 0x7F || (0x2028...0x2029).contains(scalar.value) {
+                out += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+    }
+    return out + "\""
 }
 
 extension KeysmithCommand.PolicyCommand {
+    /// Validates policies, a schema and entities.
+    struct Validate: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Check policy files (and entities) against a schema; list every problem with file:line:column; exit 64 on any.")
+
+        @OptionGroup var inputs: PolicyInputs
+
+        @Flag(help: "Print the result as one JSON document.")
+        var json = false
+
+        func run() throws {
+            do {
+                let loaded = try inputs.load()
+                if json {
+                    print("{\"valid\":true,\"policies\":\(loaded.policies.ids.count),\"problems\":[]}")
+                } else {
+                    print("valid: \(loaded.policies.ids.count) policies\(loaded.schema == nil ? " (no schema: syntax only)" : ", checked against the schema")")
+                }
+            } catch let failure as CommandFailure where json && failure.exitCode == ExitCode(64) {
+                print("{\"valid\":false}")
+                throw failure
+            }
+        }
+    }
+
     /// Decides one request given as options.
     struct Check: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Decide one request given as options; exit 0 when allowed, 3 when denied.",
+            abstract: "Decide one request; exit 0 when allowed, 3 when denied, 64 when the request is invalid.",
             discussion: """
-                The principal's scopes come from --scope, or from a stored token (--token-service and \
-                --token-account), read at this instant: revoke a scope and the next check changes.
+                The principal's token comes from --scope, or from a stored token (--token-service and \
+                --token-account), read at this instant: revoke a scope and the next check changes. \
+                Entities are written Type::"id" (quote them for the shell); --action takes a bare name.
                 """
         )
 
         @OptionGroup var store: StoreOptions
+        @OptionGroup var inputs: PolicyInputs
+        @OptionGroup var tokenOptions: TokenOptions
 
-        @Option(help: ArgumentHelp("The policy file.", valueName: "file"))
-        var policy: String
+        @Option(help: ArgumentHelp("The principal, as Type::\"id\".", valueName: "entity"))
+        var principal: String
 
-        @Option(help: "The principal's id.")
-        var principal: String = "principal"
-
-        @Flag(help: "The principal is anonymous (no token).")
-        var anonymous = false
-
-        @Option(name: .customLong("role"), help: "A role held everywhere (repeatable).")
-        var roles: [String] = []
-
-        @Option(name: .customLong("resource-role"), help: ArgumentHelp("A role held on one resource, as RESOURCE:ROLE (repeatable).", valueName: "resource:role"))
-        var resourceRoles: [String] = []
-
-        @Option(name: .customLong("scope"), help: "A scope of the principal's token (repeatable).")
-        var scopes: [String] = []
-
-        @Option(name: .customLong("token-service"), help: "Take the scopes from the token stored under this service…")
-        var tokenService: String?
-
-        @Option(name: .customLong("token-account"), help: "…and this account.")
-        var tokenAccount: String?
-
-        @Option(help: "The action.")
+        @Option(help: ArgumentHelp("The action: a name (Action::\"name\") or a full entity.", valueName: "action"))
         var action: String
 
-        @Option(name: .customLong("resource-type"), help: "The resource's type.")
-        var resourceType: String = ""
+        @Option(help: ArgumentHelp("The resource, as Type::\"id\".", valueName: "entity"))
+        var resource: String
 
-        @Option(name: .customLong("resource"), help: "The resource's id.")
-        var resourceID: String
+        @Option(help: ArgumentHelp("The request's context, as a JSON object.", valueName: "json"))
+        var context: String?
 
-        @Option(name: .customLong("attribute"), help: ArgumentHelp("A resource attribute, as NAME=VALUE (true, false, a number or text; repeatable).", valueName: "name=value"))
-        var attributes: [String] = []
-
-        @Flag(help: "Name the policies that decided.")
+        @Flag(help: "Say why: the deciding policies, errors, the clauses that failed with the scopes they name, and what would allow a denial.")
         var explain = false
 
-        @Flag(help: "Print the decision as JSON.")
+        @Flag(help: "Print the decision as one JSON document (with what would allow a denial).")
         var json = false
 
-        func validate() throws {
-            if (tokenService == nil) != (tokenAccount == nil) { throw ValidationError("give both --token-service and --token-account, or neither") }
-            if anonymous && (!scopes.isEmpty || tokenService != nil) { throw ValidationError("an anonymous principal has no token or scopes") }
-            for entry in resourceRoles where !entry.contains(":") { throw ValidationError("--resource-role takes RESOURCE:ROLE, not '\(entry)'") }
-            for entry in attributes where !entry.contains("=") { throw ValidationError("--attribute takes NAME=VALUE, not '\(entry)'") }
-        }
-
         func run() throws {
-            let engine = try loadPolicy(policy)
-            var resourceAttributes: [String: AttributeValue] = [:]
-            for entry in attributes {
-                let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
-                let value = parts.count > 1 ? parts[1] : ""
-                resourceAttributes[parts[0]] = value == "true" ? .bool(true) : value == "false" ? .bool(false) : Int(value).map { .int($0) } ?? .string(value)
-            }
-            let who: Principal
-            if anonymous {
-                who = .anonymous(id: principal)
-            } else {
-                var held: [String: Set<Role>] = [:]
-                for entry in resourceRoles {
-                    let parts = entry.split(separator: ":", maxSplits: 1).map(String.init)
-                    held[parts[0], default: []].insert(Role(parts[1]))
+            let loaded = try inputs.load()
+            var request = AuthorizationRequest(principal: try parseEntity(principal, what: "--principal"),
+                                               action: try parseEntity(action, what: "--action", bareType: "Action"),
+                                               resource: try parseEntity(resource, what: "--resource"))
+            if let context {
+                do {
+                    request.context = try AuthorizationRequest.context(json: Array(context.utf8), file: "--context")
+                } catch {
+                    try reportProblems(error.problems)
                 }
-                var granted = try Set(parseScopes(scopes))
-                if let tokenService, let tokenAccount {
-                    let keeper = makeKeeper(try store.openStore())
-                    let token = try loadToken(keeper, try TokenLocation.parse(["--service", tokenService, "--account", tokenAccount]))
-                    granted.formUnion(token.grantedScopes(at: keeper.now))
-                }
-                who = Principal(id: principal, roles: Set(roles.map(Role.init)), resourceRoles: held, scopes: .fixed(granted))
             }
-            let decision = engine.decide(Request(principal: who, action: Action(action),
-                                                 resource: Resource(type: resourceType, id: resourceID, attributes: resourceAttributes)))
+            if let schema = loaded.schema {
+                do { try schema.validate(request, location: SourceLocation(file: "request", line: 1, column: 1)) } catch { try reportProblems(error.problems) }
+            }
+            request.token = try tokenOptions.token(store)
+            let decision = loaded.policies.isAuthorized(request, entities: loaded.entities)
+            let remedies = decision.isAllowed || !(explain || json) ? [] : loaded.policies.remedies(for: request, entities: loaded.entities)
             if json {
-                print(try jsonLine(DecisionJSON(decision)))
+                print(decisionJSON(decision, remedies: remedies))
+            } else if explain {
+                print(decision.description)
+                for remedy in remedies { print("  would allow: \(remedy)") }
             } else {
-                print(explain ? decision.explanation : (decision.isAllowed ? "allow" : "deny"))
+                print(decision.outcome)
             }
-            if !decision.isAllowed { throw CommandFailure(message: decision.explanation, exitCode: ExitCode(3)) }
+            if !decision.isAllowed { throw CommandFailure(message: "denied", exitCode: ExitCode(3)) }
         }
     }
 
-    /// Validates a policy file.
-    struct Validate: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            abstract: "Check a policy file against the roles, actions and attributes it declares; list every problem with its line.")
-
-        @Argument(help: "The policy file.")
-        var file: String
-
-        func run() throws {
-            let engine = try loadPolicy(file)
-            print("\(file) is valid: \(engine.allPolicies.count) policies.")
-        }
-    }
-
-    /// Runs a test file.
-    struct Test: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            abstract: "Run a policy test file: requests with the decisions (and reasons) they must get; exit 3 if any fails.")
-
-        @Argument(help: "The test file (JSON with \"policy\" and \"cases\").")
-        var file: String
-
-        @Option(help: ArgumentHelp("The policy file (default: the one the test file names, relative to it).", valueName: "file"))
-        var policy: String?
-
-        func run() throws {
-            guard let bytes = try System.readFile(file) else { throw KeysmithError(.itemNotFound, "there is no test file at \(file)") }
-            let tests = try PolicyTestFile(bytes: bytes)
-            guard let policyPath = policy ?? tests.policyPath.map({ path in
-                path.hasPrefix("/") ? path : (file.contains("/") ? String(file[..<file.lastIndex(of: "/")!]) + "/" + path : path)
-            }) else {
-                throw KeysmithError.invalidArgument("the test file names no policy; give --policy")
-            }
-            let outcomes = tests.run(try loadPolicy(policyPath))
-            for outcome in outcomes where !outcome.passed {
-                print("FAIL \(outcome.testCase.name) (line \(outcome.testCase.line)): \(outcome.failure ?? "")")
-            }
-            let failed = outcomes.filter { !$0.passed }.count
-            print("\(outcomes.count - failed) passed, \(failed) failed")
-            if failed > 0 { throw CommandFailure(message: "\(failed) policy test(s) failed", exitCode: ExitCode(3)) }
-        }
-    }
-
-    /// Decides JSON-lines requests from stdin.
+    /// Decides JSON-lines requests from standard input, as they arrive.
     struct Decide: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Decide requests read as JSON lines on standard input; write one JSON line per request.",
+            abstract: "Decide requests read as JSON lines on standard input, answering each line as it arrives.",
             discussion: """
-                Each output line is {"decision":"allow"|"deny","reasons":[…],"basis":…}; a malformed \
-                request gives {"error":"…","line":N} and the command exits 64 at the end.
+                A line is {"principal":…,"action":…,"resource":…,"context":{…}} and may add "scopes":[…] \
+                (the token's granted scopes; without it the principal has no token). Each answer is one \
+                JSON line (docs/cli.md); an invalid line gets {"line":N,"error":…,"problems":[…]} and the \
+                command exits 64 at the end. Output is flushed whenever no more input is waiting.
                 """
         )
 
-        @Option(help: ArgumentHelp("The policy file.", valueName: "file"))
-        var policy: String
+        @OptionGroup var inputs: PolicyInputs
+
+        @Flag(help: "Add what would allow each denial (slower).")
+        var explain = false
 
         func run() throws {
-            let engine = try loadPolicy(policy)
-            let input = try Terminal.readAll(fd: 0)
-            var bad = 0
+            let loaded = try inputs.load()
+            var pending: [UInt8] = []
             var output: [UInt8] = []
-            for (index, line) in input.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
-                if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }) { continue }
+            var lineNumber = 0
+            var bad = 0
+            var buffer = [UInt8](repeating: 0, count: 1 << 16)
+            func answer(_ line: ArraySlice<UInt8>) {
+                lineNumber += 1
+                if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\t") }) { return }
                 do {
-                    let request = try PolicyRequestJSON.request(from: Array(line))
-                    output += Array(try jsonLine(DecisionJSON(engine.decide(request))).utf8)
-                } catch let error as KeysmithError {
+                    var request = try AuthorizationRequest.decideLine(Array(line), line: lineNumber)
+                    let token = request.token
+                    request.token = nil
+                    if let schema = loaded.schema { try schema.validate(request, location: SourceLocation(file: "stdin", line: lineNumber, column: 1)) }
+                    request.token = token
+                    let decision = loaded.policies.isAuthorized(request, entities: loaded.entities)
+                    let remedies = explain && !decision.isAllowed ? loaded.policies.remedies(for: request, entities: loaded.entities) : nil
+                    output += Array(decisionJSON(decision, remedies: remedies).utf8)
+                } catch {
                     bad += 1
-                    struct Failure: Encodable { var error: String; var line: Int }
-                    output += Array(try jsonLine(Failure(error: error.message, line: index + 1)).utf8)
+                    output += Array("{\"line\":\(lineNumber),\"error\":\"invalid request\",\"problems\":[".utf8)
+                    output += Array(error.problems.map { jsonString($0.description) }.joined(separator: ",").utf8)
+                    output += Array("]}".utf8)
                 }
                 output.append(UInt8(ascii: "\n"))
-                if output.count > 1 << 16 {
-                    Terminal.write(output, to: 1)
-                    output.removeAll(keepingCapacity: true)
-                }
             }
+            while true {
+                let count = Terminal.read(fd: 0, into: &buffer)
+                if count <= 0 { break }
+                pending += buffer[0..<count]
+                var start = pending.startIndex
+                while let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                    answer(pending[start..<newline])
+                    start = newline + 1
+                }
+                pending.removeSubrange(pending.startIndex..<start)
+                if pending.count > 1 << 20 {
+                    bad += 1
+                    lineNumber += 1
+                    output += Array("{\"line\":\(lineNumber),\"error\":\"the line is longer than 1 MiB\"}\n".utf8)
+                    pending.removeAll()
+                    // Skip to the end of the overlong line.
+                    while true {
+                        let more = Terminal.read(fd: 0, into: &buffer)
+                        if more <= 0 { break }
+                        if let newline = buffer[0..<more].firstIndex(of: UInt8(ascii: "\n")) {
+                            pending += buffer[(newline + 1)..<more]
+                            break
+                        }
+                    }
+                }
+                Terminal.write(output, to: 1)
+                output.removeAll(keepingCapacity: true)
+            }
+            if !pending.isEmpty { answer(pending[...]) }
             Terminal.write(output, to: 1)
-            if bad > 0 { throw CommandFailure(message: "\(bad) request line(s) were malformed", exitCode: ExitCode(64)) }
+            if bad > 0 { throw CommandFailure(message: "\(bad) request line(s) were invalid", exitCode: ExitCode(64)) }
         }
     }
 
-    /// Prints the news-groups example policy.
+    /// Lists what a principal may do.
+    struct Permitted: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List every action on every resource in the entities that a principal is allowed, with the permits that allow it.")
+
+        @OptionGroup var store: StoreOptions
+        @OptionGroup var inputs: PolicyInputs
+        @OptionGroup var tokenOptions: TokenOptions
+
+        @Option(help: ArgumentHelp("The principal, as Type::\"id\".", valueName: "entity"))
+        var principal: String
+
+        @Option(help: ArgumentHelp("The context of every request, as a JSON object.", valueName: "json"))
+        var context: String?
+
+        @Flag(help: "Print one JSON document.")
+        var json = false
+
+        func run() throws {
+            let loaded = try inputs.load()
+            let who = try parseEntity(principal, what: "--principal")
+            var contextValues: [String: PolicyValue] = [:]
+            if let context {
+                do { contextValues = try AuthorizationRequest.context(json: Array(context.utf8), file: "--context") } catch { try reportProblems(error.problems) }
+            }
+            let permissions = loaded.policies.permissions(of: who, token: try tokenOptions.token(store), context: contextValues,
+                                                          entities: loaded.entities, schema: loaded.schema)
+            if json {
+                print("{\"principal\":\(jsonString(who.description)),\"permitted\":[" + permissions.map {
+                    "{\"action\":\(jsonString($0.action.description)),\"resource\":\(jsonString($0.resource.description)),\"policies\":["
+                        + $0.policies.map(jsonString).joined(separator: ",") + "]}"
+                }.joined(separator: ",") + "]}")
+            } else if permissions.isEmpty {
+                print("\(who) may do nothing to these entities")
+            } else {
+                for permission in permissions {
+                    print("\(permission.action.id)\t\(permission.resource)\t(\(permission.policies.joined(separator: ", ")))")
+                }
+            }
+        }
+    }
+
+    /// Runs a policy test file.
+    struct Test: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Run a policy test file: requests with the decisions (and deciding policies) they must get; exit 3 if any fails.")
+
+        @Argument(help: "The test file (docs/policy-language.md, \"Testing policies\").")
+        var file: String
+
+        @Flag(help: "Print one JSON document.")
+        var json = false
+
+        func run() throws {
+            let text = try readText(file, "test file")
+            let suite: PolicyTestSuite
+            do {
+                suite = try PolicyTestSuite(json: Array(text.utf8), file: file)
+            } catch {
+                try reportProblems(error.problems)
+                return
+            }
+            let base = file.contains("/") ? String(file[...file.lastIndex(of: "/")!]) : ""
+            func resolve(_ path: String) -> String { path.hasPrefix("/") ? path : base + path }
+            var inputs = PolicyInputs()
+            inputs.policyFiles = suite.policyFiles.map(resolve)
+            inputs.schema = suite.schemaFile.map(resolve)
+            inputs.entities = suite.entitiesFile.map(resolve)
+            let loaded = try inputs.load()
+            let outcomes = suite.run(loaded.policies, entities: loaded.entities, schema: loaded.schema)
+            let failed = outcomes.filter { $0.failure != nil }
+            if json {
+                print("{\"passed\":\(outcomes.count - failed.count),\"failed\":\(failed.count),\"failures\":[" + failed.map {
+                    "{\"name\":\(jsonString($0.name)),\"line\":\($0.line),\"failure\":\(jsonString($0.failure!))}"
+                }.joined(separator: ",") + "]}")
+            } else {
+                for outcome in failed { print("FAIL \(outcome.name) (\(file):\(outcome.line)): \(outcome.failure!)") }
+                print("\(outcomes.count - failed.count) passed, \(failed.count) failed")
+            }
+            if !failed.isEmpty { throw CommandFailure(message: "\(failed.count) policy test(s) failed", exitCode: ExitCode(3)) }
+        }
+    }
+
+    /// Prints the news-groups example.
     struct Example: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print the news-groups example policy file (docs/examples/news-groups.json).")
+        static let configuration = CommandConfiguration(
+            abstract: "Print the news-groups example: its policies (docs/examples/news-groups/policies.cedar), or its schema or entities.")
+
+        @Flag(help: "Print its schema instead.")
+        var schema = false
+
+        @Flag(help: "Print its entities instead.")
+        var entities = false
+
+        func validate() throws {
+            if schema && entities { throw ValidationError("give --schema or --entities, not both") }
+        }
 
         func run() {
-            Terminal.write(Array((newsGroupsPolicy + "\n").utf8), to: 1)
+            let text = schema ? NewsGroupsExample.schema : entities ? NewsGroupsExample.entities : NewsGroupsExample.policies
+            Terminal.write(Array((text + "\n").utf8), to: 1)
         }
     }
 }

@@ -85,21 +85,24 @@ extension KeysmithCommand {
             let postsWrite = try Scope("posts:write")
             print("   hasGranted(posts:write): \(token.hasGranted(postsWrite, at: keeper.now))")
 
-            step(12, "Decide a news-groups request with the example policy (keysmith policy example): may bob, a member of g1, post there?")
-            let engine = try PolicyFile.engine(from: Array(newsGroupsPolicy.utf8))
-            let group = Resource(type: "group", id: "g1", attributes: ["public": .bool(false)])
-            func decide() throws -> Decision {
+            step(12, "Decide a news-groups request with the example policy (keysmith policy example): may alice, a member of g1, post there with this token?")
+            let policies = try Policies(text: NewsGroupsExample.policies, file: "news-groups/policies.cedar")
+            let entities = try EntityStore(json: Array(NewsGroupsExample.entities.utf8), file: "news-groups/entities.json")
+            func decide() throws -> AuthorizationDecision {
                 let current = try keeper.token(service: "news", account: "bob") ?? token
-                let bob = Principal(id: "bob", resourceRoles: ["g1": [Role("member")]], token: current, at: keeper.now)
-                return engine.decide(Request(principal: bob, action: Action("post"), resource: group))
+                // bob's token; the principal is alice, a member of g1, in the example entities.
+                return policies.isAuthorized(
+                    AuthorizationRequest(principal: EntityUID(type: "User", id: "alice"), action: EntityUID(type: "Action", id: "post"),
+                                         resource: EntityUID(type: "Group", id: "g1"), token: .token(current, at: keeper.now)),
+                    entities: entities)
             }
-            print("   \(try decide().explanation)")
+            print(try decide().description.split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
             step(13, "Revoke posts:write from the token.")
             try keeper.revoke([postsWrite], service: "news", account: "bob", reason: "walkthrough")
 
             step(14, "The same request again: the decision follows the revocation.")
-            print("   \(try decide().explanation)")
+            print(try decide().description.split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
             step(15, "Verify the audit log of token changes (each entry chained to the one before by a hash).")
             let verification = try keeper.verifyAuditLog()

@@ -3,106 +3,191 @@ import Testing
 
 @Suite("the keysmith command: policies")
 struct PolicyCommandTests {
-    static let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("docs/examples/news-groups.json").path
+    static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("docs/examples/news-groups").path
+    static let policies = examples + "/policies.cedar"
+    static let schema = examples + "/schema.cedarschema"
+    static let entities = examples + "/entities.json"
+    static let inputs = ["--policies", policies, "--schema", schema, "--entities", entities]
 
-    @Test("the built-in example is docs/examples/news-groups.json, byte for byte, and validates")
+    @Test("the built-in example is docs/examples/news-groups/, byte for byte, and validates")
     func example() throws {
         let keysmith = try Keysmith()
         defer { keysmith.cleanup() }
-        let printed = try keysmith.run(["policy", "example"])
-        #expect(printed.stdout == (try String(contentsOfFile: Self.example, encoding: .utf8)))
-        let valid = try keysmith.run(["policy", "validate", Self.example])
+        #expect(try keysmith.run(["policy", "example"]).stdout == (try String(contentsOfFile: Self.policies, encoding: .utf8)))
+        #expect(try keysmith.run(["policy", "example", "--schema"]).stdout == (try String(contentsOfFile: Self.schema, encoding: .utf8)))
+        #expect(try keysmith.run(["policy", "example", "--entities"]).stdout == (try String(contentsOfFile: Self.entities, encoding: .utf8)))
+        let valid = try keysmith.run(["policy", "validate"] + Self.inputs)
         #expect(valid.status == 0)
-        #expect(valid.stdout.contains("7 policies"))
+        #expect(valid.stdout == "valid: 7 policies, checked against the schema\n")
+        let json = try keysmith.run(["policy", "validate", "--json"] + Self.inputs)
+        #expect(json.stdout == "{\"valid\":true,\"policies\":7,\"problems\":[]}\n")
     }
 
-    @Test("check decides one request, explains it, and exits 3 on a denial")
+    @Test("check decides one request, explains it with what would allow it, and exits 3 on a denial")
     func check() throws {
         let keysmith = try Keysmith()
         defer { keysmith.cleanup() }
-        let base = ["policy", "check", "--policy", Self.example, "--resource-type", "group", "--resource", "g1", "--attribute", "public=false"]
-        let admin = try keysmith.run(base + ["--resource-role", "g1:admin", "--scope", "posts:delete", "--action", "delete", "--explain"])
-        #expect(admin.status == 0)
-        #expect(admin.stdout == "allow: admin-delete\n")
-        let noScope = try keysmith.run(base + ["--resource-role", "g1:admin", "--action", "delete", "--json"])
-        #expect(noScope.status == 3)
-        #expect(noScope.stdout.contains(#""reasons":["scope-delete"]"#))
-        let anonymous = try keysmith.run(base + ["--anonymous", "--action", "browse"])
-        #expect(anonymous.status == 3)
+        let bob = ["policy", "check"] + Self.inputs + ["--principal", #"User::"bob""#, "--action", "delete", "--resource", #"Group::"g1""#]
+        let allowed = try keysmith.run(bob + ["--scope", "posts:delete", "--explain"])
+        #expect(allowed.status == 0)
+        #expect(allowed.stdout == "allow: permitted by admin-delete\n")
+        let denied = try keysmith.run(bob + ["--scope", "groups:read", "--json"])
+        #expect(denied.status == 3)
+        #expect(denied.stdout.contains(#""decision":"deny","determining":[{"id":"scope-delete","effect":"forbid""#))
+        #expect(denied.stdout.contains(#""wouldAllow":[{"grant":["posts:delete"]}]"#))
+        #expect(denied.stdout.split(separator: "\n").count == 1)
+        let explained = try keysmith.run(bob + ["--scope", "groups:read", "--explain"])
+        #expect(explained.stdout.contains("posts:delete is not in the token"))
+        #expect(explained.stdout.contains("would allow: grant posts:delete"))
+        let visitor = ["policy", "check"] + Self.inputs + ["--principal", #"Anonymous::"visitor""#, "--action", "browse"]
+        #expect(try keysmith.run(visitor + ["--resource", #"Group::"g1""#]).status == 3)
+        #expect(try keysmith.run(visitor + ["--resource", #"Group::"g2""#]).status == 0)
+        // A member (not an admin) who lacks the role: what would allow it is membership.
+        let alice = try keysmith.run(["policy", "check"] + Self.inputs + ["--principal", #"User::"alice""#, "--action", "delete",
+                                                                          "--resource", #"Group::"g1""#, "--scope", "posts:delete", "--explain"])
+        #expect(alice.status == 3)
+        #expect(alice.stdout.contains("admin-delete"))
     }
 
-    @Test("check reads scopes from a stored token, so a revocation changes the next decision")
+    @Test("a mistyped request is an error (exit 64), never a decision")
+    func invalidRequests() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let base = ["policy", "check"] + Self.inputs + ["--principal", #"User::"bob""#, "--resource", #"Group::"g1""#]
+        let typo = try keysmith.run(base + ["--action", "delet"])
+        #expect(typo.status == 64)
+        #expect(typo.stderr.contains("did you mean delete?"))
+        #expect(typo.stdout.isEmpty)
+        let context = try keysmith.run(base + ["--action", "delete", "--context", #"{"archived":"true"}"#])
+        #expect(context.status == 64)
+        #expect(context.stderr.contains("context.archived is not declared"))
+        let duplicate = try keysmith.run(base + ["--action", "delete", "--context", #"{"a":1,"a":2}"#])
+        #expect(duplicate.status == 64)
+        let wrongType = try keysmith.run(["policy", "check"] + Self.inputs + ["--principal", #"Group::"g1""#, "--resource", #"Group::"g1""#, "--action", "post"])
+        #expect(wrongType.status == 64)
+        let badEntity = try keysmith.run(base + ["--action", "delete", "--principal", "bob"])
+        #expect(badEntity.status == 64)
+    }
+
+    @Test("check reads a stored token, so a revocation changes the next decision, and says when it was revoked")
     func checkWithToken() throws {
         var keysmith = try Keysmith()
         defer { keysmith.cleanup() }
         keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
         try keysmith.run(["init"])
-        try keysmith.run(["token", "import", "--service", "news", "--account", "bob"],
-                         stdin: #"{"access_token":"a","token_type":"Bearer","scope":"groups:read posts:write"}"#)
-        let request = ["policy", "check", "--policy", Self.example, "--token-service", "news", "--token-account", "bob",
-                       "--resource-role", "g1:member", "--action", "post", "--resource-type", "group", "--resource", "g1",
-                       "--attribute", "public=false", "--explain"]
-        #expect(try keysmith.run(request).stdout == "allow: member-browse-post\n")
-        try keysmith.run(["token", "revoke", "--service", "news", "--account", "bob", "posts:write"])
+        try keysmith.run(["token", "import", "--service", "news", "--account", "alice"],
+                         stdin: #"{"access_token":"a-secret-access-token","token_type":"Bearer","scope":"groups:read posts:write"}"#)
+        let request = ["policy", "check"] + Self.inputs + ["--token-service", "news", "--token-account", "alice",
+                                                           "--principal", #"User::"alice""#, "--action", "post", "--resource", #"Group::"g1""#, "--explain"]
+        #expect(try keysmith.run(request).stdout == "allow: permitted by member-browse-post\n")
+        try keysmith.run(["token", "revoke", "--service", "news", "--account", "alice", "posts:write"])
         let after = try keysmith.run(request)
         #expect(after.status == 3)
-        #expect(after.stdout == "deny: forbidden by scope-post\n")
+        #expect(after.stdout.hasPrefix("deny: forbidden by scope-post\n"))
+        #expect(after.stdout.contains("posts:write is revoked since 20"))
+        #expect(!after.output.contains("a-secret-access-token"))
     }
 
-    @Test("validate lists every problem with its line; a missing file is not found")
+    @Test("validate lists every problem of every file with file:line:column; a missing file is not found")
     func validate() throws {
         let keysmith = try Keysmith()
         defer { keysmith.cleanup() }
-        let file = keysmith.directory + "/bad.json"
+        let file = keysmith.directory + "/bad.cedar"
         try """
-            {"roles": ["member"],
-             "actions": ["read"],
-             "policies": [{"name": "p", "effect": "permit", "roles": ["guest"], "actions": ["write"]}]}
+            permit (principal, action == Action::"delet", resource);
+            permit (principal is User, action == Action::"post", resource) when { principal.super_admn };
+            forbid (principal, action, resource) when { resource.public == "yes" };
             """.write(toFile: file, atomically: true, encoding: .utf8)
-        let result = try keysmith.run(["policy", "validate", file])
+        let result = try keysmith.run(["policy", "validate", "--policies", file, "--schema", Self.schema])
         #expect(result.status == 64)
-        #expect(result.stderr.contains("line 3: the policy \"p\" names the undeclared role \"guest\""))
-        #expect(result.stderr.contains("line 3: the policy \"p\" names the undeclared action \"write\""))
-        #expect(try keysmith.run(["policy", "validate", keysmith.directory + "/none.json"]).status == 2)
+        #expect(result.stderr.contains("bad.cedar:1:20: the action Action::\"delet\" is not declared in the schema (did you mean delete?)"))
+        #expect(result.stderr.contains("bad.cedar:2:71: entity of type User has no attribute super_admn (did you mean super_admin?)"))
+        #expect(result.stderr.contains("bad.cedar:3:45:"))
+        #expect(try keysmith.run(["policy", "validate", "--policies", keysmith.directory + "/none.cedar"]).status == 2)
+        let json = try keysmith.run(["policy", "validate", "--json", "--policies", file, "--schema", Self.schema])
+        #expect(json.stdout == "{\"valid\":false}\n")
+        #expect(json.status == 64)
     }
 
-    @Test("decide answers JSON lines with decisions and reasons, and flags malformed lines")
+    @Test("decide answers each line as it arrives, and flags invalid lines")
     func decide() throws {
         let keysmith = try Keysmith()
         defer { keysmith.cleanup() }
-        let input = """
-            {"principal":{"anonymous":true},"action":"browse","resource":{"type":"group","id":"g1","attributes":{"public":true}}}
-            {"principal":{"id":"s","roles":["super-admin"],"scopes":["posts:delete"]},"action":"delete","resource":{"type":"group","id":"g9","attributes":{"public":false}}}
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Keysmith.binary)
+        process.arguments = ["policy", "decide"] + Self.inputs
+        let input = Pipe(), output = Pipe(), errors = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        // One line in, one answer out, while standard input stays open.
+        input.fileHandleForWriting.write(Data(#"{"principal":"Anonymous::\"visitor\"","action":"Action::\"browse\"","resource":"Group::\"g2\""}"#.utf8 + [10]))
+        var first = Data()
+        while !first.contains(10) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            first += chunk
+        }
+        #expect(String(decoding: first, as: UTF8.self).hasPrefix(#"{"decision":"allow","determining":[{"id":"browse-public""#))
+        let rest = """
+            {"principal":"User::\\"root\\"","action":"Action::\\"delete\\"","resource":"Group::\\"g1\\"","scopes":["posts:delete"]}
             not json
+            {"principal":"User::\\"root\\"","action":"Action::\\"delete\\"","resource":"Group::\\"g1\\"","action":"Action::\\"browse\\""}
+            {"principal":"User::\\"root\\"","action":"Action::\\"delet\\"","resource":"Group::\\"g1\\""}
 
             """
-        let result = try keysmith.run(["policy", "decide", "--policy", Self.example], stdin: input)
-        let lines = result.stdout.split(separator: "\n").map(String.init)
-        #expect(lines.count == 3)
-        #expect(lines[0] == #"{"basis":"permitted","decision":"allow","reasons":["browse-public"]}"#)
-        #expect(lines[1] == #"{"basis":"permitted","decision":"allow","reasons":["super-admin"]}"#)
-        #expect(lines[2].contains(#""line":3"#))
-        #expect(result.status == 64)
+        input.fileHandleForWriting.write(Data(rest.utf8))
+        try input.fileHandleForWriting.close()
+        let remaining = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        let lines = remaining.split(separator: "\n").map(String.init)
+        #expect(lines.count == 4)
+        #expect(lines[0].hasPrefix(#"{"decision":"allow","determining":[{"id":"super-admin""#))
+        #expect(lines[1].hasPrefix(#"{"line":3,"error":"invalid request""#))
+        #expect(lines[2].contains("appears twice"))
+        #expect(lines[3].contains("did you mean delete?"))
+        #expect(process.terminationStatus == 64)
+    }
+
+    @Test("permitted lists what a principal may do, with the permits")
+    func permitted() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let result = try keysmith.run(["policy", "permitted"] + Self.inputs + ["--principal", #"User::"alice""#, "--scope", "groups:read posts:write"])
+        #expect(result.status == 0)
+        #expect(result.stdout == """
+            browse\tGroup::"g1"\t(member-browse-post)
+            browse\tGroup::"g2"\t(browse-public)
+            post\tGroup::"g1"\t(member-browse-post)
+
+            """)
+        let json = try keysmith.run(["policy", "permitted", "--json"] + Self.inputs + ["--principal", #"User::"alice""#])
+        #expect(json.stdout == "{\"principal\":\"User::\\\"alice\\\"\",\"permitted\":[]}\n")
     }
 
     @Test("test runs a test file's cases and exits 3 when one fails")
     func testFile() throws {
         let keysmith = try Keysmith()
         defer { keysmith.cleanup() }
-        try FileManager.default.copyItem(atPath: Self.example, toPath: keysmith.directory + "/news-groups.json")
+        for name in ["policies.cedar", "schema.cedarschema", "entities.json"] {
+            try FileManager.default.copyItem(atPath: Self.examples + "/" + name, toPath: keysmith.directory + "/" + name)
+        }
         let cases = """
-            {"policy": "news-groups.json", "cases": [
-              {"name": "member posts", "expected": "allow", "reasons": ["member-browse-post"],
-               "request": {"principal": {"id": "u", "scopes": ["posts:write"], "resourceRoles": {"g1": ["member"]}}, "action": "post", "resource": {"type": "group", "id": "g1", "attributes": {"public": false}}}},
-              {"name": "member deletes", "expected": "allow",
-               "request": {"principal": {"id": "u", "scopes": ["posts:delete"], "resourceRoles": {"g1": ["member"]}}, "action": "delete", "resource": {"type": "group", "id": "g1", "attributes": {"public": false}}}}
+            {"policies": ["policies.cedar"], "schema": "schema.cedarschema", "entities": "entities.json", "cases": [
+              {"name": "member posts", "expect": "allow", "determining": ["member-browse-post"], "scopes": ["posts:write"],
+               "request": {"principal": "User::\\"alice\\"", "action": "Action::\\"post\\"", "resource": "Group::\\"g1\\""}},
+              {"name": "member deletes", "expect": "allow", "scopes": ["posts:delete"],
+               "request": {"principal": "User::\\"alice\\"", "action": "Action::\\"delete\\"", "resource": "Group::\\"g1\\""}}
             ]}
             """
         try cases.write(toFile: keysmith.directory + "/tests.json", atomically: true, encoding: .utf8)
         let result = try keysmith.run(["policy", "test", keysmith.directory + "/tests.json"])
         #expect(result.status == 3)
-        #expect(result.stdout.contains("FAIL member deletes (line 4)"))
+        #expect(result.stdout.contains("FAIL member deletes (\(keysmith.directory)/tests.json:4)"))
         #expect(result.stdout.contains("1 passed, 1 failed"))
+        let json = try keysmith.run(["policy", "test", "--json", keysmith.directory + "/tests.json"])
+        #expect(json.stdout.hasPrefix(#"{"passed":1,"failed":1,"failures":[{"name":"member deletes","line":4"#))
     }
 }

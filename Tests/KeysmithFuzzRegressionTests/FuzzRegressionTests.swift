@@ -39,15 +39,25 @@ struct FuzzRegressionTests {
         }
     }
 
-    @Test("policy inputs parse without a crash, and the seed policy compiles")
-    func policyFile() {
-        let inputs = Self.inputs("PolicyFile")
-        #expect(!inputs.isEmpty)
+    @Test("policy-language inputs parse without a crash, and the seeds parse and validate")
+    func policyLanguage() throws {
+        let inputs = Self.inputs("PolicyLanguage")
+        #expect(inputs.count >= 6)
+        let schema = try Schema(text: String(decoding: inputs.first { $0.0.hasSuffix("news-groups.cedarschema") }!.1, as: UTF8.self))
         for (name, bytes) in inputs {
-            let engine = try? PolicyFile.engine(from: bytes)
-            if name.hasSuffix("news-groups.json") { #expect(engine?.allPolicies.count == 7) }
-            _ = try? PolicyRequestJSON.request(from: bytes)
-            _ = try? PolicyTestFile(bytes: bytes)
+            let text = String(decoding: bytes, as: UTF8.self)
+            let policies = try? Policies(text: text)
+            if name.hasSuffix("news-groups.cedar") {
+                #expect(policies?.ids.count == 7)
+                if let policies { try schema.validate(policies) }
+            }
+            if name.hasSuffix(".cedarschema") { #expect((try? Schema(text: text)) != nil) }
+            if name.hasSuffix("entities.json") { try schema.validate(try EntityStore(json: bytes)) }
+            if name.hasSuffix("request.json") { #expect((try? AuthorizationRequest.decideLine(bytes, line: 1)) != nil) }
+            _ = try? Schema(text: text)
+            _ = try? EntityStore(json: bytes)
+            _ = try? AuthorizationRequest(json: bytes)
+            _ = try? PolicyTestSuite(json: bytes, file: name)
         }
     }
 }

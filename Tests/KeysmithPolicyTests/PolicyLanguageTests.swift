@@ -15,12 +15,14 @@ struct PolicyLanguageNewsGroupsTests {
     }
 
     static func decide(_ item: NewsGroups.Case, _ policies: Policies) throws -> AuthorizationDecision {
-        let group = Entity(uid: EntityUID(type: "Group", id: item.group.id), attributes: ["public": .bool(item.group.public)])
+        struct GroupAttributes: Encodable { var `public`: Bool }
+        struct PrincipalAttributes: Encodable { var member_of: [EntityUID]; var admin_of: [EntityUID]; var super_admin: Bool }
+        let group = try Entity(uid: EntityUID(type: "Group", id: item.group.id), attributes: GroupAttributes(public: item.group.public))
         let who = item.principal
-        let groups = { (ids: [String]) in PolicyValue.set(PolicyValueSet(ids.map { .entity(EntityUID(type: "Group", id: $0)) })) }
-        let principal = Entity(uid: EntityUID(type: who.anonymous ? "Anonymous" : "User", id: who.id),
-                               attributes: ["member_of": groups(who.member_of), "admin_of": groups(who.admin_of),
-                                            "super_admin": .bool(who.super_admin)])
+        let groups = { (ids: [String]) in ids.map { EntityUID(type: "Group", id: $0) } }
+        let principal = try Entity(uid: EntityUID(type: who.anonymous ? "Anonymous" : "User", id: who.id),
+                                   attributes: PrincipalAttributes(member_of: groups(who.member_of), admin_of: groups(who.admin_of),
+                                                                   super_admin: who.super_admin))
         let entities = try EntityStore([group, principal])
         let token: TokenView? = who.anonymous ? nil : .granted(Set(try who.scopes.map { try Scope($0) }))
         let request = AuthorizationRequest(principal: principal.uid, action: EntityUID(type: "Action", id: item.action),
@@ -28,11 +30,10 @@ struct PolicyLanguageNewsGroupsTests {
         return policies.isAuthorized(request, entities: entities)
     }
 
-    @Test("every shared case gets the expected decision and the reference's reasons", arguments: [
-        "exhaustive.expected.jsonl", "g4_u1000_k2000_s7.expected.jsonl",
-    ])
-    func sharedCases(file: String) throws {
-        let policies = try Self.policies()
+    @Test("every shared case gets the expected decision and the reference's reasons, from the file and from the Swift builders",
+          arguments: ["exhaustive.expected.jsonl", "g4_u1000_k2000_s7.expected.jsonl"], [false, true])
+    func sharedCases(file: String, built: Bool) throws {
+        let policies = built ? try NewsGroups.built() : try Self.policies()
         let cases = try NewsGroups.cases(file)
         #expect(cases.count > 300)
         for item in cases {
@@ -53,6 +54,22 @@ struct PolicyLanguageNewsGroupsTests {
             try schema.validate(AuthorizationRequest(principal: uid, action: EntityUID(type: "Action", id: item.action),
                                                      resource: EntityUID(type: "Group", id: item.group.id)))
         }
+    }
+
+    @Test("builders: requiring is for permits and unlessGranted for forbids; a bad condition names the Swift line")
+    func builders() throws {
+        #expect(throws: PolicyDiagnostics.self) { try Policies { Role("a").shouldBeAbleTo("x").unlessGranted("s") } }
+        #expect(throws: PolicyDiagnostics.self) { try Policies { Role("a").shouldNotBeAbleTo("x").requiring("s") } }
+        let line = #line + 1
+        let error = #expect(throws: PolicyDiagnostics.self) { try Policies { Role("a").shouldBeAbleTo("x").when("principal.a = 1") } }
+        #expect(error?.problems.first?.location.file == "\(#fileID):\(line)")
+        let built = try Policies { Role("editor").shouldBeAbleTo("publish").on("Post").requiring("posts:write").named("editors") }
+        #expect(built.text == """
+            @id("editors")
+            permit (principal in Role::"editor", action == Action::"publish", resource is Post)
+            when { context has token && context.token.granted.containsAll(["posts:write"]) };
+
+            """)
     }
 
     @Test("a denial by a scope forbid names the scope and its state")
@@ -76,5 +93,50 @@ struct PolicyLanguageNewsGroupsTests {
         #expect(facts.contains { $0.scope == "posts:write" && $0.state == .revoked && $0.reason == "revoked by ops" })
         #expect(decision.description.contains("posts:write is revoked since 2025-11-20T10:00:00.000Z (revoked by ops)"))
         #expect(!decision.description.contains("secret-token-value"))
+    }
+
+    @Test("live scopes: a revocation applied to the permission manager changes the very next decision")
+    func liveScopes() throws {
+        let policies = try Self.policies()
+        let group = Entity(uid: EntityUID(type: "Group", id: "g1"), attributes: ["public": .bool(true)])
+        let user = Entity(uid: EntityUID(type: "User", id: "u1"),
+                          attributes: ["member_of": .set(PolicyValueSet([])), "admin_of": .set(PolicyValueSet([])), "super_admin": .bool(false)])
+        let entities = try EntityStore([group, user])
+        let manager = PermissionManager(granted: [try Scope("groups:read")])
+        let request = AuthorizationRequest(principal: user.uid, action: EntityUID(type: "Action", id: "browse"), resource: group.uid,
+                                           token: .live(manager))
+        #expect(policies.isAuthorized(request, entities: entities).isAllowed)
+        manager.remove(try Scope("groups:read"))
+        let after = policies.isAuthorized(request, entities: entities)
+        #expect(!after.isAllowed)
+        #expect(after.determining.map(\.id) == ["scope-browse"])
+        // A user with no token at all is denied too; an anonymous visitor is not held to scopes.
+        var noToken = request
+        noToken.token = nil
+        #expect(!policies.isAuthorized(noToken, entities: entities).isAllowed)
+    }
+
+    @Test("an expired or revoked token's scopes are expired or revoked in context.token, with their time")
+    func expiredAndRevokedTokens() throws {
+        let policies = try Policies(text: """
+            @id("read") permit (principal, action, resource) when { context has token && context.token.granted.contains("r") };
+            @id("was-revoked") forbid (principal, action, resource) when { context has token && context.token.revoked.contains("r") };
+            """)
+        let issued = Date(timeIntervalSince1970: 1_700_000_000)
+        var token = OAuthToken(accessToken: "x", issuedAt: issued, expiresAt: issued.addingTimeInterval(3600),
+                               scopes: [try Scope("r"): ScopeStatus(state: .granted, changedAt: issued, reason: "granted")])
+        let entities = try EntityStore()
+        func decide(at date: Date) -> AuthorizationDecision {
+            policies.isAuthorized(AuthorizationRequest(principal: EntityUID(type: "U", id: "u"), action: EntityUID(type: "Action", id: "a"),
+                                                       resource: EntityUID(type: "R", id: "r"), token: .token(token, at: date)), entities: entities)
+        }
+        #expect(decide(at: issued.addingTimeInterval(60)).isAllowed)
+        let expired = decide(at: issued.addingTimeInterval(7200))
+        #expect(!expired.isAllowed)
+        #expect(expired.unmet.flatMap(\.scopes).contains { $0.scope == "r" && $0.state == .expired })
+        token.revokedAt = issued.addingTimeInterval(120)
+        let revoked = decide(at: issued.addingTimeInterval(600))
+        #expect(revoked.determining.map(\.id) == ["was-revoked"])
+        #expect(revoked.description.contains("r is revoked since 2023-11-14T22:15:20.000Z"))
     }
 }

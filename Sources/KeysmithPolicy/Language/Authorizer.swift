@@ -12,6 +12,8 @@ public struct TokenView: Sendable {
     enum Source: Sendable {
         case statuses([Scope: ScopeStatus])
         case live(PermissionManager)
+        /// A snapshot by name (a what-if copy of another view).
+        case fixedSnapshot([String: ScopeStatus?])
     }
 
     let source: Source
@@ -46,6 +48,8 @@ public struct TokenView: Sendable {
             return Dictionary(uniqueKeysWithValues: statuses.map { ($0.key.rawValue, Optional($0.value)) })
         case .live(let manager):
             return Dictionary(uniqueKeysWithValues: manager.permissions.map { ($0.rawValue, ScopeStatus?.none) })
+        case .fixedSnapshot(let snapshot):
+            return snapshot
         }
     }
 
@@ -128,12 +132,15 @@ public struct ScopeFact: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-/// A clause that decided a policy's fate: a `when` that was false, or an `unless` that was true.
+/// A clause that decided a policy's fate: for a permit that did not apply, the `when` that was
+/// false or the `unless` that was true; for a forbid that applied, each of its clauses.
 public struct ClauseOutcome: Sendable, Hashable, CustomStringConvertible {
     /// The policy.
     public var policy: PolicyReference
-    /// `when` or `unless`, or `head` when the principal/action/resource constraint did not match.
+    /// `when` or `unless`.
     public var clause: String
+    /// What the deciding part evaluated to.
+    public var value: Bool
     /// The deciding part of the clause as written (the first false conjunct of a `when`).
     public var text: String
     /// Where it is.
@@ -141,10 +148,9 @@ public struct ClauseOutcome: Sendable, Hashable, CustomStringConvertible {
     /// Scopes the clause names (`context.token.granted.contains("posts:write")`) and their state.
     public var scopes: [ScopeFact]
 
-    /// `policy: when { text } is false (scopes…)`.
+    /// `policy (file:line:column): when { text } is false: scopes…`.
     public var description: String {
-        let outcome = clause == "unless" ? "is true" : "is false"
-        var line = "\(policy.id) (\(location)): \(clause) { \(text) } \(outcome)"
+        var line = "\(policy.id) (\(location)): \(clause) { \(text) } is \(value)"
         if !scopes.isEmpty { line += ": " + scopes.map(\.description).joined(separator: "; ") }
         return line
     }
@@ -214,13 +220,43 @@ public struct AuthorizationDecision: Sendable, CustomStringConvertible {
 /// ```
 public struct Policies: Sendable {
     let policies: [ParsedPolicy]
+    var source: String = ""
 
     /// Parses policy text; every problem is reported at once, with file:line:column.
     public init(text: String, file: String = "<policies>") throws(PolicyDiagnostics) {
         policies = try PolicyParser.parse(text, file: file)
+        source = text
     }
 
+    /// The policies' text (for policies built in Swift, the text they became).
+    public var text: String { source }
+
     init(parsed: [ParsedPolicy]) { policies = parsed }
+
+    /// Parses several files as one set: every problem of every file is reported, and a policy
+    /// id used in two files is an error. Policies without an `@id` are numbered across files.
+    public init(files: [(file: String, text: String)]) throws(PolicyDiagnostics) {
+        var all: [ParsedPolicy] = []
+        var problems: [PolicyDiagnostic] = []
+        var ids: [String: SourceLocation] = [:]
+        for (file, text) in files {
+            do {
+                for var policy in try PolicyParser.parse(text, file: file) {
+                    if !policy.hasExplicitID { policy.id = "policy\(all.count)" }
+                    if let earlier = ids[policy.id] {
+                        problems.append(PolicyDiagnostic(location: policy.location, message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at \(earlier))"))
+                    }
+                    ids[policy.id] = policy.location
+                    all.append(policy)
+                }
+            } catch {
+                problems += error.problems
+            }
+        }
+        if !problems.isEmpty { throw PolicyDiagnostics(kind: .syntax, problems: problems) }
+        policies = all
+        source = files.map(\.text).joined(separator: "\n")
+    }
 
     /// The policies' ids, in file order.
     public var ids: [String] { policies.map(\.id) }
@@ -252,11 +288,11 @@ public struct Policies: Sendable {
                     if holds != isWhen {
                         satisfied = false
                         let deciding = isWhen ? firstFalseConjunct(body, evaluator) : body
-                        unmetPermits.append(ClauseOutcome(policy: reference, clause: isWhen ? "when" : "unless", text: deciding.text,
+                        unmetPermits.append(ClauseOutcome(policy: reference, clause: isWhen ? "when" : "unless", value: !isWhen, text: deciding.text,
                                                           location: deciding.location, scopes: scopeFacts(in: deciding, snapshot)))
                         break
                     }
-                    applied.append(ClauseOutcome(policy: reference, clause: isWhen ? "when" : "unless", text: body.text,
+                    applied.append(ClauseOutcome(policy: reference, clause: isWhen ? "when" : "unless", value: isWhen, text: body.text,
                                                  location: body.location, scopes: scopeFacts(in: body, snapshot)))
                 }
             } catch {
@@ -356,4 +392,12 @@ public struct Policies: Sendable {
             return ScopeFact(scope: name, state: status.state, changedAt: status.changedAt, reason: status.reason)
         }
     }
+}
+
+/// Whether a policy allows or forbids.
+public enum Effect: String, Sendable, Hashable {
+    /// Allows, unless a forbid applies.
+    case permit
+    /// Denies, whatever permits say.
+    case forbid
 }

@@ -8,6 +8,8 @@ struct ParsedPolicy: Sendable {
     /// `when` (true) and `unless` (false) clauses, in order.
     var conditions: [(isWhen: Bool, body: Expression)]
     var annotations: [String: String]
+    /// Whether the id comes from `@id` (else it is `policyN`, its index, as in Cedar).
+    var hasExplicitID: Bool { annotations["id"] != nil }
     var location: SourceLocation
     /// Where the head's principal, action and resource constraints are.
     var principalLocation: SourceLocation
@@ -45,13 +47,12 @@ struct PolicyParser {
         while parser.current.token != .end {
             let start = parser.position
             do {
-                var policy = try parser.policy(index: policies.count + problems.count)
+                let policy = try parser.policy(index: policies.count + problems.count)
                 if let earlier = ids[policy.id] {
                     problems.append(PolicyDiagnostic(location: policy.location,
                                                      message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at line \(earlier.line))"))
                 }
                 ids[policy.id] = policy.location
-                policy.annotations["id"] = policy.id
                 policies.append(policy)
             } catch {
                 problems.append(error)

@@ -1,3 +1,5 @@
+import KeysmithTokens
+
 extension AuthorizationRequest {
     /// Reads a request in Cedar's JSON form:
     /// `{"principal": {"type": "User", "id": "alice"}, "action": …, "resource": …, "context": {…}}`
@@ -44,5 +46,53 @@ extension AuthorizationRequest {
             }
         }
         return AuthorizationRequest(principal: principal, action: action, resource: resource, context: context)
+    }
+}
+
+extension AuthorizationRequest {
+    /// A context given alone as a JSON object (`keysmith policy check --context`).
+    public static func context(json bytes: [UInt8], file: String) throws(PolicyDiagnostics) -> [String: PolicyValue] {
+        let wrapped = #"{"principal":"A::\"a\"","action":"A::\"a\"","resource":"A::\"a\"","context":"# + String(decoding: bytes, as: UTF8.self) + "}"
+        return try AuthorizationRequest(json: Array(wrapped.utf8), file: file).context
+    }
+
+    /// One line of `keysmith policy decide`: a request, with `"scopes": [...]` for the
+    /// principal's token's granted scopes (without it, the principal has no token).
+    public static func decideLine(_ bytes: [UInt8], line: Int) throws(PolicyDiagnostics) -> AuthorizationRequest {
+        let document: Located
+        do {
+            document = try JSONReader.parse(bytes)
+        } catch {
+            throw PolicyDiagnostics(kind: .input, problems: [PolicyDiagnostic(
+                location: SourceLocation(file: "stdin", line: line, column: error.column), message: error.message)])
+        }
+        let location = SourceLocation(file: "stdin", line: line, column: 1)
+        do throws(PolicyDiagnostic) {
+            var request = try parse(document, file: "stdin", allowing: ["scopes"])
+            if let scopes = document["scopes"] {
+                guard case .array(let items) = scopes.value else { throw PolicyDiagnostic(location: location, message: "scopes must be an array of scope names") }
+                var granted: Set<Scope> = []
+                for item in items {
+                    guard case .string(let name) = item.value, let scope = try? Scope(name) else {
+                        throw PolicyDiagnostic(location: location, message: "scopes must hold valid scope names (RFC 6749 §3.3)")
+                    }
+                    granted.insert(scope)
+                }
+                request.token = .granted(granted)
+            }
+            return request
+        } catch {
+            var problem = error
+            problem.location.line = line
+            throw PolicyDiagnostics(kind: .input, problems: [problem])
+        }
+    }
+}
+
+extension EntityUID {
+    /// Parses `User::"alice"` (the id with policy-text escapes); `nil` when malformed.
+    public init?(parsing text: String) {
+        guard let uid = JSONValues.parseUID(text) else { return nil }
+        self = uid
     }
 }

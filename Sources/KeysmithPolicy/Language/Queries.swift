@@ -1,0 +1,160 @@
+import Foundation
+import KeysmithTokens
+
+/// A change that would turn a denial into an allow.
+public enum Remedy: Sendable, Hashable, CustomStringConvertible {
+    /// Granting these scopes to the principal's token.
+    case grant([String])
+    /// Making the principal a member of these entities (roles, groups, teams).
+    case membership([EntityUID])
+
+    /// `grant posts:write` or `member of Role::"admin"`.
+    public var description: String {
+        switch self {
+        case .grant(let scopes): "grant " + scopes.joined(separator: " and ")
+        case .membership(let entities): "member of " + entities.map(\.description).joined(separator: " and ")
+        }
+    }
+}
+
+/// One thing a principal may do.
+public struct PermittedAction: Sendable, Hashable {
+    /// The action.
+    public var action: EntityUID
+    /// The resource.
+    public var resource: EntityUID
+    /// The permits that allow it.
+    public var policies: [String]
+}
+
+extension Policies {
+    /// Scope names the policies test in `context.token…` sets, and entities they test membership of.
+    private var candidates: (scopes: [String], entities: [EntityUID]) {
+        var scopes: [String] = [], entities: [EntityUID] = []
+        func walk(_ expression: Expression) {
+            switch expression.kind {
+            case .method(let receiver, let name, let arguments):
+                if ["contains", "containsAll", "containsAny"].contains(name), receiver.text.hasPrefix("context.token") {
+                    for argument in arguments {
+                        if case .literal(.string(let scope)) = argument.kind { scopes.append(scope) }
+                        if case .set(let items) = argument.kind {
+                            for item in items { if case .literal(.string(let scope)) = item.kind { scopes.append(scope) } }
+                        }
+                    }
+                }
+                walk(receiver)
+                arguments.forEach(walk)
+            case .binary(let op, let left, let right):
+                if op == .in, case .variable(.principal) = left.kind {
+                    if case .literal(.entity(let uid)) = right.kind { entities.append(uid) }
+                    if case .set(let items) = right.kind {
+                        for item in items { if case .literal(.entity(let uid)) = item.kind { entities.append(uid) } }
+                    }
+                }
+                walk(left)
+                walk(right)
+            case .not(let inner), .negate(let inner), .has(let inner, _), .like(let inner, _), .attribute(let inner, _): walk(inner)
+            case .ifThenElse(let a, let b, let c): [a, b, c].forEach(walk)
+            case .isType(let inner, _, let container):
+                walk(inner)
+                if let container { walk(container) }
+            case .call(_, let items), .set(let items): items.forEach(walk)
+            case .record(let fields): fields.forEach { walk($0.1) }
+            case .literal, .variable: break
+            }
+        }
+        // Scopes named anywhere (a forbid's `unless` names what it needs); memberships that permits name.
+        for policy in policies {
+            switch policy.effect == .permit ? policy.principal : .any {
+            case .within(let uid), .isTypeWithin(_, let uid): entities.append(uid)
+            default: break
+            }
+            policy.conditions.forEach { walk($0.body) }
+        }
+        var seenScopes: Set<String> = [], seenEntities: Set<EntityUID> = []
+        return (scopes.filter { seenScopes.insert($0).inserted }, entities.filter { seenEntities.insert($0).inserted })
+    }
+
+    /// What would allow a denied request: the smallest sets of scopes to grant, or of entities
+    /// (roles, groups) to make the principal a member of, that turn it into an allow, each
+    /// tried alone and then in pairs. Empty when the request is allowed, or when no such change
+    /// among those the policies name would allow it (a forbid applies whatever, say).
+    ///
+    /// ```swift
+    /// for remedy in policies.remedies(for: request, entities: entities) { print(remedy) }  // grant photos:write
+    /// ```
+    public func remedies(for request: AuthorizationRequest, entities: EntityStore) -> [Remedy] {
+        guard !isAuthorized(request, entities: entities).isAllowed else { return [] }
+        let (scopes, groups) = candidates
+        let base = request.token?.snapshot() ?? [:]
+        let granted = Set(base.filter { $0.value == nil || $0.value?.state == .granted }.keys)
+        let scopeCandidates = request.token == nil ? [] : scopes.filter { !granted.contains($0) }
+        let principal = entities[request.principal] ?? Entity(uid: request.principal)
+        let groupCandidates = groups.filter { !entities.isDescendant(request.principal, of: $0) }
+        func allowsWith(scopes extra: [String], groups extraGroups: [EntityUID]) -> Bool {
+            var changed = request
+            if !extra.isEmpty {
+                var snapshot = base
+                for scope in extra {
+                    snapshot[scope] = ScopeStatus(state: .granted, changedAt: Date(timeIntervalSince1970: 0), reason: "what if")
+                }
+                changed.token = TokenView(source: .fixedSnapshot(snapshot))
+            }
+            var store = entities
+            if !extraGroups.isEmpty {
+                var member = principal
+                member.parents += extraGroups
+                store = (try? entities.replacing(member)) ?? entities
+            }
+            return isAuthorized(changed, entities: store).isAllowed
+        }
+        var remedies: [Remedy] = []
+        for scope in scopeCandidates where allowsWith(scopes: [scope], groups: []) { remedies.append(.grant([scope])) }
+        for group in groupCandidates where allowsWith(scopes: [], groups: [group]) { remedies.append(.membership([group])) }
+        if remedies.isEmpty {
+            for (index, first) in scopeCandidates.enumerated() {
+                for second in scopeCandidates[(index + 1)...] where allowsWith(scopes: [first, second], groups: []) {
+                    remedies.append(.grant([first, second]))
+                }
+            }
+            for (index, first) in groupCandidates.enumerated() {
+                for second in groupCandidates[(index + 1)...] where allowsWith(scopes: [], groups: [first, second]) {
+                    remedies.append(.membership([first, second]))
+                }
+            }
+        }
+        return remedies
+    }
+
+    /// What may this principal do? Every action the schema declares for the principal's type
+    /// (or every action entity in `entities` without a schema), on every resource in `entities`
+    /// of a type the action applies to, that is allowed, with the permits that allow it.
+    public func permissions(of principal: EntityUID, token: TokenView?, context: [String: PolicyValue] = [:],
+                            entities: EntityStore, schema: Schema?) -> [PermittedAction] {
+        var actions: [(EntityUID, Set<String>?)] = []
+        if let schema {
+            actions = schema.actions.values.filter { $0.principals.contains(principal.type) }.map { ($0.uid, $0.resources) }
+        } else {
+            actions = entities.entities.keys.filter { $0.type == "Action" || $0.type.hasSuffix("::Action") }.map { ($0, nil) }
+        }
+        var out: [PermittedAction] = []
+        let resources = entities.entities.keys.filter { !($0.type == "Action" || $0.type.hasSuffix("::Action")) }.sorted()
+        for (action, types) in actions.sorted(by: { $0.0 < $1.0 }) {
+            for resource in resources where types?.contains(resource.type) ?? true {
+                let decision = isAuthorized(AuthorizationRequest(principal: principal, action: action, resource: resource, context: context,
+                                                                 token: token), entities: entities)
+                if decision.isAllowed { out.append(PermittedAction(action: action, resource: resource, policies: decision.determining.map(\.id))) }
+            }
+        }
+        return out
+    }
+}
+
+extension EntityStore {
+    /// The store with one entity replaced (or added).
+    func replacing(_ entity: Entity) throws(PolicyDiagnostics) -> EntityStore {
+        var list = Array(entities.values.filter { $0.uid != entity.uid })
+        list.append(entity)
+        return try EntityStore(list)
+    }
+}
