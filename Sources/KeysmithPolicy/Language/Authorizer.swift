@@ -17,6 +17,27 @@ public struct TokenView: Sendable {
     }
 
     let source: Source
+    /// `context.token` for a view that does not change (all but live ones), built once.
+    let fixedRecord: PolicyValue?
+
+    init(source: Source) {
+        self.source = source
+        self.fixedRecord = nil
+    }
+
+    private init(source: Source, record: PolicyValue) {
+        self.source = source
+        self.fixedRecord = record
+    }
+
+    /// The view with its record built once (every source but a live one).
+    func cached() -> TokenView {
+        if case .live = source { return self }
+        return TokenView(source: source, record: Self.record(snapshot()))
+    }
+
+    /// `context.token` now.
+    func currentRecord() -> PolicyValue { fixedRecord ?? Self.record(snapshot()) }
 
     /// A token's scopes at `date`: granted scopes of an expired token are `expired` (from its
     /// expiry), and every granted scope of a revoked token is `revoked` (from its revocation).
@@ -27,7 +48,7 @@ public struct TokenView: Sendable {
                 statuses[scope] = ScopeStatus(state: .revoked, changedAt: revokedAt, reason: "the token was revoked")
             }
         }
-        return TokenView(source: .statuses(statuses))
+        return TokenView(source: .statuses(statuses)).cached()
     }
 
     /// A permission manager, read at every decision: a revocation applied to it changes the very
@@ -38,7 +59,7 @@ public struct TokenView: Sendable {
     public static func granted(_ scopes: Set<Scope>) -> TokenView {
         TokenView(source: .statuses(Dictionary(uniqueKeysWithValues: scopes.map {
             ($0, ScopeStatus(state: .granted, changedAt: Date(timeIntervalSince1970: 0), reason: ""))
-        })))
+        }))).cached()
     }
 
     /// Each scope's status now (a live view knows granted scopes only, with no time).
@@ -178,8 +199,11 @@ public struct AuthorizationDecision: Sendable, CustomStringConvertible {
     /// does not allow.
     public var failures: [PolicyFailure]
     /// For a denial: for each forbid that denied, the clauses that made it apply; for each permit
-    /// that would have applied but for a clause, that clause and the scopes it names.
-    public var unmet: [ClauseOutcome]
+    /// that would have applied but for a clause, that clause and the scopes it names. Worked
+    /// out when asked for (deciding does not pay for it).
+    public var unmet: [ClauseOutcome] { explainer?.clauses() ?? [] }
+
+    let explainer: Policies.Explainer?
 
     /// `allow` or `deny`.
     public var outcome: String { isAllowed ? "allow" : "deny" }
@@ -198,6 +222,7 @@ public struct AuthorizationDecision: Sendable, CustomStringConvertible {
         } else {
             lines = ["deny: no permit's conditions hold"]
         }
+        let unmet = self.unmet
         lines += failures.map { "  error in \($0)" }
         lines += unmet.map { "  \($0)" }
         return lines.joined(separator: "\n")
@@ -263,61 +288,79 @@ public struct Policies: Sendable {
 
     /// Decides a request.
     public func isAuthorized(_ request: AuthorizationRequest, entities: EntityStore) -> AuthorizationDecision {
+        // `context.token` is the request's token; a context that names `token` itself (which a
+        // schema refuses) is used only when there is no token.
         var context = request.context
-        var snapshot: [String: ScopeStatus?]?
-        if let token = request.token {
-            let scopes = token.snapshot()
-            snapshot = scopes
-            context["token"] = TokenView.record(scopes)
-        }
+        let token = request.token?.currentRecord() ?? context.removeValue(forKey: "token")
         let evaluator = Evaluator(principal: request.principal, action: request.action, resource: request.resource,
-                                  context: .record(context), entities: entities)
+                                  context: context, token: token, entities: entities)
         var permits: [PolicyReference] = []
-        var forbids: [PolicyReference] = []
+        var forbids: [Int] = []
         var failures: [PolicyFailure] = []
-        var unmetPermits: [ClauseOutcome] = []
-        var forbidClauses: [ClauseOutcome] = []
-        for policy in policies {
+        var missed: [(policy: Int, clause: Int)] = []
+        for (index, policy) in policies.enumerated() {
             guard headMatches(policy, request, entities) else { continue }
-            let reference = PolicyReference(id: policy.id, effect: policy.effect, location: policy.location)
-            var satisfied = true
-            var applied: [ClauseOutcome] = []
+            var failedClause: Int?
             do {
-                for (isWhen, body) in policy.conditions {
-                    let holds = try evaluator.bool(body)
-                    if holds != isWhen {
-                        satisfied = false
-                        let deciding = isWhen ? firstFalseConjunct(body, evaluator) : body
-                        unmetPermits.append(ClauseOutcome(policy: reference, clause: isWhen ? "when" : "unless", value: !isWhen, text: deciding.text,
-                                                          location: deciding.location, scopes: scopeFacts(in: deciding, snapshot)))
-                        break
-                    }
-                    applied.append(ClauseOutcome(policy: reference, clause: isWhen ? "when" : "unless", value: isWhen, text: body.text,
-                                                 location: body.location, scopes: scopeFacts(in: body, snapshot)))
+                for (clauseIndex, clause) in policy.conditions.enumerated() where try evaluator.bool(clause.body) != clause.isWhen {
+                    failedClause = clauseIndex
+                    break
                 }
             } catch {
-                failures.append(PolicyFailure(policy: reference, error: error))
-                if policy.effect == .permit, !unmetPermits.isEmpty, unmetPermits.last?.policy == reference { unmetPermits.removeLast() }
+                failures.append(PolicyFailure(policy: reference(index), error: error))
                 continue
             }
-            if policy.effect == .forbid {
-                if !satisfied, unmetPermits.last?.policy == reference { unmetPermits.removeLast() }
-                if satisfied {
-                    forbids.append(reference)
-                    forbidClauses += applied
-                }
-            } else if satisfied {
-                permits.append(reference)
+            switch (policy.effect, failedClause) {
+            case (.forbid, nil): forbids.append(index)
+            case (.permit, nil): permits.append(reference(index))
+            case (.permit, let clause?): missed.append((index, clause))
+            case (.forbid, _): break
             }
         }
         let forbidFailed = failures.contains { $0.policy.effect == .forbid }
         if !forbids.isEmpty || forbidFailed {
-            return AuthorizationDecision(isAllowed: false, determining: forbids, failures: failures, unmet: forbidClauses)
+            return AuthorizationDecision(isAllowed: false, determining: forbids.map(reference), failures: failures,
+                                         explainer: Explainer(policies: self, evaluator: evaluator, token: request.token, applied: forbids, missed: []))
         }
         if !permits.isEmpty {
-            return AuthorizationDecision(isAllowed: true, determining: permits, failures: failures, unmet: [])
+            return AuthorizationDecision(isAllowed: true, determining: permits, failures: failures, explainer: nil)
         }
-        return AuthorizationDecision(isAllowed: false, determining: [], failures: failures, unmet: unmetPermits)
+        return AuthorizationDecision(isAllowed: false, determining: [], failures: failures,
+                                     explainer: Explainer(policies: self, evaluator: evaluator, token: request.token, applied: [], missed: missed))
+    }
+
+    func reference(_ index: Int) -> PolicyReference {
+        PolicyReference(id: policies[index].id, effect: policies[index].effect, location: policies[index].location)
+    }
+
+    /// Works out a denial's clauses when they are asked for.
+    struct Explainer: Sendable {
+        let policies: Policies
+        let evaluator: Evaluator
+        let token: TokenView?
+        /// Forbids that applied: every clause is reported.
+        let applied: [Int]
+        /// Permits whose head matched, and the clause that failed.
+        let missed: [(policy: Int, clause: Int)]
+
+        func clauses() -> [ClauseOutcome] {
+            let snapshot = token?.snapshot()
+            var out: [ClauseOutcome] = []
+            for index in applied {
+                for clause in policies.policies[index].conditions {
+                    out.append(ClauseOutcome(policy: policies.reference(index), clause: clause.isWhen ? "when" : "unless", value: clause.isWhen,
+                                             text: clause.body.text, location: clause.body.location,
+                                             scopes: policies.scopeFacts(in: clause.body, snapshot)))
+                }
+            }
+            for (index, clauseIndex) in missed {
+                let clause = policies.policies[index].conditions[clauseIndex]
+                let deciding = clause.isWhen ? policies.firstFalseConjunct(clause.body, evaluator) : clause.body
+                out.append(ClauseOutcome(policy: policies.reference(index), clause: clause.isWhen ? "when" : "unless", value: !clause.isWhen,
+                                         text: deciding.text, location: deciding.location, scopes: policies.scopeFacts(in: deciding, snapshot)))
+            }
+            return out
+        }
     }
 
     func headMatches(_ policy: ParsedPolicy, _ request: AuthorizationRequest, _ entities: EntityStore) -> Bool {
@@ -339,7 +382,7 @@ public struct Policies: Sendable {
     }
 
     /// The first conjunct of `a && b && …` that is false (the whole expression otherwise).
-    private func firstFalseConjunct(_ expression: Expression, _ evaluator: Evaluator) -> Expression {
+    func firstFalseConjunct(_ expression: Expression, _ evaluator: Evaluator) -> Expression {
         guard case .binary(.and, let left, let right) = expression.kind else { return expression }
         if (try? evaluator.bool(left)) == false { return firstFalseConjunct(left, evaluator) }
         if (try? evaluator.bool(right)) == false { return firstFalseConjunct(right, evaluator) }
@@ -347,7 +390,7 @@ public struct Policies: Sendable {
     }
 
     /// Scope names in `context.token.…` set tests within `expression`, with their state.
-    private func scopeFacts(in expression: Expression, _ snapshot: [String: ScopeStatus?]?) -> [ScopeFact] {
+    func scopeFacts(in expression: Expression, _ snapshot: [String: ScopeStatus?]?) -> [ScopeFact] {
         var names: [String] = []
         func strings(_ expression: Expression) {
             switch expression.kind {

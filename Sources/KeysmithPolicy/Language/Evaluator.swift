@@ -34,8 +34,21 @@ struct Evaluator {
     let principal: EntityUID
     let action: EntityUID
     let resource: EntityUID
-    let context: PolicyValue
+    /// The request's context, without `token`.
+    let context: [String: PolicyValue]
+    /// `context.token`, when the principal has a token.
+    let token: PolicyValue?
     let entities: EntityStore
+
+    /// The whole context as one record (only when a condition uses `context` as a value).
+    var contextRecord: PolicyValue {
+        var fields = context
+        if let token { fields["token"] = token }
+        return .record(fields)
+    }
+
+    /// `context.name` without building the whole record.
+    func contextField(_ name: String) -> PolicyValue? { name == "token" ? token : context[name] }
 
     private func fail(_ kind: EvaluationError.Kind, _ message: String, _ expression: Expression) -> EvaluationError {
         EvaluationError(kind: kind, message: message, location: expression.location)
@@ -50,7 +63,7 @@ struct Evaluator {
             case .principal: return .entity(principal)
             case .action: return .entity(action)
             case .resource: return .entity(resource)
-            case .context: return context
+            case .context: return contextRecord
             }
         case .not(let operand):
             return .bool(!(try bool(operand)))
@@ -69,6 +82,7 @@ struct Evaluator {
         case .ifThenElse(let condition, let then, let otherwise):
             return try bool(condition) ? try evaluate(then) : try evaluate(otherwise)
         case .has(let base, let name):
+            if case .variable(.context) = base.kind { return .bool(contextField(name) != nil) }
             switch try evaluate(base) {
             case .record(let fields): return .bool(fields[name] != nil)
             case .entity(let uid): return .bool(entities[uid]?.attributes[name] != nil)
@@ -85,6 +99,12 @@ struct Evaluator {
             guard let container else { return .bool(true) }
             return try binary(.in, .entity(uid), try evaluate(container), expression)
         case .attribute(let base, let name):
+            if case .variable(.context) = base.kind {
+                guard let value = contextField(name) else {
+                    throw fail(.missingAttribute, "the record has no attribute \(PolicyValue.quoted(name)) (test it with 'has' first)", expression)
+                }
+                return value
+            }
             switch try evaluate(base) {
             case .record(let fields):
                 guard let value = fields[name] else {

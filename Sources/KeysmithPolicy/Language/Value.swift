@@ -30,7 +30,7 @@ public struct EntityUID: Hashable, Sendable, CustomStringConvertible, Comparable
 ///
 /// The types are Cedar's: booleans, 64-bit integers (`Long`), strings, entity references, sets,
 /// records, and the extension types `ipaddr`, `decimal`, `datetime` and `duration`.
-public indirect enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
+public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
     /// `true` or `false`.
     case bool(Bool)
     /// A 64-bit signed integer; arithmetic that overflows is an error.
