@@ -266,8 +266,8 @@ public struct Policies: Sendable {
         var ids: [String: SourceLocation] = [:]
         for (file, text) in files {
             do {
-                for var policy in try PolicyParser.parse(text, file: file) {
-                    if !policy.hasExplicitID { policy.id = "policy\(all.count)" }
+                for parsed in try PolicyParser.parse(text, file: file) {
+                    let policy = parsed.hasExplicitID ? parsed : parsed.renamed("policy\(all.count)")
                     if let earlier = ids[policy.id] {
                         problems.append(PolicyDiagnostic(location: policy.location, message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at \(earlier))"))
                     }

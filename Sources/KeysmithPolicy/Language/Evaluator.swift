@@ -39,6 +39,30 @@ struct Evaluator {
     /// `context.token`, when the principal has a token.
     let token: PolicyValue?
     let entities: EntityStore
+    /// The principal's and the resource's entities, looked up once per request.
+    let principalEntity: Entity?
+    let resourceEntity: Entity?
+
+    init(principal: EntityUID, action: EntityUID, resource: EntityUID, context: [String: PolicyValue], token: PolicyValue?,
+         entities: EntityStore) {
+        self.principal = principal
+        self.action = action
+        self.resource = resource
+        self.context = context
+        self.token = token
+        self.entities = entities
+        self.principalEntity = entities[principal]
+        self.resourceEntity = entities[resource]
+    }
+
+    /// The entity, from the per-request cache for the principal and the resource.
+    private func entity(_ uid: EntityUID, _ base: Expression) -> Entity? {
+        if case .variable(let variable) = base.kind {
+            if variable == .principal { return principalEntity }
+            if variable == .resource { return resourceEntity }
+        }
+        return entities[uid]
+    }
 
     /// The whole context as one record (only when a condition uses `context` as a value).
     var contextRecord: PolicyValue {
@@ -85,7 +109,7 @@ struct Evaluator {
             if case .variable(.context) = base.kind { return .bool(contextField(name) != nil) }
             switch try evaluate(base) {
             case .record(let fields): return .bool(fields[name] != nil)
-            case .entity(let uid): return .bool(entities[uid]?.attributes[name] != nil)
+            case .entity(let uid): return .bool(entity(uid, base)?.attributes[name] != nil)
             case let other: throw fail(.typeMismatch, "'has' needs an entity or a record, not \(other.typeName)", expression)
             }
         case .like(let base, let pattern):
@@ -112,7 +136,7 @@ struct Evaluator {
                 }
                 return value
             case .entity(let uid):
-                guard let entity = entities[uid] else {
+                guard let entity = entity(uid, base) else {
                     throw fail(.missingEntity, "\(uid) is not among the entities, so it has no attribute \(PolicyValue.quoted(name))", expression)
                 }
                 guard let value = entity.attributes[name] else {

@@ -1,20 +1,44 @@
-/// One policy of a policy file, parsed.
-struct ParsedPolicy: Sendable {
-    var id: String
-    var effect: Effect
-    var principal: EntityConstraint
-    var action: ActionConstraint
-    var resource: EntityConstraint
+/// One policy of a policy file, parsed. A class: deciding walks every policy, and a reference
+/// costs one retain where a struct of strings and arrays costs one per field.
+final class ParsedPolicy: Sendable {
+    let id: String
+    let effect: Effect
+    let principal: EntityConstraint
+    let action: ActionConstraint
+    let resource: EntityConstraint
     /// `when` (true) and `unless` (false) clauses, in order.
-    var conditions: [(isWhen: Bool, body: Expression)]
-    var annotations: [String: String]
+    let conditions: [(isWhen: Bool, body: Expression)]
+    let annotations: [String: String]
     /// Whether the id comes from `@id` (else it is `policyN`, its index, as in Cedar).
     var hasExplicitID: Bool { annotations["id"] != nil }
-    var location: SourceLocation
+    let location: SourceLocation
     /// Where the head's principal, action and resource constraints are.
-    var principalLocation: SourceLocation
-    var actionLocation: SourceLocation
-    var resourceLocation: SourceLocation
+    let principalLocation: SourceLocation
+    let actionLocation: SourceLocation
+    let resourceLocation: SourceLocation
+
+    init(id: String, effect: Effect, principal: EntityConstraint, action: ActionConstraint, resource: EntityConstraint,
+         conditions: [(isWhen: Bool, body: Expression)], annotations: [String: String], location: SourceLocation,
+         principalLocation: SourceLocation, actionLocation: SourceLocation, resourceLocation: SourceLocation) {
+        self.id = id
+        self.effect = effect
+        self.principal = principal
+        self.action = action
+        self.resource = resource
+        self.conditions = conditions
+        self.annotations = annotations
+        self.location = location
+        self.principalLocation = principalLocation
+        self.actionLocation = actionLocation
+        self.resourceLocation = resourceLocation
+    }
+
+    /// The same policy under another id (policies without `@id` are numbered across files).
+    func renamed(_ id: String) -> ParsedPolicy {
+        ParsedPolicy(id: id, effect: effect, principal: principal, action: action, resource: resource, conditions: conditions,
+                     annotations: annotations, location: location, principalLocation: principalLocation,
+                     actionLocation: actionLocation, resourceLocation: resourceLocation)
+    }
 }
 
 /// Reads policy text: Cedar's policy syntax (see docs/policy-language.md).
