@@ -17,7 +17,7 @@ vault_read_us = number(r"== 1000 items ==[\s\S]*?read one item: median ([0-9.]+)
 vault_write_us = number(r"== 1000 items ==[\s\S]*?durable write of one item: median ([0-9.]+) µs", vault)
 ks_ss_reads = number(r"Keysmith reads: ([0-9.]+)/s", secret_service)
 ks_ss_writes = number(r"Keysmith writes \(update\): ([0-9.]+)/s", secret_service)
-engine = number(r"engine \(prepared principals\): ([0-9.]+) million", policy)
+engine = number(r"policy language: ([0-9.]+) million", policy)
 
 rows = []
 def row(what, peer, peer_value, keysmith_value, unit):

@@ -139,4 +139,23 @@ struct PolicyLanguageNewsGroupsTests {
         #expect(revoked.determining.map(\.id) == ["was-revoked"])
         #expect(revoked.description.contains("r is revoked since 2023-11-14T22:15:20.000Z"))
     }
+
+    @Test("the guide's example decides as the guide says, and follows a live revocation")
+    func guideExample() throws {
+        let policies = try NewsGroups.built()
+        struct Member: Encodable { var member_of: [EntityUID]; var admin_of: [EntityUID]; var super_admin: Bool }
+        let g1 = EntityUID(type: "Group", id: "g1")
+        let entities = try EntityStore([
+            Entity(uid: g1, attributes: ["public": .bool(false)]),
+            try Entity(uid: EntityUID(type: "User", id: "bob"), attributes: Member(member_of: [g1], admin_of: [], super_admin: false)),
+        ])
+        let permissionManager = PermissionManager(granted: [try Scope("posts:write")])
+        let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "bob"), action: EntityUID(type: "Action", id: "post"),
+                                           resource: g1, token: .live(permissionManager))
+        #expect(policies.isAuthorized(request, entities: entities).description == "allow: permitted by member-browse-post")
+        permissionManager.remove(try Scope("posts:write"))
+        let denied = policies.isAuthorized(request, entities: entities).description
+        #expect(denied.hasPrefix("deny: forbidden by scope-post"))
+        #expect(denied.contains("posts:write is not in the token"))
+    }
 }
