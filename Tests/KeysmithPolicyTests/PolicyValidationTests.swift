@@ -192,4 +192,16 @@ struct PolicyValidationTests {
         #expect(decision.failures[0].error.kind == .missingAttribute)
         #expect(decision.description.contains("could not be evaluated"))
     }
+
+    @Test("a cycle of parents is an error naming the entities' lines")
+    func parentCycle() {
+        let json = """
+        [{"uid": {"type": "Team", "id": "a"}, "parents": [{"type": "Team", "id": "b"}]},
+         {"uid": {"type": "Team", "id": "b"}, "parents": [{"type": "Team", "id": "a"}]},
+         {"uid": {"type": "Team", "id": "c"}, "parents": [{"type": "Team", "id": "a"}]}]
+        """
+        let error = Self.diagnostics { _ = try EntityStore(json: Array(json.utf8), file: "teams.json") }
+        #expect(error?.problems.map(\.location.line) == [1, 2])
+        #expect(error?.problems.allSatisfy { $0.location.file == "teams.json" && $0.message.contains("cycle") } == true)
+    }
 }

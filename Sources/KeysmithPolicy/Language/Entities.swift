@@ -43,6 +43,11 @@ public struct EntityStore: Sendable {
 
     /// A store of these entities; a uid given twice is an error.
     public init(_ entities: [Entity] = []) throws(PolicyDiagnostics) {
+        try self.init(entities, locations: [:])
+    }
+
+    private init(_ entities: [Entity], locations: [EntityUID: SourceLocation]) throws(PolicyDiagnostics) {
+        self.locations = locations
         var byUID: [EntityUID: Entity] = [:]
         var problems: [PolicyDiagnostic] = []
         for entity in entities {
@@ -86,8 +91,7 @@ public struct EntityStore: Sendable {
         let cyclic = result.filter { $0.value.contains($0.key) }.keys.sorted()
         if !cyclic.isEmpty {
             throw PolicyDiagnostics(kind: .input, problems: cyclic.prefix(10).map {
-                PolicyDiagnostic(location: SourceLocation(file: "<entities>", line: 1, column: 1),
-                                 message: "\($0) is its own ancestor: the parents form a cycle")
+                PolicyDiagnostic(location: location(of: $0), message: "\($0) is its own ancestor: the parents form a cycle")
             })
         }
         ancestorsByEntity = result
@@ -138,8 +142,7 @@ public struct EntityStore: Sendable {
             }
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
-        try self.init(list)
-        self.locations = locations
+        try self.init(list, locations: locations)
     }
 }
 
