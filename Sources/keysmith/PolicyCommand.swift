@@ -13,7 +13,7 @@ extension KeysmithCommand {
             commandName: "policy",
             abstract: "Validate policies against a schema, decide requests, list what a principal may do, run policy tests.",
             discussion: "The language is described in docs/policy-language.md.",
-            subcommands: [Validate.self, Check.self, Decide.self, Permitted.self, Test.self, Example.self]
+            subcommands: [Validate.self, Check.self, Decide.self, Permitted.self, Test.self, Format.self, Example.self]
         )
     }
 }
@@ -436,6 +436,37 @@ extension KeysmithCommand.PolicyCommand {
                 print("\(outcomes.count - failed.count) passed, \(failed.count) failed")
             }
             if !failed.isEmpty { throw CommandFailure(message: "\(failed.count) policy test(s) failed", exitCode: ExitCode(3)) }
+        }
+    }
+
+    /// Converts policies between the text and Cedar's JSON policy format.
+    struct Format: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print policies (text or Cedar's JSON policy format) as text or as JSON.")
+
+        enum Form: String, ExpressibleByArgument, CaseIterable {
+            case cedar, json
+        }
+
+        @Option(name: .customLong("policies"), help: ArgumentHelp("A policy file, text or JSON (repeatable).", valueName: "file"))
+        var policyFiles: [String] = []
+
+        @Option(help: "The form to print: cedar (text) or json (a Cedar JSON policy set).")
+        var to: Form = .cedar
+
+        func validate() throws {
+            if policyFiles.isEmpty { throw ValidationError("give at least one --policies FILE") }
+        }
+
+        func run() throws {
+            var files: [(String, String)] = []
+            for file in policyFiles { files.append((file, try readText(file, "policy file"))) }
+            do {
+                let policies = try Policies(files: files)
+                Terminal.write(Array((to == .json ? policies.json + "\n" : policies.formatted).utf8), to: 1)
+            } catch {
+                try reportProblems(error.problems)
+            }
         }
     }
 

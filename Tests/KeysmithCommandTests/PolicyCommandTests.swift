@@ -190,4 +190,26 @@ struct PolicyCommandTests {
         let json = try keysmith.run(["policy", "test", "--json", keysmith.directory + "/tests.json"])
         #expect(json.stdout.hasPrefix(#"{"passed":1,"failed":1,"failures":[{"name":"member deletes","line":4"#))
     }
+
+    @Test("format turns text into Cedar's JSON policy format and back; JSON policy files are read like text")
+    func format() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let json = try keysmith.run(["policy", "format", "--to", "json", "--policies", Self.policies])
+        #expect(json.status == 0)
+        #expect(json.stdout.hasPrefix(#"{"staticPolicies":{"browse-public":{"effect":"permit","principal":{"op":"All"}"#))
+        let file = keysmith.directory + "/policies.json"
+        try json.stdout.write(toFile: file, atomically: true, encoding: .utf8)
+        let check = ["policy", "check", "--policies", file, "--schema", Self.schema, "--entities", Self.entities,
+                     "--principal", #"User::"alice""#, "--action", "post", "--resource", #"Group::"g1""#]
+        #expect(try keysmith.run(check + ["--scope", "posts:write", "--explain"]).stdout == "allow: permitted by member-browse-post\n")
+        #expect(try keysmith.run(check).status == 3)
+        let text = try keysmith.run(["policy", "format", "--policies", file])
+        #expect(text.stdout.contains("@id(\"scope-post\")\nforbid (principal is User, action == Action::\"post\", resource)\nunless { context has token && context.token.granted.contains(\"posts:write\") };"))
+        try #"{"staticPolicies": {"p": {"effect": "permit", "principal": {"op": "All"}, "action": {"op": "All"}, "resource": {"op": "All"}, "conditions": [{"kind": "when", "body": {"Var": "subject"}}]}}}"#
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        let bad = try keysmith.run(["policy", "validate", "--policies", file])
+        #expect(bad.status == 64)
+        #expect(bad.stderr.contains("policies.json:1:175: Var must be principal, action, resource or context"))
+    }
 }

@@ -58,10 +58,23 @@ struct OracleTests {
             else { throw OracleFailure(message: "a malformed oracle line") }
             scenarioCount += 1
             let policies = try Policies(text: text, file: "oracle")
+            // The same policies through Cedar's JSON form (as cedarpy writes it), through
+            // Keysmith's own JSON, and printed back as text: every form decides alike.
+            let cedarJSON = try Policies(json: Array(JSONOut.encode(scenario["json"]!.value).utf8), file: "cedar.json")
+            let ownJSON = try Policies(json: Array(policies.json.utf8), file: "own.json")
+            let printed = try Policies(text: policies.formatted, file: "printed")
+            #expect(ownJSON.ids == policies.ids && printed.ids == policies.ids)
+            #expect(cedarJSON.ids.sorted() == policies.ids.sorted())
             let entities = try EntityStore(json: Array(JSONOut.encode(entitiesValue.value).utf8))
             for item in requests {
                 let request = try AuthorizationRequest.parse(item, file: "oracle", allowing: ["decision", "reasons", "errors"], tokenInContext: true)
                 let decision = policies.isAuthorized(request, entities: entities)
+                for (form, other) in [("Cedar's JSON", cedarJSON), ("Keysmith's JSON", ownJSON), ("printed text", printed)] {
+                    let again = other.isAuthorized(request, entities: entities)
+                    #expect(again.isAllowed == decision.isAllowed && again.determining.map(\.id).sorted() == decision.determining.map(\.id).sorted()
+                            && again.failures.map(\.policy.id).sorted() == decision.failures.map(\.policy.id).sorted(),
+                            "\(form) decides differently:\n\(text)\nas \(other.formatted)")
+                }
                 let expected = Self.strings(item["decision"]).first ?? (item["decision"].flatMap { if case .string(let d) = $0.value { d } else { nil } } ?? "?")
                 let reasons = Set(Self.strings(item["reasons"]))
                 let errors = Set(Self.strings(item["errors"]))

@@ -256,17 +256,32 @@ public struct Policies: Sendable {
     /// The policies' text (for policies built in Swift, the text they became).
     public var text: String { source }
 
+    /// Reads Cedar's JSON policy format: a policy set `{"staticPolicies": {"id": {…}}, …}` or one
+    /// policy object (docs/policy-language.md, "JSON forms"). Every problem is reported.
+    public init(json bytes: [UInt8], file: String = "<policies>") throws(PolicyDiagnostics) {
+        policies = try PolicyJSON.parse(bytes, file: file)
+        source = formatted
+    }
+
+    /// The policies as a Cedar JSON policy set, keyed by id.
+    public var json: String { PolicyJSON.write(policies) }
+
+    /// The policies printed from their syntax: comments dropped, one layout.
+    public var formatted: String { policies.map(PolicyPrinter.print).joined(separator: "\n\n") + (policies.isEmpty ? "" : "\n") }
+
     init(parsed: [ParsedPolicy]) { policies = parsed }
 
     /// Parses several files as one set: every problem of every file is reported, and a policy
-    /// id used in two files is an error. Policies without an `@id` are numbered across files.
+    /// id used in two files is an error. Policies without an `@id` are numbered across files. A
+    /// file whose first character is `{` is read as Cedar's JSON policy format.
     public init(files: [(file: String, text: String)]) throws(PolicyDiagnostics) {
         var all: [ParsedPolicy] = []
         var problems: [PolicyDiagnostic] = []
         var ids: [String: SourceLocation] = [:]
         for (file, text) in files {
             do {
-                for parsed in try PolicyParser.parse(text, file: file) {
+                let isJSON = text.first { !$0.isWhitespace } == "{"
+                for parsed in isJSON ? try PolicyJSON.parse(Array(text.utf8), file: file) : try PolicyParser.parse(text, file: file) {
                     let policy = parsed.hasExplicitID ? parsed : parsed.renamed("policy\(all.count)")
                     if let earlier = ids[policy.id] {
                         problems.append(PolicyDiagnostic(location: policy.location, message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at \(earlier))"))

@@ -306,7 +306,8 @@ def main():
             item["reasons"] = sorted(result.diagnostics.reasons)
             item["errors"] = sorted({policy_id(e) for e in result.diagnostics.errors})
             out.append(item)
-        document = {"policies": policies, "entities": entities, "requests": out}
+        document = {"policies": policies, "entities": entities, "requests": out,
+                    "json": json.loads(cedarpy.policies_to_json_str(policies))}
         if typed:
             validation = cedarpy.validate_policies(policies, CEDAR_SCHEMA)
             document["schema"] = SCHEMA

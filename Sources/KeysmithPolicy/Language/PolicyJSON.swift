@@ -1,0 +1,369 @@
+/// Cedar's JSON policy format, the policy language's interchange form: read and written.
+///
+/// A policy set is `{"staticPolicies": {"id": POLICY, …}, "templates": {}, "templateLinks": []}`;
+/// a POLICY is `{"effect", "principal", "action", "resource", "conditions", "annotations"}`, with
+/// expressions as Cedar writes them (`{"==": {"left": …, "right": …}}`, `{"Var": "principal"}`,
+/// `{"Value": …}`, `{".": {"left": …, "attr": "a"}}`, `{"isInRange": [receiver, argument]}`, …).
+enum PolicyJSON {
+    struct Reader {
+        let file: String
+        var depth = 0
+
+        func problem(_ value: Located, _ message: String) -> PolicyDiagnostic {
+            PolicyDiagnostic(location: SourceLocation(file: file, line: value.line, column: value.column), message: message)
+        }
+
+        func location(_ value: Located) -> SourceLocation { SourceLocation(file: file, line: value.line, column: value.column) }
+
+        func members(_ value: Located, _ what: String, _ allowed: Set<String>) throws(PolicyDiagnostic) -> [String: Located] {
+            try JSONValues.members(value, file, what, allowed: allowed)
+        }
+
+        func string(_ value: Located?, _ what: String, in parent: Located) throws(PolicyDiagnostic) -> String {
+            try JSONValues.string(value, file, what, in: parent)
+        }
+
+        func uid(_ value: Located?, _ what: String, in parent: Located) throws(PolicyDiagnostic) -> EntityUID {
+            guard let value else { throw problem(parent, "\(what) is missing") }
+            return try JSONValues.uid(value, file, what)
+        }
+
+        func policy(_ value: Located, id: String?) throws(PolicyDiagnostic) -> ParsedPolicy {
+            let fields = try members(value, "a policy", ["effect", "principal", "action", "resource", "conditions", "annotations"])
+            let effectText = try string(fields["effect"], "the effect", in: value)
+            guard let effect = Effect(rawValue: effectText) else { throw problem(value, "the effect must be \"permit\" or \"forbid\"") }
+            guard let principalValue = fields["principal"], let actionValue = fields["action"], let resourceValue = fields["resource"] else {
+                throw problem(value, "a policy needs principal, action and resource")
+            }
+            let principal = try entityConstraint(principalValue, "principal")
+            let resource = try entityConstraint(resourceValue, "resource")
+            let actionFields = try members(actionValue, "the action constraint", ["op", "entity", "entities"])
+            let action: ActionConstraint
+            switch try string(actionFields["op"], "the action's op", in: actionValue) {
+            case "All": action = .any
+            case "==": action = .equal(try uid(actionFields["entity"], "the action", in: actionValue))
+            case "in":
+                if let list = actionFields["entities"] {
+                    guard case .array(let items) = list.value else { throw problem(list, "entities must be an array") }
+                    var uids: [EntityUID] = []
+                    for item in items { uids.append(try JSONValues.uid(item, file, "an action")) }
+                    action = .within(uids)
+                } else {
+                    action = .within([try uid(actionFields["entity"], "the action", in: actionValue)])
+                }
+            case let other: throw problem(actionValue, "the action's op \(PolicyValue.quoted(other)) is not All, == or in")
+            }
+            var annotations: [String: String] = [:]
+            if let annotationsValue = fields["annotations"] {
+                guard case .object(let items) = annotationsValue.value else { throw problem(annotationsValue, "annotations must be an object") }
+                for (key, item) in items {
+                    guard PolicyPrinter.isIdentifier(key) else { throw problem(item, "the annotation name \(PolicyValue.quoted(key)) is not an identifier") }
+                    guard case .string(let text) = item.value else { throw problem(item, "an annotation's value must be a string") }
+                    annotations[key] = text
+                }
+            }
+            var conditions: [(isWhen: Bool, body: Expression)] = []
+            if let conditionsValue = fields["conditions"] {
+                guard case .array(let items) = conditionsValue.value else { throw problem(conditionsValue, "conditions must be an array") }
+                for item in items {
+                    let condition = try members(item, "a condition", ["kind", "body"])
+                    let kind = try string(condition["kind"], "the condition's kind", in: item)
+                    guard kind == "when" || kind == "unless" else { throw problem(item, "a condition's kind must be \"when\" or \"unless\"") }
+                    guard let body = condition["body"] else { throw problem(item, "the condition has no body") }
+                    var reader = self
+                    conditions.append((kind == "when", try reader.expression(body)))
+                }
+            }
+            // In a policy set the key is the policy's id; it is kept as `@id` so that text keeps it.
+            if let id, annotations["id"] == nil { annotations["id"] = id }
+            let policyID = annotations["id"] ?? "policy0"
+            return ParsedPolicy(id: policyID, effect: effect, principal: principal, action: action, resource: resource, conditions: conditions,
+                                annotations: annotations, location: location(value),
+                                principalLocation: location(principalValue), actionLocation: location(actionValue),
+                                resourceLocation: location(resourceValue))
+        }
+
+        func entityConstraint(_ value: Located, _ variable: String) throws(PolicyDiagnostic) -> EntityConstraint {
+            let fields = try members(value, "the \(variable) constraint", ["op", "entity", "entity_type", "in", "slot"])
+            if fields["slot"] != nil { throw problem(value, "templates (slots) are not supported") }
+            switch try string(fields["op"], "the \(variable)'s op", in: value) {
+            case "All": return .any
+            case "==": return .equal(try uid(fields["entity"], "the \(variable)", in: value))
+            case "in": return .within(try uid(fields["entity"], "the \(variable)", in: value))
+            case "is":
+                let type = try string(fields["entity_type"], "the \(variable)'s entity_type", in: value)
+                guard JSONValues.isTypeName(type) else { throw problem(value, "\(PolicyValue.quoted(type)) is not a type name") }
+                if let container = fields["in"] {
+                    let inner = try members(container, "the \(variable)'s in", ["entity", "slot"])
+                    return .isTypeWithin(type, try uid(inner["entity"], "the \(variable)'s container", in: container))
+                }
+                return .isType(type)
+            case let other: throw problem(value, "the \(variable)'s op \(PolicyValue.quoted(other)) is not All, ==, in or is")
+            }
+        }
+
+        static let binary: [String: BinaryOperator] = [
+            "==": .equal, "!=": .notEqual, "<": .less, "<=": .lessEqual, ">": .greater, ">=": .greaterEqual,
+            "+": .add, "-": .subtract, "*": .multiply, "in": .in, "&&": .and, "||": .or,
+        ]
+        static let setOperations: Set<String> = ["contains", "containsAll", "containsAny"]
+        static let methods: Set<String> = [
+            "isIpv4", "isIpv6", "isLoopback", "isMulticast", "isInRange", "lessThan", "lessThanOrEqual", "greaterThan",
+            "greaterThanOrEqual", "offset", "durationSince", "toDate", "toTime", "toMilliseconds", "toSeconds", "toMinutes", "toHours", "toDays",
+        ]
+
+        mutating func expression(_ value: Located) throws(PolicyDiagnostic) -> Expression {
+            depth += 1
+            defer { depth -= 1 }
+            guard depth <= PolicyParser.maximumDepth else { throw problem(value, "the expression nests deeper than \(PolicyParser.maximumDepth) levels") }
+            guard case .object(let members) = value.value, members.count == 1 else {
+                throw problem(value, "an expression must be an object with one key, such as {\"Var\": \"principal\"}")
+            }
+            let (key, body) = members[0]
+            func make(_ kind: Expression.Kind) -> Expression {
+                let expression = Expression(kind: kind, location: location(value), text: "")
+                return Expression(kind: kind, location: location(value), text: PolicyPrinter.print(expression))
+            }
+            func pair() throws(PolicyDiagnostic) -> (Expression, Expression) {
+                let fields = try self.members(body, "\(key)", ["left", "right"])
+                guard let left = fields["left"], let right = fields["right"] else { throw problem(body, "\(key) needs left and right") }
+                return (try expression(left), try expression(right))
+            }
+            func list() throws(PolicyDiagnostic) -> [Expression] {
+                guard case .array(let items) = body.value else { throw problem(body, "\(key) takes an array") }
+                var out: [Expression] = []
+                for item in items { out.append(try expression(item)) }
+                return out
+            }
+            switch key {
+            case "Value":
+                return make(.literal(try JSONValues.policyValue(body, file, "a value")))
+            case "Var":
+                guard case .string(let name) = body.value, let variable = Variable(rawValue: name) else {
+                    throw problem(body, "Var must be principal, action, resource or context")
+                }
+                return make(.variable(variable))
+            case "Slot":
+                throw problem(value, "templates (slots) are not supported")
+            case "!", "neg", "isEmpty":
+                let fields = try self.members(body, key, ["arg"])
+                guard let argument = fields["arg"] else { throw problem(body, "\(key) needs arg") }
+                let operand = try expression(argument)
+                switch key {
+                case "!": return make(.not(operand))
+                case "neg": return make(.negate(operand))
+                default: return make(.method(operand, "isEmpty", []))
+                }
+            case _ where Self.binary[key] != nil:
+                let (left, right) = try pair()
+                return make(.binary(Self.binary[key]!, left, right))
+            case _ where Self.setOperations.contains(key):
+                let (left, right) = try pair()
+                return make(.method(left, key, [right]))
+            case ".", "has":
+                let fields = try self.members(body, key, ["left", "attr"])
+                guard let left = fields["left"] else { throw problem(body, "\(key) needs left") }
+                let attribute = try string(fields["attr"], "\(key)'s attr", in: body)
+                let base = try expression(left)
+                return make(key == "." ? .attribute(base, attribute) : .has(base, attribute))
+            case "like":
+                let fields = try self.members(body, key, ["left", "pattern"])
+                guard let left = fields["left"], case .array(let items)? = fields["pattern"]?.value else { throw problem(body, "like needs left and a pattern array") }
+                var pattern: [PatternElement] = []
+                for item in items {
+                    switch item.value {
+                    case .string("Wildcard"): pattern.append(.wildcard)
+                    case .object(let literal) where literal.count == 1 && literal[0].key == "Literal":
+                        guard case .string(let text) = literal[0].value.value else { throw problem(item, "a Literal must be a string") }
+                        pattern += text.unicodeScalars.map { .literal($0) }
+                    default: throw problem(item, "a pattern element must be \"Wildcard\" or {\"Literal\": \"…\"}")
+                    }
+                }
+                return make(.like(try expression(left), pattern))
+            case "is":
+                let fields = try self.members(body, key, ["left", "entity_type", "in"])
+                guard let left = fields["left"] else { throw problem(body, "is needs left") }
+                let type = try string(fields["entity_type"], "is's entity_type", in: body)
+                guard JSONValues.isTypeName(type) else { throw problem(body, "\(PolicyValue.quoted(type)) is not a type name") }
+                return make(.isType(try expression(left), type, in: try fields["in"].map { (container: Located) throws(PolicyDiagnostic) -> Expression in try expression(container) }))
+            case "if-then-else":
+                let fields = try self.members(body, key, ["if", "then", "else"])
+                guard let condition = fields["if"], let then = fields["then"], let otherwise = fields["else"] else {
+                    throw problem(body, "if-then-else needs if, then and else")
+                }
+                return make(.ifThenElse(try expression(condition), try expression(then), try expression(otherwise)))
+            case "Set":
+                return make(.set(try list()))
+            case "Record":
+                guard case .object(let fields) = body.value else { throw problem(body, "Record takes an object") }
+                var out: [(String, Expression)] = []
+                for (name, item) in fields { out.append((name, try expression(item))) }
+                return make(.record(out))
+            case _ where PolicyParser.extensionFunctions.contains(key):
+                return make(.call(key, try list()))
+            case _ where Self.methods.contains(key):
+                let items = try list()
+                guard let receiver = items.first else { throw problem(body, "\(key) needs its receiver first") }
+                return make(.method(receiver, key, Array(items.dropFirst())))
+            default:
+                throw problem(value, "unknown expression \(PolicyValue.quoted(key))")
+            }
+        }
+    }
+
+    /// Reads a policy set (`{"staticPolicies": …}`) or one policy.
+    static func parse(_ bytes: [UInt8], file: String) throws(PolicyDiagnostics) -> [ParsedPolicy] {
+        let document: Located
+        do {
+            document = try JSONReader.parse(bytes)
+        } catch {
+            throw PolicyDiagnostics(kind: .syntax, problems: [PolicyDiagnostic(location: SourceLocation(file: file, line: error.line, column: error.column), message: error.message)])
+        }
+        var reader = Reader(file: file)
+        var problems: [PolicyDiagnostic] = []
+        var policies: [ParsedPolicy] = []
+        if case .object(let members) = document.value, members.contains(where: { $0.key == "staticPolicies" }) {
+            do throws(PolicyDiagnostic) {
+                let fields = try reader.members(document, "a policy set", ["staticPolicies", "templates", "templateLinks"])
+                if case .object(let templates)? = fields["templates"]?.value, !templates.isEmpty {
+                    throw reader.problem(fields["templates"]!, "templates are not supported")
+                }
+                if case .array(let links)? = fields["templateLinks"]?.value, !links.isEmpty {
+                    throw reader.problem(fields["templateLinks"]!, "template links are not supported")
+                }
+                guard case .object(let items)? = fields["staticPolicies"]?.value else {
+                    throw reader.problem(document, "staticPolicies must be an object of policies by id")
+                }
+                for (id, item) in items {
+                    do throws(PolicyDiagnostic) {
+                        let policy = try reader.policy(item, id: id)
+                        if let declared = policy.annotations["id"], declared != id {
+                            throw reader.problem(item, "the policy \(PolicyValue.quoted(id)) has @id \(PolicyValue.quoted(declared)): they must agree")
+                        }
+                        policies.append(policy)
+                    } catch {
+                        problems.append(error)
+                    }
+                }
+            } catch {
+                problems.append(error)
+            }
+        } else {
+            do throws(PolicyDiagnostic) { policies.append(try reader.policy(document, id: nil)) } catch { problems.append(error) }
+        }
+        if !problems.isEmpty { throw PolicyDiagnostics(kind: .syntax, problems: problems) }
+        return policies
+    }
+
+    /// Writes policies as a Cedar JSON policy set (ids as keys).
+    static func write(_ policies: [ParsedPolicy]) -> String {
+        func uid(_ uid: EntityUID) -> String { "{\"type\":\(quoted(uid.type)),\"id\":\(quoted(uid.id))}" }
+        func constraint(_ constraint: EntityConstraint) -> String {
+            switch constraint {
+            case .any: "{\"op\":\"All\"}"
+            case .equal(let entity): "{\"op\":\"==\",\"entity\":\(uid(entity))}"
+            case .within(let entity): "{\"op\":\"in\",\"entity\":\(uid(entity))}"
+            case .isType(let type): "{\"op\":\"is\",\"entity_type\":\(quoted(type))}"
+            case .isTypeWithin(let type, let entity): "{\"op\":\"is\",\"entity_type\":\(quoted(type)),\"in\":{\"entity\":\(uid(entity))}}"
+            }
+        }
+        var out = "{\"staticPolicies\":{"
+        out += policies.map { policy in
+            let action = switch policy.action {
+            case .any: "{\"op\":\"All\"}"
+            case .equal(let entity): "{\"op\":\"==\",\"entity\":\(uid(entity))}"
+            case .within(let list): "{\"op\":\"in\",\"entities\":[" + list.map(uid).joined(separator: ",") + "]}"
+            }
+            var text = "\(quoted(policy.id)):{\"effect\":\"\(policy.effect.rawValue)\",\"principal\":\(constraint(policy.principal)),"
+            text += "\"action\":\(action),\"resource\":\(constraint(policy.resource)),\"conditions\":["
+            text += policy.conditions.map { "{\"kind\":\"\($0.isWhen ? "when" : "unless")\",\"body\":\(expression($0.body))}" }.joined(separator: ",")
+            text += "],\"annotations\":{" + policy.annotations.sorted { $0.key < $1.key }.map { "\(quoted($0.key)):\(quoted($0.value))" }.joined(separator: ",") + "}}"
+            return text
+        }.joined(separator: ",")
+        return out + "},\"templates\":{},\"templateLinks\":[]}"
+    }
+
+    static func quoted(_ text: String) -> String { JSONOutput.string(text) }
+
+    static func expression(_ expression: Expression) -> String {
+        func node(_ key: String, _ body: String) -> String { "{\(quoted(key)):\(body)}" }
+        func pair(_ key: String, _ left: Expression, _ right: Expression) -> String {
+            node(key, "{\"left\":\(self.expression(left)),\"right\":\(self.expression(right))}")
+        }
+        switch expression.kind {
+        case .literal(let value): return node("Value", JSONOutput.value(value))
+        case .variable(let variable): return node("Var", quoted(variable.rawValue))
+        case .not(let operand): return node("!", "{\"arg\":\(self.expression(operand))}")
+        case .negate(let operand): return node("neg", "{\"arg\":\(self.expression(operand))}")
+        case .binary(let op, let left, let right): return pair(op.rawValue, left, right)
+        case .ifThenElse(let a, let b, let c):
+            return node("if-then-else", "{\"if\":\(self.expression(a)),\"then\":\(self.expression(b)),\"else\":\(self.expression(c))}")
+        case .has(let base, let name): return node("has", "{\"left\":\(self.expression(base)),\"attr\":\(quoted(name))}")
+        case .attribute(let base, let name): return node(".", "{\"left\":\(self.expression(base)),\"attr\":\(quoted(name))}")
+        case .like(let base, let pattern):
+            var elements: [String] = []
+            var literal = ""
+            for element in pattern {
+                switch element {
+                case .wildcard:
+                    if !literal.isEmpty { elements.append("{\"Literal\":\(quoted(literal))}") }
+                    literal = ""
+                    elements.append("\"Wildcard\"")
+                case .literal(let scalar): literal.unicodeScalars.append(scalar)
+                }
+            }
+            if !literal.isEmpty { elements.append("{\"Literal\":\(quoted(literal))}") }
+            return node("like", "{\"left\":\(self.expression(base)),\"pattern\":[\(elements.joined(separator: ","))]}")
+        case .isType(let base, let type, let container):
+            return node("is", "{\"left\":\(self.expression(base)),\"entity_type\":\(quoted(type))" + (container.map { ",\"in\":\(self.expression($0))" } ?? "") + "}")
+        case .method(let receiver, let name, let arguments):
+            if name == "isEmpty", arguments.isEmpty { return node("isEmpty", "{\"arg\":\(self.expression(receiver))}") }
+            if Reader.setOperations.contains(name), arguments.count == 1 { return pair(name, receiver, arguments[0]) }
+            return node(name, "[" + ([receiver] + arguments).map(self.expression).joined(separator: ",") + "]")
+        case .call(let name, let arguments):
+            return node(name, "[" + arguments.map(self.expression).joined(separator: ",") + "]")
+        case .set(let items):
+            return node("Set", "[" + items.map(self.expression).joined(separator: ",") + "]")
+        case .record(let fields):
+            return node("Record", "{" + fields.map { "\(quoted($0.0)):\(self.expression($0.1))" }.joined(separator: ",") + "}")
+        }
+    }
+}
+
+/// JSON text for values (Cedar's forms: `__entity`, `__extn`).
+enum JSONOutput {
+    static func string(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if scalar.value < 0x20 {
+                    let hex = String(scalar.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out + "\""
+    }
+
+    static func value(_ value: PolicyValue) -> String { render(JSONValues.json(value)) }
+
+    static func render(_ value: JSONValue) -> String {
+        switch value {
+        case .object(let members): "{" + members.map { string($0.key) + ":" + render($0.value.value) }.joined(separator: ",") + "}"
+        case .array(let items): "[" + items.map { render($0.value) }.joined(separator: ",") + "]"
+        case .string(let text): string(text)
+        case .integer(let number): String(number)
+        case .number(let number): String(number)
+        case .bool(let flag): flag ? "true" : "false"
+        case .null: "null"
+        }
+    }
+}
