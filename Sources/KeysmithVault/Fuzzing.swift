@@ -1,3 +1,5 @@
+import Keysmith
+
 /// Entry points for the libFuzzer targets in Fuzz/ (not part of the supported API).
 @_spi(Fuzzing)
 public enum VaultFormatFuzzing {

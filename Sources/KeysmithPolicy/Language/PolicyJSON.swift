@@ -219,7 +219,7 @@ enum PolicyJSON {
         } catch {
             throw PolicyDiagnostics(kind: .syntax, problems: [PolicyDiagnostic(location: SourceLocation(file: file, line: error.line, column: error.column), message: error.message)])
         }
-        var reader = Reader(file: file)
+        let reader = Reader(file: file)
         var problems: [PolicyDiagnostic] = []
         var policies: [ParsedPolicy] = []
         if case .object(let members) = document.value, members.contains(where: { $0.key == "staticPolicies" }) {

@@ -1,59 +1,14 @@
-/// Big-endian byte building and parsing for the vault format (docs/format.md).
-struct ByteWriter {
-    var bytes: [UInt8] = []
+import Keysmith
 
-    init(capacity: Int = 0) { bytes.reserveCapacity(capacity) }
-
-    mutating func append(_ value: UInt8) { bytes.append(value) }
-    mutating func append(_ value: [UInt8]) { bytes.append(contentsOf: value) }
+/// The vault's own pieces of the byte writer and reader (which live in Keysmith, shared with
+/// the PostgreSQL store's record encoding).
+extension ByteWriter {
     mutating func append(_ value: InlineBytes) { bytes.append(contentsOf: value.array) }
-    mutating func append(_ value: some Collection<UInt8>) { bytes.append(contentsOf: value) }
-    mutating func append(_ value: UInt16) { appendInteger(value) }
-    mutating func append(_ value: UInt32) { appendInteger(value) }
-    mutating func append(_ value: UInt64) { appendInteger(value) }
-
-    private mutating func appendInteger<T: FixedWidthInteger>(_ value: T) {
-        var big = value.bigEndian
-        withUnsafeBytes(of: &big) { bytes.append(contentsOf: $0) }
-    }
-
-    /// A length-prefixed field: u32 length, then the bytes.
-    mutating func appendField(_ value: some Collection<UInt8>) {
-        append(UInt32(value.count))
-        append(value)
-    }
 }
 
-/// Reads big-endian values; every read checks the bounds and reports `nil` past the end.
-struct ByteReader {
-    let bytes: [UInt8]
-    var offset: Int
-
-    init(_ bytes: [UInt8], offset: Int = 0) {
-        self.bytes = bytes
-        self.offset = offset
-    }
-
-    var remaining: Int { bytes.count - offset }
-
-    mutating func read(count: Int) -> ArraySlice<UInt8>? {
-        guard count >= 0, remaining >= count else { return nil }
-        defer { offset += count }
-        return bytes[offset..<offset + count]
-    }
-
-    mutating func readBytes(_ count: Int) -> [UInt8]? { read(count: count).map(Array.init) }
+extension ByteReader {
     mutating func readInline(_ count: Int) -> InlineBytes? { read(count: count).map(InlineBytes.init) }
     mutating func readRecordID() -> RecordID? { read(count: Format.recordIDSize).flatMap(RecordID.init) }
-    mutating func readUInt8() -> UInt8? { read(count: 1)?.first }
-    mutating func readUInt16() -> UInt16? { readInteger() }
-    mutating func readUInt32() -> UInt32? { readInteger() }
-    mutating func readUInt64() -> UInt64? { readInteger() }
-
-    private mutating func readInteger<T: FixedWidthInteger>() -> T? {
-        guard let slice = read(count: MemoryLayout<T>.size) else { return nil }
-        return slice.reduce(T(0)) { ($0 << 8) | T($1) }
-    }
 }
 
 /// CRC-32 (IEEE 802.3, the polynomial of zlib and PNG), used to find frame boundaries after
