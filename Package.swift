@@ -11,11 +11,14 @@ let package = Package(
         .library(name: "KeysmithStores", targets: ["KeysmithStores"]),
         .library(name: "KeysmithTokens", targets: ["KeysmithTokens"]),
         .library(name: "KeysmithPolicy", targets: ["KeysmithPolicy"]),
+        // A product of its own: only programs that use PostgreSQL pay for postgres-nio.
+        .library(name: "KeysmithPostgres", targets: ["KeysmithPostgres"]),
         .executable(name: "keysmith", targets: ["keysmith"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // C libraries: a module map and a shim header each. All unsafe calls into them stay in
@@ -54,10 +57,19 @@ let package = Package(
 
         // A process that races others on one store, for the conformance suite (not a product).
         .executableTarget(
-            name: "store-race", dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithTokens"]),
+            name: "store-race", dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithTokens", "KeysmithPostgres"]),
 
         // The choice of store: vault, Secret Service or auto.
         .target(name: "KeysmithStores", dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithSystem"]),
+
+        // The shared store on PostgreSQL, encrypted on the client (docs/postgres.md).
+        .target(
+            name: "KeysmithPostgres",
+            dependencies: [
+                "Keysmith", "KeysmithCrypto", "KeysmithVault", .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
 
         // Tokens, scopes, the audit log and the permission manager.
         .target(name: "KeysmithTokens", dependencies: ["Keysmith", "KeysmithCrypto", "KeysmithSystem"]),
@@ -93,7 +105,9 @@ let package = Package(
         ),
         .testTarget(
             name: "KeysmithConformanceTests",
-            dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithStores", "KeysmithTokens", "store-race"]
+            dependencies: [
+                "Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithStores", "KeysmithTokens", "KeysmithPostgres", "store-race",
+            ]
         ),
         .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService"]),
         .testTarget(

@@ -1,5 +1,5 @@
 import Keysmith
-import KeysmithCrypto
+package import KeysmithCrypto
 import KeysmithSystem
 
 /// What unlocks a vault: a passphrase (stretched with scrypt) or a 256-bit keyfile.
@@ -203,5 +203,13 @@ func vaultCrypto<T>(_ body: () throws -> T) throws -> T {
         return try body()
     } catch let error as CryptoError {
         throw KeysmithError(.ioFailure, "cryptography failed: \(error)")
+    }
+}
+
+extension VaultCredential {
+    /// The 32-byte key of a keyfile, with the vault's rules and errors (the PostgreSQL store's
+    /// master keyfile has the same format).
+    package static func readKeyfile(at path: String) throws -> SecretBytes {
+        try VaultCredential.keyfile(at: path).keyMaterial()
     }
 }

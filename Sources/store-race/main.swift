@@ -1,7 +1,7 @@
 // A process that races others on one store, for the conformance suite's cross-process tests.
 // Not a product: it exists so the tests can run real processes against a real store.
 //
-//   store-race vault PATH | secret-service NAMESPACE   then one of:
+//   store-race vault PATH | secret-service NAMESPACE | postgres NAMESPACE   then one of:
 //     increment SERVICE ACCOUNT COUNT   read, add one, write back conditionally; retry on conflict
 //     create PREFIX COUNT               try to create PREFIX-0 … PREFIX-(COUNT-1); print each one won
 //     revoke SERVICE ACCOUNT SCOPE…     revoke each scope of one token through the TokenKeeper
@@ -11,6 +11,7 @@
 // and exits 1.
 import Foundation
 import Keysmith
+import KeysmithPostgres
 import KeysmithSecretService
 import KeysmithTokens
 import KeysmithVault
@@ -19,6 +20,10 @@ func openStore(_ backend: String, _ location: String) throws -> any SecureStore 
     switch backend {
     case "vault": return try FileVault.open(at: location, credential: .key([UInt8](repeating: 7, count: 32)))
     case "secret-service": return try SecretServiceStore(namespace: location, timeout: .seconds(20))
+    case "postgres":
+        // The test server's URL (scripts/with-postgres.sh) and the conformance suite's master key.
+        let settings = try PostgresConnectionSettings(url: ProcessInfo.processInfo.environment["KEYSMITH_TEST_DATABASE_URL"] ?? "")
+        return try PostgresStore(settings, namespace: location, masterKey: .key([UInt8](repeating: 9, count: 32)))
     default: throw KeysmithError.invalidArgument("unknown backend \(backend)")
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Keysmith
+import KeysmithPostgres
 import KeysmithSecretService
 import KeysmithVault
 import Testing
@@ -76,11 +77,33 @@ struct StoreFixture: Sendable, CustomTestStringConvertible {
     /// Whether this run has a Secret Service to test against (scripts/test.sh provides one).
     static let secretServiceProvided = ProcessInfo.processInfo.environment["KEYSMITH_TEST_SECRET_SERVICE"] == "1"
 
+    /// The PostgreSQL server that scripts/test.sh starts (scripts/with-postgres.sh), if any.
+    static let databaseURL = ProcessInfo.processInfo.environment["KEYSMITH_TEST_DATABASE_URL"]
+    /// The master key every test namespace opens with (the `store-race` helper uses the same).
+    static let postgresKey = [UInt8](repeating: 9, count: 32)
+
+    /// A PostgreSQL store, each test in a namespace of its own, emptied afterwards.
+    static let postgres = StoreFixture(name: "PostgreSQL") {
+        let settings = try PostgresConnectionSettings(url: databaseURL!)
+        try PostgresStore.initialize(settings, masterKey: .key(postgresKey))
+        let namespace = "conformance-\(UUID().uuidString)"
+        let store = try PostgresStore(settings, namespace: namespace, masterKey: .key(postgresKey))
+        return OpenedStore(
+            store: store, reopen: { try PostgresStore(settings, namespace: namespace, masterKey: .key(postgresKey)) },
+            processArguments: ["postgres", namespace],
+            cleanup: {
+                if let items = try? store.search(ItemQuery(namespace: .any)), !items.isEmpty {
+                    try? store.perform(items.map { .delete($0.key) })
+                }
+            })
+    }
+
     /// Every store the suite runs against.
     static let all: [StoreFixture] = [memory, vault, passphraseVault] + (secretServiceProvided ? [secretService] : [])
+        + (databaseURL != nil ? [postgres] : [])
 
     /// The stores that several processes can share.
-    static let shared: [StoreFixture] = [vault] + (secretServiceProvided ? [secretService] : [])
+    static let shared: [StoreFixture] = [vault] + (secretServiceProvided ? [secretService] : []) + (databaseURL != nil ? [postgres] : [])
 
     static let mebibyte = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
 

@@ -1,0 +1,444 @@
+import Keysmith
+import KeysmithCrypto
+import KeysmithVault
+import Logging
+import NIOCore
+import NIOPosix
+import PostgresNIO
+
+/// The schema (docs/postgres.md). Every statement is idempotent.
+enum PostgresSchema {
+    /// The advisory lock that serializes `initialize`.
+    static let initializationLock: Int64 = 0x6B65_7973_6D69_7468
+    static let statements = [
+        """
+        CREATE TABLE IF NOT EXISTS keysmith_master (
+            id smallint PRIMARY KEY CHECK (id = 1),
+            kdf text NOT NULL CHECK (kdf IN ('key', 'scrypt')),
+            salt bytea,
+            log_n smallint,
+            verifier bytea NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS keysmith_data_keys (
+            namespace_id bytea NOT NULL,
+            key_id integer NOT NULL,
+            wrapped bytea NOT NULL,
+            PRIMARY KEY (namespace_id, key_id)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS keysmith_records (
+            namespace_id bytea NOT NULL,
+            blind_index bytea NOT NULL,
+            version bigint NOT NULL,
+            key_id integer NOT NULL,
+            sealed bytea NOT NULL,
+            PRIMARY KEY (namespace_id, blind_index)
+        )
+        """,
+        "CREATE SEQUENCE IF NOT EXISTS keysmith_versions",
+        """
+        CREATE TABLE IF NOT EXISTS keysmith_changes (
+            seq bigserial PRIMARY KEY,
+            namespace_id bytea NOT NULL,
+            blind_index bytea NOT NULL,
+            version bigint NOT NULL,
+            deleted boolean NOT NULL,
+            committed_at timestamptz NOT NULL DEFAULT now()
+        )
+        """,
+    ]
+}
+
+/// A conflict with a concurrent transaction: the batch is retried from its reads.
+struct RetryableConflict: Error {
+    let state: String
+}
+
+/// One connection, used from one thread at a time (the store's mutex), through the
+/// `EventLoopFuture` interface: the store's API is synchronous, and waiting on a future from a
+/// thread outside the event loop never ties up Swift's cooperative thread pool.
+final class Session: @unchecked Sendable {
+    // @unchecked: used only under PostgresStore's mutex (or by one caller during set-up).
+    let connection: PostgresConnection
+    let logger: Logger
+    let description: String
+
+    private init(connection: PostgresConnection, logger: Logger, description: String) {
+        self.connection = connection
+        self.logger = logger
+        self.description = description
+    }
+
+    static func connect(_ settings: PostgresConnectionSettings, logger: Logger) throws -> Session {
+        let configuration: PostgresConnection.Configuration
+        if let socket = settings.socketPath {
+            configuration = .init(unixSocketPath: socket, username: settings.user, password: settings.password, database: settings.database)
+        } else {
+            configuration = .init(host: settings.host ?? "localhost", port: settings.port, username: settings.user,
+                                  password: settings.password, database: settings.database, tls: .disable)
+        }
+        do {
+            let connection = try PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: 1, logger: logger
+            ).wait()
+            return Session(connection: connection, logger: logger, description: settings.description)
+        } catch {
+            throw KeysmithError(.storeUnavailable, "cannot connect to PostgreSQL (\(settings.description)): \(Session.reason(error))")
+        }
+    }
+
+    var isClosed: Bool { connection.isClosed }
+
+    func close() {
+        try? connection.close().wait()
+    }
+
+    /// The server's reason, without the query text or its bindings (they may hold ciphertext).
+    static func reason(_ error: any Error) -> String {
+        if let error = error as? PSQLError {
+            if let message = error.serverInfo?[.message] { return message }
+            return String(describing: error.code)
+        }
+        return String(describing: type(of: error))
+    }
+
+    static func sqlState(_ error: any Error) -> String? {
+        (error as? PSQLError)?.serverInfo?[.sqlState]
+    }
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    /// Serialization failures, deadlocks and unique violations become ``RetryableConflict``; a
+    /// lost connection ``KeysmithError/Code/storeUnavailable`` (whether the commit happened is
+    /// then unknown only if the connection dropped during COMMIT itself).
+    func transaction<T>(_ body: (Transaction) throws -> T) throws -> T {
+        let transaction = Transaction(session: self)
+        try transaction.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        do {
+            let result = try body(transaction)
+            try transaction.execute("COMMIT")
+            return result
+        } catch {
+            if !connection.isClosed { _ = try? connection.query("ROLLBACK", logger: logger).wait() }
+            throw error
+        }
+    }
+}
+
+/// Statements inside a transaction.
+struct Transaction {
+    let session: Session
+
+    @discardableResult
+    func execute(_ query: PostgresQuery) throws -> [PostgresRow] {
+        do {
+            return try session.connection.query(query, logger: session.logger).wait().rows
+        } catch {
+            if let state = Session.sqlState(error), ["40001", "40P01", "23505"].contains(state) {
+                throw RetryableConflict(state: state)
+            }
+            if session.connection.isClosed || !(error is PSQLError) || Session.sqlState(error) == nil {
+                throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) failed: \(Session.reason(error))")
+            }
+            if Session.sqlState(error) == "42P01" {
+                throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) has no Keysmith schema; run `keysmith postgres init`")
+            }
+            throw KeysmithError(.ioFailure, "PostgreSQL (\(session.description)) refused a statement: \(Session.reason(error))")
+        }
+    }
+
+    /// The next version number, from the one sequence all namespaces share.
+    func nextVersion() throws -> Int64 {
+        guard let row = try execute("SELECT nextval('keysmith_versions')").first else {
+            throw KeysmithError(.ioFailure, "PostgreSQL returned no version")
+        }
+        return try row.decode(Int64.self)
+    }
+}
+
+extension ByteBuffer {
+    var bytes: [UInt8] { Array(readableBytesView) }
+}
+
+/// The master key's record: how a passphrase is stretched, and a verifier that tells a wrong
+/// master key from damage.
+enum MasterKeyRecord {
+    static let verifierLabel = Array("keysmith-pg verifier v1".utf8)
+
+    /// The master key, checked against the database's verifier; with `create`, the record is
+    /// written when the database has none.
+    static func loadOrCreate(_ source: PostgresMasterKey, transaction: Transaction, scrypt: ScryptCost, create: Bool) throws -> SecretBytes {
+        let rows = try transaction.execute("SELECT kdf, salt, log_n, verifier FROM keysmith_master WHERE id = 1")
+        if let row = rows.first {
+            let (kdf, salt, logN, verifier) = try row.decode((String, ByteBuffer?, Int16?, ByteBuffer).self)
+            let master: SecretBytes
+            switch (kdf, source) {
+            case ("key", .key), ("key", .keyfile):
+                master = try raw(source)
+            case ("scrypt", .passphrase(let passphrase)):
+                guard let salt, let logN, (14...20).contains(logN), salt.readableBytes == 32 else {
+                    throw KeysmithError(.corruptData, "the master key's KDF record in PostgreSQL is out of bounds")
+                }
+                master = try derive(passphrase, salt: salt.bytes, logN: Int(logN))
+            case ("scrypt", _):
+                throw KeysmithError(.authenticationFailed, "this database's master key is a passphrase (KEYSMITH_PASSPHRASE), not a key")
+            default:
+                throw KeysmithError(.authenticationFailed, "this database's master key is a keyfile (KEYSMITH_KEYFILE), not a passphrase")
+            }
+            guard constantTimeEqual(SHA256.hmac(key: master, verifierLabel), verifier.bytes) else {
+                throw KeysmithError(.authenticationFailed, "the master key does not open this database")
+            }
+            return master
+        }
+        guard create else {
+            throw KeysmithError(.storeUnavailable, "PostgreSQL has no Keysmith master key record; run `keysmith postgres init`")
+        }
+        let master: SecretBytes
+        var salt: [UInt8]? = nil
+        var logN: Int16? = nil
+        switch source {
+        case .passphrase(let passphrase):
+            let newSalt = try Random.bytes(count: 32)
+            master = try derive(passphrase, salt: newSalt, logN: scrypt.logN)
+            salt = newSalt
+            logN = Int16(scrypt.logN)
+        default:
+            master = try raw(source)
+        }
+        let kdf = salt == nil ? "key" : "scrypt"
+        let verifier = ByteBuffer(bytes: SHA256.hmac(key: master, verifierLabel))
+        let saltBuffer = salt.map { ByteBuffer(bytes: $0) }
+        try transaction.execute("""
+            INSERT INTO keysmith_master (id, kdf, salt, log_n, verifier) VALUES (1, \(kdf), \(saltBuffer), \(logN), \(verifier))
+            """)
+        return master
+    }
+
+    static func raw(_ source: PostgresMasterKey) throws -> SecretBytes {
+        switch source {
+        case .key(let bytes):
+            guard bytes.count == 32 else { throw KeysmithError.invalidArgument("a master key is 32 bytes (256 bits); this one is \(bytes.count)") }
+            return SecretBytes(copying: bytes)
+        case .keyfile(let path):
+            return try VaultCredential.readKeyfile(at: path)
+        case .passphrase:
+            preconditionFailure("a passphrase is derived, not read")
+        }
+    }
+
+    static func derive(_ passphrase: String, salt: [UInt8], logN: Int) throws -> SecretBytes {
+        guard (14...20).contains(logN) else { throw KeysmithError.invalidArgument("the scrypt cost is 2^14 to 2^20") }
+        do {
+            return try Scrypt.derive(passphrase: SecretBytes(copying: passphrase.utf8), salt: salt, n: 1 << UInt64(logN), r: 8, p: 1, length: 32)
+        } catch {
+            throw KeysmithError(.ioFailure, "scrypt failed: \(error)")
+        }
+    }
+}
+
+func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    guard a.count == b.count else { return false }
+    var difference: UInt8 = 0
+    for index in a.indices { difference |= a[index] ^ b[index] }
+    return difference == 0
+}
+
+/// One namespace's keys: its id (an HMAC of its name under the master key), its data keys,
+/// and the blind-index key.
+final class NamespaceKeys: Sendable {
+    static let namespaceLabel = Array("keysmith-pg namespace v1".utf8)
+    static let wrapLabel = Array("keysmith-pg wrap v1".utf8)
+    static let indexLabel = Array("keysmith-pg blind index v1".utf8)
+    static let recordLabel = Array("keysmith-pg record v1".utf8)
+    static let dataKeyLabel = Array("keysmith-pg data key v1".utf8)
+
+    let namespaceID: [UInt8]
+    let dataKeys: [Int32: SecretBytes]
+    let currentKeyID: Int32
+    let indexKey: HMACSHA256Key
+
+    private init(namespaceID: [UInt8], dataKeys: [Int32: SecretBytes], currentKeyID: Int32, indexKey: HMACSHA256Key) {
+        self.namespaceID = namespaceID
+        self.dataKeys = dataKeys
+        self.currentKeyID = currentKeyID
+        self.indexKey = indexKey
+    }
+
+    static func wrapAAD(_ namespaceID: [UInt8], _ keyID: Int32) -> [UInt8] {
+        var writer = ByteWriter()
+        writer.append(dataKeyLabel)
+        writer.appendField(namespaceID)
+        writer.append(UInt32(bitPattern: keyID))
+        return writer.bytes
+    }
+
+    static func loadOrCreate(namespace: String, master: SecretBytes, transaction: Transaction) throws -> NamespaceKeys {
+        let namespaceID = SHA256.hmac(key: master, namespaceLabel + Array(namespace.utf8))
+        let wrapKey = SecretBytes(copying: SHA256.hmac(key: master, wrapLabel))
+        let idBuffer = ByteBuffer(bytes: namespaceID)
+        var rows = try transaction.execute("SELECT key_id, wrapped FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) ORDER BY key_id")
+        if rows.isEmpty {
+            var dataKey = try Random.bytes(count: 32)
+            defer { cleanse(&dataKey) }
+            let sealed = try AESGCM.seal(dataKey, key: wrapKey, associatedData: wrapAAD(namespaceID, 1))
+            let wrapped = ByteBuffer(bytes: sealed.nonce + sealed.tag + sealed.ciphertext)
+            try transaction.execute("""
+                INSERT INTO keysmith_data_keys (namespace_id, key_id, wrapped) VALUES (\(idBuffer), \(Int32(1)), \(wrapped))
+                ON CONFLICT DO NOTHING
+                """)
+            rows = try transaction.execute("SELECT key_id, wrapped FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) ORDER BY key_id")
+        }
+        var keys: [Int32: SecretBytes] = [:]
+        for row in rows {
+            let (keyID, wrapped) = try row.decode((Int32, ByteBuffer).self)
+            let bytes = wrapped.bytes
+            guard bytes.count == 12 + 16 + 32 else { throw KeysmithError(.corruptData, "a wrapped data key in PostgreSQL has the wrong size") }
+            do {
+                var opened = try AESGCM.open(ciphertext: Array(bytes[28...]), tag: Array(bytes[12..<28]), key: wrapKey, nonce: Array(bytes[0..<12]),
+                                             associatedData: wrapAAD(namespaceID, keyID))
+                keys[keyID] = SecretBytes(takingOwnershipOf: &opened)
+            } catch {
+                throw KeysmithError(.corruptData, "data key \(keyID) of this namespace does not open under the master key (edited or moved in the database)")
+            }
+        }
+        guard let first = keys[1], let current = keys.keys.max() else {
+            throw KeysmithError(.corruptData, "this namespace's first data key is missing from PostgreSQL")
+        }
+        // The blind-index key comes from the namespace's first data key, so that rotating data
+        // keys never moves a row.
+        let indexKey = try HMACSHA256Key(SecretBytes(copying: SHA256.hmac(key: first, indexLabel)))
+        return NamespaceKeys(namespaceID: namespaceID, dataKeys: keys, currentKeyID: current, indexKey: indexKey)
+    }
+
+    /// The keyed blind index of an item: HMAC-SHA256 of its canonical identity.
+    func blindIndex(_ key: ItemKey) -> [UInt8] {
+        indexKey.mac(RecordCodec.identity(key, label: Self.recordLabel))
+    }
+
+    static func recordAAD(_ namespaceID: [UInt8], _ blindIndex: [UInt8], _ version: Int64, _ keyID: Int32) -> [UInt8] {
+        var writer = ByteWriter()
+        writer.append(recordLabel)
+        writer.appendField(namespaceID)
+        writer.appendField(blindIndex)
+        writer.append(UInt64(bitPattern: version))
+        writer.append(UInt32(bitPattern: keyID))
+        return writer.bytes
+    }
+
+    /// nonce ‖ tag ‖ ciphertext, bound to the namespace, the row's index, version and key id.
+    func seal(_ record: SecureRecord, blindIndex: [UInt8], version: Int64) throws -> [UInt8] {
+        var plaintext = RecordCodec.encode(record)
+        defer { cleanse(&plaintext) }
+        let sealed = try AESGCM.seal(plaintext, key: dataKeys[currentKeyID]!, associatedData: Self.recordAAD(namespaceID, blindIndex, version, currentKeyID))
+        return sealed.nonce + sealed.tag + sealed.ciphertext
+    }
+
+    func open(_ row: RecordRow, withSecret: Bool) throws -> SecureRecord {
+        guard let key = dataKeys[row.keyID] else { throw KeysmithError(.corruptData, "a row names a data key this namespace does not have") }
+        let bytes = row.sealed
+        guard bytes.count >= 28 else { throw KeysmithError(.corruptData, "a row of PostgreSQL is too short to be sealed") }
+        do {
+            var plaintext = try AESGCM.open(ciphertext: Array(bytes[28...]), tag: Array(bytes[12..<28]), key: key, nonce: Array(bytes[0..<12]),
+                                            associatedData: Self.recordAAD(namespaceID, row.blindIndex, row.version, row.keyID))
+            defer { cleanse(&plaintext) }
+            var record = try RecordCodec.decode(plaintext, withSecret: withSecret)
+            guard indexKey.mac(RecordCodec.identity(record.key, label: Self.recordLabel)) == row.blindIndex else {
+                throw KeysmithError(.corruptData, "a row of PostgreSQL holds another item than its index says")
+            }
+            record.info.version = ItemVersion(rawValue: String(row.version))
+            return record
+        } catch let error as KeysmithError {
+            throw error
+        } catch {
+            throw KeysmithError(.corruptData, "a row of PostgreSQL does not open: edited, swapped or put back from another version")
+        }
+    }
+}
+
+/// A row of `keysmith_records`.
+struct RecordRow {
+    var blindIndex: [UInt8]
+    var version: Int64
+    var keyID: Int32
+    var sealed: [UInt8]
+}
+
+/// The statements on `keysmith_records` and `keysmith_changes`.
+enum RecordRows {
+    /// The rows of these indexes, by index; `lock` takes row locks until the transaction ends.
+    static func fetch(_ indexes: [[UInt8]], namespace: [UInt8], in transaction: Transaction, lock: Bool) throws -> [[UInt8]: RecordRow] {
+        var out: [[UInt8]: RecordRow] = [:]
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        var start = 0
+        while start < indexes.count {
+            let chunk = indexes[start..<min(start + 1000, indexes.count)].map { ByteBuffer(bytes: $0) }
+            start += 1000
+            let query: PostgresQuery = lock
+                ? "SELECT blind_index, version, key_id, sealed FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk)) FOR UPDATE"
+                : "SELECT blind_index, version, key_id, sealed FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk))"
+            for row in try transaction.execute(query) {
+                let (index, version, keyID, sealed) = try row.decode((ByteBuffer, Int64, Int32, ByteBuffer).self)
+                out[index.bytes] = RecordRow(blindIndex: index.bytes, version: version, keyID: keyID, sealed: sealed.bytes)
+            }
+        }
+        return out
+    }
+
+    static func count(namespace: [UInt8], in transaction: Transaction) throws -> Int {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        guard let row = try transaction.execute("SELECT count(*) FROM keysmith_records WHERE namespace_id = \(namespaceBuffer)").first else { return 0 }
+        return Int(try row.decode(Int64.self))
+    }
+
+    static func page(namespace: [UInt8], after: [UInt8]?, limit: Int, in transaction: Transaction) throws -> [RecordRow] {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        let rows: [PostgresRow]
+        if let after {
+            let afterBuffer = ByteBuffer(bytes: after)
+            rows = try transaction.execute("""
+                SELECT blind_index, version, key_id, sealed FROM keysmith_records
+                WHERE namespace_id = \(namespaceBuffer) AND blind_index > \(afterBuffer) ORDER BY blind_index LIMIT \(limit)
+                """)
+        } else {
+            rows = try transaction.execute("""
+                SELECT blind_index, version, key_id, sealed FROM keysmith_records
+                WHERE namespace_id = \(namespaceBuffer) ORDER BY blind_index LIMIT \(limit)
+                """)
+        }
+        return try rows.map { row in
+            let (index, version, keyID, sealed) = try row.decode((ByteBuffer, Int64, Int32, ByteBuffer).self)
+            return RecordRow(blindIndex: index.bytes, version: version, keyID: keyID, sealed: sealed.bytes)
+        }
+    }
+
+    static func put(namespace: [UInt8], blindIndex: [UInt8], version: Int64, keyID: Int32, sealed: [UInt8], exists: Bool,
+                    in transaction: Transaction) throws {
+        let namespaceBuffer = ByteBuffer(bytes: namespace), indexBuffer = ByteBuffer(bytes: blindIndex), sealedBuffer = ByteBuffer(bytes: sealed)
+        if exists {
+            try transaction.execute("""
+                UPDATE keysmith_records SET version = \(version), key_id = \(keyID), sealed = \(sealedBuffer)
+                WHERE namespace_id = \(namespaceBuffer) AND blind_index = \(indexBuffer)
+                """)
+        } else {
+            // A concurrent creator of the same item makes this a unique violation: the batch
+            // is retried and then sees that item.
+            try transaction.execute("""
+                INSERT INTO keysmith_records (namespace_id, blind_index, version, key_id, sealed)
+                VALUES (\(namespaceBuffer), \(indexBuffer), \(version), \(keyID), \(sealedBuffer))
+                """)
+        }
+        try transaction.execute("""
+            INSERT INTO keysmith_changes (namespace_id, blind_index, version, deleted) VALUES (\(namespaceBuffer), \(indexBuffer), \(version), false)
+            """)
+    }
+
+    static func remove(namespace: [UInt8], blindIndex: [UInt8], version: Int64, in transaction: Transaction) throws {
+        let namespaceBuffer = ByteBuffer(bytes: namespace), indexBuffer = ByteBuffer(bytes: blindIndex)
+        try transaction.execute("DELETE FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = \(indexBuffer)")
+        try transaction.execute("""
+            INSERT INTO keysmith_changes (namespace_id, blind_index, version, deleted) VALUES (\(namespaceBuffer), \(indexBuffer), \(version), true)
+            """)
+    }
+}

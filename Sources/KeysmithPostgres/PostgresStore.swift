@@ -1,0 +1,343 @@
+public import Keysmith
+import KeysmithCrypto
+import Logging
+import NIOCore
+import NIOPosix
+import PostgresNIO
+import Synchronization
+
+/// Where the database is: a Unix socket directory or a host, a user and a database.
+///
+/// ```swift
+/// let connection = try PostgresStore.Connection(url: "postgresql://keysmith@localhost/keysmith?host=/run/postgresql")
+/// ```
+public struct PostgresConnectionSettings: Sendable, Hashable {
+    /// The socket file (`/run/postgresql/.s.PGSQL.5432`), when connecting over a Unix socket.
+    public var socketPath: String?
+    /// The host, when connecting over TCP.
+    public var host: String?
+    /// The TCP port.
+    public var port: Int
+    /// The database user.
+    public var user: String
+    /// The user's password, if the server asks for one (never logged or printed).
+    public var password: String?
+    /// The database.
+    public var database: String
+
+    /// Settings for a Unix socket (`directory` is the socket's directory, as libpq's `host=/dir`).
+    public init(socketDirectory directory: String, port: Int = 5432, user: String, password: String? = nil, database: String) {
+        self.socketPath = directory + "/.s.PGSQL.\(port)"
+        self.host = nil
+        self.port = port
+        self.user = user
+        self.password = password
+        self.database = database
+    }
+
+    /// Settings for TCP (loopback; TLS is not used).
+    public init(host: String, port: Int = 5432, user: String, password: String? = nil, database: String) {
+        self.socketPath = nil
+        self.host = host
+        self.port = port
+        self.user = user
+        self.password = password
+        self.database = database
+    }
+
+    /// Parses `postgresql://user[:password]@[host][:port]/database[?host=/socket/dir]` (also
+    /// `postgres://`). A `host` query parameter that starts with `/` is a socket directory, as
+    /// for libpq. Throws ``KeysmithError/Code/invalidArgument`` for anything else; the message
+    /// never repeats a password.
+    public init(url: String) throws {
+        let scheme = url.hasPrefix("postgresql://") ? "postgresql://" : url.hasPrefix("postgres://") ? "postgres://" : nil
+        guard let scheme else { throw KeysmithError.invalidArgument("a database URL starts with postgresql://") }
+        var rest = Substring(url.dropFirst(scheme.count))
+        var queryHost: String?
+        var queryPort: Int?
+        if let question = rest.firstIndex(of: "?") {
+            for pair in rest[rest.index(after: question)...].split(separator: "&") {
+                let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
+                guard parts.count == 2 else { throw KeysmithError.invalidArgument("the database URL has a malformed parameter") }
+                switch parts[0] {
+                case "host": queryHost = parts[1].removingPercentEncoding ?? parts[1]
+                case "port":
+                    guard let port = Int(parts[1]), (1...65535).contains(port) else { throw KeysmithError.invalidArgument("the database URL's port is not a port") }
+                    queryPort = port
+                default: throw KeysmithError.invalidArgument("the database URL has an unknown parameter \(parts[0]) (host and port are known)")
+                }
+            }
+            rest = rest[..<question]
+        }
+        guard let slash = rest.firstIndex(of: "/") else { throw KeysmithError.invalidArgument("the database URL names no database (…/DATABASE)") }
+        let database = String(rest[rest.index(after: slash)...]).removingPercentEncoding ?? ""
+        guard !database.isEmpty else { throw KeysmithError.invalidArgument("the database URL names no database (…/DATABASE)") }
+        var authority = rest[..<slash]
+        var user = "keysmith"
+        var password: String?
+        if let at = authority.lastIndex(of: "@") {
+            let credentials = authority[..<at]
+            authority = authority[authority.index(after: at)...]
+            if let colon = credentials.firstIndex(of: ":") {
+                user = String(credentials[..<colon]).removingPercentEncoding ?? ""
+                password = String(credentials[credentials.index(after: colon)...]).removingPercentEncoding
+            } else {
+                user = String(credentials).removingPercentEncoding ?? ""
+            }
+        }
+        guard !user.isEmpty else { throw KeysmithError.invalidArgument("the database URL names an empty user") }
+        var host = String(authority)
+        var port = queryPort ?? 5432
+        if let colon = host.lastIndex(of: ":"), !host.hasPrefix("[") || host[..<colon].hasSuffix("]") {
+            guard let parsed = Int(host[host.index(after: colon)...]), (1...65535).contains(parsed) else {
+                throw KeysmithError.invalidArgument("the database URL's port is not a port")
+            }
+            port = parsed
+            host = String(host[..<colon])
+        }
+        if let queryHost, queryHost.hasPrefix("/") {
+            self.init(socketDirectory: queryHost, port: port, user: user, password: password, database: database)
+        } else {
+            let name = queryHost ?? host
+            guard !name.isEmpty else { throw KeysmithError.invalidArgument("the database URL names no host (add ?host=/socket/directory for a socket)") }
+            self.init(host: name, port: port, user: user, password: password, database: database)
+        }
+    }
+
+    /// `database D as U on /socket` or `… on host:port`, never the password.
+    public var description: String {
+        "database \(database) as \(user) on \(socketPath ?? "\(host ?? "?"):\(port)")"
+    }
+}
+
+/// The key that wraps every data key; it never enters the database.
+public enum PostgresMasterKey: Sendable {
+    /// 32 bytes held by the caller.
+    case key([UInt8])
+    /// A keyfile of 64 hexadecimal digits (the vault's keyfile format).
+    case keyfile(path: String)
+    /// A passphrase, stretched by scrypt with the salt and cost stored in the database.
+    case passphrase(String)
+}
+
+/// A Keysmith store on PostgreSQL, encrypted on the client: the database holds sealed rows,
+/// keyed blind indexes and wrapped keys, never a secret, a service or account name, a token or
+/// a scope in the clear (docs/postgres.md: the schema, the key hierarchy, the threat model).
+///
+/// ```swift
+/// let settings = try PostgresConnectionSettings(url: "postgresql://keysmith@/keysmith?host=/run/postgresql")
+/// try PostgresStore.initialize(settings, masterKey: .keyfile(path: "/etc/keysmith/master.key"))   // once
+/// let store = try PostgresStore(settings, namespace: "payments", masterKey: .keyfile(path: "/etc/keysmith/master.key"))
+/// try Keysmith.save(Data("s3cret".utf8), forAccount: "bob", inService: "mail", in: store)
+/// ```
+///
+/// Every batch is one serializable unit: one transaction, retried when PostgreSQL reports a
+/// conflict with a concurrent transaction, so two processes can never lose each other's update.
+/// A handle holds one connection and serializes its callers; open one handle per thread for
+/// parallel work.
+public final class PostgresStore: SecureStore {
+    /// The connection settings.
+    public let settings: PostgresConnectionSettings
+    /// The namespace (tenant) this handle reads and writes. Its name is not stored.
+    public let namespace: String
+    /// The largest item the store accepts (the vault's).
+    public let limits: StoreLimits = .standard
+
+    let keys: NamespaceKeys
+    private let session: Mutex<Session?>
+    private let logger: Logger
+    private let clock: @Sendable () -> Date
+
+    /// `PostgreSQL database D as U on … (namespace N)`.
+    public var storeDescription: String { "PostgreSQL \(settings.description) (namespace \(namespace))" }
+
+    /// ``StoreIsolation/serializable``: every batch is one transaction.
+    public var isolation: StoreIsolation { .serializable }
+
+    /// Creates the schema when it is missing, and the master key's record (its KDF parameters
+    /// and a verifier) when the database has none. Idempotent with the same master key; with a
+    /// different one it throws ``KeysmithError/Code/authenticationFailed``.
+    public static func initialize(_ settings: PostgresConnectionSettings, masterKey: PostgresMasterKey,
+                                  scrypt: ScryptCost = .standard) throws {
+        let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"))
+        defer { session.close() }
+        try session.transaction { transaction in
+            // One initializer at a time (CREATE … IF NOT EXISTS races itself in PostgreSQL).
+            try transaction.execute("SELECT pg_advisory_xact_lock(\(PostgresSchema.initializationLock))")
+            for statement in PostgresSchema.statements { try transaction.execute(PostgresQuery(unsafeSQL: statement)) }
+            _ = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: scrypt, create: true)
+        }
+    }
+
+    /// Opens a namespace: derives the master key, checks it against the database's verifier,
+    /// and creates the namespace's first data key if it has none.
+    ///
+    /// - Throws: ``KeysmithError/Code/storeUnavailable`` when the database cannot be reached or
+    ///   has no Keysmith schema (run ``initialize(_:masterKey:scrypt:)`` or `keysmith postgres
+    ///   init`); ``KeysmithError/Code/authenticationFailed`` for a wrong master key;
+    ///   ``KeysmithError/Code/corruptData`` for a wrapped key that does not open.
+    public init(_ settings: PostgresConnectionSettings, namespace: String = "default", masterKey: PostgresMasterKey,
+                clock: @escaping @Sendable () -> Date = { Date() }) throws {
+        guard !namespace.isEmpty, namespace.utf8.count <= 256 else { throw KeysmithError.invalidArgument("a namespace is 1 to 256 bytes") }
+        self.settings = settings
+        self.namespace = namespace
+        self.clock = clock
+        var logger = Logger(label: "keysmith.postgres")
+        logger.logLevel = .warning
+        self.logger = logger
+        let session = try Session.connect(settings, logger: logger)
+        do {
+            keys = try session.transaction { transaction in
+                let master = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: .standard, create: false)
+                return try NamespaceKeys.loadOrCreate(namespace: namespace, master: master, transaction: transaction)
+            }
+        } catch {
+            session.close()
+            throw error
+        }
+        self.session = Mutex(session)
+    }
+
+    deinit {
+        session.withLock { $0?.close() }
+    }
+
+    /// Runs `body` on this handle's connection, reconnecting once if it was lost.
+    private func withSession<T>(_ body: (Session) throws -> T) throws -> T {
+        try session.withLock { current in
+            if current == nil || current?.isClosed == true {
+                current = try Session.connect(settings, logger: logger)
+            }
+            do {
+                return try body(current!)
+            } catch let error as KeysmithError where error.code == .storeUnavailable {
+                current?.close()
+                current = nil
+                throw error
+            }
+        }
+    }
+
+    /// Reads one item.
+    public func read(_ key: ItemKey) throws -> SecureRecord? {
+        try read([key])[0]
+    }
+
+    /// Reads many items in one query.
+    public func read(_ itemKeys: [ItemKey]) throws -> [SecureRecord?] {
+        for key in itemKeys { try key.validate() }
+        let indexes = itemKeys.map(keys.blindIndex)
+        let rows = try withSession { session in
+            try session.transaction { try RecordRows.fetch(indexes, namespace: keys.namespaceID, in: $0, lock: false) }
+        }
+        return try zip(itemKeys, indexes).map { key, index in
+            guard let row = rows[index] else { return nil }
+            let record = try keys.open(row, withSecret: true)
+            guard record.key == key else { throw KeysmithError(.corruptData, "a row of \(storeDescription) holds another item than its index says") }
+            return record
+        }
+    }
+
+    /// Lists matching items, without their secrets (each row is opened on the client: the
+    /// database cannot filter what it cannot read).
+    public func search(_ query: ItemQuery) throws -> [ItemInfo] {
+        var found: [ItemInfo] = []
+        try scan(query, chunkSize: 1024, withSecret: false) { records, _ in found += records.map(\.info) }
+        return found
+    }
+
+    /// Reads every matching item a chunk at a time, in blind-index order with a cursor: each
+    /// item that exists for the whole scan comes exactly once.
+    public func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
+        try scan(query, chunkSize: chunkSize, withSecret: true, body)
+    }
+
+    private func scan(_ query: ItemQuery, chunkSize: Int, withSecret: Bool, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
+        let size = max(1, min(chunkSize, 4096))
+        var after: [UInt8]? = nil
+        var examined = 0
+        let total = try withSession { session in try session.transaction { try RecordRows.count(namespace: keys.namespaceID, in: $0) } }
+        while true {
+            let page = try withSession { session in
+                try session.transaction { try RecordRows.page(namespace: keys.namespaceID, after: after, limit: size, in: $0) }
+            }
+            guard let last = page.last else { return }
+            after = last.blindIndex
+            examined += page.count
+            var records: [SecureRecord] = []
+            for row in page {
+                // A row that does not open is left out, as damaged records are by every store.
+                guard let record = try? keys.open(row, withSecret: withSecret) else {
+                    logger.warning("a row of \(storeDescription) does not open; it is left out")
+                    continue
+                }
+                if query.matches(record.attributes) { records.append(record) }
+            }
+            if !records.isEmpty { try body(records, ScanProgress(examined: examined, total: total)) }
+            if page.count < size { return }
+        }
+    }
+
+    /// Applies a batch in one transaction, all or nothing. A conflict with a concurrent
+    /// transaction (a unique violation on a create both made, a serialization failure) retries
+    /// the whole batch from its reads, so its checks always see the latest committed state.
+    public func perform(_ operations: [StoreOperation]) throws {
+        guard !operations.isEmpty else { return }
+        for operation in operations { try operation.key.validate() }
+        let now = clock()
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                try withSession { session in
+                    try session.transaction { transaction in try apply(operations, now: now, in: transaction) }
+                }
+                return
+            } catch let error as RetryableConflict where attempt < 20 {
+                logger.debug("retrying a batch after \(error.state)")
+                usleep(UInt32.random(in: 200...2_000) * UInt32(attempt))
+            } catch let error as RetryableConflict {
+                throw KeysmithError(.writeConflict, "\(storeDescription) kept conflicting with other writers (\(error.state)); nothing was applied")
+            }
+        }
+    }
+
+    private func apply(_ operations: [StoreOperation], now: Date, in transaction: Transaction) throws {
+        let version = try transaction.nextVersion()
+        var touched: [ItemKey: [UInt8]] = [:]
+        for operation in operations where touched[operation.key] == nil { touched[operation.key] = keys.blindIndex(operation.key) }
+        let rows = try RecordRows.fetch(Array(touched.values), namespace: keys.namespaceID, in: transaction, lock: true)
+        let writes = try resolveBatch(operations, now: now, version: ItemVersion(rawValue: String(version)), limits: limits,
+                                      store: storeDescription) { key, needsMetadata in
+            guard let index = touched[key], let row = rows[index] else { return .absent }
+            guard needsMetadata else { return .atVersion(ItemVersion(rawValue: String(row.version))) }
+            guard let record = try? keys.open(row, withSecret: false), record.key == key else { return .damaged }
+            return .present(record.info)
+        }
+        for write in writes {
+            switch write {
+            case .put(let record):
+                let index = touched[record.key] ?? keys.blindIndex(record.key)
+                let sealed = try keys.seal(record, blindIndex: index, version: version)
+                try RecordRows.put(namespace: keys.namespaceID, blindIndex: index, version: version, keyID: keys.currentKeyID,
+                                   sealed: sealed, exists: rows[index] != nil, in: transaction)
+            case .remove(let key):
+                let index = touched[key] ?? keys.blindIndex(key)
+                try RecordRows.remove(namespace: keys.namespaceID, blindIndex: index, version: version, in: transaction)
+            }
+        }
+    }
+}
+
+/// The cost of the passphrase KDF for a new database.
+public struct ScryptCost: Sendable, Hashable {
+    /// log2 of N.
+    public var logN: Int
+    /// The vault's default (N = 2^17).
+    public static let standard = ScryptCost(logN: 17)
+    /// For tests (N = 2^14).
+    public static let testing = ScryptCost(logN: 14)
+
+    /// A cost of 2^logN (14 to 20).
+    public init(logN: Int) { self.logN = logN }
+}
