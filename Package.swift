@@ -111,6 +111,10 @@ let package = Package(
         ),
         .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService"]),
         .testTarget(
+            name: "KeysmithPostgresTests",
+            dependencies: ["Keysmith", "KeysmithPostgres", .product(name: "PostgresNIO", package: "postgres-nio")]
+        ),
+        .testTarget(
             name: "KeysmithFuzzRegressionTests", dependencies: ["KeysmithVault", "KeysmithTokens", "KeysmithPolicy"]
         ),
         .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith"]),

@@ -158,6 +158,11 @@ struct Transaction {
     }
 }
 
+/// Raw SQL for tests that play the database administrator.
+enum PostgresQueryText {
+    static func raw(_ text: String) -> PostgresQuery { PostgresQuery(unsafeSQL: text) }
+}
+
 extension ByteBuffer {
     var bytes: [UInt8] { Array(readableBytesView) }
 }

@@ -1,0 +1,129 @@
+import Foundation
+import Keysmith
+@testable import KeysmithPostgres
+import Testing
+
+/// What a database administrator sees and can do (docs/postgres.md, "Threat model"), against the
+/// private server scripts/with-postgres.sh starts. Skipped when there is none.
+@Suite("PostgreSQL store: the database never sees a secret, and edits are detected",
+       .enabled(if: ProcessInfo.processInfo.environment["KEYSMITH_TEST_DATABASE_URL"] != nil))
+struct PostgresStoreTests {
+    static let key = [UInt8](repeating: 9, count: 32)
+
+    static func settings() throws -> PostgresConnectionSettings {
+        try PostgresConnectionSettings(url: ProcessInfo.processInfo.environment["KEYSMITH_TEST_DATABASE_URL"] ?? "")
+    }
+
+    static func open(_ namespace: String = "tests-\(UUID().uuidString)") throws -> PostgresStore {
+        try PostgresStore.initialize(try settings(), masterKey: .key(key))
+        return try PostgresStore(try settings(), namespace: namespace, masterKey: .key(key))
+    }
+
+    /// Runs SQL as the database administrator would, outside the store.
+    static func sql(_ text: String) throws -> [[String]] {
+        let session = try Session.connect(try settings(), logger: .init(label: "dba"))
+        defer { session.close() }
+        return try session.transaction { transaction in
+            try transaction.execute(PostgresQueryText.raw(text)).map { row in
+                row.map { cell in cell.bytes.map { String(decoding: $0.readableBytesView.map { $0 }, as: UTF8.self) } ?? "NULL" }
+            }
+        }
+    }
+
+    @Test("no table holds a secret, a service, an account, a namespace or a scope in the clear")
+    func databaseSeesNoPlaintext() throws {
+        let namespace = "tenant-acme-\(UUID().uuidString)"
+        let store = try Self.open(namespace)
+        try store.perform([
+            .create(ItemAttributes(key: .genericPassword(service: "mail-service-zq", account: "bob-account-zq"), label: "label-zq"),
+                    secret: Data("s3cret-value-zq".utf8)),
+            .create(ItemAttributes(key: .keysmithRecord(KeysmithRecordKey(recordType: .oauthToken, service: "news-zq", account: "alice-zq"))),
+                    secret: Data(#"{"scope":"posts:write-zq"}"#.utf8)),
+        ])
+        let dump = try Self.sql("""
+            SELECT encode(namespace_id, 'escape') || encode(blind_index, 'escape') || encode(sealed, 'escape') FROM keysmith_records
+            UNION ALL SELECT encode(namespace_id, 'escape') || encode(wrapped, 'escape') FROM keysmith_data_keys
+            UNION ALL SELECT encode(namespace_id, 'escape') || encode(blind_index, 'escape') FROM keysmith_changes
+            UNION ALL SELECT kdf || coalesce(encode(salt, 'escape'), '') || encode(verifier, 'escape') FROM keysmith_master
+            """).flatMap { $0 }.joined(separator: "\n")
+        #expect(!dump.isEmpty)
+        for needle in ["mail-service-zq", "bob-account-zq", "label-zq", "s3cret-value-zq", "news-zq", "alice-zq", "posts:write-zq", "tenant-acme", "zq"] {
+            #expect(!dump.contains(needle), "the database holds \(needle)")
+        }
+        #expect(try store.read(.genericPassword(service: "mail-service-zq", account: "bob-account-zq"))?.secret == Data("s3cret-value-zq".utf8))
+    }
+
+    @Test("a row edited by hand, or swapped with another, is detected and never served")
+    func editedAndSwappedRows() throws {
+        let store = try Self.open()
+        let a = ItemKey.genericPassword(service: "s", account: "a"), b = ItemKey.genericPassword(service: "s", account: "b")
+        try store.perform([.create(ItemAttributes(key: a), secret: Data("A".utf8)), .create(ItemAttributes(key: b), secret: Data("B".utf8))])
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        func index(_ key: ItemKey) -> String { "'\\x" + store.keys.blindIndex(key).map { String(format: "%02x", $0) }.joined() + "'::bytea" }
+        // Swap: b's row gets a's sealed bytes (its version kept).
+        _ = try Self.sql("UPDATE keysmith_records SET sealed = (SELECT sealed FROM keysmith_records WHERE namespace_id = \(namespaceID) AND blind_index = \(index(a))) WHERE namespace_id = \(namespaceID) AND blind_index = \(index(b))")
+        #expect(throws: KeysmithError.self) { try store.read(b) }
+        #expect((try? store.read(b)) == nil)
+        // Edit: one byte of a's ciphertext.
+        _ = try Self.sql("UPDATE keysmith_records SET sealed = set_byte(sealed, 40, get_byte(sealed, 40) # 1) WHERE namespace_id = \(namespaceID) AND blind_index = \(index(a))")
+        let error = #expect(throws: KeysmithError.self) { try store.read(a) }
+        #expect(error?.code == .corruptData)
+        // A row's version changed by hand (a replay under another version) is detected too.
+        try store.perform([.upsert(ItemAttributes(key: a), secret: Data("A2".utf8))])
+        _ = try Self.sql("UPDATE keysmith_records SET version = version + 1 WHERE namespace_id = \(namespaceID) AND blind_index = \(index(a))")
+        #expect(throws: KeysmithError.self) { try store.read(a) }
+        // Damaged rows are left out of searches, and a write repairs them.
+        #expect(try store.search(ItemQuery()).isEmpty)
+        try store.perform([.upsert(ItemAttributes(key: b), secret: Data("B2".utf8))])
+        #expect(try store.read(b)?.secret == Data("B2".utf8))
+    }
+
+    @Test("a wrong master key is an authentication failure; an edited data key is corrupt data")
+    func masterKeys() throws {
+        let namespace = "keys-\(UUID().uuidString)"
+        _ = try Self.open(namespace)
+        let wrong = #expect(throws: KeysmithError.self) {
+            try PostgresStore(try Self.settings(), namespace: namespace, masterKey: .key([UInt8](repeating: 1, count: 32)))
+        }
+        #expect(wrong?.code == .authenticationFailed)
+        let passphrase = #expect(throws: KeysmithError.self) {
+            try PostgresStore(try Self.settings(), namespace: namespace, masterKey: .passphrase("guess"))
+        }
+        #expect(passphrase?.code == .authenticationFailed)
+        let store = try PostgresStore(try Self.settings(), namespace: namespace, masterKey: .key(Self.key))
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        _ = try Self.sql("UPDATE keysmith_data_keys SET wrapped = set_byte(wrapped, 30, get_byte(wrapped, 30) # 1) WHERE namespace_id = \(namespaceID)")
+        let edited = #expect(throws: KeysmithError.self) {
+            try PostgresStore(try Self.settings(), namespace: namespace, masterKey: .key(Self.key))
+        }
+        #expect(edited?.code == .corruptData)
+    }
+
+    @Test("namespaces are separate: the same item in two tenants is two items")
+    func namespaces() throws {
+        let one = try Self.open(), two = try Self.open()
+        let key = ItemKey.genericPassword(service: "s", account: "a")
+        try one.perform([.create(ItemAttributes(key: key), secret: Data("1".utf8))])
+        #expect(try two.read(key) == nil)
+        try two.perform([.create(ItemAttributes(key: key), secret: Data("2".utf8))])
+        #expect(try one.read(key)?.secret == Data("1".utf8))
+    }
+
+    @Test("database URLs: sockets, hosts, ports; malformed ones are refused without repeating a password", arguments: [
+        ("postgresql://keysmith@/db?host=/tmp/pg", "/tmp/pg/.s.PGSQL.5432" as String?, nil as String?, "keysmith", "db"),
+        ("postgres://u:secret-pw@/db?host=/run/pg&port=5433", "/run/pg/.s.PGSQL.5433", nil, "u", "db"),
+        ("postgresql://u@localhost:6543/db", nil, "localhost", "u", "db"),
+    ])
+    func urls(url: String, socket: String?, host: String?, user: String, database: String) throws {
+        let settings = try PostgresConnectionSettings(url: url)
+        #expect(settings.socketPath == socket && settings.host == host && settings.user == user && settings.database == database)
+        #expect(!settings.description.contains("secret-pw"))
+    }
+
+    @Test("malformed database URLs", arguments: ["mysql://u@h/db", "postgresql://u:pw@h", "postgresql://u:pw@h:99999/db", "postgresql://u@h/db?sslmode=require"])
+    func badURLs(url: String) {
+        let error = #expect(throws: KeysmithError.self) { try PostgresConnectionSettings(url: url) }
+        #expect(error?.code == .invalidArgument)
+        #expect(error?.message.contains("pw") == false)
+    }
+}
