@@ -82,6 +82,7 @@ let package = Package(
             name: "keysmith",
             dependencies: [
                 "Keysmith", "KeysmithVault", "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithCrypto", "KeysmithSystem",
+                "KeysmithPostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

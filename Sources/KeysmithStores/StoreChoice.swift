@@ -18,7 +18,11 @@ public enum StoreChoice: String, Sendable, CaseIterable {
     case vault
     /// The freedesktop Secret Service.
     case secretService = "secret-service"
-    /// The Secret Service when one answers within a second, the file vault otherwise.
+    /// The shared store on PostgreSQL (module `KeysmithPostgres`, opened by the caller: this
+    /// module does not link the database driver).
+    case postgres
+    /// PostgreSQL when a database URL is configured, else the Secret Service when one answers
+    /// within a second, else the file vault.
     case auto
 
     /// The choice named by `KEYSMITH_BACKEND`, else the config file, else ``vault``.
@@ -33,6 +37,26 @@ public enum StoreChoice: String, Sendable, CaseIterable {
         if let value = System.environment("KEYSMITH_BACKEND"), !value.isEmpty {
             return try parse(value, source: "KEYSMITH_BACKEND")
         }
+        return try configFile().backend ?? .vault
+    }
+
+    /// What the config file (`$XDG_CONFIG_HOME/keysmith/config`) says: `backend`,
+    /// `database_url` and `namespace` (the PostgreSQL store's). Each key at most once.
+    public struct ConfigFile: Sendable {
+        /// `backend = vault|secret-service|postgres|auto`.
+        public var backend: StoreChoice?
+        /// `database_url = postgresql://…` (the file should be readable by its owner only when
+        /// the URL holds a password).
+        public var databaseURL: String?
+        /// `namespace = NAME`.
+        public var namespace: String?
+    }
+
+    /// Reads the config file; a missing file says nothing.
+    ///
+    /// - Throws: ``KeysmithError/Code/invalidArgument`` naming the bad line;
+    ///   ``KeysmithError/Code/ioFailure`` when it exists but cannot be read.
+    public static func configFile() throws -> ConfigFile {
         let base = System.environment("XDG_CONFIG_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil }
             ?? ((System.environment("HOME") ?? "") + "/.config")
         let path = base + "/keysmith/config"
@@ -42,25 +66,31 @@ public enum StoreChoice: String, Sendable, CaseIterable {
         } catch let error as SystemError {
             throw KeysmithError(.ioFailure, "cannot read the config file \(path) (\(error)); fix it or remove it")
         }
-        guard let bytes else { return .vault }
+        var config = ConfigFile()
+        guard let bytes else { return config }
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw KeysmithError.invalidArgument("the config file \(path) is not UTF-8 text")
         }
-        var choice = StoreChoice.vault
+        var seen: Set<String> = []
         for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let trimmed = line.filter { $0 != " " && $0 != "\t" && $0 != "\r" }
             if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
             let parts = trimmed.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
-            guard parts.count == 2, parts[0] == "backend" else {
-                throw KeysmithError.invalidArgument(
-                    "the config file \(path), line \(number + 1): expected `backend = vault|secret-service|auto`")
+            let place = "the config file \(path), line \(number + 1)"
+            guard parts.count == 2, ["backend", "database_url", "namespace"].contains(parts[0]) else {
+                throw KeysmithError.invalidArgument("\(place): expected `backend = vault|secret-service|postgres|auto`, `database_url = …` or `namespace = …`")
             }
-            choice = try parse(parts[1], source: "\(path), line \(number + 1),")
+            guard seen.insert(parts[0]).inserted else { throw KeysmithError.invalidArgument("\(place): \(parts[0]) is given twice") }
+            switch parts[0] {
+            case "backend": config.backend = try parse(parts[1], source: "\(path), line \(number + 1),")
+            case "database_url": config.databaseURL = parts[1]
+            default: config.namespace = parts[1]
+            }
         }
-        return choice
+        return config
     }
 
-    /// Parses `vault`, `secret-service` or `auto`.
+    /// Parses `vault`, `secret-service`, `postgres` or `auto`.
     public static func parse(_ value: String, source: String) throws -> StoreChoice {
         guard let choice = StoreChoice(rawValue: value) else {
             throw KeysmithError.invalidArgument(
@@ -86,12 +116,24 @@ public enum StoreChoice: String, Sendable, CaseIterable {
     ///   - vaultCredential: Produces the vault's credential, only when the vault is chosen.
     ///   - collection: The Secret Service collection.
     ///   - timeout: The Secret Service's deadline per call (for `auto`, at most one second to answer).
+    ///   - postgres: Opens the PostgreSQL store, when the caller links `KeysmithPostgres`;
+    ///     `nil` when it does not (choosing `postgres` is then an error). `auto` calls it only
+    ///     when `databaseConfigured`.
+    ///   - databaseConfigured: Whether a database URL is configured (for `auto`).
     /// - Returns: The store, the backend used, and why.
     public func open(
         vaultPath: String = FileVault.defaultPath, vaultCredential: () throws -> VaultCredential,
-        collection: String = "default", timeout: Duration = .seconds(5)
+        collection: String = "default", timeout: Duration = .seconds(5),
+        postgres: (() throws -> any SecureStore)? = nil, databaseConfigured: Bool = false
     ) throws -> Opened {
         switch self {
+        case .postgres:
+            guard let postgres else {
+                throw KeysmithError.invalidArgument("the postgres backend is opened through KeysmithPostgres (PostgresStore), which this program does not link")
+            }
+            return Opened(store: try postgres(), backend: .postgres, reason: "PostgreSQL was chosen")
+        case .auto where databaseConfigured && postgres != nil:
+            return Opened(store: try postgres!(), backend: .postgres, reason: "auto: a database URL is configured")
         case .vault:
             return Opened(store: try FileVault.open(at: vaultPath, credential: vaultCredential()), backend: .vault,
                           reason: "the file vault was chosen")

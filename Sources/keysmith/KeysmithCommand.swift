@@ -25,7 +25,7 @@ struct KeysmithCommand: ParsableCommand {
             7 already exists, 8 changed by another writer (retry), 64 usage error or bad input.
             """,
         version: "0.1.0",
-        subcommands: [Init.self, Secret.self, Token.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self, Walkthrough.self]
+        subcommands: [Init.self, Secret.self, Token.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self, PostgresCommand.self, Walkthrough.self]
     )
 
     /// Runs the command, turning every error into one line on stderr and a stable exit code.
@@ -59,7 +59,7 @@ struct KeysmithCommand: ParsableCommand {
 
     /// The options every store command takes (StoreOptions); before the subcommand they are an
     /// easy mistake, told apart here, before parsing, by the arguments themselves.
-    static let storeOptions: Set<String> = ["--vault", "--keyfile", "--passphrase-fd", "--backend", "--collection", "--timeout"]
+    static let storeOptions: Set<String> = ["--vault", "--keyfile", "--passphrase-fd", "--backend", "--collection", "--timeout", "--namespace"]
 
     /// The subcommand names at the start of the arguments (`token list`), for pointing at help.
     static func commandPath(_ arguments: [String]) -> [String] {

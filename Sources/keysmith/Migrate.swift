@@ -26,7 +26,7 @@ extension KeysmithCommand {
         }
     }
 
-    /// Moves items between the vault and the Secret Service.
+    /// Moves items between the vault, the Secret Service and PostgreSQL.
     struct Migrate: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Copy every item from one store to the other, verify the copies, and optionally remove the originals.",
@@ -38,10 +38,10 @@ extension KeysmithCommand {
 
         @OptionGroup var store: StoreOptions
 
-        @Option(help: "The source: vault or secret-service.")
+        @Option(help: "The source: vault, secret-service or postgres.")
         var from: String
 
-        @Option(help: "The destination: vault or secret-service.")
+        @Option(help: "The destination: vault, secret-service or postgres.")
         var to: String
 
         @Option(help: "When the destination holds a different item of the same identity: fail, skip or overwrite.")
@@ -57,17 +57,19 @@ extension KeysmithCommand {
         var json = false
 
         func validate() throws {
-            for (value, name) in [(from, "--from"), (to, "--to")] where !["vault", "secret-service"].contains(value) {
-                throw ValidationError("\(name) is vault or secret-service, not '\(value)'")
+            for (value, name) in [(from, "--from"), (to, "--to")] where !["vault", "secret-service", "postgres"].contains(value) {
+                throw ValidationError("\(name) is vault, secret-service or postgres, not '\(value)'")
             }
             if from == to { throw ValidationError("--from and --to name the same store") }
             if MigrationConflictPolicy(rawValue: conflicts) == nil { throw ValidationError("--conflicts is fail, skip or overwrite") }
         }
 
         func open(_ name: String) throws -> any SecureStore {
-            name == "vault"
-                ? try store.openVault()
-                : try SecretServiceStore(collection: store.collection, timeout: .milliseconds(Int(store.timeout * 1000)))
+            switch name {
+            case "vault": try store.openVault()
+            case "postgres": try store.openPostgres()
+            default: try SecretServiceStore(collection: store.collection, timeout: .milliseconds(Int(store.timeout * 1000)))
+            }
         }
 
         func run() throws {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Keysmith
 import KeysmithCrypto
+import KeysmithPostgres
 import KeysmithSecretService
 import KeysmithStores
 import KeysmithSystem
@@ -17,8 +18,11 @@ struct StoreOptions: ParsableArguments {
     @Option(name: .customLong("passphrase-fd"), help: ArgumentHelp("Read the passphrase from this file descriptor.", valueName: "n"))
     var passphraseFD: Int32?
 
-    @Option(help: ArgumentHelp("The store: vault, secret-service or auto (default: $KEYSMITH_BACKEND, else the config file, else vault).", valueName: "backend"))
+    @Option(help: ArgumentHelp("The store: vault, secret-service, postgres or auto (default: $KEYSMITH_BACKEND, else the config file, else vault).", valueName: "backend"))
     var backend: String?
+
+    @Option(help: ArgumentHelp("The PostgreSQL store's namespace (tenant) (default: $KEYSMITH_NAMESPACE, else the config file, else default).", valueName: "name"))
+    var namespace: String?
 
     @Option(help: "The Secret Service collection: an alias or a label.")
     var collection: String = "default"
@@ -41,7 +45,44 @@ struct StoreOptions: ParsableArguments {
 
     func openChosen() throws -> StoreChoice.Opened {
         try choice().open(vaultPath: vaultPath, vaultCredential: { try vaultCredential() }, collection: collection,
-                          timeout: .milliseconds(Int(max(timeout, 0.1) * 1000)))
+                          timeout: .milliseconds(Int(max(timeout, 0.1) * 1000)), postgres: { try openPostgres() },
+                          databaseConfigured: (try? databaseURL()) != nil)
+    }
+
+    /// The database URL: $KEYSMITH_DATABASE_URL, else the config file's `database_url`. Never an
+    /// option: a URL may hold a password, and the command line is visible to every user.
+    func databaseURL() throws -> String {
+        if let url = System.environment("KEYSMITH_DATABASE_URL"), !url.isEmpty { return url }
+        if let url = try StoreChoice.configFile().databaseURL { return url }
+        throw KeysmithError(.storeUnavailable, "no database is configured: set KEYSMITH_DATABASE_URL or database_url in the config file")
+    }
+
+    /// The PostgreSQL namespace: --namespace, $KEYSMITH_NAMESPACE, the config file, `default`.
+    func postgresNamespace() throws -> String {
+        if let namespace { return namespace }
+        if let value = System.environment("KEYSMITH_NAMESPACE"), !value.isEmpty { return value }
+        return try StoreChoice.configFile().namespace ?? "default"
+    }
+
+    /// The PostgreSQL master key, from the same sources as the vault's credential.
+    func postgresMasterKey() throws -> PostgresMasterKey {
+        if let keyfilePath { return .keyfile(path: keyfilePath) }
+        if let passphraseFD {
+            var bytes = try readPassphrase(fd: passphraseFD)
+            defer { cleanse(&bytes) }
+            return .passphrase(String(decoding: bytes, as: UTF8.self))
+        }
+        if let passphrase = System.environment("KEYSMITH_PASSPHRASE") { return .passphrase(passphrase) }
+        if var typed = try Terminal.readHidden(prompt: "PostgreSQL master passphrase: ") {
+            defer { cleanse(&typed) }
+            return .passphrase(String(decoding: typed, as: UTF8.self))
+        }
+        throw KeysmithError(.storeLocked, "the PostgreSQL store needs its master key: use --keyfile, --passphrase-fd or KEYSMITH_PASSPHRASE")
+    }
+
+    func openPostgres() throws -> PostgresStore {
+        let settings = try PostgresConnectionSettings(url: try databaseURL())
+        return try PostgresStore(settings, namespace: try postgresNamespace(), masterKey: try postgresMasterKey())
     }
 
     var keyfilePath: String? {

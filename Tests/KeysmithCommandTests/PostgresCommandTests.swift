@@ -1,0 +1,83 @@
+import Foundation
+import Testing
+
+/// The command on the PostgreSQL store, against the server scripts/with-postgres.sh starts.
+@Suite("the keysmith command: PostgreSQL", .enabled(if: ProcessInfo.processInfo.environment["KEYSMITH_TEST_DATABASE_URL"] != nil))
+struct PostgresCommandTests {
+    static let url = ProcessInfo.processInfo.environment["KEYSMITH_TEST_DATABASE_URL"] ?? ""
+
+    /// A keysmith run on a namespace of its own; the master keyfile is the conformance suite's key.
+    static func keysmith() throws -> Keysmith {
+        var keysmith = try Keysmith()
+        let keyfile = keysmith.directory + "/master.key"
+        try (String(repeating: "09", count: 32) + "\n").write(toFile: keyfile, atomically: true, encoding: .utf8)
+        keysmith.environment["KEYSMITH_DATABASE_URL"] = url
+        keysmith.environment["KEYSMITH_KEYFILE"] = keyfile
+        keysmith.environment["KEYSMITH_NAMESPACE"] = "command-\(UUID().uuidString)"
+        keysmith.environment["KEYSMITH_BACKEND"] = "postgres"
+        return keysmith
+    }
+
+    @Test("postgres init, then secrets and tokens on PostgreSQL; a wrong master key exits 4")
+    func endToEnd() throws {
+        var keysmith = try Self.keysmith()
+        defer { keysmith.cleanup() }
+        let initialized = try keysmith.run(["postgres", "init"])
+        #expect(initialized.status == 0, "\(initialized.output)")
+        #expect(initialized.stdout.hasPrefix("ready: PostgreSQL database keysmith as keysmith on "))
+        #expect(try keysmith.run(["postgres", "init"]).status == 0)
+        #expect(try keysmith.run(["secret", "set", "--service", "mail", "--account", "bob"], stdin: "s3cret").status == 0)
+        let read = try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"])
+        #expect(read.stdout == "s3cret\n")
+        let backend = try keysmith.run(["backend", "--json"])
+        #expect(backend.stdout.contains(#""backend":"postgres""#))
+        #expect(!backend.output.contains("s3cret"))
+        try keysmith.run(["token", "import", "--service", "news", "--account", "alice"],
+                         stdin: #"{"access_token":"tok-secret","token_type":"Bearer","scope":"groups:read posts:write"}"#)
+        #expect(try keysmith.run(["revoke", "--scope", "posts:write", "--service", "news"]).status == 0)
+        #expect(try keysmith.run(["token", "check", "--service", "news", "--account", "alice", "posts:write"]).status == 3)
+        #expect(try keysmith.run(["audit", "verify"]).status == 0)
+        let wrongKey = keysmith.directory + "/wrong.key"
+        try (String(repeating: "01", count: 32) + "\n").write(toFile: wrongKey, atomically: true, encoding: .utf8)
+        keysmith.environment["KEYSMITH_KEYFILE"] = wrongKey
+        let wrong = try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"])
+        #expect(wrong.status == 4)
+        #expect(!wrong.output.contains("s3cret"))
+    }
+
+    @Test("migrate copies the vault into PostgreSQL and back, verified")
+    func migrate() throws {
+        var keysmith = try Self.keysmith()
+        defer { keysmith.cleanup() }
+        try keysmith.run(["postgres", "init"])
+        // One credential per run opens both stores: the vault is made with the master keyfile too.
+        keysmith.environment["KEYSMITH_BACKEND"] = "vault"
+        let created = try keysmith.run(["init"])
+        #expect(created.status == 0, "\(created.output)")
+        try keysmith.run(["secret", "set", "--service", "svc", "--account", "a"], stdin: "v1")
+        try keysmith.run(["secret", "set", "--service", "svc", "--account", "b"], stdin: "v2")
+        let copy = try keysmith.run(["migrate", "--from", "vault", "--to", "postgres", "--json"])
+        #expect(copy.status == 0, "\(copy.output)")
+        #expect(copy.stdout.contains(#""copied":["#))
+        let read = try keysmith.run(["secret", "get", "--service", "svc", "--account", "b"], environment: ["KEYSMITH_BACKEND": "postgres"])
+        #expect(read.stdout == "v2\n")
+        let again = try keysmith.run(["migrate", "--from", "vault", "--to", "postgres", "--json"])
+        #expect(again.stdout.contains(#""copied":[]"#))
+        let back = try keysmith.run(["migrate", "--from", "postgres", "--to", "vault", "--conflicts", "skip", "--json"])
+        #expect(back.status == 0, "\(back.output)")
+    }
+
+    @Test("no database configured is a clear error; a malformed URL exits 64")
+    func configuration() throws {
+        var keysmith = try Self.keysmith()
+        defer { keysmith.cleanup() }
+        keysmith.environment["KEYSMITH_DATABASE_URL"] = nil
+        let none = try keysmith.run(["secret", "list"], environment: ["XDG_CONFIG_HOME": keysmith.directory])
+        #expect(none.status == 5)
+        #expect(none.stderr.contains("KEYSMITH_DATABASE_URL"))
+        keysmith.environment["KEYSMITH_DATABASE_URL"] = "postgresql://u:hunter2@/nodb?sslmode=x"
+        let bad = try keysmith.run(["secret", "list"])
+        #expect(bad.status == 64)
+        #expect(!bad.output.contains("hunter2"))
+    }
+}
