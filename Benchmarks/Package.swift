@@ -35,6 +35,14 @@ let package = Package(
             ]
         ),
         .executableTarget(
+            name: "PostgresBenchmarks",
+            dependencies: [
+                .product(name: "Keysmith", package: root),
+                .product(name: "KeysmithPostgres", package: root),
+                .product(name: "KeysmithTokens", package: root),
+            ]
+        ),
+        .executableTarget(
             name: "TokenBenchmarks",
             dependencies: [
                 .product(name: "Keysmith", package: root),

@@ -378,8 +378,8 @@ enum RecordRows {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
         var start = 0
         while start < indexes.count {
-            let chunk = indexes[start..<min(start + 1000, indexes.count)].map { ByteBuffer(bytes: $0) }
-            start += 1000
+            let chunk = indexes[start..<min(start + 16_384, indexes.count)].map { ByteBuffer(bytes: $0) }
+            start += 16_384
             let query: PostgresQuery = lock
                 ? "SELECT blind_index, version, key_id, sealed FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk)) FOR UPDATE"
                 : "SELECT blind_index, version, key_id, sealed FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk))"
@@ -418,32 +418,60 @@ enum RecordRows {
         }
     }
 
-    static func put(namespace: [UInt8], blindIndex: [UInt8], version: Int64, keyID: Int32, sealed: [UInt8], exists: Bool,
-                    in transaction: Transaction) throws {
-        let namespaceBuffer = ByteBuffer(bytes: namespace), indexBuffer = ByteBuffer(bytes: blindIndex), sealedBuffer = ByteBuffer(bytes: sealed)
-        if exists {
-            try transaction.execute("""
-                UPDATE keysmith_records SET version = \(version), key_id = \(keyID), sealed = \(sealedBuffer)
-                WHERE namespace_id = \(namespaceBuffer) AND blind_index = \(indexBuffer)
-                """)
-        } else {
-            // A concurrent creator of the same item makes this a unique violation: the batch
-            // is retried and then sees that item.
-            try transaction.execute("""
-                INSERT INTO keysmith_records (namespace_id, blind_index, version, key_id, sealed)
-                VALUES (\(namespaceBuffer), \(indexBuffer), \(version), \(keyID), \(sealedBuffer))
-                """)
-        }
-        try transaction.execute("""
-            INSERT INTO keysmith_changes (namespace_id, blind_index, version, deleted) VALUES (\(namespaceBuffer), \(indexBuffer), \(version), false)
-            """)
+    /// One row a batch writes.
+    struct Put {
+        var blindIndex: [UInt8]
+        var sealed: [UInt8]
+        var exists: Bool
     }
 
-    static func remove(namespace: [UInt8], blindIndex: [UInt8], version: Int64, in transaction: Transaction) throws {
-        let namespaceBuffer = ByteBuffer(bytes: namespace), indexBuffer = ByteBuffer(bytes: blindIndex)
-        try transaction.execute("DELETE FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = \(indexBuffer)")
-        try transaction.execute("""
-            INSERT INTO keysmith_changes (namespace_id, blind_index, version, deleted) VALUES (\(namespaceBuffer), \(indexBuffer), \(version), true)
-            """)
+    /// Writes a batch's rows and its change rows with array statements, in chunks of at most
+    /// 16,384 rows or 16 MiB.
+    static func write(puts: [Put], removals: [[UInt8]], namespace: [UInt8], version: Int64, keyID: Int32,
+                      in transaction: Transaction) throws {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        func chunks<T>(_ items: [T], size: (T) -> Int) -> [ArraySlice<T>] {
+            var out: [ArraySlice<T>] = []
+            var start = 0, bytes = 0
+            for (index, item) in items.enumerated() {
+                if index > start && (index - start >= 16_384 || bytes + size(item) > 16 << 20) {
+                    out.append(items[start..<index])
+                    start = index
+                    bytes = 0
+                }
+                bytes += size(item)
+            }
+            if start < items.count { out.append(items[start...]) }
+            return out
+        }
+        for chunk in chunks(puts.filter(\.exists), size: { $0.sealed.count }) {
+            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
+            try transaction.execute("""
+                UPDATE keysmith_records AS r SET version = \(version), key_id = \(keyID), sealed = t.s
+                FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
+                WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i
+                """)
+        }
+        // A concurrent creator of the same item makes an insert a unique violation: the batch
+        // is retried and then sees that item.
+        for chunk in chunks(puts.filter { !$0.exists }, size: { $0.sealed.count }) {
+            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
+            try transaction.execute("""
+                INSERT INTO keysmith_records (namespace_id, blind_index, version, key_id, sealed)
+                SELECT \(namespaceBuffer), t.i, \(version), \(keyID), t.s FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
+                """)
+        }
+        for chunk in chunks(removals, size: { _ in 64 }) {
+            let indexes = chunk.map { ByteBuffer(bytes: $0) }
+            try transaction.execute("DELETE FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(indexes)::bytea[])")
+        }
+        let changed = puts.map { ($0.blindIndex, false) } + removals.map { ($0, true) }
+        for chunk in chunks(changed, size: { _ in 64 }) {
+            let indexes = chunk.map { ByteBuffer(bytes: $0.0) }, deleted = chunk.map(\.1)
+            try transaction.execute("""
+                INSERT INTO keysmith_changes (namespace_id, blind_index, version, deleted)
+                SELECT \(namespaceBuffer), t.i, \(version), t.d FROM unnest(\(indexes)::bytea[], \(deleted)::boolean[]) AS t(i, d)
+                """)
+        }
     }
 }

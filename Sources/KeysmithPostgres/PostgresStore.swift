@@ -314,18 +314,21 @@ public final class PostgresStore: SecureStore {
             guard let record = try? keys.open(row, withSecret: false), record.key == key else { return .damaged }
             return .present(record.info)
         }
+        // Written in a few statements whatever the batch's size (arrays, not a statement per row).
+        var puts: [RecordRows.Put] = []
+        var removals: [[UInt8]] = []
         for write in writes {
             switch write {
             case .put(let record):
                 let index = touched[record.key] ?? keys.blindIndex(record.key)
-                let sealed = try keys.seal(record, blindIndex: index, version: version)
-                try RecordRows.put(namespace: keys.namespaceID, blindIndex: index, version: version, keyID: keys.currentKeyID,
-                                   sealed: sealed, exists: rows[index] != nil, in: transaction)
+                puts.append(RecordRows.Put(blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version),
+                                           exists: rows[index] != nil))
             case .remove(let key):
-                let index = touched[key] ?? keys.blindIndex(key)
-                try RecordRows.remove(namespace: keys.namespaceID, blindIndex: index, version: version, in: transaction)
+                removals.append(touched[key] ?? keys.blindIndex(key))
             }
         }
+        try RecordRows.write(puts: puts, removals: removals, namespace: keys.namespaceID, version: version, keyID: keys.currentKeyID,
+                             in: transaction)
     }
 }
 
