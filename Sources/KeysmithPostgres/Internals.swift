@@ -5,6 +5,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import PostgresNIO
+import Dispatch
 
 /// The schema (docs/postgres.md). Every statement is idempotent.
 enum PostgresSchema {
@@ -46,10 +47,24 @@ enum PostgresSchema {
             blind_index bytea NOT NULL,
             version bigint NOT NULL,
             deleted boolean NOT NULL,
+            sealed_key bytea NOT NULL,
             committed_at timestamptz NOT NULL DEFAULT now()
         )
         """,
+        "CREATE INDEX IF NOT EXISTS keysmith_changes_by_namespace ON keysmith_changes (namespace_id, seq)",
+        """
+        CREATE TABLE IF NOT EXISTS keysmith_watchers (
+            namespace_id bytea NOT NULL,
+            watcher text NOT NULL,
+            acked_seq bigint NOT NULL,
+            seen_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (namespace_id, watcher)
+        )
+        """,
     ]
+
+    /// The channel every commit notifies, with the namespace id (hex) as payload.
+    static let channel = "keysmith_changes"
 }
 
 /// A conflict with a concurrent transaction: the batch is retried from its reads.
@@ -65,6 +80,8 @@ final class Session: @unchecked Sendable {
     let connection: PostgresConnection
     let logger: Logger
     let description: String
+    /// How long one statement may take before the connection is given up.
+    var statementTimeout: Duration = .seconds(120)
 
     private init(connection: PostgresConnection, logger: Logger, description: String) {
         self.connection = connection
@@ -72,18 +89,21 @@ final class Session: @unchecked Sendable {
         self.description = description
     }
 
-    static func connect(_ settings: PostgresConnectionSettings, logger: Logger) throws -> Session {
-        let configuration: PostgresConnection.Configuration
+    /// Connects; `application` names the connection in `pg_stat_activity` (an operator can see
+    /// which connections are Keysmith's, and which watcher is which).
+    static func connect(_ settings: PostgresConnectionSettings, logger: Logger, application: String = "keysmith") throws -> Session {
+        var configuration: PostgresConnection.Configuration
         if let socket = settings.socketPath {
             configuration = .init(unixSocketPath: socket, username: settings.user, password: settings.password, database: settings.database)
         } else {
             configuration = .init(host: settings.host ?? "localhost", port: settings.port, username: settings.user,
                                   password: settings.password, database: settings.database, tls: .disable)
         }
+        configuration.options.additionalStartupParameters = [("application_name", String(application.prefix(63)))]
         do {
             let connection = try PostgresConnection.connect(
                 on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: 1, logger: logger
-            ).wait()
+            ).wait(timeout: .seconds(30))
             return Session(connection: connection, logger: logger, description: settings.description)
         } catch {
             throw KeysmithError(.storeUnavailable, "cannot connect to PostgreSQL (\(settings.description)): \(Session.reason(error))")
@@ -93,7 +113,7 @@ final class Session: @unchecked Sendable {
     var isClosed: Bool { connection.isClosed }
 
     func close() {
-        try? connection.close().wait()
+        _ = try? connection.close().wait(timeout: .seconds(5))
     }
 
     /// The server's reason, without the query text or its bindings (they may hold ciphertext).
@@ -127,19 +147,52 @@ final class Session: @unchecked Sendable {
     }
 }
 
+/// A future's result, waited for at most `timeout` (a connection that dies without the driver
+/// noticing must not hang a caller forever).
+struct WaitTimedOut: Error {}
+
+final class ResultBox<Value>: @unchecked Sendable {
+    // @unchecked: written once by the event loop before the semaphore is signalled, read after.
+    var result: Result<Value, any Error>?
+}
+
+extension EventLoopFuture {
+    func wait(timeout: Duration) throws -> Value {
+        let semaphore = DispatchSemaphore(value: 0)
+        let box = ResultBox<Value>()
+        whenComplete { result in
+            box.result = result
+            semaphore.signal()
+        }
+        let nanoseconds = Int(timeout.components.seconds) * 1_000_000_000 + Int(timeout.components.attoseconds / 1_000_000_000)
+        guard semaphore.wait(timeout: .now() + .nanoseconds(nanoseconds)) == .success, let result = box.result else { throw WaitTimedOut() }
+        return try result.get()
+    }
+}
+
 /// Statements inside a transaction.
 struct Transaction {
     let session: Session
 
     @discardableResult
     func execute(_ query: PostgresQuery) throws -> [PostgresRow] {
+        // A statement on a connection the server closed may never be answered: fail at once.
+        guard !session.connection.isClosed else {
+            throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) closed the connection")
+        }
         do {
-            return try session.connection.query(query, logger: session.logger).wait().rows
+            return try session.connection.query(query, logger: session.logger).wait(timeout: session.statementTimeout).rows
+        } catch is WaitTimedOut {
+            session.close()
+            throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) did not answer within \(session.statementTimeout); the connection was closed")
         } catch {
             if let state = Session.sqlState(error), ["40001", "40P01", "23505"].contains(state) {
                 throw RetryableConflict(state: state)
             }
-            if session.connection.isClosed || !(error is PSQLError) || Session.sqlState(error) == nil {
+            let state = Session.sqlState(error)
+            // Connection exceptions (08…) and operator intervention (57…: a terminated backend,
+            // a server shutting down) mean the server is gone for now, not that the statement was wrong.
+            if session.connection.isClosed || !(error is PSQLError) || state == nil || state!.hasPrefix("08") || state!.hasPrefix("57") {
                 throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) failed: \(Session.reason(error))")
             }
             if Session.sqlState(error) == "42P01" {
@@ -340,6 +393,47 @@ final class NamespaceKeys: Sendable {
         return sealed.nonce + sealed.tag + sealed.ciphertext
     }
 
+    static let changeLabel = Array("keysmith-pg change v1".utf8)
+
+    static func changeAAD(_ namespaceID: [UInt8], _ blindIndex: [UInt8], _ version: Int64) -> [UInt8] {
+        var writer = ByteWriter()
+        writer.append(changeLabel)
+        writer.appendField(namespaceID)
+        writer.appendField(blindIndex)
+        writer.append(UInt64(bitPattern: version))
+        return writer.bytes
+    }
+
+    /// The item's identity, sealed for a change row (a watcher learns which item changed, also
+    /// when it was deleted): key id (4 bytes) ‖ nonce ‖ tag ‖ ciphertext.
+    func sealKey(_ key: ItemKey, blindIndex: [UInt8], version: Int64) throws -> [UInt8] {
+        let record = SecureRecord(info: ItemInfo(attributes: ItemAttributes(key: key), created: Date(timeIntervalSinceReferenceDate: 0),
+                                                 modified: Date(timeIntervalSinceReferenceDate: 0)), secret: Data())
+        let sealed = try AESGCM.seal(RecordCodec.encode(record), key: dataKeys[currentKeyID]!,
+                                     associatedData: Self.changeAAD(namespaceID, blindIndex, version))
+        var writer = ByteWriter()
+        writer.append(UInt32(bitPattern: currentKeyID))
+        return writer.bytes + sealed.nonce + sealed.tag + sealed.ciphertext
+    }
+
+    /// The item a change row names; the row's index must be the item's blind index.
+    func openKey(_ sealedKey: [UInt8], blindIndex: [UInt8], version: Int64) throws -> ItemKey {
+        guard sealedKey.count >= 32 else { throw KeysmithError(.corruptData, "a change row of PostgreSQL is too short") }
+        let keyID = Int32(bitPattern: UInt32(sealedKey[0]) << 24 | UInt32(sealedKey[1]) << 16 | UInt32(sealedKey[2]) << 8 | UInt32(sealedKey[3]))
+        guard let dataKey = dataKeys[keyID] else { throw KeysmithError(.corruptData, "a change row names a data key this namespace does not have") }
+        do {
+            let plaintext = try AESGCM.open(ciphertext: Array(sealedKey[32...]), tag: Array(sealedKey[16..<32]), key: dataKey,
+                                            nonce: Array(sealedKey[4..<16]), associatedData: Self.changeAAD(namespaceID, blindIndex, version))
+            let key = try RecordCodec.decode(plaintext, withSecret: false).key
+            guard blindIndex == self.blindIndex(key) else { throw KeysmithError(.corruptData, "a change row names another item than its index") }
+            return key
+        } catch let error as KeysmithError {
+            throw error
+        } catch {
+            throw KeysmithError(.corruptData, "a change row of PostgreSQL does not open: edited or moved")
+        }
+    }
+
     func open(_ row: RecordRow, withSecret: Bool) throws -> SecureRecord {
         guard let key = dataKeys[row.keyID] else { throw KeysmithError(.corruptData, "a row names a data key this namespace does not have") }
         let bytes = row.sealed
@@ -423,12 +517,22 @@ enum RecordRows {
         var blindIndex: [UInt8]
         var sealed: [UInt8]
         var exists: Bool
+        /// The item's identity sealed for the change feed.
+        var sealedKey: [UInt8]
+    }
+
+    /// One row a batch deletes.
+    struct Removal {
+        var blindIndex: [UInt8]
+        var sealedKey: [UInt8]
     }
 
     /// Writes a batch's rows and its change rows with array statements, in chunks of at most
     /// 16,384 rows or 16 MiB.
-    static func write(puts: [Put], removals: [[UInt8]], namespace: [UInt8], version: Int64, keyID: Int32,
-                      in transaction: Transaction) throws {
+    /// Returns the sequence number of the batch's last change row (what watchers acknowledge).
+    @discardableResult
+    static func write(puts: [Put], removals: [Removal], namespace: [UInt8], version: Int64, keyID: Int32,
+                      in transaction: Transaction) throws -> Int64 {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
         func chunks<T>(_ items: [T], size: (T) -> Int) -> [ArraySlice<T>] {
             var out: [ArraySlice<T>] = []
@@ -462,16 +566,27 @@ enum RecordRows {
                 """)
         }
         for chunk in chunks(removals, size: { _ in 64 }) {
-            let indexes = chunk.map { ByteBuffer(bytes: $0) }
+            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }
             try transaction.execute("DELETE FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(indexes)::bytea[])")
         }
-        let changed = puts.map { ($0.blindIndex, false) } + removals.map { ($0, true) }
-        for chunk in chunks(changed, size: { _ in 64 }) {
-            let indexes = chunk.map { ByteBuffer(bytes: $0.0) }, deleted = chunk.map(\.1)
-            try transaction.execute("""
-                INSERT INTO keysmith_changes (namespace_id, blind_index, version, deleted)
-                SELECT \(namespaceBuffer), t.i, \(version), t.d FROM unnest(\(indexes)::bytea[], \(deleted)::boolean[]) AS t(i, d)
+        let changed = puts.map { ($0.blindIndex, false, $0.sealedKey) } + removals.map { ($0.blindIndex, true, $0.sealedKey) }
+        var last: Int64 = 0
+        for chunk in chunks(changed, size: { _ in 128 }) {
+            let indexes = chunk.map { ByteBuffer(bytes: $0.0) }, deleted = chunk.map(\.1), sealedKeys = chunk.map { ByteBuffer(bytes: $0.2) }
+            let rows = try transaction.execute("""
+                WITH inserted AS (
+                    INSERT INTO keysmith_changes (namespace_id, blind_index, version, deleted, sealed_key)
+                    SELECT \(namespaceBuffer), t.i, \(version), t.d, t.k
+                    FROM unnest(\(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[]) AS t(i, d, k)
+                    RETURNING seq)
+                SELECT max(seq) FROM inserted
                 """)
+            if let value = try rows.first?.decode(Int64?.self) { last = max(last, value) }
         }
+        if !changed.isEmpty {
+            let payload = namespace.map { String(format: "%02x", $0) }.joined()
+            try transaction.execute("SELECT pg_notify(\(PostgresSchema.channel), \(payload))")
+        }
+        return last
     }
 }

@@ -145,6 +145,11 @@ public final class PostgresStore: SecureStore {
 
     let keys: NamespaceKeys
     private let session: Mutex<Session?>
+    private let lastSequence = Mutex<Int64>(0)
+
+    /// The change-feed sequence of this handle's newest committed change (0 before its first
+    /// write): what ``waitForWatchers(through:timeout:)`` waits for.
+    public var lastCommittedSequence: Int64 { lastSequence.withLock { $0 } }
     private let logger: Logger
     private let clock: @Sendable () -> Date
 
@@ -218,6 +223,9 @@ public final class PostgresStore: SecureStore {
         }
     }
 
+    /// The session, for this module's other parts (the watcher's waiting).
+    func withSessionPublic<T>(_ body: (Session) throws -> T) throws -> T { try withSession(body) }
+
     /// Reads one item.
     public func read(_ key: ItemKey) throws -> SecureRecord? {
         try read([key])[0]
@@ -289,9 +297,10 @@ public final class PostgresStore: SecureStore {
         while true {
             attempt += 1
             do {
-                try withSession { session in
+                let sequence = try withSession { session in
                     try session.transaction { transaction in try apply(operations, now: now, in: transaction) }
                 }
+                if sequence > 0 { lastSequence.withLock { $0 = max($0, sequence) } }
                 return
             } catch let error as RetryableConflict where attempt < 20 {
                 logger.debug("retrying a batch after \(error.state)")
@@ -302,7 +311,7 @@ public final class PostgresStore: SecureStore {
         }
     }
 
-    private func apply(_ operations: [StoreOperation], now: Date, in transaction: Transaction) throws {
+    private func apply(_ operations: [StoreOperation], now: Date, in transaction: Transaction) throws -> Int64 {
         let version = try transaction.nextVersion()
         var touched: [ItemKey: [UInt8]] = [:]
         for operation in operations where touched[operation.key] == nil { touched[operation.key] = keys.blindIndex(operation.key) }
@@ -316,19 +325,20 @@ public final class PostgresStore: SecureStore {
         }
         // Written in a few statements whatever the batch's size (arrays, not a statement per row).
         var puts: [RecordRows.Put] = []
-        var removals: [[UInt8]] = []
+        var removals: [RecordRows.Removal] = []
         for write in writes {
             switch write {
             case .put(let record):
                 let index = touched[record.key] ?? keys.blindIndex(record.key)
                 puts.append(RecordRows.Put(blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version),
-                                           exists: rows[index] != nil))
+                                           exists: rows[index] != nil, sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version)))
             case .remove(let key):
-                removals.append(touched[key] ?? keys.blindIndex(key))
+                let index = touched[key] ?? keys.blindIndex(key)
+                removals.append(RecordRows.Removal(blindIndex: index, sealedKey: try keys.sealKey(key, blindIndex: index, version: version)))
             }
         }
-        try RecordRows.write(puts: puts, removals: removals, namespace: keys.namespaceID, version: version, keyID: keys.currentKeyID,
-                             in: transaction)
+        return try RecordRows.write(puts: puts, removals: removals, namespace: keys.namespaceID, version: version, keyID: keys.currentKeyID,
+                                    in: transaction)
     }
 }
 

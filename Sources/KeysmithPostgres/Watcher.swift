@@ -1,0 +1,238 @@
+public import Keysmith
+import KeysmithCrypto
+import Logging
+import NIOCore
+import PostgresNIO
+import Synchronization
+import Dispatch
+import Foundation
+
+/// One committed change to an item of a namespace, as a watcher receives it.
+public struct PostgresChange: Sendable {
+    /// The change feed's sequence number: strictly increasing, never reused.
+    public var sequence: Int64
+    /// The item.
+    public var key: ItemKey
+    /// The item's version after the change.
+    public var version: Int64
+    /// Whether the change deleted the item.
+    public var deleted: Bool
+    /// The item as it is when the watcher reads it (a newer version if it changed again since;
+    /// `nil` when it is deleted by then or does not open).
+    public var record: SecureRecord?
+}
+
+/// Follows a namespace's changes as they are committed, from any process on any machine, and
+/// never misses one: it wakes on PostgreSQL's `NOTIFY`, polls as a fallback, and after a lost
+/// connection replays from the last sequence it applied.
+///
+/// ```swift
+/// let watcher = try PostgresWatcher(settings, namespace: "payments", masterKey: key, name: "app-7")
+/// try watcher.run { changes in
+///     for change in changes { apply(change) }        // e.g. update a PermissionManager
+///     return true                                    // keep watching
+/// }
+/// ```
+///
+/// A watcher registers under its name and acknowledges each sequence it applied, so a writer can
+/// wait until every live watcher has applied a revocation (``PostgresStore/waitForWatchers(through:timeout:)``).
+/// ``isCurrent`` is false when the watcher could not confirm within `staleAfter` that it has
+/// seen every committed change: callers must then fail closed.
+public final class PostgresWatcher: Sendable {
+    /// The namespace.
+    public let namespace: String
+    /// The name it registers and acknowledges under (a label such as a host name; stored in the clear).
+    public let name: String
+    /// How long a confirmation of being current is good for.
+    public let staleAfter: Duration
+
+    private let settings: PostgresConnectionSettings
+    private let keys: NamespaceKeys
+    private let state: Mutex<State>
+    private let wake = DispatchSemaphoreBox()
+
+    struct State {
+        var applied: Int64
+        var confirmedAt: ContinuousClock.Instant?
+        var stopped = false
+        var reconnects = 0
+    }
+
+    /// Opens the namespace (as ``PostgresStore`` does) and starts after `sequence`: the given
+    /// one, or the newest committed change when `nil` (only changes from now on).
+    public init(_ settings: PostgresConnectionSettings, namespace: String = "default", masterKey: PostgresMasterKey, name: String,
+                after sequence: Int64? = nil, staleAfter: Duration = .seconds(2)) throws {
+        guard !name.isEmpty, name.utf8.count <= 200 else { throw KeysmithError.invalidArgument("a watcher's name is 1 to 200 bytes") }
+        self.settings = settings
+        self.namespace = namespace
+        self.name = name
+        self.staleAfter = staleAfter
+        let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres.watch"))
+        defer { session.close() }
+        var start: Int64 = 0
+        keys = try session.transaction { transaction in
+            let master = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: .standard, create: false)
+            let keys = try NamespaceKeys.loadOrCreate(namespace: namespace, master: master, transaction: transaction)
+            if let sequence {
+                start = sequence
+            } else {
+                let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
+                start = try transaction.execute("SELECT coalesce(max(seq), 0) FROM keysmith_changes WHERE namespace_id = \(namespaceBuffer)")
+                    .first?.decode(Int64.self) ?? 0
+            }
+            return keys
+        }
+        state = Mutex(State(applied: start))
+    }
+
+    /// The newest sequence applied.
+    public var lastSequence: Int64 { state.withLock { $0.applied } }
+
+    /// How many times the watcher lost its connection and replayed.
+    public var reconnects: Int { state.withLock { $0.reconnects } }
+
+    /// Whether the watcher confirmed, less than `staleAfter` ago, that it had applied every
+    /// committed change. When false, scope checks that rely on it must deny.
+    public var isCurrent: Bool {
+        state.withLock { state in
+            guard let confirmed = state.confirmedAt else { return false }
+            return ContinuousClock.now - confirmed < staleAfter
+        }
+    }
+
+    /// Ends ``run(pollInterval:_:)`` at its next wake-up.
+    public func stop() {
+        state.withLock { $0.stopped = true }
+        wake.signal()
+    }
+
+    /// Watches until `apply` returns false or ``stop()`` is called, on the calling thread.
+    /// `apply` gets each batch of changes in sequence order; what it returns before the
+    /// acknowledgment is written, so an acknowledged change was applied. Connection failures
+    /// are retried (with the replay) until stopped; `apply`'s errors end the watch.
+    public func run(pollInterval: Duration = .milliseconds(50), _ apply: ([PostgresChange]) throws -> Bool) throws {
+        var logger = Logger(label: "keysmith.postgres.watch")
+        logger.logLevel = .warning
+        while !state.withLock({ $0.stopped }) {
+            let session: Session
+            do {
+                session = try Session.connect(settings, logger: logger, application: "keysmith watch \(name)")
+                session.statementTimeout = .seconds(5)
+            } catch {
+                wake.wait(timeout: pollInterval)
+                continue
+            }
+            defer { session.close() }
+            let listener = session.connection.addListener(channel: PostgresSchema.channel) { [wake] _, _ in wake.signal() }
+            defer { listener.stop() }
+            do {
+                try Transaction(session: session).execute("LISTEN keysmith_changes")
+                while !state.withLock({ $0.stopped }) {
+                    let asked = ContinuousClock.now
+                    let changes = try fetch(session)
+                    if !changes.isEmpty {
+                        let keepGoing: Bool
+                        do { keepGoing = try apply(changes) } catch { throw ApplyFailure(error: error) }
+                        guard keepGoing else { return }
+                        state.withLock { $0.applied = changes.last!.sequence }
+                    }
+                    try acknowledge(session)
+                    if changes.isEmpty { state.withLock { $0.confirmedAt = asked } }
+                    if changes.isEmpty { wake.wait(timeout: pollInterval) }
+                }
+                return
+            } catch let failure as ApplyFailure {
+                throw failure.error
+            } catch {
+                // Anything else is the connection or the server (killed, restarted, failed
+                // over): reconnect and replay from the last applied sequence.
+                state.withLock { $0.reconnects += 1 }
+                wake.wait(timeout: pollInterval)
+                continue
+            }
+        }
+    }
+
+    /// An error of the caller's `apply`, which ends the watch (every other error reconnects).
+    private struct ApplyFailure: Error {
+        let error: any Error
+    }
+
+    /// The changes after the applied sequence, at most 4,096, each with its item as it is now.
+    private func fetch(_ session: Session) throws -> [PostgresChange] {
+        let applied = lastSequence
+        let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
+        let transaction = Transaction(session: session)
+        let rows = try transaction.execute("""
+            SELECT c.seq, c.blind_index, c.version, c.deleted, c.sealed_key, r.version, r.key_id, r.sealed
+            FROM keysmith_changes c LEFT JOIN keysmith_records r ON r.namespace_id = c.namespace_id AND r.blind_index = c.blind_index
+            WHERE c.namespace_id = \(namespaceBuffer) AND c.seq > \(applied) ORDER BY c.seq LIMIT 4096
+            """)
+        return try rows.map { row in
+            let (sequence, index, version, deleted, sealedKey, rowVersion, keyID, sealed) =
+                try row.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, Int64?, Int32?, ByteBuffer?).self)
+            let key = try keys.openKey(sealedKey.bytes, blindIndex: index.bytes, version: version)
+            var record: SecureRecord?
+            if let rowVersion, let keyID, let sealed {
+                record = try? keys.open(RecordRow(blindIndex: index.bytes, version: rowVersion, keyID: keyID, sealed: sealed.bytes), withSecret: true)
+            }
+            return PostgresChange(sequence: sequence, key: key, version: version, deleted: deleted, record: record)
+        }
+    }
+
+    /// Records the applied sequence and that the watcher is alive.
+    private func acknowledge(_ session: Session) throws {
+        let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
+        let applied = lastSequence
+        try Transaction(session: session).execute("""
+            INSERT INTO keysmith_watchers (namespace_id, watcher, acked_seq, seen_at) VALUES (\(namespaceBuffer), \(name), \(applied), now())
+            ON CONFLICT (namespace_id, watcher) DO UPDATE SET acked_seq = excluded.acked_seq, seen_at = now()
+            """)
+    }
+}
+
+/// A watcher that has not acknowledged a change.
+public struct PendingWatcher: Sendable, Hashable {
+    /// Its name.
+    public var name: String
+    /// The newest sequence it acknowledged.
+    public var acknowledged: Int64
+}
+
+extension PostgresStore {
+    /// Waits until every live watcher of this namespace (one seen within `liveWithin`) has
+    /// acknowledged `sequence`, or `timeout` passes.
+    ///
+    /// - Returns: The live watchers that had not acknowledged it by the timeout (empty: all did).
+    public func waitForWatchers(through sequence: Int64, timeout: Duration, liveWithin: Duration = .seconds(10)) throws -> [PendingWatcher] {
+        let deadline = ContinuousClock.now + timeout
+        let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
+        let seconds = Double(liveWithin.components.seconds) + Double(liveWithin.components.attoseconds) / 1e18
+        while true {
+            let pending = try withSessionPublic { session in
+                try Transaction(session: session).execute("""
+                    SELECT watcher, acked_seq FROM keysmith_watchers
+                    WHERE namespace_id = \(namespaceBuffer) AND seen_at > now() - make_interval(secs => \(seconds)) AND acked_seq < \(sequence)
+                    ORDER BY watcher
+                    """).map { row in
+                    let (name, acknowledged) = try row.decode((String, Int64).self)
+                    return PendingWatcher(name: name, acknowledged: acknowledged)
+                }
+            }
+            if pending.isEmpty || ContinuousClock.now >= deadline { return pending }
+            usleep(5_000)
+        }
+    }
+}
+
+/// A semaphore that a NOTIFY handler signals and the watch loop waits on.
+final class DispatchSemaphoreBox: Sendable {
+    private let semaphore = DispatchSemaphore(value: 0)
+
+    func signal() { semaphore.signal() }
+
+    func wait(timeout: Duration) {
+        let nanoseconds = Int(timeout.components.seconds) * 1_000_000_000 + Int(timeout.components.attoseconds / 1_000_000_000)
+        _ = semaphore.wait(timeout: .now() + .nanoseconds(nanoseconds))
+    }
+}
