@@ -28,8 +28,8 @@ public struct PostgresChange: Sendable {
 ///
 /// ```swift
 /// let watcher = try PostgresWatcher(settings, namespace: "payments", masterKey: key, name: "app-7")
-/// try watcher.run { changes in
-///     for change in changes { apply(change) }        // e.g. update a PermissionManager
+/// try watcher.run { change in
+///     apply(change)                                  // e.g. update a PermissionManager
 ///     return true                                    // keep watching
 /// }
 /// ```
@@ -107,10 +107,11 @@ public final class PostgresWatcher: Sendable {
     }
 
     /// Watches until `apply` returns false or ``stop()`` is called, on the calling thread.
-    /// `apply` gets each batch of changes in sequence order; what it returns before the
-    /// acknowledgment is written, so an acknowledged change was applied. Connection failures
-    /// are retried (with the replay) until stopped; `apply`'s errors end the watch.
-    public func run(pollInterval: Duration = .milliseconds(50), _ apply: ([PostgresChange]) throws -> Bool) throws {
+    /// `apply` gets each change in sequence order, once; a change counts as applied when
+    /// `apply` returns (true or false), and the acknowledgment is written after it, so an
+    /// acknowledged change was applied. Connection failures are retried (with the replay) until
+    /// stopped; `apply`'s errors end the watch.
+    public func run(pollInterval: Duration = .milliseconds(50), _ apply: (PostgresChange) throws -> Bool) throws {
         var logger = Logger(label: "keysmith.postgres.watch")
         logger.logLevel = .warning
         while !state.withLock({ $0.stopped }) {
@@ -130,13 +131,13 @@ public final class PostgresWatcher: Sendable {
                 while !state.withLock({ $0.stopped }) {
                     let asked = ContinuousClock.now
                     let changes = try fetch(session)
-                    if !changes.isEmpty {
-                        let keepGoing: Bool
-                        do { keepGoing = try apply(changes) } catch { throw ApplyFailure(error: error) }
-                        guard keepGoing else { return }
-                        state.withLock { $0.applied = changes.last!.sequence }
+                    var keepGoing = true
+                    for change in changes where keepGoing {
+                        do { keepGoing = try apply(change) } catch { throw ApplyFailure(error: error) }
+                        state.withLock { $0.applied = change.sequence }
                     }
                     try acknowledge(session)
+                    guard keepGoing else { return }
                     if changes.isEmpty { state.withLock { $0.confirmedAt = asked } }
                     if changes.isEmpty { wake.wait(timeout: pollInterval) }
                 }
@@ -200,19 +201,26 @@ public struct PendingWatcher: Sendable, Hashable {
 }
 
 extension PostgresStore {
-    /// Waits until every live watcher of this namespace (one seen within `liveWithin`) has
-    /// acknowledged `sequence`, or `timeout` passes.
+    /// Waits until every watcher of this namespace that is live when it is called (seen within
+    /// `liveWithin`) has acknowledged `sequence`, or `timeout` passes. A watcher that dies while
+    /// it waits stays in the set: it is named, never silently dropped.
     ///
-    /// - Returns: The live watchers that had not acknowledged it by the timeout (empty: all did).
+    /// - Returns: The watchers that had not acknowledged it by the timeout (empty: all did).
     public func waitForWatchers(through sequence: Int64, timeout: Duration, liveWithin: Duration = .seconds(10)) throws -> [PendingWatcher] {
         let deadline = ContinuousClock.now + timeout
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
         let seconds = Double(liveWithin.components.seconds) + Double(liveWithin.components.attoseconds) / 1e18
+        let live = try withSessionPublic { session in
+            try Transaction(session: session).execute("""
+                SELECT watcher FROM keysmith_watchers WHERE namespace_id = \(namespaceBuffer) AND seen_at > now() - make_interval(secs => \(seconds))
+                """).map { try $0.decode(String.self) }
+        }
+        guard !live.isEmpty else { return [] }
         while true {
             let pending = try withSessionPublic { session in
                 try Transaction(session: session).execute("""
                     SELECT watcher, acked_seq FROM keysmith_watchers
-                    WHERE namespace_id = \(namespaceBuffer) AND seen_at > now() - make_interval(secs => \(seconds)) AND acked_seq < \(sequence)
+                    WHERE namespace_id = \(namespaceBuffer) AND watcher = ANY(\(live)) AND acked_seq < \(sequence)
                     ORDER BY watcher
                     """).map { row in
                     let (name, acknowledged) = try row.decode((String, Int64).self)

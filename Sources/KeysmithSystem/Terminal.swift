@@ -78,6 +78,17 @@ package enum Terminal {
         }
     }
 
+    /// Unblocks SIGTERM and SIGINT, which a process inherits blocked when its parent started it
+    /// from a thread that blocks them (some test runners and thread pools do): a long-running
+    /// command such as `keysmith watch` must stop when asked.
+    package static func unblockTerminationSignals() {
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGTERM)
+        sigaddset(&set, SIGINT)
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
+    }
+
     /// Writes bytes to standard output or standard error.
     package static func write(_ bytes: [UInt8], to fd: Int32) {
         try? System.writeAll(fd, bytes, path: "fd \(fd)")

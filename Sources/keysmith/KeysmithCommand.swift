@@ -25,7 +25,7 @@ struct KeysmithCommand: ParsableCommand {
             7 already exists, 8 changed by another writer (retry), 64 usage error or bad input.
             """,
         version: "0.1.0",
-        subcommands: [Init.self, Secret.self, Token.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self, PostgresCommand.self, Walkthrough.self]
+        subcommands: [Init.self, Secret.self, Token.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self, PostgresCommand.self, Watch.self, Walkthrough.self]
     )
 
     /// Runs the command, turning every error into one line on stderr and a stable exit code.

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Keysmith
+import KeysmithPostgres
 import KeysmithSystem
 import KeysmithTokens
 import KeysmithVault
@@ -675,6 +676,12 @@ extension KeysmithCommand {
         @Flag(help: "Do not ask before revoking from every token (no --service, --client or --subject) on a terminal.")
         var yes = false
 
+        @Flag(help: "PostgreSQL only: return when every live watcher (keysmith watch, a PostgresWatcher) has applied the revocation; exit 9 naming those that did not within --wait-timeout.")
+        var wait = false
+
+        @Option(name: .customLong("wait-timeout"), help: "How long --wait waits (a duration such as 10s or 2m).")
+        var waitTimeout: String = "10s"
+
         func run() throws {
             let revoking = try parseScopes(scope)
             guard !revoking.isEmpty else { throw ValidationError("name at least one scope with --scope") }
@@ -690,12 +697,25 @@ extension KeysmithCommand {
                                          exitCode: ExitCode(1))
                 }
             }
-            let keeper = makeKeeper(try store.openStore())
+            if wait, let choice = try? store.choice(), choice != .postgres, choice != .auto {
+                throw KeysmithError.invalidArgument("--wait needs the postgres backend: only it has watchers to wait for")
+            }
+            let opened = try store.openStore()
+            if wait && !(opened is PostgresStore) {
+                throw KeysmithError.invalidArgument("--wait needs the postgres backend: only it has watchers to wait for")
+            }
+            let waitLimit = try parseDuration(waitTimeout)
+            let keeper = makeKeeper(opened)
             let bar = ProgressBar(enabled: Terminal.isTerminal(2))
             let report = try keeper.revoke(
                 scopes: revoking, matching: TokenFilter(service: service, clientID: client, subject: subject),
                 reason: reason, dryRun: dryRun, progress: bar.update)
             bar.finish()
+            var pending: [PendingWatcher] = []
+            if wait, !dryRun, let postgres = opened as? PostgresStore, postgres.lastCommittedSequence > 0 {
+                pending = try postgres.waitForWatchers(through: postgres.lastCommittedSequence,
+                                                       timeout: .milliseconds(Int(waitLimit * 1000)))
+            }
             let names = Scope.formatList(revoking)
             if json {
                 struct Report: Encodable {
@@ -709,10 +729,20 @@ extension KeysmithCommand {
                         case dryRun = "dry_run"
                     }
                 }
-                print(try jsonLine(Report(scopes: revoking.map(\.rawValue).sorted(), matched: report.matched, changed: report.changed,
-                                          dryRun: dryRun, tokens: report.changedTokens)))
+                var document = try jsonLine(Report(scopes: revoking.map(\.rawValue).sorted(), matched: report.matched, changed: report.changed,
+                                                   dryRun: dryRun, tokens: report.changedTokens))
+                if wait {
+                    document.removeLast()
+                    document += ",\"not_acknowledged\":[" + pending.map { jsonString($0.name) }.joined(separator: ",") + "]}"
+                }
+                print(document)
             } else {
                 print("\(dryRun ? "Would revoke" : "Revoked") \(names) on \(report.changed) of \(report.matched) matching token(s).")
+                if wait && pending.isEmpty { print("Every live watcher applied it.") }
+            }
+            if !pending.isEmpty {
+                throw CommandFailure(message: "committed, but not applied by \(pending.count) live watcher(s) within \(waitTimeout): "
+                                     + pending.map(\.name).joined(separator: ", "), exitCode: ExitCode(9))
             }
         }
     }

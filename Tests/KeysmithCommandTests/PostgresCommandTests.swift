@@ -80,4 +80,59 @@ struct PostgresCommandTests {
         #expect(bad.status == 64)
         #expect(!bad.output.contains("hunter2"))
     }
+
+    @Test("keysmith watch streams a revocation as a JSON line, and revoke --wait returns once it applied it; a dead watcher is named (exit 9)")
+    func watchAndWait() throws {
+        let keysmith = try Self.keysmith()
+        defer { keysmith.cleanup() }
+        try keysmith.run(["postgres", "init"])
+        try keysmith.run(["token", "import", "--service", "news", "--account", "alice"],
+                         stdin: #"{"access_token":"tok-secret-zz","token_type":"Bearer","scope":"groups:read posts:write"}"#)
+        let watch = Process()
+        watch.executableURL = URL(fileURLWithPath: Keysmith.binary)
+        watch.arguments = ["watch", "--name", "watcher-a"]
+        watch.environment = keysmith.environment
+        let output = Pipe()
+        watch.standardOutput = output
+        watch.standardError = FileHandle.nullDevice
+        try watch.run()
+        // Wait until it has registered (its first acknowledgment).
+        var registered = false
+        for _ in 0..<200 where !registered {
+            registered = try Self.psql("SELECT count(*) FROM keysmith_watchers WHERE watcher = 'watcher-a'") == "1"
+            if !registered { usleep(50_000) }
+        }
+        #expect(registered)
+        let revoke = try keysmith.run(["revoke", "--scope", "posts:write", "--service", "news", "--wait", "--json"])
+        #expect(revoke.status == 0, "\(revoke.output)")
+        #expect(revoke.stdout.contains(#""not_acknowledged":[]"#))
+        // The watcher acknowledges only what it printed: its output already holds the revocation.
+        // Stopped as an operator stops it (the command unblocks SIGTERM, which it may inherit blocked).
+        watch.terminate()
+        watch.waitUntilExit()
+        let lines = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n")
+        #expect(lines.count >= 2)
+        #expect(lines.contains { $0.contains(#""record_type":"oauth-token""#) && $0.contains(#"{"scope":"posts:write","state":"revoked"}"#) })
+        #expect(!lines.joined().contains("tok-secret-zz"))
+        // watcher-a has died but was seen moments ago: the next revocation names it.
+        let late = try keysmith.run(["revoke", "--scope", "groups:read", "--service", "news", "--wait", "--wait-timeout", "1s"])
+        #expect(late.status == 9)
+        #expect(late.stderr.contains("watcher-a"))
+        let vault = try keysmith.run(["revoke", "--scope", "groups:read", "--wait"], environment: ["KEYSMITH_BACKEND": "vault"])
+        #expect(vault.status == 64)
+    }
+
+    /// Runs SQL through psql on the test server (the socket directory from the URL).
+    static func psql(_ sql: String) throws -> String {
+        let host = url.components(separatedBy: "host=").last ?? ""
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
+        process.arguments = ["-h", host, "-U", "keysmith", "-d", "keysmith", "-tAc", sql]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
 }

@@ -14,8 +14,8 @@ struct WatcherTests {
 
     static func start(_ watcher: PostgresWatcher, into collected: Collected) -> Thread {
         let thread = Thread {
-            try? watcher.run(pollInterval: .milliseconds(20)) { changes in
-                collected.changes.withLock { $0 += changes }
+            try? watcher.run(pollInterval: .milliseconds(20)) { change in
+                collected.changes.withLock { $0.append(change) }
                 return true
             }
         }
