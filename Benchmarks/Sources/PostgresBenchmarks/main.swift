@@ -117,3 +117,107 @@ let keeper = TokenKeeper(store: store)
 let revokeStart = now()
 let report = try keeper.revoke(scope: try Scope("posts:write"), matching: TokenFilter(), reason: "bench")
 print("bulk revocation of one scope across \(report.changed) tokens (one transaction): \(ms(now() - revokeStart))")
+
+// Propagation: 8 `keysmith watch` processes (the built command, --keysmith PATH), a revocation
+// committed here, the time until each process has printed it; then `revoke --wait`'s overhead.
+if let index = arguments.firstIndex(of: "--keysmith"), index + 1 < arguments.count {
+    let binary = arguments[index + 1]
+    let keyfile = FileManager.default.temporaryDirectory.appendingPathComponent("bench-master-\(UUID().uuidString)").path
+    try (String(repeating: "09", count: 32) + "\n").write(toFile: keyfile, atomically: true, encoding: .utf8)
+    defer { try? FileManager.default.removeItem(atPath: keyfile) }
+    var environment = ProcessInfo.processInfo.environment
+    environment["KEYSMITH_DATABASE_URL"] = url
+    environment["KEYSMITH_KEYFILE"] = keyfile
+    environment["KEYSMITH_NAMESPACE"] = namespace
+    environment["KEYSMITH_BACKEND"] = "postgres"
+    final class Arrivals: @unchecked Sendable {
+        let lock = NSLock()
+        var times: [Int: [UInt64]] = [:]   // revocation round → arrival times
+    }
+    let arrivals = Arrivals()
+    var watchers: [Process] = []
+    for number in 0..<8 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["watch", "--name", "bench-\(number)"]
+        process.environment = environment
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        watchers.append(process)
+        let handle = pipe.fileHandleForReading
+        Thread.detachNewThread {
+            var buffer = Data()
+            var seen: Set<Int> = []
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { return }
+                buffer += chunk
+                while let newline = buffer.firstIndex(of: 10) {
+                    let line = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self)
+                    buffer = Data(buffer[(newline + 1)...])
+                    // Round n revokes scope "r<n>" of token "prop": each round a line first shows as revoked counts once per watcher.
+                    guard line.contains("\"account\":\"prop\"") else { continue }
+                    let arrived = now()
+                    var rest = Substring(line)
+                    while let range = rest.range(of: #""scope":"r(\d+)","state":"revoked""#, options: .regularExpression) {
+                        if let round = Int(rest[range].filter(\.isNumber)), seen.insert(round).inserted {
+                            arrivals.lock.lock()
+                            arrivals.times[round, default: []].append(arrived)
+                            arrivals.lock.unlock()
+                        }
+                        rest = rest[range.upperBound...]
+                    }
+                }
+            }
+        }
+    }
+    defer { for process in watchers { process.terminate() } }
+    let rounds = 50
+    let scopeList = (0..<rounds).map { "r\($0)" }.joined(separator: " ")
+    let tokenStore = TokenKeeper(store: store)
+    _ = try tokenStore.importResponse(Data(#"{"access_token":"p","token_type":"Bearer","scope":"\#(scopeList)"}"#.utf8),
+                                      service: "prop", account: "prop", requested: [])
+    // Wait until all 8 have registered: every live watcher is "pending" for a sequence none reached.
+    while try store.waitForWatchers(through: Int64.max, timeout: .zero).count < 8 { usleep(50_000) }
+    var latencies: [UInt64] = []
+    for round in 0..<rounds {
+        let committed = now()
+        try tokenStore.revoke([try Scope("r\(round)")], service: "prop", account: "prop", reason: "bench")
+        var done = false
+        let deadline = now() + 10_000_000_000
+        while !done && now() < deadline {
+            arrivals.lock.lock()
+            done = arrivals.times[round]?.count == 8
+            arrivals.lock.unlock()
+            if !done { usleep(200) }
+        }
+        guard done else { print("round \(round): not every watcher printed the revocation within 10 s"); break }
+        arrivals.lock.lock()
+        latencies += arrivals.times[round]!.map { $0 - committed }
+        arrivals.lock.unlock()
+    }
+    print("propagation to 8 watching processes (commit to printed, \(rounds) revocations): p50 \(ms(percentile(latencies, 0.5))), p99 \(ms(percentile(latencies, 0.99))), max \(ms(latencies.max()!))")
+    // revoke --wait overhead: the same revocation through the command, with and without --wait.
+    func timeCommand(_ extra: [String], scope: String) throws -> UInt64 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["revoke", "--scope", scope, "--service", "prop"] + extra
+        process.environment = environment
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        let start = now()
+        try process.run()
+        process.waitUntilExit()
+        return now() - start
+    }
+    _ = try tokenStore.importResponse(Data(#"{"access_token":"p","token_type":"Bearer","scope":"\#((0..<40).map { "w\($0)" }.joined(separator: " "))"}"#.utf8),
+                                      service: "prop", account: "prop", requested: [], replacing: true)
+    var plain: [UInt64] = [], waited: [UInt64] = []
+    for round in 0..<20 {
+        plain.append(try timeCommand([], scope: "w\(round * 2)"))
+        waited.append(try timeCommand(["--wait"], scope: "w\(round * 2 + 1)"))
+    }
+    print("keysmith revoke (whole process, 20 each, interleaved): plain p50 \(ms(percentile(plain, 0.5))), --wait p50 \(ms(percentile(waited, 0.5))) (8 watchers)")
+}
