@@ -101,30 +101,7 @@ struct OracleTests {
 
 /// Writes a parsed JSON value back as text (the oracle's entities go through the public reader).
 enum JSONOut {
-    static func encode(_ value: JSONValue) -> String {
-        switch value {
-        case .object(let members): "{" + members.map { encodeString($0.key) + ":" + encode($0.value.value) }.joined(separator: ",") + "}"
-        case .array(let items): "[" + items.map { encode($0.value) }.joined(separator: ",") + "]"
-        case .string(let text): encodeString(text)
-        case .integer(let number): String(number)
-        case .number(let number): String(number)
-        case .bool(let flag): flag ? "true" : "false"
-        case .null: "null"
-        }
-    }
-
-    static func encodeString(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            default:
-                if scalar.value < 0x20 { out += String(format: "\\u%04x", scalar.value) } else { out.unicodeScalars.append(scalar) }
-            }
-        }
-        return out + "\""
-    }
+    static func encode(_ value: JSONValue) -> String { JSONOutput.render(value) }
 }
 
 /// The type checker against Cedar's validator, and its promise: a policy set that validates,

@@ -110,13 +110,7 @@ public struct EntityStore: Sendable {
 
     /// Reads Cedar's JSON entity format; every malformed entity is reported, with its line.
     public init(json bytes: [UInt8], file: String = "<entities>") throws(PolicyDiagnostics) {
-        let document: Located
-        do {
-            document = try JSONReader.parse(bytes)
-        } catch {
-            throw PolicyDiagnostics(kind: .input, problems: [PolicyDiagnostic(
-                location: SourceLocation(file: file, line: error.line, column: error.column), message: error.message)])
-        }
+        let document = try JSONValues.document(bytes, file: file, kind: .input)
         var problems: [PolicyDiagnostic] = []
         var list: [Entity] = []
         var seen: [EntityUID: Int] = [:]
@@ -148,6 +142,16 @@ public struct EntityStore: Sendable {
 
 /// Conversions between Cedar's JSON forms and ``PolicyValue``.
 enum JSONValues {
+    /// A JSON document, or its syntax error as a diagnostic of `kind` at its line and column.
+    static func document(_ bytes: [UInt8], file: String, kind: PolicyDiagnostics.Kind) throws(PolicyDiagnostics) -> Located {
+        do {
+            return try JSONReader.parse(bytes)
+        } catch {
+            throw PolicyDiagnostics(kind: kind, problems: [PolicyDiagnostic(
+                location: SourceLocation(file: file, line: error.line, column: error.column), message: error.message)])
+        }
+    }
+
     static func problem(_ value: Located, _ file: String, _ message: String) -> PolicyDiagnostic {
         PolicyDiagnostic(location: SourceLocation(file: file, line: value.line, column: value.column), message: message)
     }

@@ -213,12 +213,7 @@ enum PolicyJSON {
 
     /// Reads a policy set (`{"staticPolicies": …}`) or one policy.
     static func parse(_ bytes: [UInt8], file: String) throws(PolicyDiagnostics) -> [ParsedPolicy] {
-        let document: Located
-        do {
-            document = try JSONReader.parse(bytes)
-        } catch {
-            throw PolicyDiagnostics(kind: .syntax, problems: [PolicyDiagnostic(location: SourceLocation(file: file, line: error.line, column: error.column), message: error.message)])
-        }
+        let document = try JSONValues.document(bytes, file: file, kind: .syntax)
         let reader = Reader(file: file)
         var problems: [PolicyDiagnostic] = []
         var policies: [ParsedPolicy] = []

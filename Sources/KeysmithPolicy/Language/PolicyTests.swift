@@ -47,13 +47,7 @@ public struct PolicyTestSuite: Sendable {
 
     /// Reads a test file; every malformed case is reported.
     public init(json bytes: [UInt8], file: String) throws(PolicyDiagnostics) {
-        let document: Located
-        do {
-            document = try JSONReader.parse(bytes)
-        } catch {
-            throw PolicyDiagnostics(kind: .input, problems: [PolicyDiagnostic(
-                location: SourceLocation(file: file, line: error.line, column: error.column), message: error.message)])
-        }
+        let document = try JSONValues.document(bytes, file: file, kind: .input)
         var problems: [PolicyDiagnostic] = []
         var policyFiles: [String] = [], schemaFile: String?, entitiesFile: String?, cases: [Case] = []
         do throws(PolicyDiagnostic) {

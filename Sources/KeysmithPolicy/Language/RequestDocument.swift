@@ -7,13 +7,7 @@ extension AuthorizationRequest {
     /// missing part and a context value that is not a Cedar value are errors. The context may
     /// not name `token`: a token is given as ``token``.
     public init(json bytes: [UInt8], file: String = "<request>") throws(PolicyDiagnostics) {
-        let document: Located
-        do {
-            document = try JSONReader.parse(bytes)
-        } catch {
-            throw PolicyDiagnostics(kind: .input, problems: [PolicyDiagnostic(
-                location: SourceLocation(file: file, line: error.line, column: error.column), message: error.message)])
-        }
+        let document = try JSONValues.document(bytes, file: file, kind: .input)
         do {
             self = try Self.parse(document, file: file, allowing: [])
         } catch {
