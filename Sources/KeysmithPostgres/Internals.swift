@@ -52,6 +52,7 @@ enum PostgresSchema {
         )
         """,
         "CREATE INDEX IF NOT EXISTS keysmith_changes_by_namespace ON keysmith_changes (namespace_id, seq)",
+        "CREATE INDEX IF NOT EXISTS keysmith_changes_by_item ON keysmith_changes (namespace_id, blind_index, version)",
         """
         CREATE TABLE IF NOT EXISTS keysmith_watchers (
             namespace_id bytea NOT NULL,
@@ -435,6 +436,9 @@ final class NamespaceKeys: Sendable {
     }
 
     func open(_ row: RecordRow, withSecret: Bool) throws -> SecureRecord {
+        if let newest = row.newestChange, newest > row.version {
+            throw KeysmithError(.corruptData, "a row of PostgreSQL is older than the change feed's newest version of it (put back from an older copy)")
+        }
         guard let key = dataKeys[row.keyID] else { throw KeysmithError(.corruptData, "a row names a data key this namespace does not have") }
         let bytes = row.sealed
         guard bytes.count >= 28 else { throw KeysmithError(.corruptData, "a row of PostgreSQL is too short to be sealed") }
@@ -462,6 +466,9 @@ struct RecordRow {
     var version: Int64
     var keyID: Int32
     var sealed: [UInt8]
+    /// The newest version the change feed recorded for this item, when read with it: a row
+    /// older than that was put back (rolled back) by hand.
+    var newestChange: Int64? = nil
 }
 
 /// The statements on `keysmith_records` and `keysmith_changes`.
@@ -474,12 +481,18 @@ enum RecordRows {
         while start < indexes.count {
             let chunk = indexes[start..<min(start + 16_384, indexes.count)].map { ByteBuffer(bytes: $0) }
             start += 16_384
+            // Reads also fetch the newest version the change feed holds for each item (a row put
+            // back from an older copy is older than that); a batch's locked read does not need it.
             let query: PostgresQuery = lock
-                ? "SELECT blind_index, version, key_id, sealed FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk)) FOR UPDATE"
-                : "SELECT blind_index, version, key_id, sealed FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk))"
+                ? "SELECT blind_index, version, key_id, sealed, NULL::bigint FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk)) FOR UPDATE"
+                : """
+                SELECT r.blind_index, r.version, r.key_id, r.sealed,
+                       (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
+                FROM keysmith_records r WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = ANY(\(chunk))
+                """
             for row in try transaction.execute(query) {
-                let (index, version, keyID, sealed) = try row.decode((ByteBuffer, Int64, Int32, ByteBuffer).self)
-                out[index.bytes] = RecordRow(blindIndex: index.bytes, version: version, keyID: keyID, sealed: sealed.bytes)
+                let (index, version, keyID, sealed, newest) = try row.decode((ByteBuffer, Int64, Int32, ByteBuffer, Int64?).self)
+                out[index.bytes] = RecordRow(blindIndex: index.bytes, version: version, keyID: keyID, sealed: sealed.bytes, newestChange: newest)
             }
         }
         return out
@@ -497,18 +510,22 @@ enum RecordRows {
         if let after {
             let afterBuffer = ByteBuffer(bytes: after)
             rows = try transaction.execute("""
-                SELECT blind_index, version, key_id, sealed FROM keysmith_records
-                WHERE namespace_id = \(namespaceBuffer) AND blind_index > \(afterBuffer) ORDER BY blind_index LIMIT \(limit)
+                SELECT r.blind_index, r.version, r.key_id, r.sealed,
+                       (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
+                FROM keysmith_records r
+                WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index > \(afterBuffer) ORDER BY r.blind_index LIMIT \(limit)
                 """)
         } else {
             rows = try transaction.execute("""
-                SELECT blind_index, version, key_id, sealed FROM keysmith_records
-                WHERE namespace_id = \(namespaceBuffer) ORDER BY blind_index LIMIT \(limit)
+                SELECT r.blind_index, r.version, r.key_id, r.sealed,
+                       (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
+                FROM keysmith_records r
+                WHERE r.namespace_id = \(namespaceBuffer) ORDER BY r.blind_index LIMIT \(limit)
                 """)
         }
         return try rows.map { row in
-            let (index, version, keyID, sealed) = try row.decode((ByteBuffer, Int64, Int32, ByteBuffer).self)
-            return RecordRow(blindIndex: index.bytes, version: version, keyID: keyID, sealed: sealed.bytes)
+            let (index, version, keyID, sealed, newest) = try row.decode((ByteBuffer, Int64, Int32, ByteBuffer, Int64?).self)
+            return RecordRow(blindIndex: index.bytes, version: version, keyID: keyID, sealed: sealed.bytes, newestChange: newest)
         }
     }
 

@@ -126,4 +126,23 @@ struct PostgresStoreTests {
         #expect(error?.code == .invalidArgument)
         #expect(error?.message.contains("pw") == false)
     }
+
+    @Test("a row put back from an older copy is detected by the change feed, and a write repairs it")
+    func rolledBackRow() throws {
+        let store = try Self.open()
+        let key = ItemKey.genericPassword(service: "s", account: "rollback")
+        try store.perform([.create(ItemAttributes(key: key), secret: Data("old".utf8))])
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        let index = "'\\x" + store.keys.blindIndex(key).map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        _ = try Self.sql("CREATE TEMP TABLE IF NOT EXISTS saved AS SELECT * FROM keysmith_records WHERE false")
+        let saved = try Self.sql("SELECT version::text, encode(sealed, 'hex') FROM keysmith_records WHERE namespace_id = \(namespaceID) AND blind_index = \(index)")
+        try store.perform([.upsert(ItemAttributes(key: key), secret: Data("new".utf8))])
+        // The administrator restores the old row (its own version and sealed bytes: self-consistent).
+        _ = try Self.sql("UPDATE keysmith_records SET version = \(saved[0][0]), sealed = decode('\(saved[0][1])', 'hex') WHERE namespace_id = \(namespaceID) AND blind_index = \(index)")
+        let error = #expect(throws: KeysmithError.self) { try store.read(key) }
+        #expect(error?.code == .corruptData)
+        #expect(try store.search(ItemQuery(service: "s")).isEmpty)
+        try store.perform([.upsert(ItemAttributes(key: key), secret: Data("repaired".utf8))])
+        #expect(try store.read(key)?.secret == Data("repaired".utf8))
+    }
 }
