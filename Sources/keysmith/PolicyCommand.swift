@@ -168,26 +168,8 @@ func decisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil) 
     return out + "}"
 }
 
-/// A JSON string literal.
-func jsonString(_ text: String) -> String {
-    var out = "\""
-    for scalar in text.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\r": out += "\\r"
-        case "\t": out += "\\t"
-        default:
-            if scalar.value < 0x20 || scalar.value == 0x7F || (0x2028...0x2029).contains(scalar.value) {
-                out += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
-            } else {
-                out.unicodeScalars.append(scalar)
-            }
-        }
-    }
-    return out + "\""
-}
+/// A JSON string literal (the policy library's writer).
+func jsonString(_ text: String) -> String { JSONOutput.string(text) }
 
 extension KeysmithCommand.PolicyCommand {
     /// Validates policies, a schema and entities.

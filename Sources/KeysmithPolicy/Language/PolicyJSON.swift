@@ -325,9 +325,12 @@ enum PolicyJSON {
     }
 }
 
-/// JSON text for values (Cedar's forms: `__entity`, `__extn`).
-enum JSONOutput {
-    static func string(_ text: String) -> String {
+/// JSON text for values (Cedar's forms: `__entity`, `__extn`); the command writes its own JSON
+/// strings with it too.
+package enum JSONOutput {
+    /// A JSON string literal: quotes, backslashes and control characters escaped, and U+007F,
+    /// U+2028 and U+2029 too (so that a line of output stays one line in every reader).
+    package static func string(_ text: String) -> String {
         var out = "\""
         for scalar in text.unicodeScalars {
             switch scalar {
@@ -337,7 +340,7 @@ enum JSONOutput {
             case "\r": out += "\\r"
             case "\t": out += "\\t"
             default:
-                if scalar.value < 0x20 {
+                if scalar.value < 0x20 || scalar.value == 0x7F || (0x2028...0x2029).contains(scalar.value) {
                     let hex = String(scalar.value, radix: 16)
                     out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
                 } else {
