@@ -89,6 +89,25 @@ struct PolicyCommandTests {
         #expect(!after.output.contains("a-secret-access-token"))
     }
 
+    @Test("check gives conditions the stored token's scope times (context.token.since); bare --scope has none")
+    func checkWithScopeTimes() throws {
+        var keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        try keysmith.run(["init"])
+        try keysmith.run(["token", "import", "--service", "news", "--account", "alice"],
+                         stdin: #"{"access_token":"a-secret-access-token","token_type":"Bearer","scope":"posts:write"}"#)
+        let file = keysmith.directory + "/since.cedar"
+        try """
+            @id("granted-this-century") permit (principal, action, resource)
+            when { context has token && context.token.since has "posts:write" && context.token.since["posts:write"] > datetime("2000-01-01") };
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+        let base = ["policy", "check", "--policies", file, "--principal", #"User::"alice""#, "--action", "post", "--resource", #"Group::"g1""#]
+        #expect(try keysmith.run(base + ["--token-service", "news", "--token-account", "alice", "--explain"]).stdout == "allow: permitted by granted-this-century\n")
+        let bare = try keysmith.run(base + ["--scope", "posts:write"])
+        #expect(bare.status == 3 && bare.stdout.hasPrefix("deny"))
+    }
+
     @Test("validate lists every problem of every file with file:line:column; a missing file is not found")
     func validate() throws {
         let keysmith = try Keysmith()

@@ -140,6 +140,49 @@ struct PolicyLanguageNewsGroupsTests {
         #expect(revoked.description.contains("r is revoked since 2023-11-14T22:15:20.000Z"))
     }
 
+    @Test("conditions read when a scope entered its state: context.token.since, a datetime per scope")
+    func scopeTimesInConditions() throws {
+        // A scope granted in the last hour is not yet trusted for deletes; a scope revoked over a
+        // day ago is no excuse for a grace period.
+        let policies = try Policies(text: """
+            @id("write") permit (principal, action == Action::"write", resource)
+              when { context has token && context.token.granted.contains("photos:write") };
+            @id("fresh") forbid (principal, action == Action::"write", resource)
+              when { context.now.durationSince(context.token.since["photos:write"]) < duration("1h") };
+            @id("grace") permit (principal, action == Action::"read", resource)
+              when { context has token && context.token.revoked.contains("photos:read") && context.token.since has "photos:read"
+                     && context.now.durationSince(context.token.since["photos:read"]) < duration("1d") };
+            """)
+        let granted = Date(timeIntervalSince1970: 1_763_805_600)  // 2025-11-22T10:00:00Z
+        var token = OAuthToken(accessToken: "x", issuedAt: granted.addingTimeInterval(-86_400), scopes: [
+            try Scope("photos:write"): ScopeStatus(state: .granted, changedAt: granted, reason: "granted"),
+            try Scope("photos:read"): ScopeStatus(state: .revoked, changedAt: granted, reason: "revoked by ops"),
+        ])
+        let entities = try EntityStore()
+        func decide(_ action: String, at date: Date) -> AuthorizationDecision {
+            let now = PolicyValue.datetime(Int64(date.timeIntervalSince1970 * 1000))
+            return policies.isAuthorized(AuthorizationRequest(principal: EntityUID(type: "User", id: "u"), action: EntityUID(type: "Action", id: action),
+                                                              resource: EntityUID(type: "Photo", id: "p"), context: ["now": now],
+                                                              token: .token(token, at: date)), entities: entities)
+        }
+        let early = decide("write", at: granted.addingTimeInterval(600))
+        #expect(!early.isAllowed && early.determining.map(\.id) == ["fresh"])
+        #expect(early.description.contains("photos:write is granted since 2025-11-22T10:00:00.000Z"))
+        #expect(decide("write", at: granted.addingTimeInterval(3600)).isAllowed)
+        #expect(decide("read", at: granted.addingTimeInterval(3600)).isAllowed)
+        #expect(!decide("read", at: granted.addingTimeInterval(86_400)).isAllowed)
+
+        // A scope without a time (bare granted scopes, live views) is not in `since`: the forbid
+        // that reads it without `has` errs, and an erring forbid denies.
+        let bare = policies.isAuthorized(AuthorizationRequest(principal: EntityUID(type: "User", id: "u"), action: EntityUID(type: "Action", id: "write"),
+                                                              resource: EntityUID(type: "Photo", id: "p"), context: ["now": .datetime(0)],
+                                                              token: .granted([try Scope("photos:write")])), entities: entities)
+        #expect(!bare.isAllowed)
+        #expect(bare.failures.map(\.policy.id) == ["fresh"] && bare.failures.first?.error.kind == .missingAttribute)
+        token.scopes[try Scope("photos:write")] = nil
+        #expect(!decide("write", at: granted.addingTimeInterval(7200)).isAllowed)
+    }
+
     @Test("the guide's example decides as the guide says, and follows a live revocation")
     func guideExample() throws {
         let policies = try NewsGroups.built()

@@ -128,6 +128,27 @@ struct PolicyValidationTests {
         #expect(error.problems.first { $0.location.line == 4 }?.location.column == 8)
     }
 
+    @Test("context.token.since is typed: each scope's time is an optional datetime, read after has")
+    func scopeTimesAreTyped() throws {
+        let schema = try Self.schema()
+        let good = """
+        forbid (principal, action == Action::"view", resource)
+        when { context has token && context.token.since has "photos:read" && context.token.since["photos:read"] > context.now };
+        """
+        try schema.validate(try Policies(text: good, file: "good.cedar"))
+        let bad = """
+        forbid (principal, action == Action::"view", resource)
+        when { context has token && context.token.since["photos:read"] > context.now };
+        forbid (principal, action == Action::"view", resource)
+        when { context has token && context.token.since has "photos:read" && context.token.since["photos:read"] > 3 };
+        forbid (principal, action == Action::"view", resource)
+        when { context has token && context.token.since has "photos:read" && context.token.since["photos:read"].contains("x") };
+        """
+        let error = try #require(Self.diagnostics { try schema.validate(try Policies(text: bad, file: "bad.cedar")) })
+        #expect(Set(error.problems.map(\.location.line)) == [2, 4, 6], "\(error)")
+        #expect(error.description.contains(#"context.token.since["photos:read"] is optional: test it first (context.token.since has "photos:read""#), "\(error)")
+    }
+
     @Test("syntax errors in several policies are all reported, with their lines")
     func syntaxErrors() {
         let text = """

@@ -74,13 +74,28 @@ public struct TokenView: Sendable {
         }
     }
 
-    /// The `context.token` record.
+    /// The `context.token` record: the four sets, and `since`, each scope's time in its state as
+    /// a `datetime` (only scopes whose time is known: not live views, not `granted(_:)`).
     static func record(_ snapshot: [String: ScopeStatus?]) -> PolicyValue {
         var sets: [ScopeState: [PolicyValue]] = [:]
-        for (name, status) in snapshot { sets[status?.state ?? .granted, default: []].append(.string(name)) }
-        var fields: [String: PolicyValue] = [:]
+        var since: [String: PolicyValue] = [:]
+        for (name, status) in snapshot {
+            sets[status?.state ?? .granted, default: []].append(.string(name))
+            if let milliseconds = status?.knownMilliseconds { since[name] = .datetime(milliseconds) }
+        }
+        var fields: [String: PolicyValue] = ["since": .record(since)]
         for state in ScopeState.allCases { fields[state.rawValue] = .set(PolicyValueSet(sets[state] ?? [])) }
         return .record(fields)
+    }
+}
+
+extension ScopeStatus {
+    /// When the scope entered its state, in milliseconds since 1970 (rounded down), or `nil` when
+    /// the time is not known (views built from bare scope names carry the time 0).
+    var knownMilliseconds: Int64? {
+        let seconds = changedAt.timeIntervalSince1970
+        guard seconds > 0, seconds < 253_402_300_800 else { return nil }  // up to 9999-12-31
+        return Int64((seconds * 1000).rounded(.down))
     }
 }
 
@@ -404,7 +419,8 @@ public struct Policies: Sendable {
         return expression
     }
 
-    /// Scope names in `context.token.…` set tests within `expression`, with their state.
+    /// Scope names in `context.token.…` set tests and `context.token.since` reads within
+    /// `expression`, with their state.
     func scopeFacts(in expression: Expression, _ snapshot: [String: ScopeStatus?]?) -> [ScopeFact] {
         var names: [String] = []
         func strings(_ expression: Expression) {
@@ -422,7 +438,10 @@ public struct Policies: Sendable {
                 }
                 walk(receiver)
                 arguments.forEach(walk)
-            case .not(let inner), .negate(let inner), .has(let inner, _), .like(let inner, _), .attribute(let inner, _):
+            case .has(let inner, let name), .attribute(let inner, let name):
+                if inner.text == "context.token.since" { names.append(name) }
+                walk(inner)
+            case .not(let inner), .negate(let inner), .like(let inner, _):
                 walk(inner)
             case .binary(_, let left, let right):
                 walk(left)

@@ -14,6 +14,10 @@ public indirect enum SchemaType: Sendable, Hashable, CustomStringConvertible {
     case record([String: SchemaAttribute])
     /// `ipaddr`, `decimal`, `datetime` or `duration`.
     case `extension`(String)
+    /// A record whose attribute names are not declared, each of this type and optional (read one
+    /// after `has`): `context.token.since`, keyed by scope name. Schemas cannot write one; it
+    /// exists for the principal's token, which Keysmith declares itself.
+    case openRecord(SchemaType)
 
     /// The type as the schema writes it.
     public var description: String {
@@ -27,6 +31,7 @@ public indirect enum SchemaType: Sendable, Hashable, CustomStringConvertible {
             "{" + fields.sorted { $0.key < $1.key }.map { "\($0.key)\($0.value.required ? "" : "?"): \($0.value.type)" }
                 .joined(separator: ", ") + "}"
         case .extension(let name): name
+        case .openRecord(let element): "{[name]?: \(element)}"
         }
     }
 }
@@ -95,10 +100,11 @@ public struct Schema: Sendable {
 
     static let extensionTypes: Set<String> = ["ipaddr", "decimal", "datetime", "duration"]
 
-    /// The type of `context.token`.
+    /// The type of `context.token`: four sets of scope names, and when each scope entered its
+    /// state (`since`, by scope name; a scope with no known time is not in it).
     static let tokenType: SchemaType = .record(Dictionary(uniqueKeysWithValues: ["granted", "declined", "expired", "revoked"].map {
         ($0, SchemaAttribute(type: .set(.string), required: true))
-    }))
+    }).merging(["since": SchemaAttribute(type: .openRecord(.extension("datetime")), required: true)]) { a, _ in a })
 
     /// Parses schema text; every problem is reported at once.
     public init(text: String, file: String = "<schema>") throws(PolicyDiagnostics) {

@@ -11,6 +11,8 @@ indirect enum StaticType: Equatable, CustomStringConvertible {
     case entity(Set<String>)
     case set(StaticType)
     case record([String: SchemaAttribute])
+    /// A record of undeclared, optional attributes of one type (`context.token.since`).
+    case openRecord(SchemaType)
     case `extension`(String)
 
     init(_ type: SchemaType) {
@@ -21,6 +23,7 @@ indirect enum StaticType: Equatable, CustomStringConvertible {
         case .entity(let name): self = .entity([name])
         case .set(let element): self = .set(StaticType(element))
         case .record(let fields): self = .record(fields)
+        case .openRecord(let element): self = .openRecord(element)
         case .extension(let name): self = .extension(name)
         }
     }
@@ -32,7 +35,7 @@ indirect enum StaticType: Equatable, CustomStringConvertible {
         case .string: "String"
         case .entity(let types): types.count == 1 ? "entity of type \(types.first!)" : "entity of type " + types.sorted().joined(separator: " or ")
         case .set(let element): "Set<\(element)>"
-        case .record: "record"
+        case .record, .openRecord: "record"
         case .extension(let name): name
         }
     }
@@ -313,6 +316,7 @@ struct TypeChecker {
             case .record(let fields):
                 if fields[name] == nil { return plain(.alwaysFalse) }
                 if fields[name]?.required == true { return plain(.alwaysTrue) }
+            case .openRecord: break
             default: report(expression, "'has' needs an entity or a record, not \(type)")
             }
             return (.bool, Self.path(base).map { ["\($0).\(name)"] } ?? [])
@@ -340,6 +344,9 @@ struct TypeChecker {
             let fields: [String: SchemaAttribute]
             let owner: String
             switch type {
+            case .openRecord(let element):
+                fields = [name: SchemaAttribute(type: element, required: false)]
+                owner = Self.path(base) ?? "the record"
             case .record(let record):
                 fields = record
                 owner = Self.path(base) ?? "the record"
@@ -360,7 +367,9 @@ struct TypeChecker {
                 return plain(nil)
             }
             if !attribute.required, path.map({ !known.contains($0) }) ?? true {
-                report(expression, "\(owner).\(name) is optional: test it first (\(Self.path(base) ?? "…") has \(name) && …)")
+                let written = PolicyPrinter.identifierOrString(name)
+                let access = PolicyPrinter.isIdentifier(name) ? "\(owner).\(name)" : "\(owner)[\(written)]"
+                report(expression, "\(access) is optional: test it first (\(Self.path(base) ?? "…") has \(written) && …)")
             }
             return plain(StaticType(attribute.type))
         case .method(let receiver, let name, let arguments):
@@ -513,6 +522,7 @@ extension StaticType {
         case .entity(let types): types.count == 1 ? .entity(types.first!) : nil
         case .set(let element): element.schemaType.map { .set($0) }
         case .record(let fields): .record(fields)
+        case .openRecord(let element): .openRecord(element)
         case .extension(let name): .extension(name)
         }
     }

@@ -111,6 +111,8 @@ extension Schema {
                 problems.append("\(qualified(name)) is not declared\(Schema.suggestion(name, fields.keys))")
             }
             return problems
+        case (.openRecord(let element), .record(let record)):
+            return record.sorted(by: { $0.key < $1.key }).flatMap { check($0.value, against: element, path: "\(path)[\(PolicyValue.quoted($0.key))]") }
         case (.extension(let name), .ip) where name == "ipaddr": return []
         case (.extension(let name), .decimal) where name == "decimal": return []
         case (.extension(let name), .datetime) where name == "datetime": return []

@@ -37,7 +37,11 @@ action write;
 action view, share appliesTo { principal: [User, Group], resource: [Photo, Album], context: Ctx };
 action edit, delete in [write] appliesTo { principal: [User], resource: [Photo], context: Ctx };
 """
-CEDAR_SCHEMA = SCHEMA.replace("type Ctx = {", "type Ctx = { token?: { granted: Set<String>, declined: Set<String>, expired: Set<String>, revoked: Set<String> },")
+# Keysmith's context.token.since is a record of any scope names; Cedar's copy declares this
+# vocabulary's scopes, each optional.
+CEDAR_SCHEMA = SCHEMA.replace("type Ctx = {", "type Ctx = { token?: { granted: Set<String>, declined: Set<String>, expired: Set<String>, revoked: Set<String>, since: {"
+                              + ", ".join(f'"{scope}"?: datetime' for scope in SCOPES) + "} },")
+SINCE_TIMES = ["2026-11-22T09:30:00Z", "2026-11-21", "2026-11-22T09:59:59.999Z", "2020-02-29T12:00:00Z"]
 
 
 def q(text):
@@ -103,7 +107,7 @@ class Gen:
         if d <= 0:
             return self.pick(["true", "false", "context.flag", "principal.active", "resource.public"])
         c = self.pick(["cmp", "eq", "in", "has", "like", "contains", "containsAll", "and", "or", "not", "if", "is",
-                       "ip", "datetime", "decimal", "sloppy", "isEmpty", "leaf"])
+                       "ip", "datetime", "decimal", "since", "sloppy", "isEmpty", "leaf"])
         if c == "cmp":
             return f"{self.long(d - 1)} {self.pick(['<', '<=', '>', '>='])} {self.long(d - 1)}"
         if c == "eq":
@@ -142,6 +146,17 @@ class Gen:
             return f"context.now {self.pick(['<', '>=', '=='])} {other}"
         if c == "decimal":
             return f"context.score.{self.pick(['lessThan', 'greaterThanOrEqual'])}(decimal({q(self.pick(['0.5', '1.2345', '-2.0']))}))"
+        if c == "since":
+            scope = q(self.pick(SCOPES))
+            read = f"context.token.since[{scope}]"
+            test = self.pick([f"{read} < context.now", f"{read} >= datetime(\"2026-11-22\")",
+                              f"context.now.durationSince({read}) < duration(\"1h\")", f"{read} == {read}.toDate()"])
+            guard = self.pick(["full", "full", "full", "has-only", "none"])
+            if guard == "full":
+                return f"(context has token && context.token.since has {scope} && {test})"
+            if guard == "has-only":
+                return f"(context has token && context.token.since has {scope})"
+            return test
         if c == "sloppy":
             return self.any(d - 1)
         return self.bool(0)
@@ -232,6 +247,10 @@ class Gen:
             out.append({"uid": {"type": "Action", "id": action}, "attrs": {}, "parents": parents})
         return out
 
+    def since(self):
+        return {scope: {"__extn": {"fn": "datetime", "arg": self.r.choice(SINCE_TIMES)}}
+                for scope in self.r.sample(SCOPES, self.r.randint(0, 3))}
+
     def request(self):
         r = self.r
         context = {}
@@ -248,7 +267,7 @@ class Gen:
         if r.random() < 0.9:
             context["score"] = {"__extn": {"fn": "decimal", "arg": r.choice(["0.4999", "1.2345", "-3.5", "0.5"])}}
         if r.random() < 0.8:
-            context["token"] = {"granted": r.sample(SCOPES, r.randint(0, 3))}
+            context["token"] = {"granted": r.sample(SCOPES, r.randint(0, 3)), "since": self.since()}
         action = r.choice(ACTIONS)
         if self.typed:
             context = {"n": self.value("long"), "s": self.value("string"), "flag": self.value("bool"),
@@ -256,7 +275,7 @@ class Gen:
                        "now": {"__extn": {"fn": "datetime", "arg": r.choice(["2026-11-22T10:00:00Z", "2025-01-01"])}},
                        "score": {"__extn": {"fn": "decimal", "arg": r.choice(["0.4999", "1.2345", "-3.5"])}},
                        **({"token": {"granted": r.sample(SCOPES, r.randint(0, 3)), "declined": [], "expired": [],
-                                     "revoked": r.sample(SCOPES, r.randint(0, 1))}} if r.random() < 0.8 else {})}
+                                     "revoked": r.sample(SCOPES, r.randint(0, 1)), "since": self.since()}} if r.random() < 0.8 else {})}
             pt = "User" if action in ("edit", "delete") else r.choice(["User", "Group"])
             rt = "Photo" if action in ("edit", "delete") else r.choice(["Photo", "Album"])
             pi = r.choice(USERS if pt == "User" else GROUPS)
