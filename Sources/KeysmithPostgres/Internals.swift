@@ -62,10 +62,70 @@ enum PostgresSchema {
             PRIMARY KEY (namespace_id, watcher)
         )
         """,
+        // Audit entries: the same columns, but append-only. The trigger refuses updates, deletes
+        // and truncation to every role that has not disabled it (only the owner can), and the
+        // application role is granted INSERT and SELECT only (`grants`).
+        """
+        CREATE TABLE IF NOT EXISTS keysmith_audit (
+            namespace_id bytea NOT NULL,
+            blind_index bytea NOT NULL,
+            version bigint NOT NULL,
+            key_id integer NOT NULL,
+            sealed bytea NOT NULL,
+            PRIMARY KEY (namespace_id, blind_index)
+        )
+        """,
+        """
+        CREATE OR REPLACE FUNCTION keysmith_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            RAISE EXCEPTION 'keysmith: % is append-only', TG_TABLE_NAME USING ERRCODE = 'KS001';
+        END
+        $$
+        """,
+        """
+        CREATE OR REPLACE TRIGGER keysmith_audit_append_only BEFORE UPDATE OR DELETE ON keysmith_audit
+        FOR EACH ROW EXECUTE FUNCTION keysmith_append_only()
+        """,
+        """
+        CREATE OR REPLACE TRIGGER keysmith_audit_no_truncate BEFORE TRUNCATE ON keysmith_audit
+        FOR EACH STATEMENT EXECUTE FUNCTION keysmith_append_only()
+        """,
+        """
+        CREATE OR REPLACE TRIGGER keysmith_changes_append_only BEFORE UPDATE OR DELETE ON keysmith_changes
+        FOR EACH ROW EXECUTE FUNCTION keysmith_append_only()
+        """,
+        """
+        CREATE OR REPLACE TRIGGER keysmith_changes_no_truncate BEFORE TRUNCATE ON keysmith_changes
+        FOR EACH STATEMENT EXECUTE FUNCTION keysmith_append_only()
+        """,
     ]
 
     /// The channel every commit notifies, with the namespace id (hex) as payload.
     static let channel = "keysmith_changes"
+
+    /// What the application's database role may do: read and write records and watcher
+    /// acknowledgements, add data keys, and only add to the audit log and the change feed.
+    /// `role` must be a plain SQL identifier (checked by the caller).
+    static func grants(to role: String) -> [String] {
+        [
+            "REVOKE ALL ON keysmith_master, keysmith_data_keys, keysmith_records, keysmith_audit, keysmith_changes, keysmith_watchers FROM \(role)",
+            "GRANT SELECT ON keysmith_master TO \(role)",
+            "GRANT SELECT, INSERT ON keysmith_data_keys, keysmith_audit, keysmith_changes TO \(role)",
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON keysmith_records, keysmith_watchers TO \(role)",
+            "GRANT USAGE ON SEQUENCE keysmith_versions, keysmith_changes_seq_seq TO \(role)",
+        ]
+    }
+}
+
+/// Where a row lives: records, or the append-only audit log.
+enum RecordTable: String, CaseIterable {
+    case records = "keysmith_records"
+    case audit = "keysmith_audit"
+
+    /// Audit entries go to the append-only table; everything else (the audit head too) to records.
+    init(_ key: ItemKey) {
+        if case .keysmithRecord(let record) = key, record.recordType == .auditEntry { self = .audit } else { self = .records }
+    }
 }
 
 /// A conflict with a concurrent transaction: the batch is retried from its reads.
@@ -474,7 +534,9 @@ struct RecordRow {
 /// The statements on `keysmith_records` and `keysmith_changes`.
 enum RecordRows {
     /// The rows of these indexes, by index; `lock` takes row locks until the transaction ends.
-    static func fetch(_ indexes: [[UInt8]], namespace: [UInt8], in transaction: Transaction, lock: Bool) throws -> [[UInt8]: RecordRow] {
+    static func fetch(_ indexes: [[UInt8]], namespace: [UInt8], table: RecordTable = .records, in transaction: Transaction, lock: Bool) throws
+        -> [[UInt8]: RecordRow]
+    {
         var out: [[UInt8]: RecordRow] = [:]
         let namespaceBuffer = ByteBuffer(bytes: namespace)
         var start = 0
@@ -484,11 +546,11 @@ enum RecordRows {
             // Reads also fetch the newest version the change feed holds for each item (a row put
             // back from an older copy is older than that); a batch's locked read does not need it.
             let query: PostgresQuery = lock
-                ? "SELECT blind_index, version, key_id, sealed, NULL::bigint FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk)) FOR UPDATE"
+                ? "SELECT blind_index, version, key_id, sealed, NULL::bigint FROM \(unescaped: table.rawValue) WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk)) FOR UPDATE"
                 : """
                 SELECT r.blind_index, r.version, r.key_id, r.sealed,
                        (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
-                FROM keysmith_records r WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = ANY(\(chunk))
+                FROM \(unescaped: table.rawValue) r WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = ANY(\(chunk))
                 """
             for row in try transaction.execute(query) {
                 let (index, version, keyID, sealed, newest) = try row.decode((ByteBuffer, Int64, Int32, ByteBuffer, Int64?).self)
@@ -498,13 +560,13 @@ enum RecordRows {
         return out
     }
 
-    static func count(namespace: [UInt8], in transaction: Transaction) throws -> Int {
+    static func count(namespace: [UInt8], table: RecordTable, in transaction: Transaction) throws -> Int {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
-        guard let row = try transaction.execute("SELECT count(*) FROM keysmith_records WHERE namespace_id = \(namespaceBuffer)").first else { return 0 }
+        guard let row = try transaction.execute("SELECT count(*) FROM \(unescaped: table.rawValue) WHERE namespace_id = \(namespaceBuffer)").first else { return 0 }
         return Int(try row.decode(Int64.self))
     }
 
-    static func page(namespace: [UInt8], after: [UInt8]?, limit: Int, in transaction: Transaction) throws -> [RecordRow] {
+    static func page(namespace: [UInt8], table: RecordTable, after: [UInt8]?, limit: Int, in transaction: Transaction) throws -> [RecordRow] {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
         let rows: [PostgresRow]
         if let after {
@@ -512,14 +574,14 @@ enum RecordRows {
             rows = try transaction.execute("""
                 SELECT r.blind_index, r.version, r.key_id, r.sealed,
                        (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
-                FROM keysmith_records r
+                FROM \(unescaped: table.rawValue) r
                 WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index > \(afterBuffer) ORDER BY r.blind_index LIMIT \(limit)
                 """)
         } else {
             rows = try transaction.execute("""
                 SELECT r.blind_index, r.version, r.key_id, r.sealed,
                        (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
-                FROM keysmith_records r
+                FROM \(unescaped: table.rawValue) r
                 WHERE r.namespace_id = \(namespaceBuffer) ORDER BY r.blind_index LIMIT \(limit)
                 """)
         }
@@ -531,6 +593,7 @@ enum RecordRows {
 
     /// One row a batch writes.
     struct Put {
+        var table: RecordTable = .records
         var blindIndex: [UInt8]
         var sealed: [UInt8]
         var exists: Bool
@@ -540,6 +603,7 @@ enum RecordRows {
 
     /// One row a batch deletes.
     struct Removal {
+        var table: RecordTable = .records
         var blindIndex: [UInt8]
         var sealedKey: [UInt8]
     }
@@ -565,6 +629,8 @@ enum RecordRows {
             if start < items.count { out.append(items[start...]) }
             return out
         }
+        // Only records are ever rewritten or deleted: the batch refused audit changes already.
+        precondition(!puts.contains { $0.exists && $0.table == .audit } && !removals.contains { $0.table == .audit })
         for chunk in chunks(puts.filter(\.exists), size: { $0.sealed.count }) {
             let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
             try transaction.execute("""
@@ -575,12 +641,14 @@ enum RecordRows {
         }
         // A concurrent creator of the same item makes an insert a unique violation: the batch
         // is retried and then sees that item.
-        for chunk in chunks(puts.filter { !$0.exists }, size: { $0.sealed.count }) {
-            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
-            try transaction.execute("""
-                INSERT INTO keysmith_records (namespace_id, blind_index, version, key_id, sealed)
-                SELECT \(namespaceBuffer), t.i, \(version), \(keyID), t.s FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
-                """)
+        for table in RecordTable.allCases {
+            for chunk in chunks(puts.filter { !$0.exists && $0.table == table }, size: { $0.sealed.count }) {
+                let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
+                try transaction.execute("""
+                    INSERT INTO \(unescaped: table.rawValue) (namespace_id, blind_index, version, key_id, sealed)
+                    SELECT \(namespaceBuffer), t.i, \(version), \(keyID), t.s FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
+                    """)
+            }
         }
         for chunk in chunks(removals, size: { _ in 64 }) {
             let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }

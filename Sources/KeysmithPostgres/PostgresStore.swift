@@ -161,9 +161,23 @@ public final class PostgresStore: SecureStore {
 
     /// Creates the schema when it is missing, and the master key's record (its KDF parameters
     /// and a verifier) when the database has none. Idempotent with the same master key; with a
-    /// different one it throws ``KeysmithError/Code/authenticationFailed``.
+    /// different one it throws ``KeysmithError/Code/authenticationFailed``. Run it as the role
+    /// that owns the schema.
+    ///
+    /// ```swift
+    /// try PostgresStore.initialize(settings, masterKey: .keyfile(path: "/etc/keysmith/master.key"),
+    ///                              applicationRole: "keysmith_app")
+    /// ```
+    ///
+    /// - Parameter applicationRole: the database role applications connect as, granted what
+    ///   they need and no more: records and watcher acknowledgements read and written, data
+    ///   keys added, the audit log and the change feed appended to and read, never changed or
+    ///   deleted (docs/postgres.md, "Grants"). A lower-case SQL identifier; the role must exist.
     public static func initialize(_ settings: PostgresConnectionSettings, masterKey: PostgresMasterKey,
-                                  scrypt: ScryptCost = .standard) throws {
+                                  scrypt: ScryptCost = .standard, applicationRole: String? = nil) throws {
+        if let role = applicationRole, !Self.isPlainIdentifier(role) {
+            throw KeysmithError.invalidArgument("a database role here is 1 to 63 lower-case letters, digits and underscores, not starting with a digit")
+        }
         let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"))
         defer { session.close() }
         try session.transaction { transaction in
@@ -171,7 +185,18 @@ public final class PostgresStore: SecureStore {
             try transaction.execute("SELECT pg_advisory_xact_lock(\(PostgresSchema.initializationLock))")
             for statement in PostgresSchema.statements { try transaction.execute(PostgresQuery(unsafeSQL: statement)) }
             _ = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: scrypt, create: true)
+            if let role = applicationRole {
+                for statement in PostgresSchema.grants(to: role) { try transaction.execute(PostgresQuery(unsafeSQL: statement)) }
+            }
         }
+    }
+
+    /// `[a-z_][a-z0-9_]{0,62}`: safe to write into a statement unquoted.
+    static func isPlainIdentifier(_ name: String) -> Bool {
+        guard let first = name.utf8.first, name.utf8.count <= 63, first == UInt8(ascii: "_") || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first) else {
+            return false
+        }
+        return name.utf8.allSatisfy { $0 == UInt8(ascii: "_") || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
     }
 
     /// Opens a namespace: derives the master key, checks it against the database's verifier,
@@ -236,7 +261,7 @@ public final class PostgresStore: SecureStore {
         for key in itemKeys { try key.validate() }
         let indexes = itemKeys.map(keys.blindIndex)
         let rows = try withSession { session in
-            try session.transaction { try RecordRows.fetch(indexes, namespace: keys.namespaceID, in: $0, lock: false) }
+            try session.transaction { try fetch(Array(zip(itemKeys, indexes)), in: $0, lock: false) }
         }
         return try zip(itemKeys, indexes).map { key, index in
             guard let row = rows[index] else { return nil }
@@ -244,6 +269,19 @@ public final class PostgresStore: SecureStore {
             guard record.key == key else { throw KeysmithError(.corruptData, "a row of \(storeDescription) holds another item than its index says") }
             return record
         }
+    }
+
+    /// The rows of these items, from the table each lives in (audit entries in the audit log's).
+    private func fetch(_ items: [(ItemKey, [UInt8])], in transaction: Transaction, lock: Bool) throws -> [[UInt8]: RecordRow] {
+        var rows: [[UInt8]: RecordRow] = [:]
+        for table in RecordTable.allCases {
+            let indexes = items.filter { RecordTable($0.0) == table }.map(\.1)
+            guard !indexes.isEmpty else { continue }
+            // Audit rows are never locked: they are only ever inserted (a racing insert is a unique
+            // violation, and the batch is retried), and the application role may not lock them.
+            rows.merge(try RecordRows.fetch(indexes, namespace: keys.namespaceID, table: table, in: transaction, lock: lock && table == .records)) { a, _ in a }
+        }
+        return rows
     }
 
     /// Lists matching items, without their secrets (each row is opened on the client: the
@@ -262,12 +300,25 @@ public final class PostgresStore: SecureStore {
 
     private func scan(_ query: ItemQuery, chunkSize: Int, withSecret: Bool, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
         let size = max(1, min(chunkSize, 4096))
-        var after: [UInt8]? = nil
         var examined = 0
-        let total = try withSession { session in try session.transaction { try RecordRows.count(namespace: keys.namespaceID, in: $0) } }
+        let total = try withSession { session in
+            try session.transaction { transaction in
+                try RecordTable.allCases.reduce(0) { $0 + (try RecordRows.count(namespace: keys.namespaceID, table: $1, in: transaction)) }
+            }
+        }
+        for table in RecordTable.allCases {
+            try scan(table, query, size: size, withSecret: withSecret, examined: &examined, total: total, body)
+        }
+    }
+
+    private func scan(_ table: RecordTable, _ query: ItemQuery, size: Int, withSecret: Bool, examined: inout Int, total: Int,
+                      _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
+        // Audit entries are never what a query for other record types wants: skip their table.
+        if table == .audit, let type = query.recordType, type != .auditEntry { return }
+        var after: [UInt8]? = nil
         while true {
             let page = try withSession { session in
-                try session.transaction { try RecordRows.page(namespace: keys.namespaceID, after: after, limit: size, in: $0) }
+                try session.transaction { try RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: size, in: $0) }
             }
             guard let last = page.last else { return }
             after = last.blindIndex
@@ -311,11 +362,13 @@ public final class PostgresStore: SecureStore {
         }
     }
 
+    private static let appendOnly = KeysmithError(.invalidArgument, "the audit log in PostgreSQL is append-only: an entry is never changed or deleted; nothing was applied")
+
     private func apply(_ operations: [StoreOperation], now: Date, in transaction: Transaction) throws -> Int64 {
         let version = try transaction.nextVersion()
         var touched: [ItemKey: [UInt8]] = [:]
         for operation in operations where touched[operation.key] == nil { touched[operation.key] = keys.blindIndex(operation.key) }
-        let rows = try RecordRows.fetch(Array(touched.values), namespace: keys.namespaceID, in: transaction, lock: true)
+        let rows = try fetch(touched.map { ($0.key, $0.value) }, in: transaction, lock: true)
         let writes = try resolveBatch(operations, now: now, version: ItemVersion(rawValue: String(version)), limits: limits,
                                       store: storeDescription) { key, needsMetadata in
             guard let index = touched[key], let row = rows[index] else { return .absent }
@@ -330,10 +383,13 @@ public final class PostgresStore: SecureStore {
             switch write {
             case .put(let record):
                 let index = touched[record.key] ?? keys.blindIndex(record.key)
-                puts.append(RecordRows.Put(blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version),
+                let table = RecordTable(record.key)
+                if table == .audit, rows[index] != nil { throw Self.appendOnly }
+                puts.append(RecordRows.Put(table: table, blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version),
                                            exists: rows[index] != nil, sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version)))
             case .remove(let key):
                 let index = touched[key] ?? keys.blindIndex(key)
+                if RecordTable(key) == .audit { throw Self.appendOnly }
                 removals.append(RecordRows.Removal(blindIndex: index, sealedKey: try keys.sealKey(key, blindIndex: index, version: version)))
             }
         }

@@ -165,8 +165,11 @@ public final class PostgresWatcher: Sendable {
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
         let transaction = Transaction(session: session)
         let rows = try transaction.execute("""
-            SELECT c.seq, c.blind_index, c.version, c.deleted, c.sealed_key, r.version, r.key_id, r.sealed
-            FROM keysmith_changes c LEFT JOIN keysmith_records r ON r.namespace_id = c.namespace_id AND r.blind_index = c.blind_index
+            SELECT c.seq, c.blind_index, c.version, c.deleted, c.sealed_key,
+                   coalesce(r.version, a.version), coalesce(r.key_id, a.key_id), coalesce(r.sealed, a.sealed)
+            FROM keysmith_changes c
+            LEFT JOIN keysmith_records r ON r.namespace_id = c.namespace_id AND r.blind_index = c.blind_index
+            LEFT JOIN keysmith_audit a ON a.namespace_id = c.namespace_id AND a.blind_index = c.blind_index
             WHERE c.namespace_id = \(namespaceBuffer) AND c.seq > \(applied) ORDER BY c.seq LIMIT 4096
             """)
         return try rows.map { row in

@@ -34,6 +34,11 @@ extension KeysmithCommand.PostgresCommand {
         @Option(name: .customLong("scrypt-log-n"), help: "The passphrase KDF's cost, 2^N (14 to 20).")
         var scryptLogN: Int = 17
 
+        @Option(name: .customLong("grant-to"), help: ArgumentHelp(
+            "Grant this existing database role what applications need and no more (the audit log and the change feed: add and read only).",
+            valueName: "role"))
+        var grantTo: String?
+
         @Flag(help: "Print one JSON document: {database, namespace}.")
         var json = false
 
@@ -44,7 +49,7 @@ extension KeysmithCommand.PostgresCommand {
         func run() throws {
             let settings = try PostgresConnectionSettings(url: try store.databaseURL())
             let masterKey = try store.postgresMasterKey()
-            try PostgresStore.initialize(settings, masterKey: masterKey, scrypt: ScryptCost(logN: scryptLogN))
+            try PostgresStore.initialize(settings, masterKey: masterKey, scrypt: ScryptCost(logN: scryptLogN), applicationRole: grantTo)
             let opened = try PostgresStore(settings, namespace: try store.postgresNamespace(), masterKey: masterKey)
             if json {
                 print("{\"database\":\(jsonString(settings.description)),\"namespace\":\(jsonString(opened.namespace))}")

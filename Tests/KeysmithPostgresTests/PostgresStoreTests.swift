@@ -39,15 +39,17 @@ struct PostgresStoreTests {
                     secret: Data("s3cret-value-zq".utf8)),
             .create(ItemAttributes(key: .keysmithRecord(KeysmithRecordKey(recordType: .oauthToken, service: "news-zq", account: "alice-zq"))),
                     secret: Data(#"{"scope":"posts:write-zq"}"#.utf8)),
+            .create(ItemAttributes(key: Self.auditEntry), secret: Data(#"{"event":"audit-event-zq"}"#.utf8)),
         ])
         let dump = try Self.sql("""
             SELECT encode(namespace_id, 'escape') || encode(blind_index, 'escape') || encode(sealed, 'escape') FROM keysmith_records
+            UNION ALL SELECT encode(namespace_id, 'escape') || encode(blind_index, 'escape') || encode(sealed, 'escape') FROM keysmith_audit
             UNION ALL SELECT encode(namespace_id, 'escape') || encode(wrapped, 'escape') FROM keysmith_data_keys
             UNION ALL SELECT encode(namespace_id, 'escape') || encode(blind_index, 'escape') FROM keysmith_changes
             UNION ALL SELECT kdf || coalesce(encode(salt, 'escape'), '') || encode(verifier, 'escape') FROM keysmith_master
             """).flatMap { $0 }.joined(separator: "\n")
         #expect(!dump.isEmpty)
-        for needle in ["mail-service-zq", "bob-account-zq", "label-zq", "s3cret-value-zq", "news-zq", "alice-zq", "posts:write-zq", "tenant-acme", "zq"] {
+        for needle in ["mail-service-zq", "bob-account-zq", "label-zq", "s3cret-value-zq", "news-zq", "alice-zq", "posts:write-zq", "audit-event-zq", "tenant-acme"] {
             #expect(!dump.contains(needle), "the database holds \(needle)")
         }
         #expect(try store.read(.genericPassword(service: "mail-service-zq", account: "bob-account-zq"))?.secret == Data("s3cret-value-zq".utf8))
@@ -144,5 +146,86 @@ struct PostgresStoreTests {
         #expect(try store.search(ItemQuery(service: "s")).isEmpty)
         try store.perform([.upsert(ItemAttributes(key: key), secret: Data("repaired".utf8))])
         #expect(try store.read(key)?.secret == Data("repaired".utf8))
+    }
+
+    static let auditEntry = ItemKey.keysmithRecord(KeysmithRecordKey(recordType: .auditEntry, service: "audit", account: "000000000001"))
+
+    @Test("audit entries live in an append-only table: the store never changes or deletes one, and neither can anyone through SQL")
+    func auditIsAppendOnly() throws {
+        let store = try Self.open()
+        let other = ItemKey.genericPassword(service: "s", account: "beside-audit")
+        try store.perform([.create(ItemAttributes(key: Self.auditEntry), secret: Data("entry-1".utf8))])
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        #expect(try Self.sql("SELECT count(*)::text FROM keysmith_audit WHERE namespace_id = \(namespaceID)") == [["1"]])
+        #expect(try Self.sql("SELECT count(*)::text FROM keysmith_records WHERE namespace_id = \(namespaceID)") == [["0"]])
+        #expect(try store.read(Self.auditEntry)?.secret == Data("entry-1".utf8))
+        #expect(try store.search(ItemQuery(namespace: .keysmith, recordType: .auditEntry)).map(\.key) == [Self.auditEntry])
+        // Through the store: an update, an upsert, a replace or a delete of an entry is refused,
+        // and the batch it is in applies nothing.
+        let current = try #require(try store.read(Self.auditEntry))
+        for operation: StoreOperation in [
+            .upsert(ItemAttributes(key: Self.auditEntry), secret: Data("rewritten".utf8)),
+            .update(ItemAttributes(key: Self.auditEntry), secret: Data("rewritten".utf8), ifVersion: current.info.version),
+            .delete(Self.auditEntry),
+        ] {
+            let error = #expect(throws: KeysmithError.self) {
+                try store.perform([.create(ItemAttributes(key: other), secret: Data("x".utf8)), operation])
+            }
+            #expect(error?.code == .invalidArgument)
+            #expect(try store.read(other) == nil)
+        }
+        // A second create of the same entry (two writers appending at once) is a duplicate.
+        let duplicate = #expect(throws: KeysmithError.self) { try store.perform([.create(ItemAttributes(key: Self.auditEntry), secret: Data("again".utf8))]) }
+        #expect(duplicate?.code == .duplicateItem)
+        #expect(try store.read(Self.auditEntry)?.secret == Data("entry-1".utf8))
+        // Through SQL, even as the owner: the trigger refuses updates, deletes and truncation of
+        // the audit log and of the change feed.
+        for statement in [
+            "UPDATE keysmith_audit SET version = version + 1 WHERE namespace_id = \(namespaceID)",
+            "DELETE FROM keysmith_audit WHERE namespace_id = \(namespaceID)",
+            "TRUNCATE keysmith_audit",
+            "DELETE FROM keysmith_changes WHERE namespace_id = \(namespaceID)",
+            "UPDATE keysmith_changes SET deleted = NOT deleted WHERE namespace_id = \(namespaceID)",
+            "TRUNCATE keysmith_changes",
+        ] {
+            #expect(throws: (any Error).self, "\(statement) was allowed") { try Self.sql(statement) }
+        }
+        #expect(try Self.sql("SELECT count(*)::text FROM keysmith_audit WHERE namespace_id = \(namespaceID)") == [["1"]])
+    }
+
+    @Test("the application role's grants: it works through the store, and cannot change the audit log, the change feed or the master key")
+    func applicationRoleGrants() throws {
+        let role = "keysmith_app_" + UUID().uuidString.prefix(8).lowercased()
+        _ = try Self.sql("CREATE ROLE \(role) LOGIN")
+        try PostgresStore.initialize(try Self.settings(), masterKey: .key(Self.key), applicationRole: role)
+        var settings = try Self.settings()
+        settings.user = role
+        let store = try PostgresStore(settings, namespace: "app-\(UUID().uuidString)", masterKey: .key(Self.key))
+        let key = ItemKey.genericPassword(service: "s", account: "a")
+        try store.perform([.create(ItemAttributes(key: key), secret: Data("1".utf8)), .create(ItemAttributes(key: Self.auditEntry), secret: Data("e".utf8))])
+        try store.perform([.upsert(ItemAttributes(key: key), secret: Data("2".utf8))])
+        #expect(try store.read(key)?.secret == Data("2".utf8))
+        try store.perform([.delete(key)])
+        // As the application role, through SQL: the trigger cannot be turned off, and deletes,
+        // updates and truncation of the append-only tables are not granted.
+        func asApplication(_ text: String) throws {
+            let session = try Session.connect(settings, logger: .init(label: "app"))
+            defer { session.close() }
+            _ = try session.transaction { try $0.execute(PostgresQueryText.raw(text)) }
+        }
+        for statement in [
+            "ALTER TABLE keysmith_audit DISABLE TRIGGER keysmith_audit_append_only",
+            "DELETE FROM keysmith_audit",
+            "TRUNCATE keysmith_audit",
+            "TRUNCATE keysmith_changes",
+            "UPDATE keysmith_master SET kdf = kdf",
+            "DELETE FROM keysmith_data_keys",
+            "DROP TABLE keysmith_audit",
+        ] {
+            #expect(throws: (any Error).self, "the application role may: \(statement)") { try asApplication(statement) }
+        }
+        #expect(throws: KeysmithError.self) {
+            try PostgresStore.initialize(try Self.settings(), masterKey: .key(Self.key), applicationRole: "x; DROP TABLE keysmith_audit")
+        }
     }
 }
