@@ -66,7 +66,7 @@ let package = Package(
         .target(
             name: "KeysmithPostgres",
             dependencies: [
-                "Keysmith", "KeysmithCrypto", "KeysmithVault", .product(name: "PostgresNIO", package: "postgres-nio"),
+                "Keysmith", "KeysmithCrypto", "KeysmithVault", "KeysmithTokens", .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -113,7 +113,7 @@ let package = Package(
         .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService"]),
         .testTarget(
             name: "KeysmithPostgresTests",
-            dependencies: ["Keysmith", "KeysmithPostgres", .product(name: "PostgresNIO", package: "postgres-nio")]
+            dependencies: ["Keysmith", "KeysmithPostgres", "KeysmithTokens", "KeysmithPolicy", .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
             name: "KeysmithFuzzRegressionTests", dependencies: ["KeysmithVault", "KeysmithTokens", "KeysmithPolicy"]

@@ -56,6 +56,8 @@ public final class PostgresWatcher: Sendable {
         var confirmedAt: ContinuousClock.Instant?
         var stopped = false
         var reconnects = 0
+        /// Why the watch ended on its own (a damaged change feed, or `apply`'s error).
+        var failure: KeysmithError?
     }
 
     /// Opens the namespace (as ``PostgresStore`` does) and starts after `sequence`: the given
@@ -95,10 +97,15 @@ public final class PostgresWatcher: Sendable {
     /// committed change. When false, scope checks that rely on it must deny.
     public var isCurrent: Bool {
         state.withLock { state in
-            guard let confirmed = state.confirmedAt else { return false }
+            guard state.failure == nil, let confirmed = state.confirmedAt else { return false }
             return ContinuousClock.now - confirmed < staleAfter
         }
     }
+
+    /// Why the watch ended by itself, if it did: a change row that does not open (edited or
+    /// moved in the database: `corruptData`), or the error `apply` threw. The watcher is then
+    /// never current again.
+    public var failure: KeysmithError? { state.withLock { $0.failure } }
 
     /// Ends ``run(pollInterval:_:)`` at its next wake-up.
     public func stop() {
@@ -110,7 +117,9 @@ public final class PostgresWatcher: Sendable {
     /// `apply` gets each change in sequence order, once; a change counts as applied when
     /// `apply` returns (true or false), and the acknowledgment is written after it, so an
     /// acknowledged change was applied. Connection failures are retried (with the replay) until
-    /// stopped; `apply`'s errors end the watch.
+    /// stopped. A change row that does not open ends the watch with ``KeysmithError/Code/corruptData``
+    /// (retrying cannot get past it, and skipping it could skip a revocation), as do `apply`'s
+    /// errors; either way ``failure`` says why and ``isCurrent`` stays false.
     public func run(pollInterval: Duration = .milliseconds(50), _ apply: (PostgresChange) throws -> Bool) throws {
         var logger = Logger(label: "keysmith.postgres.watch")
         logger.logLevel = .warning
@@ -143,7 +152,14 @@ public final class PostgresWatcher: Sendable {
                 }
                 return
             } catch let failure as ApplyFailure {
+                let error = failure.error as? KeysmithError ?? KeysmithError(.ioFailure, "the watcher's handler failed: \(type(of: failure.error))")
+                state.withLock { $0.failure = error }
                 throw failure.error
+            } catch let damaged as DamagedChange {
+                let error = KeysmithError(.corruptData, "change \(damaged.sequence) of the feed does not open (\(damaged.error.message)): "
+                                          + "the watcher \(name) stopped; it is not current, so checks through it deny")
+                state.withLock { $0.failure = error }
+                throw error
             } catch {
                 // Anything else is the connection or the server (killed, restarted, failed
                 // over): reconnect and replay from the last applied sequence.
@@ -159,6 +175,12 @@ public final class PostgresWatcher: Sendable {
         let error: any Error
     }
 
+    /// A change row that does not open, which ends the watch.
+    private struct DamagedChange: Error {
+        let sequence: Int64
+        let error: KeysmithError
+    }
+
     /// The changes after the applied sequence, at most 4,096, each with its item as it is now.
     private func fetch(_ session: Session) throws -> [PostgresChange] {
         let applied = lastSequence
@@ -172,16 +194,25 @@ public final class PostgresWatcher: Sendable {
             LEFT JOIN keysmith_audit a ON a.namespace_id = c.namespace_id AND a.blind_index = c.blind_index
             WHERE c.namespace_id = \(namespaceBuffer) AND c.seq > \(applied) ORDER BY c.seq LIMIT 4096
             """)
-        return try rows.map { row in
+        var changes: [PostgresChange] = []
+        for row in rows {
             let (sequence, index, version, deleted, sealedKey, rowVersion, keyID, sealed) =
                 try row.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, Int64?, Int32?, ByteBuffer?).self)
-            let key = try keys.openKey(sealedKey.bytes, blindIndex: index.bytes, version: version)
+            let key: ItemKey
+            do {
+                key = try keys.openKey(sealedKey.bytes, blindIndex: index.bytes, version: version)
+            } catch let error as KeysmithError where error.code == .corruptData {
+                // The changes before it are delivered first; the next fetch starts at this one.
+                if changes.isEmpty { throw DamagedChange(sequence: sequence, error: error) }
+                return changes
+            }
             var record: SecureRecord?
             if let rowVersion, let keyID, let sealed {
                 record = try? keys.open(RecordRow(blindIndex: index.bytes, version: rowVersion, keyID: keyID, sealed: sealed.bytes), withSecret: true)
             }
-            return PostgresChange(sequence: sequence, key: key, version: version, deleted: deleted, record: record)
+            changes.append(PostgresChange(sequence: sequence, key: key, version: version, deleted: deleted, record: record))
         }
+        return changes
     }
 
     /// Records the applied sequence and that the watcher is alive.

@@ -38,29 +38,61 @@ public final class PermissionManager: Sendable {
     }
 
     private let state: Mutex<State>
+    /// When set, the manager holds nothing while it returns false (see ``init(granted:failingClosedUnless:)``).
+    private let gate: (@Sendable () -> Bool)?
 
     /// Creates a manager holding some permissions.
     public init(granted: Set<Permission> = []) {
         state = Mutex(State(granted: granted))
+        gate = nil
     }
+
+    /// Creates a manager that fails closed by itself: while `isCurrent` returns false (the feed
+    /// that keeps it up to date cannot confirm it is), it holds no permission at all —
+    /// ``permissions`` is empty, every check denies, nothing is visible, and policies reading it
+    /// through a live token view see no granted scope — and it answers from its permissions
+    /// again as soon as `isCurrent` is true. `isCurrent` is called on every check; keep it cheap.
+    ///
+    /// ```swift
+    /// let permissions = PermissionManager(granted: scopes, failingClosedUnless: { watcher.isCurrent })
+    /// ```
+    ///
+    /// ``changes()`` reports changes of the permissions held, not of `isCurrent`.
+    public init(granted: Set<Permission> = [], failingClosedUnless isCurrent: @escaping @Sendable () -> Bool) {
+        state = Mutex(State(granted: granted))
+        gate = isCurrent
+    }
+
+    /// Whether the manager's answers stand now: false while a fail-closed manager's feed cannot
+    /// confirm it is current (it then holds nothing). Always true for a manager without a feed.
+    public var isCurrent: Bool { gate?() ?? true }
 
     /// Creates a manager fed by a token's granted scopes at `date` (none when the token is inactive).
     public convenience init(token: OAuthToken, at date: Date) {
         self.init(granted: token.grantedScopes(at: date))
     }
 
-    /// Every permission held now.
-    public var permissions: Set<Permission> { state.withLock { $0.granted } }
+    /// Every permission held now (none while the manager is not current).
+    public var permissions: Set<Permission> {
+        guard isCurrent else { return [] }
+        return state.withLock { $0.granted }
+    }
 
-    /// Whether a permission is held.
+    /// Whether a permission is held (false while the manager is not current).
     public func hasPermission(_ permission: Permission) -> Bool {
-        state.withLock { $0.granted.contains(permission) }
+        guard isCurrent else { return false }
+        return state.withLock { $0.granted.contains(permission) }
     }
 
-    /// Whether every one of the permissions is held.
+    /// Whether every one of the permissions is held (false while the manager is not current,
+    /// unless `permissions` is empty).
     public func hasPermissions(_ permissions: Set<Permission>) -> Bool {
-        state.withLock { permissions.isSubset(of: $0.granted) }
+        guard permissions.isEmpty || isCurrent else { return false }
+        return state.withLock { permissions.isSubset(of: $0.granted) }
     }
+
+    /// Replaces the permissions with exactly these.
+    public func replace(with permissions: Set<Permission>) { replace { $0 = permissions } }
 
     /// Adds a permission.
     public func add(_ permission: Permission) { replace { $0.insert(permission) } }

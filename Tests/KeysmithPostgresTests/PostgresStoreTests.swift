@@ -19,14 +19,19 @@ struct PostgresStoreTests {
         return try PostgresStore(try settings(), namespace: namespace, masterKey: .key(key))
     }
 
-    /// Runs SQL as the database administrator would, outside the store.
-    static func sql(_ text: String) throws -> [[String]] {
+    /// Runs SQL as the database administrator would, outside the store: the statements in one
+    /// transaction, returning the last one's rows.
+    static func sql(_ statements: String...) throws -> [[String]] {
         let session = try Session.connect(try settings(), logger: .init(label: "dba"))
         defer { session.close() }
         return try session.transaction { transaction in
-            try transaction.execute(PostgresQueryText.raw(text)).map { row in
-                row.map { cell in cell.bytes.map { String(decoding: $0.readableBytesView.map { $0 }, as: UTF8.self) } ?? "NULL" }
+            var rows: [[String]] = []
+            for text in statements {
+                rows = try transaction.execute(PostgresQueryText.raw(text)).map { row in
+                    row.map { cell in cell.bytes.map { String(decoding: $0.readableBytesView.map { $0 }, as: UTF8.self) } ?? "NULL" }
+                }
             }
+            return rows
         }
     }
 

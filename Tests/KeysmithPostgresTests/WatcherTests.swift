@@ -1,6 +1,8 @@
 import Foundation
 import Keysmith
+import KeysmithPolicy
 @testable import KeysmithPostgres
+import KeysmithTokens
 import Synchronization
 import Testing
 
@@ -103,5 +105,82 @@ struct WatcherTests {
         #expect(late.map(\.name) == ["host-2"])
         watchers[0].stop()
         watchers[1].stop()
+    }
+
+    @Test("permissions fed by a watcher: a revocation from another handle reaches them and policy decisions; while the database refuses the watcher they deny by themselves; then they come back")
+    func watchedPermissionsFailClosed() throws {
+        let namespace = "perm-\(UUID().uuidString)"
+        let role = "keysmith_watch_" + UUID().uuidString.prefix(8).lowercased()
+        _ = try PostgresStoreTests.sql("CREATE ROLE \(role) LOGIN")
+        try PostgresStore.initialize(try PostgresStoreTests.settings(), masterKey: .key(PostgresStoreTests.key), applicationRole: role)
+        let writer = TokenKeeper(store: try PostgresStoreTests.open(namespace))
+        try writer.importResponse(Data(#"{"access_token":"at-secret","token_type":"Bearer","scope":"posts:read posts:write"}"#.utf8),
+                                  service: "news", account: "alice", requested: [])
+        var settings = try PostgresStoreTests.settings()
+        settings.user = role
+        let watched = try WatchedPermissions(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key),
+                                             service: "news", account: "alice", name: "perm-\(role)", staleAfter: .milliseconds(500))
+        let write = try Scope("posts:write"), read = try Scope("posts:read")
+        // Not current before it has watched: nothing is held yet.
+        #expect(!watched.permissions.hasPermission(read))
+        watched.start(pollInterval: .milliseconds(20))
+        defer { watched.stop() }
+        #expect(Self.waitUntil { watched.permissions.hasPermission(write) })
+        let policies = try Policies(text: """
+            permit (principal, action, resource) when { context has token && context.token.granted.contains("posts:write") };
+            """)
+        let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "alice"), action: EntityUID(type: "Action", id: "post"),
+                                           resource: EntityUID(type: "Group", id: "g"), token: .live(watched.permissions))
+        #expect(policies.isAuthorized(request, entities: try EntityStore()).isAllowed)
+
+        try writer.revoke([write], service: "news", account: "alice", reason: "test")
+        #expect(Self.waitUntil { !watched.permissions.hasPermission(write) })
+        #expect(watched.permissions.hasPermission(read))
+        #expect(!policies.isAuthorized(request, entities: try EntityStore()).isAllowed)
+
+        // The database refuses the watcher (its role may no longer log in, its connection is
+        // killed): within staleAfter, every check denies, without anyone telling it to.
+        _ = try PostgresStoreTests.sql("ALTER ROLE \(role) NOLOGIN")
+        _ = try PostgresStoreTests.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '\(role)'")
+        #expect(Self.waitUntil { !watched.permissions.hasPermission(read) })
+        #expect(watched.permissions.permissions.isEmpty && !watched.permissions.isCurrent)
+        // Meanwhile the scope is granted again; when the watcher is let back in, it replays and
+        // holds both.
+        try writer.grant(Data(#"{"access_token":"at-secret-2","token_type":"Bearer","scope":"posts:read posts:write"}"#.utf8),
+                         requested: [read, write], service: "news", account: "alice")
+        _ = try PostgresStoreTests.sql("ALTER ROLE \(role) LOGIN")
+        #expect(Self.waitUntil { watched.permissions.hasPermissions([read, write]) })
+        #expect(watched.failure == nil)
+    }
+
+    @Test("a change row edited in the database stops the watcher with corrupt data; it is never current again and its permissions deny")
+    func editedChangeRowStopsTheWatcher() throws {
+        let namespace = "edit-\(UUID().uuidString)"
+        let store = try PostgresStoreTests.open(namespace)
+        let key = ItemKey.genericPassword(service: "s", account: "edited")
+        try store.perform([.create(ItemAttributes(key: key), secret: Data("1".utf8))])
+        let before = store.lastCommittedSequence
+        try store.perform([.update(ItemAttributes(key: key), secret: Data("2".utf8))])
+        try store.perform([.update(ItemAttributes(key: key), secret: Data("3".utf8))])
+        // The administrator flips a byte of the middle change's sealed key, past the triggers
+        // (session_replication_role = replica turns them off for that session only).
+        _ = try PostgresStoreTests.sql("SET LOCAL session_replication_role = replica", """
+            UPDATE keysmith_changes SET sealed_key = set_byte(sealed_key, 20, get_byte(sealed_key, 20) # 1) WHERE seq = \(before + 1)
+            """)
+        let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
+                                          name: "edited-\(namespace.prefix(20))", after: before - 1)
+        let delivered = Collected()
+        let error = #expect(throws: KeysmithError.self) {
+            try watcher.run(pollInterval: .milliseconds(20)) { change in
+                delivered.changes.withLock { $0.append(change) }
+                return true
+            }
+        }
+        #expect(error?.code == .corruptData)
+        #expect(watcher.failure?.code == .corruptData)
+        #expect(!watcher.isCurrent)
+        // The change before the damaged one was delivered; nothing after it was.
+        #expect(delivered.changes.withLock { $0.map(\.sequence) } == [before])
+        #expect(watcher.lastSequence == before)
     }
 }
