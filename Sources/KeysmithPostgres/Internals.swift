@@ -6,6 +6,7 @@ import NIOCore
 import NIOPosix
 import PostgresNIO
 import Dispatch
+import Synchronization
 
 /// The schema (docs/postgres.md). Every statement is idempotent.
 enum PostgresSchema {
@@ -39,6 +40,9 @@ enum PostgresSchema {
             PRIMARY KEY (namespace_id, blind_index)
         )
         """,
+        // Databases made before identity keys: the column is added, and left empty (their
+        // master key is their identity key) until a master-key rotation fills it.
+        "ALTER TABLE keysmith_master ADD COLUMN IF NOT EXISTS identity_key bytea",
         "CREATE SEQUENCE IF NOT EXISTS keysmith_versions",
         """
         CREATE TABLE IF NOT EXISTS keysmith_changes (
@@ -263,12 +267,17 @@ struct Transaction {
         }
     }
 
-    /// The next version number, from the one sequence all namespaces share.
-    func nextVersion() throws -> Int64 {
-        guard let row = try execute("SELECT nextval('keysmith_versions')").first else {
+    /// The next version number, from the one sequence all namespaces share, and the namespace's
+    /// newest data key id (in the same round trip: a batch seals with the newest key).
+    func nextVersion(namespace: [UInt8]) throws -> (version: Int64, newestKey: Int32) {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        guard let row = try execute("""
+            SELECT nextval('keysmith_versions'), (SELECT max(key_id) FROM keysmith_data_keys WHERE namespace_id = \(namespaceBuffer))
+            """).first else {
             throw KeysmithError(.ioFailure, "PostgreSQL returned no version")
         }
-        return try row.decode(Int64.self)
+        let (version, newest) = try row.decode((Int64, Int32?).self)
+        return (version, newest ?? 1)
     }
 }
 
@@ -283,15 +292,59 @@ extension ByteBuffer {
 
 /// The master key's record: how a passphrase is stretched, and a verifier that tells a wrong
 /// master key from damage.
+/// The master key as opened: the key, its verifier, the wrap key it gives, and the identity key.
+struct MasterKeys {
+    static let identityLabel = Array("keysmith-pg identity v1".utf8)
+
+    let master: SecretBytes
+    let verifier: [UInt8]
+    /// The key namespace ids are HMACs under. A database made before identity keys existed
+    /// has none stored: its master key is its identity key.
+    let identity: SecretBytes
+
+    var wrapKey: SecretBytes { SecretBytes(copying: SHA256.hmac(key: master, NamespaceKeys.wrapLabel)) }
+
+    init(master: SecretBytes, verifier: [UInt8], identity: SecretBytes) {
+        self.master = master
+        self.verifier = verifier
+        self.identity = identity
+    }
+
+    init(master: SecretBytes, verifier: [UInt8], wrappedIdentity: [UInt8]?) throws {
+        self.master = master
+        self.verifier = verifier
+        guard let wrapped = wrappedIdentity else {
+            identity = master
+            return
+        }
+        let wrapKey = SecretBytes(copying: SHA256.hmac(key: master, NamespaceKeys.wrapLabel))
+        guard wrapped.count == 12 + 16 + 32,
+              var opened = try? AESGCM.open(ciphertext: Array(wrapped[28...]), tag: Array(wrapped[12..<28]), key: wrapKey,
+                                            nonce: Array(wrapped[0..<12]), associatedData: Self.identityLabel)
+        else { throw KeysmithError(.corruptData, "the identity key in PostgreSQL does not open under the master key (edited)") }
+        identity = SecretBytes(takingOwnershipOf: &opened)
+    }
+
+    /// The identity key wrapped under this master key: nonce ‖ tag ‖ ciphertext.
+    func wrapIdentity() throws -> [UInt8] {
+        var bytes = identity.copyBytes()
+        defer { cleanse(&bytes) }
+        let sealed = try AESGCM.seal(bytes, key: wrapKey, associatedData: Self.identityLabel)
+        return sealed.nonce + sealed.tag + sealed.ciphertext
+    }
+}
+
 enum MasterKeyRecord {
     static let verifierLabel = Array("keysmith-pg verifier v1".utf8)
 
-    /// The master key, checked against the database's verifier; with `create`, the record is
-    /// written when the database has none.
-    static func loadOrCreate(_ source: PostgresMasterKey, transaction: Transaction, scrypt: ScryptCost, create: Bool) throws -> SecretBytes {
-        let rows = try transaction.execute("SELECT kdf, salt, log_n, verifier FROM keysmith_master WHERE id = 1")
+    /// The master key, checked against the database's verifier, with the identity key; with
+    /// `create`, the record is written when the database has none.
+    static func loadOrCreate(_ source: PostgresMasterKey, transaction: Transaction, scrypt: ScryptCost, create: Bool, lock: Bool = false) throws
+        -> MasterKeys
+    {
+        let rows = try transaction.execute("SELECT kdf, salt, log_n, verifier, identity_key FROM keysmith_master WHERE id = 1 \(unescaped: lock ? "FOR UPDATE" : "")")
         if let row = rows.first {
-            let (kdf, salt, logN, verifier) = try row.decode((String, ByteBuffer?, Int16?, ByteBuffer).self)
+            let (kdf, salt, logN, verifier, wrappedIdentity) = try row.decode((String, ByteBuffer?, Int16?, ByteBuffer, ByteBuffer?).self)
             let master: SecretBytes
             switch (kdf, source) {
             case ("key", .key), ("key", .keyfile):
@@ -309,7 +362,7 @@ enum MasterKeyRecord {
             guard constantTimeEqual(SHA256.hmac(key: master, verifierLabel), verifier.bytes) else {
                 throw KeysmithError(.authenticationFailed, "the master key does not open this database")
             }
-            return master
+            return try MasterKeys(master: master, verifier: verifier.bytes, wrappedIdentity: wrappedIdentity?.bytes)
         }
         guard create else {
             throw KeysmithError(.storeUnavailable, "PostgreSQL has no Keysmith master key record; run `keysmith postgres init`")
@@ -327,12 +380,30 @@ enum MasterKeyRecord {
             master = try raw(source)
         }
         let kdf = salt == nil ? "key" : "scrypt"
-        let verifier = ByteBuffer(bytes: SHA256.hmac(key: master, verifierLabel))
+        let verifier = SHA256.hmac(key: master, verifierLabel)
         let saltBuffer = salt.map { ByteBuffer(bytes: $0) }
+        // The identity key (namespace ids) is random and wrapped by the master key, so that a
+        // master-key rotation re-wraps it and every namespace keeps its id.
+        var identity = try Random.bytes(count: 32)
+        defer { cleanse(&identity) }
+        let keys = MasterKeys(master: master, verifier: verifier, identity: SecretBytes(copying: identity))
+        let wrappedIdentity = ByteBuffer(bytes: try keys.wrapIdentity())
         try transaction.execute("""
-            INSERT INTO keysmith_master (id, kdf, salt, log_n, verifier) VALUES (1, \(kdf), \(saltBuffer), \(logN), \(verifier))
+            INSERT INTO keysmith_master (id, kdf, salt, log_n, verifier, identity_key)
+            VALUES (1, \(kdf), \(saltBuffer), \(logN), \(ByteBuffer(bytes: verifier)), \(wrappedIdentity))
             """)
-        return master
+        return keys
+    }
+
+    /// A new master key's record values: KDF, salt, cost, the derived key.
+    static func derive(new source: PostgresMasterKey, scrypt: ScryptCost) throws -> (kdf: String, salt: [UInt8]?, logN: Int16?, master: SecretBytes) {
+        switch source {
+        case .passphrase(let passphrase):
+            let salt = try Random.bytes(count: 32)
+            return ("scrypt", salt, Int16(scrypt.logN), try derive(passphrase, salt: salt, logN: scrypt.logN))
+        default:
+            return ("key", nil, nil, try raw(source))
+        }
     }
 
     static func raw(_ source: PostgresMasterKey) throws -> SecretBytes {
@@ -364,8 +435,9 @@ func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
     return difference == 0
 }
 
-/// One namespace's keys: its id (an HMAC of its name under the master key), its data keys,
-/// and the blind-index key.
+/// One namespace's keys: its id (an HMAC of its name under the identity key), its data keys,
+/// and the blind-index key. Data keys added by a rotation in another process are loaded when a
+/// row or a batch meets them (``refresh(in:)``).
 final class NamespaceKeys: Sendable {
     static let namespaceLabel = Array("keysmith-pg namespace v1".utf8)
     static let wrapLabel = Array("keysmith-pg wrap v1".utf8)
@@ -374,16 +446,35 @@ final class NamespaceKeys: Sendable {
     static let dataKeyLabel = Array("keysmith-pg data key v1".utf8)
 
     let namespaceID: [UInt8]
-    let dataKeys: [Int32: SecretBytes]
-    let currentKeyID: Int32
     let indexKey: HMACSHA256Key
+    /// The key that wraps data keys (from the master key this process opened with).
+    private let wrapKey: SecretBytes
+    /// The master verifier this process opened with: a different one means the master key was rotated.
+    private let verifier: [UInt8]
+    private let ring: Mutex<KeyRing>
 
-    private init(namespaceID: [UInt8], dataKeys: [Int32: SecretBytes], currentKeyID: Int32, indexKey: HMACSHA256Key) {
-        self.namespaceID = namespaceID
-        self.dataKeys = dataKeys
-        self.currentKeyID = currentKeyID
-        self.indexKey = indexKey
+    struct KeyRing {
+        var keys: [Int32: SecretBytes]
+        var current: Int32
     }
+
+    private init(namespaceID: [UInt8], ring: KeyRing, indexKey: HMACSHA256Key, wrapKey: SecretBytes, verifier: [UInt8]) {
+        self.namespaceID = namespaceID
+        self.ring = Mutex(ring)
+        self.indexKey = indexKey
+        self.wrapKey = wrapKey
+        self.verifier = verifier
+    }
+
+    /// The id of the key new rows are sealed with, and the key.
+    var current: (id: Int32, key: SecretBytes) {
+        ring.withLock { ($0.current, $0.keys[$0.current]!) }
+    }
+
+    /// The id of the key new rows are sealed with.
+    var currentKeyID: Int32 { ring.withLock { $0.current } }
+
+    func dataKey(_ id: Int32) -> SecretBytes? { ring.withLock { $0.keys[id] } }
 
     static func wrapAAD(_ namespaceID: [UInt8], _ keyID: Int32) -> [UInt8] {
         var writer = ByteWriter()
@@ -393,42 +484,96 @@ final class NamespaceKeys: Sendable {
         return writer.bytes
     }
 
-    static func loadOrCreate(namespace: String, master: SecretBytes, transaction: Transaction) throws -> NamespaceKeys {
-        let namespaceID = SHA256.hmac(key: master, namespaceLabel + Array(namespace.utf8))
-        let wrapKey = SecretBytes(copying: SHA256.hmac(key: master, wrapLabel))
+    /// A data key wrapped for the database: nonce ‖ tag ‖ ciphertext.
+    static func wrap(_ dataKey: [UInt8], wrapKey: SecretBytes, namespaceID: [UInt8], keyID: Int32) throws -> [UInt8] {
+        let sealed = try AESGCM.seal(dataKey, key: wrapKey, associatedData: wrapAAD(namespaceID, keyID))
+        return sealed.nonce + sealed.tag + sealed.ciphertext
+    }
+
+    /// A wrapped data key opened; `nil` when it does not open under `wrapKey`.
+    static func unwrap(_ bytes: [UInt8], wrapKey: SecretBytes, namespaceID: [UInt8], keyID: Int32) throws -> SecretBytes? {
+        guard bytes.count == 12 + 16 + 32 else { throw KeysmithError(.corruptData, "a wrapped data key in PostgreSQL has the wrong size") }
+        guard var opened = try? AESGCM.open(ciphertext: Array(bytes[28...]), tag: Array(bytes[12..<28]), key: wrapKey, nonce: Array(bytes[0..<12]),
+                                            associatedData: wrapAAD(namespaceID, keyID)) else { return nil }
+        return SecretBytes(takingOwnershipOf: &opened)
+    }
+
+    static func loadOrCreate(namespace: String, master: MasterKeys, transaction: Transaction) throws -> NamespaceKeys {
+        let namespaceID = SHA256.hmac(key: master.identity, namespaceLabel + Array(namespace.utf8))
+        let wrapKey = master.wrapKey
         let idBuffer = ByteBuffer(bytes: namespaceID)
-        var rows = try transaction.execute("SELECT key_id, wrapped FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) ORDER BY key_id")
-        if rows.isEmpty {
+        if try transaction.execute("SELECT 1 FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) LIMIT 1").isEmpty {
             var dataKey = try Random.bytes(count: 32)
             defer { cleanse(&dataKey) }
-            let sealed = try AESGCM.seal(dataKey, key: wrapKey, associatedData: wrapAAD(namespaceID, 1))
-            let wrapped = ByteBuffer(bytes: sealed.nonce + sealed.tag + sealed.ciphertext)
+            let wrapped = ByteBuffer(bytes: try wrap(dataKey, wrapKey: wrapKey, namespaceID: namespaceID, keyID: 1))
             try transaction.execute("""
                 INSERT INTO keysmith_data_keys (namespace_id, key_id, wrapped) VALUES (\(idBuffer), \(Int32(1)), \(wrapped))
                 ON CONFLICT DO NOTHING
                 """)
-            rows = try transaction.execute("SELECT key_id, wrapped FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) ORDER BY key_id")
         }
-        var keys: [Int32: SecretBytes] = [:]
-        for row in rows {
-            let (keyID, wrapped) = try row.decode((Int32, ByteBuffer).self)
-            let bytes = wrapped.bytes
-            guard bytes.count == 12 + 16 + 32 else { throw KeysmithError(.corruptData, "a wrapped data key in PostgreSQL has the wrong size") }
-            do {
-                var opened = try AESGCM.open(ciphertext: Array(bytes[28...]), tag: Array(bytes[12..<28]), key: wrapKey, nonce: Array(bytes[0..<12]),
-                                             associatedData: wrapAAD(namespaceID, keyID))
-                keys[keyID] = SecretBytes(takingOwnershipOf: &opened)
-            } catch {
-                throw KeysmithError(.corruptData, "data key \(keyID) of this namespace does not open under the master key (edited or moved in the database)")
-            }
-        }
+        let keys = try loadDataKeys(namespaceID: namespaceID, wrapKey: wrapKey, transaction: transaction)
         guard let first = keys[1], let current = keys.keys.max() else {
             throw KeysmithError(.corruptData, "this namespace's first data key is missing from PostgreSQL")
         }
         // The blind-index key comes from the namespace's first data key, so that rotating data
         // keys never moves a row.
         let indexKey = try HMACSHA256Key(SecretBytes(copying: SHA256.hmac(key: first, indexLabel)))
-        return NamespaceKeys(namespaceID: namespaceID, dataKeys: keys, currentKeyID: current, indexKey: indexKey)
+        return NamespaceKeys(namespaceID: namespaceID, ring: KeyRing(keys: keys, current: current), indexKey: indexKey, wrapKey: wrapKey,
+                             verifier: master.verifier)
+    }
+
+    private static func loadDataKeys(namespaceID: [UInt8], wrapKey: SecretBytes, transaction: Transaction) throws -> [Int32: SecretBytes] {
+        let idBuffer = ByteBuffer(bytes: namespaceID)
+        var keys: [Int32: SecretBytes] = [:]
+        for row in try transaction.execute("SELECT key_id, wrapped FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) ORDER BY key_id") {
+            let (keyID, wrapped) = try row.decode((Int32, ByteBuffer).self)
+            guard let key = try unwrap(wrapped.bytes, wrapKey: wrapKey, namespaceID: namespaceID, keyID: keyID) else {
+                throw KeysmithError(.corruptData, "data key \(keyID) of this namespace does not open under the master key (edited or moved in the database)")
+            }
+            keys[keyID] = key
+        }
+        return keys
+    }
+
+    /// Loads data keys added since this process opened the namespace (a rotation elsewhere).
+    /// Throws ``KeysmithError/Code/authenticationFailed`` when the master key was rotated since:
+    /// the process must reopen with the new one.
+    func refresh(in transaction: Transaction) throws {
+        if let row = try transaction.execute("SELECT verifier FROM keysmith_master WHERE id = 1").first,
+           try row.decode(ByteBuffer.self).bytes != verifier {
+            throw KeysmithError(.authenticationFailed, "the master key was rotated since this process opened the store: reopen it with the new master key")
+        }
+        let keys = try Self.loadDataKeys(namespaceID: namespaceID, wrapKey: wrapKey, transaction: transaction)
+        ring.withLock { ring in
+            for (id, key) in keys where ring.keys[id] == nil { ring.keys[id] = key }
+            ring.current = max(ring.current, keys.keys.max() ?? ring.current)
+        }
+    }
+
+    /// Refreshes when any of these key ids is unknown (a row sealed after a rotation elsewhere).
+    func ensureKnown(_ ids: some Sequence<Int32>, in transaction: Transaction) throws {
+        let unknown = ring.withLock { ring in ids.contains { ring.keys[$0] == nil } }
+        if unknown { try refresh(in: transaction) }
+    }
+
+    /// Adds a data key (the next id) and makes it current; returns its id.
+    func rotate(in transaction: Transaction) throws -> Int32 {
+        try refresh(in: transaction)
+        let idBuffer = ByteBuffer(bytes: namespaceID)
+        // One rotation at a time per namespace: the next id is taken under a lock on the first key.
+        _ = try transaction.execute("SELECT 1 FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) AND key_id = 1 FOR SHARE")
+        let newest = try transaction.execute("SELECT max(key_id) FROM keysmith_data_keys WHERE namespace_id = \(idBuffer)").first?.decode(Int32.self) ?? 1
+        let id = newest + 1
+        var dataKey = try Random.bytes(count: 32)
+        defer { cleanse(&dataKey) }
+        let wrapped = ByteBuffer(bytes: try Self.wrap(dataKey, wrapKey: wrapKey, namespaceID: namespaceID, keyID: id))
+        try transaction.execute("INSERT INTO keysmith_data_keys (namespace_id, key_id, wrapped) VALUES (\(idBuffer), \(id), \(wrapped))")
+        let key = SecretBytes(copying: dataKey)
+        ring.withLock { ring in
+            ring.keys[id] = key
+            ring.current = max(ring.current, id)
+        }
+        return id
     }
 
     /// The keyed blind index of an item: HMAC-SHA256 of its canonical identity.
@@ -447,10 +592,10 @@ final class NamespaceKeys: Sendable {
     }
 
     /// nonce ‖ tag ‖ ciphertext, bound to the namespace, the row's index, version and key id.
-    func seal(_ record: SecureRecord, blindIndex: [UInt8], version: Int64) throws -> [UInt8] {
+    func seal(_ record: SecureRecord, blindIndex: [UInt8], version: Int64, with key: (id: Int32, key: SecretBytes)) throws -> [UInt8] {
         var plaintext = RecordCodec.encode(record)
         defer { cleanse(&plaintext) }
-        let sealed = try AESGCM.seal(plaintext, key: dataKeys[currentKeyID]!, associatedData: Self.recordAAD(namespaceID, blindIndex, version, currentKeyID))
+        let sealed = try AESGCM.seal(plaintext, key: key.key, associatedData: Self.recordAAD(namespaceID, blindIndex, version, key.id))
         return sealed.nonce + sealed.tag + sealed.ciphertext
     }
 
@@ -467,13 +612,13 @@ final class NamespaceKeys: Sendable {
 
     /// The item's identity, sealed for a change row (a watcher learns which item changed, also
     /// when it was deleted): key id (4 bytes) ‖ nonce ‖ tag ‖ ciphertext.
-    func sealKey(_ key: ItemKey, blindIndex: [UInt8], version: Int64) throws -> [UInt8] {
+    func sealKey(_ key: ItemKey, blindIndex: [UInt8], version: Int64, with dataKey: (id: Int32, key: SecretBytes)) throws -> [UInt8] {
         let record = SecureRecord(info: ItemInfo(attributes: ItemAttributes(key: key), created: Date(timeIntervalSinceReferenceDate: 0),
                                                  modified: Date(timeIntervalSinceReferenceDate: 0)), secret: Data())
-        let sealed = try AESGCM.seal(RecordCodec.encode(record), key: dataKeys[currentKeyID]!,
+        let sealed = try AESGCM.seal(RecordCodec.encode(record), key: dataKey.key,
                                      associatedData: Self.changeAAD(namespaceID, blindIndex, version))
         var writer = ByteWriter()
-        writer.append(UInt32(bitPattern: currentKeyID))
+        writer.append(UInt32(bitPattern: dataKey.id))
         return writer.bytes + sealed.nonce + sealed.tag + sealed.ciphertext
     }
 
@@ -481,7 +626,7 @@ final class NamespaceKeys: Sendable {
     func openKey(_ sealedKey: [UInt8], blindIndex: [UInt8], version: Int64) throws -> ItemKey {
         guard sealedKey.count >= 32 else { throw KeysmithError(.corruptData, "a change row of PostgreSQL is too short") }
         let keyID = Int32(bitPattern: UInt32(sealedKey[0]) << 24 | UInt32(sealedKey[1]) << 16 | UInt32(sealedKey[2]) << 8 | UInt32(sealedKey[3]))
-        guard let dataKey = dataKeys[keyID] else { throw KeysmithError(.corruptData, "a change row names a data key this namespace does not have") }
+        guard let dataKey = dataKey(keyID) else { throw KeysmithError(.corruptData, "a change row names a data key this namespace does not have") }
         do {
             let plaintext = try AESGCM.open(ciphertext: Array(sealedKey[32...]), tag: Array(sealedKey[16..<32]), key: dataKey,
                                             nonce: Array(sealedKey[4..<16]), associatedData: Self.changeAAD(namespaceID, blindIndex, version))
@@ -499,7 +644,7 @@ final class NamespaceKeys: Sendable {
         if let newest = row.newestChange, newest > row.version {
             throw KeysmithError(.corruptData, "a row of PostgreSQL is older than the change feed's newest version of it (put back from an older copy)")
         }
-        guard let key = dataKeys[row.keyID] else { throw KeysmithError(.corruptData, "a row names a data key this namespace does not have") }
+        guard let key = dataKey(row.keyID) else { throw KeysmithError(.corruptData, "a row names a data key this namespace does not have") }
         let bytes = row.sealed
         guard bytes.count >= 28 else { throw KeysmithError(.corruptData, "a row of PostgreSQL is too short to be sealed") }
         do {

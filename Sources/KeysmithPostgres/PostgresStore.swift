@@ -281,6 +281,7 @@ public final class PostgresStore: SecureStore {
             // violation, and the batch is retried), and the application role may not lock them.
             rows.merge(try RecordRows.fetch(indexes, namespace: keys.namespaceID, table: table, in: transaction, lock: lock && table == .records)) { a, _ in a }
         }
+        try keys.ensureKnown(rows.values.map(\.keyID), in: transaction)
         return rows
     }
 
@@ -318,7 +319,11 @@ public final class PostgresStore: SecureStore {
         var after: [UInt8]? = nil
         while true {
             let page = try withSession { session in
-                try session.transaction { try RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: size, in: $0) }
+                try session.transaction { transaction in
+                    let page = try RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: size, in: transaction)
+                    try keys.ensureKnown(page.map(\.keyID), in: transaction)
+                    return page
+                }
             }
             guard let last = page.last else { return }
             after = last.blindIndex
@@ -365,7 +370,10 @@ public final class PostgresStore: SecureStore {
     private static let appendOnly = KeysmithError(.invalidArgument, "the audit log in PostgreSQL is append-only: an entry is never changed or deleted; nothing was applied")
 
     private func apply(_ operations: [StoreOperation], now: Date, in transaction: Transaction) throws -> Int64 {
-        let version = try transaction.nextVersion()
+        let (version, newestKey) = try transaction.nextVersion(namespace: keys.namespaceID)
+        // A data key rotated in elsewhere: load it, and seal this batch with it.
+        if newestKey > keys.currentKeyID { try keys.refresh(in: transaction) }
+        let dataKey = keys.current
         var touched: [ItemKey: [UInt8]] = [:]
         for operation in operations where touched[operation.key] == nil { touched[operation.key] = keys.blindIndex(operation.key) }
         let rows = try fetch(touched.map { ($0.key, $0.value) }, in: transaction, lock: true)
@@ -385,15 +393,15 @@ public final class PostgresStore: SecureStore {
                 let index = touched[record.key] ?? keys.blindIndex(record.key)
                 let table = RecordTable(record.key)
                 if table == .audit, rows[index] != nil { throw Self.appendOnly }
-                puts.append(RecordRows.Put(table: table, blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version),
-                                           exists: rows[index] != nil, sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version)))
+                puts.append(RecordRows.Put(table: table, blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version, with: dataKey),
+                                           exists: rows[index] != nil, sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version, with: dataKey)))
             case .remove(let key):
                 let index = touched[key] ?? keys.blindIndex(key)
                 if RecordTable(key) == .audit { throw Self.appendOnly }
-                removals.append(RecordRows.Removal(blindIndex: index, sealedKey: try keys.sealKey(key, blindIndex: index, version: version)))
+                removals.append(RecordRows.Removal(blindIndex: index, sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey)))
             }
         }
-        return try RecordRows.write(puts: puts, removals: removals, namespace: keys.namespaceID, version: version, keyID: keys.currentKeyID,
+        return try RecordRows.write(puts: puts, removals: removals, namespace: keys.namespaceID, version: version, keyID: dataKey.id,
                                     in: transaction)
     }
 }

@@ -194,6 +194,15 @@ public final class PostgresWatcher: Sendable {
             LEFT JOIN keysmith_audit a ON a.namespace_id = c.namespace_id AND a.blind_index = c.blind_index
             WHERE c.namespace_id = \(namespaceBuffer) AND c.seq > \(applied) ORDER BY c.seq LIMIT 4096
             """)
+        // Rows and change rows sealed under a data key rotated in since: load it first.
+        var keyIDs: [Int32] = []
+        for row in rows {
+            let (_, _, _, _, sealedKey, _, keyID, _) = try row.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, Int64?, Int32?, ByteBuffer?).self)
+            let bytes = sealedKey.readableBytesView
+            if bytes.count >= 4 { keyIDs.append(Int32(bitPattern: bytes.prefix(4).reduce(0) { $0 << 8 | UInt32($1) })) }
+            if let keyID { keyIDs.append(keyID) }
+        }
+        try keys.ensureKnown(keyIDs, in: transaction)
         var changes: [PostgresChange] = []
         for row in rows {
             let (sequence, index, version, deleted, sealedKey, rowVersion, keyID, sealed) =

@@ -234,3 +234,104 @@ struct PostgresStoreTests {
         }
     }
 }
+
+/// Data keys and the master key rotate without moving a row or losing one.
+@Suite("PostgreSQL store: key rotation", .enabled(if: ProcessInfo.processInfo.environment["KEYSMITH_TEST_DATABASE_URL"] != nil))
+struct KeyRotationTests {
+    static func keyIDs(_ store: PostgresStore, table: String = "keysmith_records") throws -> [String] {
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        return try PostgresStoreTests.sql("SELECT key_id::text FROM \(table) WHERE namespace_id = \(namespaceID) ORDER BY blind_index").flatMap { $0 }
+    }
+
+    @Test("a data-key rotation reaches every handle's next write and every watcher; rekey re-encrypts the rest without changing a version")
+    func dataKeyRotation() throws {
+        let namespace = "rotate-\(UUID().uuidString)"
+        let a = try PostgresStoreTests.open(namespace)
+        let b = try PostgresStore(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key))
+        let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key), name: "rotation")
+        let collected = WatcherTests.Collected()
+        _ = WatcherTests.start(watcher, into: collected)
+        defer { watcher.stop() }
+        let x = ItemKey.genericPassword(service: "s", account: "x"), y = ItemKey.genericPassword(service: "s", account: "y")
+        try a.perform([.create(ItemAttributes(key: x), secret: Data("x1".utf8)), .create(ItemAttributes(key: PostgresStoreTests.auditEntry), secret: Data("e".utf8))])
+        let versionX = try #require(try a.read(x)?.info.version)
+        #expect(try a.rotateDataKey() == 2)
+        // b opened before the rotation: its next batch seals with key 2.
+        try b.perform([.create(ItemAttributes(key: y), secret: Data("y1".utf8))])
+        #expect(Set(try Self.keyIDs(a)) == ["1", "2"])
+        #expect(try b.read(x)?.secret == Data("x1".utf8) && a.read(y)?.secret == Data("y1".utf8))
+        // The watcher (opened before too) opens the change row sealed under key 2.
+        #expect(WatcherTests.waitUntil { collected.changes.withLock { $0.contains { $0.key == y && $0.record?.secret == Data("y1".utf8) } } })
+        #expect(watcher.failure == nil)
+
+        let report = try b.rekey(chunkSize: 1)
+        #expect(report.currentKeyID == 2 && report.rekeyed == 1 && report.damaged == 0 && report.auditEntriesOnOlderKeys == 1)
+        #expect(Set(try Self.keyIDs(a)) == ["2"])
+        #expect(try Self.keyIDs(a, table: "keysmith_audit") == ["1"])
+        // Not a change: the version is the same, and a conditional write prepared before still applies.
+        #expect(try a.read(x)?.info.version == versionX)
+        try a.perform([.update(ItemAttributes(key: x), secret: Data("x2".utf8), ifVersion: versionX)])
+        #expect(try b.read(x)?.secret == Data("x2".utf8))
+        #expect(try a.read(PostgresStoreTests.auditEntry)?.secret == Data("e".utf8))
+        #expect(try b.rekey().rekeyed == 0)
+    }
+
+    /// A database of the test's own (a master-key rotation changes the whole database).
+    static func database() throws -> PostgresConnectionSettings {
+        let name = "rotation_" + UUID().uuidString.prefix(8).lowercased()
+        let session = try Session.connect(try PostgresStoreTests.settings(), logger: .init(label: "dba"))
+        defer { session.close() }
+        try Transaction(session: session).execute(PostgresQueryText.raw("CREATE DATABASE \(name)"))
+        var settings = try PostgresStoreTests.settings()
+        settings.database = name
+        return settings
+    }
+
+    @Test("a master-key rotation re-wraps data keys only: namespaces keep their ids and rows, the old key stops opening, old handles are told to reopen")
+    func masterKeyRotation() throws {
+        let settings = try Self.database()
+        let first = PostgresMasterKey.key([UInt8](repeating: 1, count: 32))
+        try PostgresStore.initialize(settings, masterKey: first, scrypt: .testing)
+        // As a database made before identity keys: namespace ids are HMACs under the master key.
+        let dba = try Session.connect(settings, logger: .init(label: "dba"))
+        defer { dba.close() }
+        try Transaction(session: dba).execute(PostgresQueryText.raw("UPDATE keysmith_master SET identity_key = NULL"))
+        let stores = try ["one", "two"].map { try PostgresStore(settings, namespace: $0, masterKey: first) }
+        let key = ItemKey.genericPassword(service: "s", account: "a")
+        for (index, store) in stores.enumerated() { try store.perform([.create(ItemAttributes(key: key), secret: Data("v\(index)".utf8))]) }
+        try stores[1].rotateDataKey()
+        let ids = stores.map(\.keys.namespaceID)
+
+        let wrong = #expect(throws: KeysmithError.self) {
+            try PostgresStore.rotateMasterKey(settings, from: .key([UInt8](repeating: 2, count: 32)), to: .passphrase("p"), scrypt: .testing)
+        }
+        #expect(wrong?.code == .authenticationFailed)
+        let same = #expect(throws: KeysmithError.self) { try PostgresStore.rotateMasterKey(settings, from: first, to: first) }
+        #expect(same?.code == .invalidArgument)
+
+        let second = PostgresMasterKey.passphrase("a long new passphrase")
+        #expect(try PostgresStore.rotateMasterKey(settings, from: first, to: second, scrypt: .testing) == 3)
+        let refused = #expect(throws: KeysmithError.self) { try PostgresStore(settings, namespace: "one", masterKey: first) }
+        #expect(refused?.code == .authenticationFailed)
+        for (index, name) in ["one", "two"].enumerated() {
+            let reopened = try PostgresStore(settings, namespace: name, masterKey: second)
+            #expect(reopened.keys.namespaceID == ids[index])
+            #expect(try reopened.read(key)?.secret == Data("v\(index)".utf8))
+        }
+        // A handle opened with the old key still reads with the data keys it holds; when it needs
+        // the database's keys again it is told to reopen.
+        #expect(try stores[0].read(key)?.secret == Data("v0".utf8))
+        let stale = #expect(throws: KeysmithError.self) { try stores[0].rotateDataKey() }
+        #expect(stale?.code == .authenticationFailed)
+
+        // Again, from a database with an identity key; then an edited wrapped key stops a
+        // rotation before it changes anything.
+        let third = PostgresMasterKey.key([UInt8](repeating: 3, count: 32))
+        #expect(try PostgresStore.rotateMasterKey(settings, from: second, to: third, scrypt: .testing) == 3)
+        #expect(try PostgresStore(settings, namespace: "two", masterKey: third).read(key)?.secret == Data("v1".utf8))
+        try Transaction(session: dba).execute(PostgresQueryText.raw("UPDATE keysmith_data_keys SET wrapped = set_byte(wrapped, 40, get_byte(wrapped, 40) # 1) WHERE key_id = 2"))
+        let damaged = #expect(throws: KeysmithError.self) { try PostgresStore.rotateMasterKey(settings, from: third, to: first, scrypt: .testing) }
+        #expect(damaged?.code == .corruptData)
+        #expect(try PostgresStore(settings, namespace: "one", masterKey: third).read(key)?.secret == Data("v0".utf8))
+    }
+}
