@@ -1,8 +1,10 @@
 import ArgumentParser
 import Foundation
 import Keysmith
+import KeysmithCrypto
 import KeysmithPostgres
 import KeysmithSystem
+import KeysmithVault
 import KeysmithTokens
 
 extension KeysmithCommand {
@@ -11,7 +13,7 @@ extension KeysmithCommand {
         static let configuration = CommandConfiguration(
             commandName: "postgres",
             abstract: "Set up the shared store on PostgreSQL (docs/postgres.md).",
-            subcommands: [Init.self]
+            subcommands: [Init.self, RotateMasterKey.self, RotateDataKey.self, Rekey.self]
         )
     }
 }
@@ -55,6 +57,128 @@ extension KeysmithCommand.PostgresCommand {
                 print("{\"database\":\(jsonString(settings.description)),\"namespace\":\(jsonString(opened.namespace))}")
             } else {
                 print("ready: \(opened.storeDescription)")
+            }
+        }
+    }
+}
+
+extension KeysmithCommand.PostgresCommand {
+    /// Replaces the master key: data keys are re-wrapped, nothing else moves.
+    struct RotateMasterKey: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "rotate-master-key",
+            abstract: "Replace the master key: every namespace's data keys are re-wrapped in one transaction; no record is rewritten.",
+            discussion: """
+                The current master key comes as for every command (--keyfile, --passphrase-fd, $KEYSMITH_PASSPHRASE, \
+                a prompt); the new one from --new-keyfile (created when missing), --new-passphrase-fd, \
+                $KEYSMITH_NEW_PASSPHRASE, or a prompt (typed twice). Run it as the database role that owns the \
+                schema. Processes that opened the store with the old key are told to reopen when they next need a key.
+                """
+        )
+
+        @OptionGroup var store: StoreOptions
+
+        @Option(name: .customLong("new-keyfile"), help: ArgumentHelp("The new master key's keyfile.", valueName: "file"))
+        var newKeyfile: String?
+
+        @Option(name: .customLong("new-passphrase-fd"), help: ArgumentHelp("Read the new passphrase from this descriptor.", valueName: "n"))
+        var newPassphraseFD: Int32?
+
+        @Option(name: .customLong("scrypt-log-n"), help: "scrypt's cost for a new passphrase, as log2(N), 14 to 20.")
+        var scryptLogN: Int = 17
+
+        @Flag(help: "Print one JSON document: {rewrapped}.")
+        var json = false
+
+        func validate() throws {
+            guard (14...20).contains(scryptLogN) else { throw ValidationError("--scrypt-log-n must be between 14 and 20") }
+        }
+
+        func run() throws {
+            let settings = try PostgresConnectionSettings(url: try store.databaseURL())
+            let current = try store.postgresMasterKey()
+            let replacement: PostgresMasterKey
+            if let newKeyfile {
+                if try System.status(newKeyfile) == nil { try VaultCredential.generateKeyfile(at: newKeyfile) }
+                replacement = .keyfile(path: newKeyfile)
+            } else if let newPassphraseFD {
+                var bytes = try readPassphrase(fd: newPassphraseFD)
+                defer { cleanse(&bytes) }
+                guard !bytes.isEmpty else { throw KeysmithError.invalidArgument("the new passphrase is empty; nothing changed") }
+                replacement = .passphrase(String(decoding: bytes, as: UTF8.self))
+            } else if let environment = System.environment("KEYSMITH_NEW_PASSPHRASE"), !environment.isEmpty {
+                replacement = .passphrase(environment)
+            } else {
+                guard var first = try Terminal.readHidden(prompt: "New master passphrase: ") else {
+                    throw KeysmithError.invalidArgument("no new master key: use --new-keyfile, --new-passphrase-fd or KEYSMITH_NEW_PASSPHRASE")
+                }
+                defer { cleanse(&first) }
+                var second = try Terminal.readHidden(prompt: "Repeat the new master passphrase: ") ?? []
+                defer { cleanse(&second) }
+                guard first == second, !first.isEmpty else { throw KeysmithError.invalidArgument("the passphrases differ or are empty; nothing changed") }
+                replacement = .passphrase(String(decoding: first, as: UTF8.self))
+            }
+            let count = try PostgresStore.rotateMasterKey(settings, from: current, to: replacement, scrypt: ScryptCost(logN: scryptLogN))
+            if json {
+                print("{\"rewrapped\":\(count)}")
+            } else {
+                print("The master key of \(settings.description) is replaced: \(count) data key\(count == 1 ? "" : "s") re-wrapped.")
+            }
+        }
+    }
+
+    /// Starts sealing new rows of a namespace with a new data key.
+    struct RotateDataKey: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "rotate-data-key",
+            abstract: "Add a data key to the namespace and seal new rows with it (then run `keysmith postgres rekey`)."
+        )
+
+        @OptionGroup var store: StoreOptions
+
+        @Flag(help: "Print one JSON document: {namespace, key_id}.")
+        var json = false
+
+        func run() throws {
+            let opened = try store.openPostgres()
+            let id = try opened.rotateDataKey()
+            if json {
+                print("{\"namespace\":\(jsonString(opened.namespace)),\"key_id\":\(id)}")
+            } else {
+                print("Namespace \(opened.namespace) now seals new rows with data key \(id); run `keysmith postgres rekey` to re-encrypt the rest.")
+            }
+        }
+    }
+
+    /// Re-encrypts a namespace's rows sealed with older data keys.
+    struct Rekey: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Re-encrypt the namespace's rows sealed with older data keys under the current one, a chunk per transaction.",
+            discussion: "Versions do not change; safe to run while applications write, and to stop and run again."
+        )
+
+        @OptionGroup var store: StoreOptions
+
+        @Option(name: .customLong("chunk-size"), help: "Rows per transaction (1 to 10000).")
+        var chunkSize: Int = 1000
+
+        @Flag(help: "Print one JSON document: {namespace, key_id, rekeyed, damaged, audit_entries_on_older_keys}.")
+        var json = false
+
+        func validate() throws {
+            guard (1...10_000).contains(chunkSize) else { throw ValidationError("--chunk-size is 1 to 10000") }
+        }
+
+        func run() throws {
+            let opened = try store.openPostgres()
+            let report = try opened.rekey(chunkSize: chunkSize)
+            if json {
+                print("{\"namespace\":\(jsonString(opened.namespace)),\"key_id\":\(report.currentKeyID),\"rekeyed\":\(report.rekeyed),"
+                      + "\"damaged\":\(report.damaged),\"audit_entries_on_older_keys\":\(report.auditEntriesOnOlderKeys)}")
+            } else {
+                print("Re-encrypted \(report.rekeyed) row\(report.rekeyed == 1 ? "" : "s") of namespace \(opened.namespace) under data key \(report.currentKeyID)"
+                      + (report.damaged > 0 ? "; \(report.damaged) that do not open were left alone" : "")
+                      + (report.auditEntriesOnOlderKeys > 0 ? "; \(report.auditEntriesOnOlderKeys) audit entries keep older keys (append-only)" : "") + ".")
             }
         }
     }
