@@ -68,6 +68,36 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
     public var revokedAt: Date?
     /// Every scope the token has heard of, with its state.
     public var scopes: [Scope: ScopeStatus]
+    /// The token response's fields beyond RFC 6749's (`id_token`, GitHub's
+    /// `refresh_token_expires_in`, Slack's `team`, …), kept as sent: each field's value as compact
+    /// JSON text, by field name. A refresh or a grant replaces the fields its response carries
+    /// and keeps the others. Values may be secrets (an `id_token` is one): the command prints
+    /// them only when asked for one by name (`keysmith token get --field NAME`).
+    public var additionalFields: [String: String] = [:]
+
+    enum CodingKeys: String, CodingKey {
+        case accessToken, refreshToken, tokenType, clientID, subject, issuer, audience, issuedAt, expiresAt
+        case dataAccessExpiresAt, refreshedAt, revokedAt, scopes, additionalFields
+    }
+
+    /// Decodes a token encoded by `Codable`; `additionalFields` may be absent (older encodings).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        accessToken = try container.decode(String.self, forKey: .accessToken)
+        refreshToken = try container.decodeIfPresent(String.self, forKey: .refreshToken)
+        tokenType = try container.decode(String.self, forKey: .tokenType)
+        clientID = try container.decodeIfPresent(String.self, forKey: .clientID)
+        subject = try container.decodeIfPresent(String.self, forKey: .subject)
+        issuer = try container.decodeIfPresent(String.self, forKey: .issuer)
+        audience = try container.decode([String].self, forKey: .audience)
+        issuedAt = try container.decode(Date.self, forKey: .issuedAt)
+        expiresAt = try container.decodeIfPresent(Date.self, forKey: .expiresAt)
+        dataAccessExpiresAt = try container.decodeIfPresent(Date.self, forKey: .dataAccessExpiresAt)
+        refreshedAt = try container.decodeIfPresent(Date.self, forKey: .refreshedAt)
+        revokedAt = try container.decodeIfPresent(Date.self, forKey: .revokedAt)
+        scopes = try container.decode([Scope: ScopeStatus].self, forKey: .scopes)
+        additionalFields = try container.decodeIfPresent([String: String].self, forKey: .additionalFields) ?? [:]
+    }
 
     /// Creates a token from its parts. Prefer ``init(response:requested:clientID:subject:issuer:audience:now:)``.
     public init(
@@ -113,6 +143,7 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
             accessToken: parsed.accessToken, refreshToken: parsed.refreshToken, tokenType: parsed.tokenType,
             clientID: clientID, subject: subject, issuer: issuer, audience: audience, issuedAt: now,
             expiresAt: parsed.expiresIn.map { now.addingTimeInterval(TimeInterval($0)) })
+        additionalFields = parsed.additionalFields
         let granted = parsed.scope ?? requested
         for scope in granted {
             scopes[scope] = ScopeStatus(state: .granted, changedAt: now, reason: "granted by token response")
@@ -240,6 +271,7 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
         next.accessToken = parsed.accessToken
         if let refresh = parsed.refreshToken { next.refreshToken = refresh }
         next.tokenType = parsed.tokenType
+        next.additionalFields.merge(parsed.additionalFields) { _, new in new }
         next.refreshedAt = date
         next.expiresAt = parsed.expiresIn.map { date.addingTimeInterval(TimeInterval($0)) }
         if let narrowed = parsed.scope {
@@ -262,6 +294,7 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
         next.accessToken = parsed.accessToken
         if let refresh = parsed.refreshToken { next.refreshToken = refresh }
         next.tokenType = parsed.tokenType
+        next.additionalFields.merge(parsed.additionalFields) { _, new in new }
         next.revokedAt = nil
         next.expiresAt = parsed.expiresIn.map { date.addingTimeInterval(TimeInterval($0)) }
         let granted = parsed.scope ?? requested
@@ -307,6 +340,7 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
         next.accessToken = parsed.accessToken
         if let refresh = parsed.refreshToken { next.refreshToken = refresh }
         next.tokenType = parsed.tokenType
+        next.additionalFields.merge(parsed.additionalFields) { _, new in new }
         next.refreshedAt = date
         next.expiresAt = parsed.expiresIn.map { date.addingTimeInterval(TimeInterval($0)) }
         var outcome = UpdateOutcome()

@@ -5,6 +5,10 @@ public import Keysmith
 /// stored").
 ///
 ///     "KSTOKEN1" ‖ fields ‖ scope count (u32) ‖ scopes
+///     "KSTOKEN2" ‖ fields ‖ scope count (u32) ‖ scopes ‖ additional field count (u32) ‖ (name ‖ JSON value)…
+///
+/// A token with no additional response fields is written in the first form (readers before
+/// KSTOKEN2 read it), one with some in the second; both are read.
 ///
 /// Strings are u32 length ‖ UTF-8; optional strings and dates carry a presence byte first;
 /// dates are IEEE 754 binary64 seconds since 2001-01-01T00:00:00Z (Foundation's reference date,
@@ -12,11 +16,12 @@ public import Keysmith
 /// big-endian.
 enum TokenCodec {
     static let magic = Array("KSTOKEN1".utf8)
+    static let magic2 = Array("KSTOKEN2".utf8)
 
     static func encode(_ token: OAuthToken) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(256 + token.scopes.count * 64)
-        out += magic
+        out += token.additionalFields.isEmpty ? magic : magic2
         func u32(_ value: Int) {
             let v = UInt32(truncatingIfNeeded: value)
             out += [UInt8(v >> 24), UInt8((v >> 16) & 0xFF), UInt8((v >> 8) & 0xFF), UInt8(v & 0xFF)]
@@ -66,13 +71,22 @@ enum TokenCodec {
             date(status.changedAt)
             string(status.reason)
         }
+        if !token.additionalFields.isEmpty {
+            u32(token.additionalFields.count)
+            for (name, value) in token.additionalFields.sorted(by: { $0.key < $1.key }) {
+                string(name)
+                string(value)
+            }
+        }
         return out
     }
 
     static func decode(_ bytes: [UInt8], what: String) throws -> OAuthToken {
         var reader = Reader(bytes: bytes)
         do {
-            guard try reader.bytes(magic.count) == magic[...] else { throw Reader.Failure() }
+            let header = try reader.bytes(magic.count)
+            let second = header == magic2[...]
+            guard header == magic[...] || second else { throw Reader.Failure() }
             let accessToken = try reader.string()
             let refreshToken = try reader.optionalString()
             let tokenType = try reader.string()
@@ -95,6 +109,15 @@ enum TokenCodec {
                 let scope = try Scope(try reader.string())
                 guard let state = state(try reader.byte()) else { throw Reader.Failure() }
                 token.scopes[scope] = ScopeStatus(state: state, changedAt: try reader.date(), reason: try reader.string())
+            }
+            if second {
+                let count = try reader.u32()
+                guard count > 0 else { throw Reader.Failure() }
+                for _ in 0..<count {
+                    let name = try reader.string()
+                    guard token.additionalFields[name] == nil else { throw Reader.Failure() }
+                    token.additionalFields[name] = try reader.string()
+                }
             }
             guard reader.offset == bytes.count else { throw Reader.Failure() }
             return token

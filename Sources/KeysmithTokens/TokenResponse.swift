@@ -1,4 +1,5 @@
 public import Keysmith
+import Foundation
 
 /// An RFC 6749 §5.1 token response, parsed and checked.
 struct TokenResponse {
@@ -10,6 +11,15 @@ struct TokenResponse {
     var expiresIn: Int?
     var refreshToken: String?
     var scope: Set<Scope>?
+    /// Fields beyond RFC 6749's, as compact JSON text by name.
+    var additionalFields: [String: String] = [:]
+
+    /// The fields RFC 6749 §5.1 defines (typed); every other field is kept as sent.
+    static let standardFields: Set<String> = ["access_token", "token_type", "expires_in", "refresh_token", "scope"]
+    /// At most this many additional fields, each name at most 256 bytes and each value at most
+    /// 64 KiB of JSON: a response is bounded like every other input.
+    static let maximumAdditionalFields = 64
+    static let maximumAdditionalFieldBytes = 65_536
 
     private struct Wire: Decodable {
         var access_token: String?
@@ -93,7 +103,28 @@ struct TokenResponse {
         }
         let scope = try wire.scope.map { try $0.scopes() }
         return TokenResponse(accessToken: accessToken, tokenType: tokenType, expiresIn: expiresIn,
-                             refreshToken: wire.refresh_token, scope: scope)
+                             refreshToken: wire.refresh_token, scope: scope, additionalFields: try additionalFields(of: data))
+    }
+
+    /// Every field beyond RFC 6749's, its value re-encoded as compact JSON.
+    private static func additionalFields(of data: Data) throws -> [String: String] {
+        guard let object = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]) as? [String: Any] else { return [:] }
+        var fields: [String: String] = [:]
+        for (name, value) in object where !standardFields.contains(name) {
+            guard fields.count < maximumAdditionalFields else {
+                throw KeysmithError(.malformedData, "the token response has more than \(maximumAdditionalFields) fields beyond RFC 6749's")
+            }
+            guard !name.isEmpty, name.utf8.count <= 256 else {
+                throw KeysmithError(.malformedData, "the token response has a field whose name is empty or longer than 256 bytes")
+            }
+            guard let encoded = try? JSONSerialization.data(withJSONObject: value, options: [.fragmentsAllowed, .sortedKeys, .withoutEscapingSlashes]),
+                  encoded.count <= maximumAdditionalFieldBytes
+            else {
+                throw KeysmithError(.malformedData, "the token response's field \(name) is larger than 64 KiB")
+            }
+            fields[name] = String(decoding: encoded, as: UTF8.self)
+        }
+        return fields
     }
 }
 

@@ -370,7 +370,7 @@ extension KeysmithCommand.Token {
     /// Prints the access token (or the refresh token) for an `Authorization:` header or a refresh.
     struct Get: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print a token's access token (or, with --refresh, its refresh token) to standard output.",
+            abstract: "Print a token's access token (or, with --refresh, its refresh token; with --field, a response field) to standard output.",
             discussion: """
                 For scripts: curl -H "Authorization: Bearer $(keysmith token get --service S --account A)". \
                 Exit 2 when there is no such token (or no refresh token); exit 3 when the access token is \
@@ -383,14 +383,28 @@ extension KeysmithCommand.Token {
         @Flag(help: "Print the refresh token instead.")
         var refresh = false
 
+        @Option(help: ArgumentHelp("Print this field of the token response, kept as sent (its JSON value), instead.", valueName: "name"))
+        var field: String?
+
         @Flag(name: .customLong("no-newline"), help: "Do not print a newline after the token.")
         var noNewline = false
+
+        func validate() throws {
+            if refresh && field != nil { throw ValidationError("--refresh and --field are exclusive") }
+        }
 
         func run() throws {
             let keeper = makeKeeper(try store.openStore())
             let token = try loadToken(keeper, location)
             let value: String
-            if refresh {
+            if let field {
+                guard let kept = token.additionalFields[field] else {
+                    let known = token.additionalFields.keys.sorted()
+                    throw CommandFailure.notFound("the token for \(location.account) at \(location.service) has no response field \(field)"
+                                                  + (known.isEmpty ? "" : " (it has \(known.joined(separator: ", ")))"))
+                }
+                value = kept
+            } else if refresh {
                 guard let refreshToken = token.refreshToken else {
                     throw CommandFailure.notFound("the token for \(location.account) at \(location.service) has no refresh token")
                 }
@@ -482,10 +496,14 @@ struct TokenListDocument: Encodable {
         var expiresAt: String?
         var revokedAt: String?
         var hasRefreshToken: Bool
+        /// The names of the response's fields beyond RFC 6749's (their values may be secrets:
+        /// `token get --field NAME` prints one).
+        var responseFields: [String]
         var scopes: [ScopeEntry]
 
         enum CodingKeys: String, CodingKey {
             case service, account, active, subject, issuer, scopes
+            case responseFields = "response_fields"
             case tokenType = "token_type"
             case clientID = "client_id"
             case issuedAt = "issued_at"
@@ -506,6 +524,7 @@ struct TokenListDocument: Encodable {
             expiresAt = token.expiresAt.map(iso8601)
             revokedAt = token.revokedAt.map(iso8601)
             hasRefreshToken = token.refreshToken != nil
+            responseFields = token.additionalFields.keys.sorted()
             scopes = token.statuses(at: now).sorted { $0.key < $1.key }.map {
                 ScopeEntry(scope: $0.key.rawValue, state: $0.value.state.rawValue, changedAt: iso8601($0.value.changedAt), reason: $0.value.reason)
             }

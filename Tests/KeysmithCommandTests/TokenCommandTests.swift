@@ -232,6 +232,33 @@ struct TokenCommandTests {
         #expect(try keysmith.run(["audit", "verify"]).stdout.contains("5 entries"))
     }
 
+    @Test("a provider's extra response fields are kept: listed by name, printed one at a time by token get --field, kept across a re-import")
+    func responseFieldsKept() throws {
+        var keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        try keysmith.run(["init"])
+        let slack = #"{"ok":true,"access_token":"xoxb-secret","token_type":"bot","scope":"commands,incoming-webhook","bot_user_id":"U0KRQLJ9H","team":{"name":"Slack Softball Team","id":"T9TK3CUKW"},"incoming_webhook":{"url":"https://hooks.slack.com/TXXXXX/BXXXXX/secret-part"}}"#
+        let imported = try keysmith.run(["token", "import", "--service", "slack", "--account", "bot"], stdin: slack)
+        #expect(imported.status == 0, "\(imported.output)")
+        let document = try keysmith.run(["token", "scopes", "--service", "slack", "--account", "bot", "--json"])
+        #expect(document.stdout.contains(#""response_fields":["bot_user_id","incoming_webhook","ok","team"]"#), "\(document.output)")
+        #expect(!document.stdout.contains("secret-part") && !document.stdout.contains("xoxb-secret"))
+        #expect(try keysmith.run(["token", "get", "--service", "slack", "--account", "bot", "--field", "team"]).stdout
+                == #"{"id":"T9TK3CUKW","name":"Slack Softball Team"}"# + "\n")
+        let missing = try keysmith.run(["token", "get", "--service", "slack", "--account", "bot", "--field", "id_token"])
+        #expect(missing.status == 2 && missing.stderr.contains("bot_user_id, incoming_webhook, ok, team"))
+        #expect(try keysmith.run(["token", "get", "--service", "slack", "--account", "bot", "--field", "ok", "--refresh"]).status == 64)
+        // A re-import (an update) that carries one field replaces it and keeps the rest.
+        let update = try keysmith.run(["token", "import", "--service", "slack", "--account", "bot"],
+                                      stdin: #"{"access_token":"xoxb-2","token_type":"bot","scope":"commands,incoming-webhook","bot_user_id":"U2"}"#)
+        #expect(update.status == 0, "\(update.output)")
+        #expect(try keysmith.run(["token", "get", "--service", "slack", "--account", "bot", "--field", "bot_user_id"]).stdout == "\"U2\"\n")
+        #expect(try keysmith.run(["token", "get", "--service", "slack", "--account", "bot", "--field", "incoming_webhook"]).stdout.contains("secret-part"))
+        let audit = try keysmith.run(["audit", "show", "--json"])
+        #expect(!audit.stdout.contains("secret-part") && !audit.stdout.contains("Softball"))
+    }
+
     @Test("re-importing a kept token updates it with its history: narrowing declines, new scopes are granted, revoked ones stay revoked")
     func reimportKeepsHistory() throws {
         let keysmith = try prepared()

@@ -219,6 +219,48 @@ struct TokenModelTests {
         #expect(throws: KeysmithError.self) { try OAuthToken(storedSecret: Data(cut)) }
     }
 
+    @Test("fields beyond RFC 6749 are kept as sent, stored (KSTOKEN2), replaced by a refresh that carries them, and bounded")
+    func additionalResponseFields() throws {
+        let github = Data(#"""
+            {"access_token":"AT-secret","token_type":"bearer","scope":"repo,gist","refresh_token":"RT-secret","expires_in":28800,
+             "refresh_token_expires_in":15811200,"id_token":"eyJ.secret.jwt","team":{"name":"Acme","id":"T1"},"ok":true,"bot":null}
+            """#.utf8)
+        var token = try OAuthToken(response: github, requested: [], now: t0)
+        #expect(token.grantedScopes(at: t0) == ["repo", "gist"])
+        #expect(token.additionalFields == ["refresh_token_expires_in": "15811200", "id_token": #""eyJ.secret.jwt""#,
+                                           "team": #"{"id":"T1","name":"Acme"}"#, "ok": "true", "bot": "null"])
+        let stored = StoredToken(service: "github", account: "a", token: token).secret
+        #expect(stored.prefix(8) == Data("KSTOKEN2".utf8))
+        #expect(try OAuthToken(storedSecret: stored) == token)
+        // A token without them keeps the first form, byte for byte readable by older readers.
+        let plain = try OAuthToken(response: standard, requested: [], now: t0)
+        #expect(StoredToken(service: "s", account: "a", token: plain).secret.prefix(8) == Data("KSTOKEN1".utf8))
+        // A refresh replaces the fields it carries and keeps the others.
+        try token.applyRefresh(response: Data(#"{"access_token":"AT2","token_type":"bearer","id_token":"eyJ.new"}"#.utf8), at: t0 + 10)
+        #expect(token.additionalFields["id_token"] == #""eyJ.new""# && token.additionalFields["team"] == #"{"id":"T1","name":"Acme"}"#)
+        #expect(!token.description.contains("eyJ"))
+
+        // Bounds: at most 64 extra fields, each value at most 64 KiB.
+        var many: [String: Any] = ["access_token": "a", "token_type": "Bearer"]
+        for index in 0..<65 { many["f\(index)"] = index }
+        let tooMany = #expect(throws: KeysmithError.self) { try OAuthToken(response: response(many), requested: [], now: t0) }
+        #expect(tooMany?.code == .malformedData)
+        let huge = response(["access_token": "a", "token_type": "Bearer", "blob": String(repeating: "x", count: 70_000)])
+        let tooBig = #expect(throws: KeysmithError.self) { try OAuthToken(response: huge, requested: [], now: t0) }
+        #expect(tooBig?.code == .malformedData && tooBig?.message.contains("blob") == true)
+
+        // A damaged KSTOKEN2 (no fields after its marker, or a name twice) is corrupt data.
+        var empty = Array(StoredToken(service: "s", account: "a", token: plain).secret)
+        empty.replaceSubrange(0..<8, with: Array("KSTOKEN2".utf8))
+        #expect(throws: KeysmithError.self) { try OAuthToken(storedSecret: Data(empty + [0, 0, 0, 0])) }
+        var twice = token
+        twice.additionalFields = ["a": "1"]
+        var bytes = Array(StoredToken(service: "s", account: "a", token: twice).secret)
+        bytes[bytes.count - 11] = 2  // the field count: 1 → 2
+        bytes += [0, 0, 0, 1, UInt8(ascii: "a"), 0, 0, 0, 1, UInt8(ascii: "2")]
+        #expect(throws: KeysmithError.self) { try OAuthToken(storedSecret: Data(bytes)) }
+    }
+
     @Test("a token's description never shows its secrets")
     func redacted() throws {
         let token = try OAuthToken(response: standard, requested: [], now: t0)
