@@ -7,7 +7,7 @@ import KeysmithVault
 extension KeysmithCommand {
     /// Applies many operations after one unlock, all or nothing.
     struct Batch: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "batch", 
             abstract: "Apply operations read as JSON lines on standard input, after one unlock, as one all-or-nothing commit.",
             discussion: """
                 Each line is an object with "op" ("set", "create", "delete") and the item's fields: \

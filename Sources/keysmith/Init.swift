@@ -8,7 +8,7 @@ import KeysmithVault
 extension KeysmithCommand {
     /// Creates a vault.
     struct Init: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "init", 
             abstract: "Create a new, empty vault.",
             discussion: """
                 With --keyfile FILE the vault is unlocked by that keyfile, which is created (mode 0600, \

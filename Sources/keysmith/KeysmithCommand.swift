@@ -7,6 +7,9 @@ import Logging
 /// The `keysmith` command: secrets from a terminal or a script.
 @main
 struct KeysmithCommand: ParsableCommand {
+    // Every command's configuration names it (`commandName:`): without a name, the argument
+    // parser derives it with `String(describing:)`, which scans every protocol conformance in
+    // the binary, for every command in the tree, on every run (it was 30% of `--version`).
     static let configuration = CommandConfiguration(
         commandName: "keysmith",
         abstract: "Keep secrets in an encrypted vault and manage them from a terminal or a script.",

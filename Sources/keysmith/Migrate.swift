@@ -7,7 +7,7 @@ import KeysmithVault
 extension KeysmithCommand {
     /// Says which store the options and environment select.
     struct Backend: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "backend", 
             abstract: "Say which store --backend, $KEYSMITH_BACKEND or the config file selects, and why.")
 
         @OptionGroup var store: StoreOptions
@@ -28,7 +28,7 @@ extension KeysmithCommand {
 
     /// Moves items between the vault, the Secret Service and PostgreSQL.
     struct Migrate: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "migrate", 
             abstract: "Copy every item from one store to the other, verify the copies, and optionally remove the originals.",
             discussion: """
                 Safe to run again after an interruption: items already copied identically count as done. \

@@ -174,7 +174,7 @@ func jsonString(_ text: String) -> String { JSONOutput.string(text) }
 extension KeysmithCommand.PolicyCommand {
     /// Validates policies, a schema and entities.
     struct Validate: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "validate", 
             abstract: "Check policy files (and entities) against a schema; list every problem with file:line:column; exit 64 on any.")
 
         @OptionGroup var inputs: PolicyInputs
@@ -199,7 +199,7 @@ extension KeysmithCommand.PolicyCommand {
 
     /// Decides one request given as options.
     struct Check: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "check", 
             abstract: "Decide one request; exit 0 when allowed, 3 when denied, 64 when the request is invalid.",
             discussion: """
                 The principal's token comes from --scope, or from a stored token (--token-service and \
@@ -262,7 +262,7 @@ extension KeysmithCommand.PolicyCommand {
 
     /// Decides JSON-lines requests from standard input, as they arrive.
     struct Decide: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "decide", 
             abstract: "Decide requests read as JSON lines on standard input, answering each line as it arrives.",
             discussion: """
                 A line is {"principal":…,"action":…,"resource":…,"context":{…}} and may add "scopes":[…] \
@@ -340,7 +340,7 @@ extension KeysmithCommand.PolicyCommand {
 
     /// Lists what a principal may do.
     struct Permitted: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "permitted", 
             abstract: "List every action on every resource in the entities that a principal is allowed, with the permits that allow it.")
 
         @OptionGroup var store: StoreOptions
@@ -382,7 +382,7 @@ extension KeysmithCommand.PolicyCommand {
 
     /// Runs a policy test file.
     struct Test: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "test", 
             abstract: "Run a policy test file: requests with the decisions (and deciding policies) they must get; exit 3 if any fails.")
 
         @Argument(help: "The test file (docs/policy-language.md, \"Testing policies\").")
@@ -423,7 +423,7 @@ extension KeysmithCommand.PolicyCommand {
 
     /// Converts policies between the text and Cedar's JSON policy format.
     struct Format: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "format", 
             abstract: "Print policies (text or Cedar's JSON policy format) as text or as JSON.")
 
         enum Form: String, ExpressibleByArgument, CaseIterable {
@@ -454,7 +454,7 @@ extension KeysmithCommand.PolicyCommand {
 
     /// Prints the news-groups example.
     struct Example: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "example", 
             abstract: "Print the news-groups example: its policies (docs/examples/news-groups/policies.cedar), or its schema or entities.")
 
         @Flag(help: "Print its schema instead.")

@@ -21,7 +21,7 @@ extension KeysmithCommand {
 extension KeysmithCommand.PostgresCommand {
     /// Creates the schema, the master key's record and the namespace's first data key.
     struct Init: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "init", 
             abstract: "Create the schema (if missing), the master key's record and the namespace's first data key.",
             discussion: """
                 The database comes from $KEYSMITH_DATABASE_URL or the config file's database_url; the \
@@ -152,7 +152,7 @@ extension KeysmithCommand.PostgresCommand {
 
     /// Re-encrypts a namespace's rows sealed with older data keys.
     struct Rekey: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "rekey", 
             abstract: "Re-encrypt the namespace's rows sealed with older data keys under the current one, a chunk per transaction.",
             discussion: "Versions do not change; safe to run while applications write, and to stop and run again."
         )
@@ -187,7 +187,7 @@ extension KeysmithCommand.PostgresCommand {
 extension KeysmithCommand {
     /// Streams changes of the PostgreSQL store as JSON lines.
     struct Watch: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "watch", 
             abstract: "Stream the PostgreSQL store's changes as JSON lines, as they are committed (never a secret).",
             discussion: """
                 One line per change: {"seq","kind","service","account","record_type","version","deleted"}, and \

@@ -7,7 +7,7 @@ import KeysmithVault
 extension KeysmithCommand {
     /// Stores, reads, deletes and lists secrets.
     struct Secret: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "secret", 
             abstract: "Store, read, delete and list secrets.",
             subcommands: [SetSecret.self, GetSecret.self, DeleteSecret.self, ListSecrets.self]
         )

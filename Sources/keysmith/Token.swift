@@ -26,7 +26,7 @@ func parseScopes(_ arguments: [String]) throws -> [Scope] {
 extension KeysmithCommand {
     /// OAuth tokens and their scopes.
     struct Token: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "token", 
             abstract: "Import OAuth tokens and inspect, check and revoke their scopes.",
             subcommands: [Import.self, List.self, Get.self, Scopes.self, Revoke.self, RevokeAll.self, Check.self, Introspect.self,
                           Delete.self]
@@ -37,7 +37,7 @@ extension KeysmithCommand {
 extension KeysmithCommand.Token {
     /// Imports an RFC 6749 token response from stdin.
     struct Import: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "import", 
             abstract: "Import an RFC 6749 token response read from standard input.",
             discussion: """
                 The granted scopes are the response's `scope`, else --requested; requested scopes not granted are declined. \
@@ -135,7 +135,7 @@ extension KeysmithCommand.Token {
 
     /// Shows every scope with its state.
     struct Scopes: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show every scope of a token with its state and when and why it changed.")
+        static let configuration = CommandConfiguration(commandName: "scopes", abstract: "Show every scope of a token with its state and when and why it changed.")
 
         @OptionGroup var store: StoreOptions
         @OptionGroup var location: TokenLocation
@@ -162,7 +162,7 @@ extension KeysmithCommand.Token {
 
     /// Revokes scopes of one token.
     struct Revoke: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Revoke scopes of one token.")
+        static let configuration = CommandConfiguration(commandName: "revoke", abstract: "Revoke scopes of one token.")
 
         @OptionGroup var store: StoreOptions
         @OptionGroup var location: TokenLocation
@@ -210,7 +210,7 @@ extension KeysmithCommand.Token {
 
     /// Exit 0 only when every named scope is granted and the token active.
     struct Check: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "check", 
             abstract: "Exit 0 when the token is active and every named scope granted; exit 3 otherwise.")
 
         @OptionGroup var store: StoreOptions
@@ -257,7 +257,7 @@ extension KeysmithCommand.Token {
 
     /// Prints RFC 7662 introspection JSON.
     struct Introspect: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print the token as RFC 7662 introspection JSON.")
+        static let configuration = CommandConfiguration(commandName: "introspect", abstract: "Print the token as RFC 7662 introspection JSON.")
 
         @OptionGroup var store: StoreOptions
         @OptionGroup var location: TokenLocation
@@ -290,7 +290,7 @@ func parseDuration(_ text: String) throws -> TimeInterval {
 extension KeysmithCommand.Token {
     /// Lists tokens with filters.
     struct List: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "list", 
             abstract: "List stored tokens: where each is kept, its state, expiry and scopes (never the token itself).",
             discussion: """
                 Filters combine: --service, --client and --subject match the token's fields; --scope keeps tokens that \
@@ -369,7 +369,7 @@ extension KeysmithCommand.Token {
 
     /// Prints the access token (or the refresh token) for an `Authorization:` header or a refresh.
     struct Get: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "get", 
             abstract: "Print a token's access token (or, with --refresh, its refresh token; with --field, a response field) to standard output.",
             discussion: """
                 For scripts: curl -H "Authorization: Bearer $(keysmith token get --service S --account A)". \
@@ -422,7 +422,7 @@ extension KeysmithCommand.Token {
 
     /// Deletes a token, with an audit entry.
     struct Delete: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "delete", 
             abstract: "Delete a token; the audit log records it and keeps the token's history.")
 
         @OptionGroup var store: StoreOptions
@@ -768,11 +768,11 @@ extension KeysmithCommand {
 
     /// The audit log.
     struct Audit: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "audit", 
             abstract: "Check and show the audit log of token changes.", subcommands: [Verify.self, Show.self])
 
         struct Verify: ParsableCommand {
-            static let configuration = CommandConfiguration(
+            static let configuration = CommandConfiguration(commandName: "verify", 
                 abstract: "Check the audit log's hash chain; exit 6 when an entry was edited, reordered or deleted.")
 
             @OptionGroup var store: StoreOptions
@@ -802,7 +802,7 @@ extension KeysmithCommand {
         }
 
         struct Show: ParsableCommand {
-            static let configuration = CommandConfiguration(
+            static let configuration = CommandConfiguration(commandName: "show", 
                 abstract: "Print the audit log: one line per entry, or with --json one document.",
                 discussion: """
                     Filters combine: --since and --until take an ISO 8601 time (2026-11-22T08:00:00Z) or a \

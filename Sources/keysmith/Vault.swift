@@ -7,7 +7,7 @@ import KeysmithVault
 extension KeysmithCommand {
     /// Vault maintenance: verify, change the passphrase, rekey, compact.
     struct Vault: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "vault", 
             abstract: "Check and maintain the vault: verify, change its passphrase or keyfile, rekey, compact, upgrade.",
             subcommands: [Verify.self, Passwd.self, Rekey.self, Compact.self, Upgrade.self]
         )
@@ -17,7 +17,7 @@ extension KeysmithCommand {
 extension KeysmithCommand.Vault {
     /// Lists damage; exit 6 when there is any.
     struct Verify: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "verify", 
             abstract: "Check every file of the vault and list any damage.",
             discussion: """
                 Exit code 0 when the vault is intact, 6 when something is damaged. Damage in an old version \
@@ -89,7 +89,7 @@ extension KeysmithCommand.Vault {
 
     /// Changes what unlocks the vault.
     struct Passwd: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "passwd", 
             abstract: "Change the vault's passphrase or keyfile (re-wraps the key; records are not rewritten).",
             discussion: """
                 The new credential comes from --new-keyfile (created when missing), --new-passphrase-fd, \
@@ -141,7 +141,7 @@ extension KeysmithCommand.Vault {
 
     /// Re-encrypts everything under a new data key.
     struct Rekey: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Re-encrypt every record under a new data key and retire the old key.")
+        static let configuration = CommandConfiguration(commandName: "rekey", abstract: "Re-encrypt every record under a new data key and retire the old key.")
 
         @OptionGroup var store: StoreOptions
 
@@ -154,7 +154,7 @@ extension KeysmithCommand.Vault {
 
     /// Compacts logs into a snapshot.
     struct Compact: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Fold the vault's commit logs into one snapshot now.")
+        static let configuration = CommandConfiguration(commandName: "compact", abstract: "Fold the vault's commit logs into one snapshot now.")
 
         @OptionGroup var store: StoreOptions
 
@@ -165,7 +165,7 @@ extension KeysmithCommand.Vault {
 
     /// Converts a format 1 vault to format 2.
     struct Upgrade: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "upgrade", 
             abstract: "Convert a format 1 vault to format 2, atomically (a vault already in format 2 is left as it is).",
             discussion: """
                 The credential stays the same; a passphrase gets a fresh salt and scrypt's cost from \

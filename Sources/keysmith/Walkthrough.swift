@@ -8,7 +8,7 @@ import KeysmithVault
 extension KeysmithCommand {
     /// Shows what Keysmith does, step by step, on a throwaway vault.
     struct Walkthrough: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "walkthrough", 
             abstract: "Show what Keysmith does, step by step, on a throwaway vault that is removed afterwards."
         )
 
