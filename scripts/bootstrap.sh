@@ -3,7 +3,8 @@
 # Runs apt-get as root, or through sudo; otherwise says exactly what to install.
 set -euo pipefail
 
-packages=(pkg-config libssl-dev libsecret-1-dev gnome-keyring libsecret-tools dbus dbus-bin postgresql)
+# gdb: the test script's watchdog prints a hung test's backtraces with it.
+packages=(pkg-config libssl-dev libsecret-1-dev gnome-keyring libsecret-tools dbus dbus-bin postgresql gdb)
 
 # The format test runs an independent decryptor in Python (docs/examples/decrypt_vault.py).
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import cryptography' 2>/dev/null; then

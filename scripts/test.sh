@@ -2,9 +2,38 @@
 # README's test command: installs what is missing, builds, and runs every test, the Secret
 # Service tests against a private gnome-keyring-daemon and the PostgreSQL store's against a
 # private PostgreSQL server.
+#
+# A watchdog bounds the test run (KEYSMITH_TEST_TIMEOUT seconds, 40 minutes unless set; a whole
+# run takes about 6): a run that hangs prints every process of this run with its kernel wait
+# channel and, with gdb, the backtrace of every thread of the test runner and of its children,
+# then fails, instead of silently using up CI's time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/bootstrap.sh
 swift build --build-tests
+
+limit=${KEYSMITH_TEST_TIMEOUT:-2400}
+watchdog() {
+    sleep "$limit" </dev/null >/dev/null 2>&1
+    echo "keysmith: the tests have not finished after $limit s; what is still running:" >&2
+    ps -o pid,ppid,stat,etimes,wchan:32,args --forest -s "$(ps -o sid= $$ | tr -d ' ')" >&2 || true
+    local runner
+    runner=$(pgrep -f '^\S*KeysmithPackageTests\.xctest' | head -1 || true)
+    [ -n "$runner" ] || return 0
+    for pid in "$runner" $(pgrep -P "$runner" || true); do
+        [ -d /proc/"$pid" ] || continue
+        echo "keysmith: process $pid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null)" >&2
+        for task in /proc/"$pid"/task/*; do
+            echo "  thread ${task##*/} $(cat "$task/comm" 2>/dev/null): waiting in $(cat "$task/wchan" 2>/dev/null)" >&2
+        done
+        command -v gdb >/dev/null && timeout 120 gdb -p "$pid" -batch -ex "thread apply all bt 30" </dev/null 2>&1 \
+            | grep -E '^(Thread|#)' >&2 || true
+    done
+    kill -KILL "$runner" 2>/dev/null || true
+}
+watchdog &
+watchdog_pid=$!
+trap 'pkill -P "$watchdog_pid" 2>/dev/null; kill "$watchdog_pid" 2>/dev/null || true' EXIT
+
 scripts/with-postgres.sh scripts/with-secret-service.sh swift test --skip-build "$@"

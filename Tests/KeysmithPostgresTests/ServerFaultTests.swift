@@ -4,6 +4,16 @@ import Keysmith
 import Synchronization
 import Testing
 
+/// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later; Swift's Glibc module does
+/// not import it): the child closes every descriptor from the given one up.
+private let addCloseFrom: @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32 = {
+    // dlsym with RTLD_DEFAULT (a null handle) searches the libraries already loaded: glibc's.
+    guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else {
+        fatalError("this C library has no posix_spawn_file_actions_addclosefrom_np (glibc 2.34 or later is needed)")
+    }
+    return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
+}()
+
 /// A PostgreSQL server of this test's own (the shared one keeps serving the other suites), which
 /// the test can crash and restart.
 final class PrivatePostgres {
@@ -57,6 +67,9 @@ final class PrivatePostgres {
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        // Nothing else: a server that inherited another test's descriptors (a child's pipe, the
+        // socket Foundation watches for a child's exit) would keep them open for its whole life.
+        guard addCloseFrom(&actions, 3) == 0 else { throw POSIXError(.EINVAL) }
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
