@@ -175,4 +175,30 @@ struct PostgresCommandTests {
         keysmith.environment["KEYSMITH_PASSPHRASE"] = "a long new passphrase"
         #expect(try keysmith.run(["secret", "get", "--service", "mail", "--account", "carol"]).stdout == "after-rotation\n")
     }
+
+    @Test("watch stops with exit 6 at a change row edited in the database, after printing every change before it")
+    func watchStopsAtEditedChange() throws {
+        var keysmith = try Self.keysmith()
+        defer { keysmith.cleanup() }
+        try keysmith.run(["postgres", "init"])
+        for account in ["a", "b", "c"] { try keysmith.run(["secret", "set", "--service", "s", "--account", account], stdin: "v") }
+        let before = try keysmith.run(["watch", "--after", "0", "--count", "3"])
+        let sequences = before.stdout.split(separator: "\n").compactMap { line -> Int? in
+            guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+            return object["seq"] as? Int
+        }
+        #expect(sequences.count == 3, "\(before.output)")
+        // The administrator flips a byte of the middle change's sealed key, past the triggers.
+        let psql = Process()
+        psql.executableURL = URL(fileURLWithPath: try #require(ProcessInfo.processInfo.environment["KEYSMITH_TEST_POSTGRES_BIN"]) + "/psql")
+        psql.arguments = [Self.url, "-v", "ON_ERROR_STOP=1", "-q", "-c",
+                          "SET session_replication_role = replica; UPDATE keysmith_changes SET sealed_key = set_byte(sealed_key, 20, get_byte(sealed_key, 20) # 1) WHERE seq = \(sequences[1])"]
+        try psql.run()
+        psql.waitUntilExit()
+        #expect(psql.terminationStatus == 0)
+        let after = try keysmith.run(["watch", "--after", "0", "--count", "3"])
+        #expect(after.status == 6, "\(after.output)")
+        #expect(after.stdout.split(separator: "\n").count == 1 && after.stdout.contains(#""seq":\#(sequences[0])"#))
+        #expect(after.stderr.contains("change \(sequences[1])"))
+    }
 }
