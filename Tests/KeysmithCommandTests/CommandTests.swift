@@ -41,25 +41,11 @@ struct Keysmith {
     }
 
     @discardableResult
-    func run(_ arguments: [String], stdin: String = "", environment extra: [String: String] = [:],
-             extraFD: String? = nil) throws -> Result {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.binary)
-        process.arguments = arguments
-        process.environment = environment.merging(extra) { $1 }
-        process.currentDirectoryURL = URL(fileURLWithPath: directory)
-        let input = Pipe(), output = Pipe(), error = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = error
-        try process.run()
-        input.fileHandleForWriting.write(Data(stdin.utf8))
-        try input.fileHandleForWriting.close()
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        let err = error.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(status: process.terminationStatus, stdout: String(decoding: out, as: UTF8.self),
-                      stderr: String(decoding: err, as: UTF8.self))
+    func run(_ arguments: [String], stdin: String = "", environment extra: [String: String] = [:]) throws -> Result {
+        let result = try spawnAndWait(Self.binary, arguments, environment: environment.merging(extra) { $1 }, directory: directory,
+                                      stdin: Data(stdin.utf8))
+        return Result(status: result.status, stdout: String(decoding: result.stdout, as: UTF8.self),
+                      stderr: String(decoding: result.stderr, as: UTF8.self))
     }
 
     func cleanup() { try? FileManager.default.removeItem(atPath: directory) }
