@@ -16,24 +16,26 @@ swift build --build-tests
 limit=${KEYSMITH_TEST_TIMEOUT:-2400}
 watchdog() {
     sleep "$limit" </dev/null >/dev/null 2>&1
-    echo "keysmith: the tests have not finished after $limit s; what is still running:" >&2
-    ps -o pid,ppid,stat,etimes,wchan:32,args --forest -s "$(ps -o sid= $$ | tr -d ' ')" >&2 || true
+    echo "keysmith: the tests have not finished after $limit s; what is still running:" >&3
+    ps -o pid,ppid,stat,etimes,wchan:32,args --forest -s "$(ps -o sid= $$ | tr -d ' ')" >&3 || true
     local runner
     runner=$(pgrep -f '^\S*KeysmithPackageTests\.xctest' | head -1 || true)
     [ -n "$runner" ] || return 0
     for pid in "$runner" $(pgrep -P "$runner" || true); do
         [ -d /proc/"$pid" ] || continue
-        echo "keysmith: process $pid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null)" >&2
+        echo "keysmith: process $pid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null)" >&3
         for task in /proc/"$pid"/task/*; do
-            echo "  thread ${task##*/} $(cat "$task/comm" 2>/dev/null): waiting in $(cat "$task/wchan" 2>/dev/null)" >&2
+            echo "  thread ${task##*/} $(cat "$task/comm" 2>/dev/null): waiting in $(cat "$task/wchan" 2>/dev/null)" >&3
         done
         command -v gdb >/dev/null && timeout 120 gdb -p "$pid" -batch -ex "thread apply all bt 30" </dev/null 2>&1 \
-            | grep -E '^(Thread|#)' >&2 || true
+            | grep -E '^(Thread|#)' >&3 || true
     done
     kill -KILL "$runner" 2>/dev/null || true
 }
-watchdog &
+# Its messages go to fd 3 (standard error); bash's own "Terminated" when it is stopped, nowhere.
+watchdog 3>&2 2>/dev/null &
 watchdog_pid=$!
+disown "$watchdog_pid"
 trap 'pkill -P "$watchdog_pid" 2>/dev/null; kill "$watchdog_pid" 2>/dev/null || true' EXIT
 
 scripts/with-postgres.sh scripts/with-secret-service.sh swift test --skip-build "$@"
