@@ -1,5 +1,6 @@
 import Foundation
 import Keysmith
+import KeysmithTokens
 @testable import KeysmithPostgres
 import Testing
 
@@ -196,6 +197,51 @@ struct PostgresStoreTests {
             #expect(throws: (any Error).self, "\(statement) was allowed") { try Self.sql(statement) }
         }
         #expect(try Self.sql("SELECT count(*)::text FROM keysmith_audit WHERE namespace_id = \(namespaceID)") == [["1"]])
+    }
+
+    @Test("an owner who turns the triggers off and edits, deletes or empties the audit log is caught by the audit check (sealed, chained, anchored)")
+    func auditTamperingWithTriggersOff() throws {
+        enum Attack: CaseIterable { case editOne, deleteOne, deleteAll }
+        for attack in Attack.allCases {
+            let anchors = FileManager.default.temporaryDirectory.appendingPathComponent("ksm-pg-anchor-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: anchors) }
+            let store = try Self.open()
+            let keeper = TokenKeeper(store: store, auditAnchor: AuditAnchor(directory: anchors))
+            try keeper.importResponse(Data(#"{"access_token":"at-secret","token_type":"Bearer","scope":"a b c"}"#.utf8),
+                                      service: "svc", account: "alice", requested: [])
+            for scope in ["a", "b"] { _ = try keeper.revoke([try Scope(scope)], service: "svc", account: "alice", reason: "test") }
+            #expect(try keeper.verifyAuditLog().isIntact)
+            let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+            // The owner of the tables, with triggers off for the session (no DROP needed).
+            let off = "SET LOCAL session_replication_role = replica"
+            switch attack {
+            case .editOne:
+                _ = try Self.sql(off, """
+                    UPDATE keysmith_audit SET sealed = set_byte(sealed, 40, get_byte(sealed, 40) # 1)
+                    WHERE namespace_id = \(namespaceID) AND blind_index = (SELECT blind_index FROM keysmith_audit WHERE namespace_id = \(namespaceID) ORDER BY blind_index LIMIT 1)
+                    """)
+            case .deleteOne:
+                _ = try Self.sql(off, """
+                    DELETE FROM keysmith_audit WHERE namespace_id = \(namespaceID)
+                    AND blind_index = (SELECT blind_index FROM keysmith_audit WHERE namespace_id = \(namespaceID) ORDER BY blind_index LIMIT 1)
+                    """)
+            case .deleteAll:
+                // Every entry and the head: the log of this namespace is gone, only the anchor remembers it.
+                _ = try Self.sql(off, "DELETE FROM keysmith_audit WHERE namespace_id = \(namespaceID)",
+                                 "DELETE FROM keysmith_records WHERE namespace_id = \(namespaceID) AND blind_index NOT IN (SELECT blind_index FROM keysmith_changes WHERE namespace_id = \(namespaceID))")
+            }
+            let caught: Bool
+            do {
+                let verification = try keeper.verifyAuditLog()
+                caught = !verification.isIntact
+                #expect(caught, "\(attack): the audit check passed")
+            } catch let error as KeysmithError {
+                // A sealed entry that no longer opens is refused outright.
+                caught = error.code == .corruptData
+                #expect(caught, "\(attack): \(error)")
+            }
+            #expect(caught)
+        }
     }
 
     @Test("the application role's grants: it works through the store, and cannot change the audit log, the change feed or the master key")
