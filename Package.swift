@@ -89,7 +89,9 @@ let package = Package(
         ),
 
         // Tests: one target per module, one shared conformance suite for every store,
-        // and the command tested through its built binary.
+        // and the command tested through its built binary. KeysmithTestSupport starts child
+        // processes for the tests that need them.
+        .target(name: "KeysmithTestSupport", path: "Tests/KeysmithTestSupport"),
         .testTarget(name: "KeysmithTests", dependencies: ["Keysmith"]),
         .testTarget(name: "KeysmithCryptoTests", dependencies: ["KeysmithCrypto"]),
         .testTarget(name: "KeysmithTokensTests", dependencies: ["KeysmithTokens", "KeysmithVault"]),
@@ -100,7 +102,7 @@ let package = Package(
         .testTarget(
             name: "KeysmithVaultTests",
             dependencies: [
-                "KeysmithVault", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem", "vault-stress",
+                "KeysmithVault", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem", "KeysmithTestSupport", "vault-stress",
                 .product(name: "InMemoryLogging", package: "swift-log"),
             ]
         ),
@@ -113,12 +115,13 @@ let package = Package(
         .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService"]),
         .testTarget(
             name: "KeysmithPostgresTests",
-            dependencies: ["Keysmith", "KeysmithPostgres", "KeysmithTokens", "KeysmithPolicy", .product(name: "PostgresNIO", package: "postgres-nio")]
+            dependencies: ["Keysmith", "KeysmithPostgres", "KeysmithTokens", "KeysmithPolicy", "KeysmithTestSupport",
+                           .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
             name: "KeysmithFuzzRegressionTests", dependencies: ["KeysmithVault", "KeysmithTokens", "KeysmithPolicy"]
         ),
-        .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith"]),
+        .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith", "KeysmithTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

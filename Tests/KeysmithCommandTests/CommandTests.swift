@@ -1,4 +1,5 @@
 import Foundation
+import KeysmithTestSupport
 import Testing
 
 /// The items of `secret list --json` (one document, `{"items": [...]}`).

@@ -1,18 +1,9 @@
 import Foundation
 import Keysmith
 @testable import KeysmithPostgres
+import KeysmithTestSupport
 import Synchronization
 import Testing
-
-/// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later; Swift's Glibc module does
-/// not import it): the child closes every descriptor from the given one up.
-private let addCloseFrom: @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32 = {
-    // dlsym with RTLD_DEFAULT (a null handle) searches the libraries already loaded: glibc's.
-    guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else {
-        fatalError("this C library has no posix_spawn_file_actions_addclosefrom_np (glibc 2.34 or later is needed)")
-    }
-    return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
-}()
 
 /// A PostgreSQL server of this test's own (the shared one keeps serving the other suites), which
 /// the test can crash and restart.
@@ -54,40 +45,14 @@ final class PrivatePostgres {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    /// Runs a program to its end, its output into a file (returned). Not Foundation's `Process`:
-    /// its `waitUntilExit` can miss the exit of a child (`runuser`) whose descendant (the server)
-    /// lives on, and hang.
+    /// Runs a program to its end and returns its output. Not Foundation's `Process`: see
+    /// `SpawnedProcess` (the server this starts lives on, and must inherit nothing of the tests').
     @discardableResult
     static func run(_ arguments: [String]) throws -> String {
-        let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("keysmith-pg-run-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: outputPath) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        // Nothing else: a server that inherited another test's descriptors (a child's pipe, the
-        // socket Foundation watches for a child's exit) would keep them open for its whole life.
-        guard addCloseFrom(&actions, 3) == 0 else { throw POSIXError(.EINVAL) }
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        // The test runner blocks some signals; the server must not inherit that.
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
-        var pid: pid_t = 0
-        let argv = arguments.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        let spawned = posix_spawn(&pid, arguments[0], &actions, &attributes, argv, environ)
-        guard spawned == 0 else { throw KeysmithError(.ioFailure, "cannot start \(arguments[0]): error \(spawned)") }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
-        let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-        guard status == 0 else {
-            throw KeysmithError(.ioFailure, "\(arguments.joined(separator: " ")) failed (status \(status)): \(output)")
+        let result = try spawnAndWait(arguments[0], Array(arguments.dropFirst()), deadline: 120)
+        let output = String(decoding: result.stdout + result.stderr, as: UTF8.self)
+        guard result.status == 0 else {
+            throw KeysmithError(.ioFailure, "\(arguments.joined(separator: " ")) failed (status \(result.status)): \(output)")
         }
         return output
     }

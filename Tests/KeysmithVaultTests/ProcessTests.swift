@@ -2,6 +2,7 @@ import Foundation
 import Keysmith
 import KeysmithTokens
 import KeysmithVault
+import KeysmithTestSupport
 import Synchronization
 import Testing
 
@@ -15,145 +16,31 @@ let productsDirectory: String = {
 }()
 
 /// Runs `vault-stress` and returns the process and a pipe of its stdout.
-func startStress(_ mode: String, vault: String, keyfile: String, prefix: String, count: Int) throws -> (StressProcess, Pipe) {
+func startStress(_ mode: String, vault: String, keyfile: String, prefix: String, count: Int) throws -> (SpawnedProcess, Pipe) {
     try startStress([mode, vault, keyfile, prefix, String(count)])
 }
 
 /// Runs `vault-stress` with `arguments` (and `environment` added to this process's).
-func startStress(_ arguments: [String], environment: [String: String] = [:]) throws -> (StressProcess, Pipe) {
+func startStress(_ arguments: [String], environment: [String: String] = [:]) throws -> (SpawnedProcess, Pipe) {
     let output = Pipe()
     // Standard error goes to a file a failed test can show: `stressErrors(process)`.
     let errors = FileManager.default.temporaryDirectory.appendingPathComponent("vault-stress-\(UUID().uuidString).err").path
-    let process = try StressProcess(productsDirectory + "/vault-stress", arguments, environment: environment,
-                                    standardOutput: output.fileHandleForWriting.fileDescriptor, standardError: errors)
+    let process = try SpawnedProcess(productsDirectory + "/vault-stress", arguments,
+                                     environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
+                                     standardOutput: .descriptor(output.fileHandleForWriting.fileDescriptor), standardError: .file(errors))
     try output.fileHandleForWriting.close()
+    stressErrorFiles.withLock { $0[process.processIdentifier] = errors }
     return (process, output)
 }
 
 /// What a `vault-stress` process wrote to standard error.
-func stressErrors(_ process: StressProcess) -> String {
-    defer { try? FileManager.default.removeItem(atPath: process.errorsPath) }
-    return (try? String(contentsOfFile: process.errorsPath, encoding: .utf8)) ?? ""
+func stressErrors(_ process: SpawnedProcess) -> String {
+    guard let path = stressErrorFiles.withLock({ $0[process.processIdentifier] }) else { return "" }
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
 }
 
-/// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later; Swift's Glibc module does
-/// not import it): the child closes every descriptor from the given one up.
-private let addCloseFrom: @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32 = {
-    // dlsym with RTLD_DEFAULT (a null handle) searches the libraries already loaded: glibc's.
-    guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else {
-        fatalError("this C library has no posix_spawn_file_actions_addclosefrom_np (glibc 2.34 or later is needed)")
-    }
-    return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
-}()
-
-/// A child process for the crash and concurrency tests, started with `posix_spawn` and waited
-/// for with `waitpid` on its own pid.
-///
-/// Not Foundation's `Process`: on Linux it learns of a child's exit through a socket the child
-/// inherits, so any other process that inherits that socket too (a server another test starts at
-/// the same instant) delays or hides the exit, and `waitUntilExit` can wait forever. Here the
-/// child inherits nothing but its three standard descriptors, and a child that has not ended
-/// after `deadline` seconds is a recorded test failure, with what it was doing, not a hung run.
-final class StressProcess: Sendable {
-    let processIdentifier: pid_t
-    let errorsPath: String
-    private let started = Date()
-    private let deadline: TimeInterval
-    /// The raw wait status once the child has been reaped.
-    private let status = Mutex<Int32?>(nil)
-
-    init(_ executable: String, _ arguments: [String], environment: [String: String], standardOutput: Int32,
-         standardError errorsPath: String, deadline: TimeInterval = 300) throws {
-        self.errorsPath = errorsPath
-        self.deadline = deadline
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, standardOutput, 1)
-        posix_spawn_file_actions_addopen(&actions, 2, errorsPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        guard addCloseFrom(&actions, 3) == 0 else { throw POSIXError(.EINVAL) }
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        // The test runner blocks and ignores some signals; the child starts with the defaults.
-        var signals = sigset_t()
-        sigemptyset(&signals)
-        posix_spawnattr_setsigmask(&attributes, &signals)
-        sigaddset(&signals, SIGTERM)
-        sigaddset(&signals, SIGINT)
-        sigaddset(&signals, SIGPIPE)
-        posix_spawnattr_setsigdefault(&attributes, &signals)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        // On a hang, SIGQUIT makes the Swift runtime print every thread's backtrace to stderr.
-        let merged = ProcessInfo.processInfo.environment
-            .merging(["SWIFT_BACKTRACE": "enable=yes,threads=all,interactive=no,color=no"]) { $1 }
-            .merging(environment) { $1 }
-        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-        let envp = merged.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer { (argv + envp).forEach { free($0) } }
-        var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
-        guard spawned == 0 else { throw POSIXError(POSIXErrorCode(rawValue: spawned) ?? .EIO) }
-        processIdentifier = pid
-    }
-
-    /// Whether the child has not ended yet (reaping it if it has).
-    var isRunning: Bool { status.withLock { $0 } == nil && !reap(blocking: false) }
-
-    /// Waits for the child to end. Past the deadline the child's state and every thread's
-    /// backtrace are recorded as a test issue and the child is killed.
-    func waitUntilExit() {
-        while isRunning {
-            if Date().timeIntervalSince(started) > deadline {
-                Issue.record("vault-stress \(processIdentifier) has not ended after \(Int(deadline)) s: \(diagnose())")
-                kill(processIdentifier, SIGKILL)
-                _ = reap(blocking: true)
-                return
-            }
-            usleep(2_000)
-        }
-    }
-
-    /// The exit status, or 128 + the signal that ended the child.
-    var terminationStatus: Int32 {
-        guard let raw = status.withLock({ $0 }) else { preconditionFailure("vault-stress is still running") }
-        return raw & 0x7f == 0 ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
-    }
-
-    /// `waitpid` on this child's pid only; true once it has been reaped.
-    private func reap(blocking: Bool) -> Bool {
-        status.withLock { status in
-            if status != nil { return true }
-            var raw: Int32 = 0
-            while true {
-                let result = waitpid(processIdentifier, &raw, blocking ? 0 : WNOHANG)
-                if result == processIdentifier { status = raw; return true }
-                if result == -1 && errno == EINTR { continue }
-                return false
-            }
-        }
-    }
-
-    /// What a hung child is doing: its state, each thread's kernel wait channel, and the Swift
-    /// runtime's backtrace of every thread (asked for with SIGQUIT).
-    private func diagnose() -> String {
-        let proc = "/proc/\(processIdentifier)"
-        var lines: [String] = []
-        let state = (try? String(contentsOfFile: proc + "/status", encoding: .utf8))?
-            .split(separator: "\n").first { $0.hasPrefix("State:") } ?? "State: unknown"
-        lines.append(String(state))
-        for thread in (try? FileManager.default.contentsOfDirectory(atPath: proc + "/task")) ?? [] {
-            let wchan = (try? String(contentsOfFile: "\(proc)/task/\(thread)/wchan", encoding: .utf8)) ?? "?"
-            let stack = (try? String(contentsOfFile: "\(proc)/task/\(thread)/stack", encoding: .utf8)) ?? ""
-            lines.append("thread \(thread): wchan \(wchan) \(stack.replacingOccurrences(of: "\n", with: " | "))")
-        }
-        kill(processIdentifier, SIGQUIT)
-        for _ in 0..<300 where isRunning { usleep(100_000) }
-        lines.append("stderr:\n" + ((try? String(contentsOfFile: errorsPath, encoding: .utf8)) ?? ""))
-        return lines.joined(separator: "\n")
-    }
-}
+let stressErrorFiles = Mutex<[Int32: String]>([:])
 
 /// What the writer's acknowledgements promise: the last acknowledged state of each key, and
 /// the keys of the one operation in flight at the kill (either outcome is allowed for those).
