@@ -56,6 +56,8 @@ public final class PostgresWatcher: Sendable {
         var confirmedAt: ContinuousClock.Instant?
         var stopped = false
         var reconnects = 0
+        /// Tests only: behave as if every notification were dropped on the way (no LISTEN).
+        var ignoresNotifications = false
         /// Why the watch ended on its own (a damaged change feed, or `apply`'s error).
         var failure: KeysmithError?
     }
@@ -107,6 +109,10 @@ public final class PostgresWatcher: Sendable {
     /// never current again.
     public var failure: KeysmithError? { state.withLock { $0.failure } }
 
+    /// Tests only: from the next connection on, listen for no notification, as if every one were
+    /// dropped; the watcher then learns of changes by polling alone.
+    func ignoreNotifications() { state.withLock { $0.ignoresNotifications = true } }
+
     /// Ends ``run(pollInterval:_:)`` at its next wake-up.
     public func stop() {
         state.withLock { $0.stopped = true }
@@ -133,10 +139,11 @@ public final class PostgresWatcher: Sendable {
                 continue
             }
             defer { session.close() }
-            let listener = session.connection.addListener(channel: PostgresSchema.channel) { [wake] _, _ in wake.signal() }
-            defer { listener.stop() }
+            let listens = !state.withLock { $0.ignoresNotifications }
+            let listener = listens ? session.connection.addListener(channel: PostgresSchema.channel) { [wake] _, _ in wake.signal() } : nil
+            defer { listener?.stop() }
             do {
-                try Transaction(session: session).execute("LISTEN keysmith_changes")
+                if listens { try Transaction(session: session).execute("LISTEN keysmith_changes") }
                 while !state.withLock({ $0.stopped }) {
                     let asked = ContinuousClock.now
                     let changes = try fetch(session)

@@ -55,6 +55,30 @@ struct WatcherTests {
         #expect(Self.waitUntil { watcher.isCurrent })
     }
 
+    @Test("a watcher that never hears a notification still gets every change, in order, by polling")
+    func droppedNotifications() throws {
+        let namespace = "watch-\(UUID().uuidString)"
+        let store = try PostgresStoreTests.open(namespace)
+        let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key), name: "deaf")
+        watcher.ignoreNotifications()
+        let collected = Collected()
+        _ = Self.start(watcher, into: collected)
+        defer { watcher.stop() }
+        let keys = (0..<20).map { ItemKey.genericPassword(service: "news", account: "user\($0)") }
+        for key in keys { try store.perform([.create(ItemAttributes(key: key), secret: Data("v".utf8))]) }
+        try store.perform(keys.map { .delete($0) })
+        #expect(Self.waitUntil { collected.count == 40 })
+        let changes = collected.changes.withLock { $0 }
+        #expect(changes.prefix(20).map(\.key) == keys)
+        #expect(changes.prefix(20).allSatisfy { !$0.deleted })
+        // The deletions were one batch: all of them, after the creations.
+        #expect(Set(changes.suffix(20).map(\.key)) == Set(keys))
+        #expect(changes.suffix(20).allSatisfy { $0.deleted })
+        #expect(changes.map(\.sequence) == changes.map(\.sequence).sorted())
+        #expect(watcher.lastSequence == store.lastCommittedSequence)
+        #expect(Self.waitUntil { watcher.isCurrent })
+    }
+
     @Test("a watcher whose connection is killed replays from its last sequence and misses nothing")
     func replayAfterKill() throws {
         let namespace = "kill-\(UUID().uuidString)"
