@@ -55,6 +55,15 @@ enum PostgresSchema {
             committed_at timestamptz NOT NULL DEFAULT now()
         )
         """,
+        // Each change row's link in its namespace's chain (rows written before chaining have none).
+        "ALTER TABLE keysmith_changes ADD COLUMN IF NOT EXISTS chain bytea",
+        """
+        CREATE TABLE IF NOT EXISTS keysmith_chain_heads (
+            namespace_id bytea PRIMARY KEY,
+            seq bigint NOT NULL,
+            chain bytea NOT NULL
+        )
+        """,
         "CREATE INDEX IF NOT EXISTS keysmith_changes_by_namespace ON keysmith_changes (namespace_id, seq)",
         "CREATE INDEX IF NOT EXISTS keysmith_changes_by_item ON keysmith_changes (namespace_id, blind_index, version)",
         """
@@ -112,10 +121,12 @@ enum PostgresSchema {
     /// `role` must be a plain SQL identifier (checked by the caller).
     static func grants(to role: String) -> [String] {
         [
-            "REVOKE ALL ON keysmith_master, keysmith_data_keys, keysmith_records, keysmith_audit, keysmith_changes, keysmith_watchers FROM \(role)",
+            "REVOKE ALL ON keysmith_master, keysmith_data_keys, keysmith_records, keysmith_audit, keysmith_changes, keysmith_watchers, "
+                + "keysmith_chain_heads FROM \(role)",
             "GRANT SELECT ON keysmith_master TO \(role)",
             "GRANT SELECT, INSERT ON keysmith_data_keys, keysmith_audit, keysmith_changes TO \(role)",
             "GRANT SELECT, INSERT, UPDATE, DELETE ON keysmith_records, keysmith_watchers TO \(role)",
+            "GRANT SELECT, INSERT, UPDATE ON keysmith_chain_heads TO \(role)",
             "GRANT USAGE ON SEQUENCE keysmith_versions, keysmith_changes_seq_seq TO \(role)",
         ]
     }
@@ -444,9 +455,14 @@ final class NamespaceKeys: Sendable {
     static let indexLabel = Array("keysmith-pg blind index v1".utf8)
     static let recordLabel = Array("keysmith-pg record v1".utf8)
     static let dataKeyLabel = Array("keysmith-pg data key v1".utf8)
+    static let chainLabel = Array("keysmith-pg change chain v1".utf8)
+    /// The link before a namespace's first chained change row.
+    static let chainGenesis = [UInt8](repeating: 0, count: 32)
 
     let namespaceID: [UInt8]
     let indexKey: HMACSHA256Key
+    /// Links the change feed (``chainLink(after:sequence:blindIndex:version:deleted:sealedKey:)``).
+    let chainKey: HMACSHA256Key
     /// The key that wraps data keys (from the master key this process opened with).
     private let wrapKey: SecretBytes
     /// The master verifier this process opened with: a different one means the master key was rotated.
@@ -458,10 +474,12 @@ final class NamespaceKeys: Sendable {
         var current: Int32
     }
 
-    private init(namespaceID: [UInt8], ring: KeyRing, indexKey: HMACSHA256Key, wrapKey: SecretBytes, verifier: [UInt8]) {
+    private init(namespaceID: [UInt8], ring: KeyRing, indexKey: HMACSHA256Key, chainKey: HMACSHA256Key, wrapKey: SecretBytes,
+                 verifier: [UInt8]) {
         self.namespaceID = namespaceID
         self.ring = Mutex(ring)
         self.indexKey = indexKey
+        self.chainKey = chainKey
         self.wrapKey = wrapKey
         self.verifier = verifier
     }
@@ -518,8 +536,9 @@ final class NamespaceKeys: Sendable {
         // The blind-index key comes from the namespace's first data key, so that rotating data
         // keys never moves a row.
         let indexKey = try HMACSHA256Key(SecretBytes(copying: SHA256.hmac(key: first, indexLabel)))
-        return NamespaceKeys(namespaceID: namespaceID, ring: KeyRing(keys: keys, current: current), indexKey: indexKey, wrapKey: wrapKey,
-                             verifier: master.verifier)
+        let chainKey = try HMACSHA256Key(SecretBytes(copying: SHA256.hmac(key: first, chainLabel)))
+        return NamespaceKeys(namespaceID: namespaceID, ring: KeyRing(keys: keys, current: current), indexKey: indexKey, chainKey: chainKey,
+                             wrapKey: wrapKey, verifier: master.verifier)
     }
 
     private static func loadDataKeys(namespaceID: [UInt8], wrapKey: SecretBytes, transaction: Transaction) throws -> [Int32: SecretBytes] {
@@ -600,6 +619,22 @@ final class NamespaceKeys: Sendable {
     }
 
     static let changeLabel = Array("keysmith-pg change v1".utf8)
+
+    /// One change row's link in its namespace's chain: a MAC, under a key only holders of the
+    /// master key can derive, of the link before it and of everything the row says. A row
+    /// deleted, edited, reordered or renumbered breaks every link after it.
+    func chainLink(after previous: [UInt8], sequence: Int64, blindIndex: [UInt8], version: Int64, deleted: Bool, sealedKey: [UInt8]) -> [UInt8] {
+        var writer = ByteWriter()
+        writer.append(Self.chainLabel)
+        writer.appendField(namespaceID)
+        writer.appendField(previous)
+        writer.append(UInt64(bitPattern: sequence))
+        writer.appendField(blindIndex)
+        writer.append(UInt64(bitPattern: version))
+        writer.append(UInt8(deleted ? 1 : 0))
+        writer.appendField(sealedKey)
+        return chainKey.mac(writer.bytes)
+    }
 
     static func changeAAD(_ namespaceID: [UInt8], _ blindIndex: [UInt8], _ version: Int64) -> [UInt8] {
         var writer = ByteWriter()
@@ -757,8 +792,9 @@ enum RecordRows {
     /// 16,384 rows or 16 MiB.
     /// Returns the sequence number of the batch's last change row (what watchers acknowledge).
     @discardableResult
-    static func write(puts: [Put], removals: [Removal], namespace: [UInt8], version: Int64, keyID: Int32,
+    static func write(puts: [Put], removals: [Removal], keys: NamespaceKeys, version: Int64, keyID: Int32,
                       in transaction: Transaction) throws -> Int64 {
+        let namespace = keys.namespaceID
         let namespaceBuffer = ByteBuffer(bytes: namespace)
         func chunks<T>(_ items: [T], size: (T) -> Int) -> [ArraySlice<T>] {
             var out: [ArraySlice<T>] = []
@@ -801,17 +837,44 @@ enum RecordRows {
         }
         let changed = puts.map { ($0.blindIndex, false, $0.sealedKey) } + removals.map { ($0.blindIndex, true, $0.sealedKey) }
         var last: Int64 = 0
-        for chunk in chunks(changed, size: { _ in 128 }) {
-            let indexes = chunk.map { ByteBuffer(bytes: $0.0) }, deleted = chunk.map(\.1), sealedKeys = chunk.map { ByteBuffer(bytes: $0.2) }
-            let rows = try transaction.execute("""
-                WITH inserted AS (
-                    INSERT INTO keysmith_changes (namespace_id, blind_index, version, deleted, sealed_key)
-                    SELECT \(namespaceBuffer), t.i, \(version), t.d, t.k
-                    FROM unnest(\(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[]) AS t(i, d, k)
-                    RETURNING seq)
-                SELECT max(seq) FROM inserted
+        if !changed.isEmpty {
+            // From here to COMMIT, one writer at a time per namespace: its change rows take
+            // their sequence numbers under this lock, so a namespace's change rows become
+            // visible in sequence order (a watcher that read up to N never has a row below N
+            // appear later), and each row links to the one before it.
+            try transaction.execute("""
+                INSERT INTO keysmith_chain_heads (namespace_id, seq, chain) VALUES (\(namespaceBuffer), 0, \(ByteBuffer(bytes: NamespaceKeys.chainGenesis)))
+                ON CONFLICT DO NOTHING
                 """)
-            if let value = try rows.first?.decode(Int64?.self) { last = max(last, value) }
+            guard let head = try transaction.execute("SELECT chain FROM keysmith_chain_heads WHERE namespace_id = \(namespaceBuffer) FOR UPDATE").first else {
+                throw KeysmithError(.ioFailure, "PostgreSQL returned no chain head")
+            }
+            var link = try head.decode(ByteBuffer.self).bytes
+            guard let reserved = try transaction.execute("""
+                SELECT array_agg(v ORDER BY v) FROM (SELECT nextval('keysmith_changes_seq_seq') AS v FROM generate_series(1, \(Int64(changed.count)))) s
+                """).first, let sequences = try reserved.decode([Int64]?.self), sequences.count == changed.count else {
+                throw KeysmithError(.ioFailure, "PostgreSQL returned no sequence numbers for the change feed")
+            }
+            var links: [[UInt8]] = []
+            links.reserveCapacity(changed.count)
+            for (sequence, change) in zip(sequences, changed) {
+                link = keys.chainLink(after: link, sequence: sequence, blindIndex: change.0, version: version, deleted: change.1, sealedKey: change.2)
+                links.append(link)
+            }
+            let rows = Array(zip(sequences, zip(changed, links)))
+            for chunk in chunks(rows, size: { _ in 160 }) {
+                let seqs = chunk.map(\.0), indexes = chunk.map { ByteBuffer(bytes: $0.1.0.0) }, deleted = chunk.map(\.1.0.1)
+                let sealedKeys = chunk.map { ByteBuffer(bytes: $0.1.0.2) }, chains = chunk.map { ByteBuffer(bytes: $0.1.1) }
+                try transaction.execute("""
+                    INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
+                    SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
+                    FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)
+                    """)
+            }
+            last = sequences.last ?? 0
+            try transaction.execute("""
+                UPDATE keysmith_chain_heads SET seq = \(last), chain = \(ByteBuffer(bytes: link)) WHERE namespace_id = \(namespaceBuffer)
+                """)
         }
         if !changed.isEmpty {
             let payload = namespace.map { String(format: "%02x", $0) }.joined()

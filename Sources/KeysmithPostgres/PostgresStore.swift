@@ -401,7 +401,7 @@ public final class PostgresStore: SecureStore {
                 removals.append(RecordRows.Removal(blindIndex: index, sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey)))
             }
         }
-        return try RecordRows.write(puts: puts, removals: removals, namespace: keys.namespaceID, version: version, keyID: dataKey.id,
+        return try RecordRows.write(puts: puts, removals: removals, keys: keys, version: version, keyID: dataKey.id,
                                     in: transaction)
     }
 }

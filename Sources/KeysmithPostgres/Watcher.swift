@@ -20,6 +20,8 @@ public struct PostgresChange: Sendable {
     /// The item as it is when the watcher reads it (a newer version if it changed again since;
     /// `nil` when it is deleted by then or does not open).
     public var record: SecureRecord?
+    /// The row's chain link (checked against the row before it), `nil` for a row written before chaining.
+    var link: [UInt8]? = nil
 }
 
 /// Follows a namespace's changes as they are committed, from any process on any machine, and
@@ -58,6 +60,9 @@ public final class PostgresWatcher: Sendable {
         var reconnects = 0
         /// Tests only: behave as if every notification were dropped on the way (no LISTEN).
         var ignoresNotifications = false
+        /// The chain link of the newest change row applied (or of the row the watch started
+        /// after); `nil` before the namespace's first chained row.
+        var link: [UInt8]?
         /// Why the watch ended on its own (a damaged change feed, or `apply`'s error).
         var failure: KeysmithError?
     }
@@ -74,19 +79,24 @@ public final class PostgresWatcher: Sendable {
         let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres.watch"))
         defer { session.close() }
         var start: Int64 = 0
+        var link: [UInt8]?
         keys = try session.transaction { transaction in
             let master = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: .standard, create: false)
             let keys = try NamespaceKeys.loadOrCreate(namespace: namespace, master: master, transaction: transaction)
+            let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
             if let sequence {
                 start = sequence
             } else {
-                let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
                 start = try transaction.execute("SELECT coalesce(max(seq), 0) FROM keysmith_changes WHERE namespace_id = \(namespaceBuffer)")
                     .first?.decode(Int64.self) ?? 0
             }
+            // The chain continues from the newest row at or before the start.
+            link = try transaction.execute("""
+                SELECT chain FROM keysmith_changes WHERE namespace_id = \(namespaceBuffer) AND seq <= \(start) ORDER BY seq DESC LIMIT 1
+                """).first?.decode(ByteBuffer?.self)?.bytes
             return keys
         }
-        state = Mutex(State(applied: start))
+        state = Mutex(State(applied: start, link: link))
     }
 
     /// The newest sequence applied.
@@ -150,7 +160,10 @@ public final class PostgresWatcher: Sendable {
                     var keepGoing = true
                     for change in changes where keepGoing {
                         do { keepGoing = try apply(change) } catch { throw ApplyFailure(error: error) }
-                        state.withLock { $0.applied = change.sequence }
+                        state.withLock { state in
+                            state.applied = change.sequence
+                            if let link = change.link { state.link = link }
+                        }
                     }
                     try acknowledge(session)
                     guard keepGoing else { return }
@@ -195,7 +208,7 @@ public final class PostgresWatcher: Sendable {
         let transaction = Transaction(session: session)
         let rows = try transaction.execute("""
             SELECT c.seq, c.blind_index, c.version, c.deleted, c.sealed_key,
-                   coalesce(r.version, a.version), coalesce(r.key_id, a.key_id), coalesce(r.sealed, a.sealed)
+                   coalesce(r.version, a.version), coalesce(r.key_id, a.key_id), coalesce(r.sealed, a.sealed), c.chain
             FROM keysmith_changes c
             LEFT JOIN keysmith_records r ON r.namespace_id = c.namespace_id AND r.blind_index = c.blind_index
             LEFT JOIN keysmith_audit a ON a.namespace_id = c.namespace_id AND a.blind_index = c.blind_index
@@ -204,18 +217,36 @@ public final class PostgresWatcher: Sendable {
         // Rows and change rows sealed under a data key rotated in since: load it first.
         var keyIDs: [Int32] = []
         for row in rows {
-            let (_, _, _, _, sealedKey, _, keyID, _) = try row.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, Int64?, Int32?, ByteBuffer?).self)
+            let (_, _, _, _, sealedKey, _, keyID, _, _) =
+                try row.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, Int64?, Int32?, ByteBuffer?, ByteBuffer?).self)
             let bytes = sealedKey.readableBytesView
             if bytes.count >= 4 { keyIDs.append(Int32(bitPattern: bytes.prefix(4).reduce(0) { $0 << 8 | UInt32($1) })) }
             if let keyID { keyIDs.append(keyID) }
         }
         try keys.ensureKnown(keyIDs, in: transaction)
         var changes: [PostgresChange] = []
+        var link = state.withLock { $0.link }
         for row in rows {
-            let (sequence, index, version, deleted, sealedKey, rowVersion, keyID, sealed) =
-                try row.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, Int64?, Int32?, ByteBuffer?).self)
+            let (sequence, index, version, deleted, sealedKey, rowVersion, keyID, sealed, chain) =
+                try row.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, Int64?, Int32?, ByteBuffer?, ByteBuffer?).self)
             let key: ItemKey
             do {
+                // Each row must continue the chain from the row before it: one deleted,
+                // edited, reordered or renumbered breaks it here. Rows without a link are
+                // allowed only before the namespace's first chained row.
+                switch (chain, link) {
+                case (nil, nil):
+                    break
+                case (nil, .some):
+                    throw KeysmithError(.corruptData, "it has no chain link, though the rows before it have: the change feed was edited")
+                case (let chain?, _):
+                    let expected = keys.chainLink(after: link ?? NamespaceKeys.chainGenesis, sequence: sequence, blindIndex: index.bytes,
+                                                  version: version, deleted: deleted, sealedKey: sealedKey.bytes)
+                    guard expected == chain.bytes else {
+                        throw KeysmithError(.corruptData, "it does not continue the chain from the change before it: a change row was deleted, edited or reordered")
+                    }
+                    link = expected
+                }
                 key = try keys.openKey(sealedKey.bytes, blindIndex: index.bytes, version: version)
             } catch let error as KeysmithError where error.code == .corruptData {
                 // The changes before it are delivered first; the next fetch starts at this one.
@@ -226,7 +257,7 @@ public final class PostgresWatcher: Sendable {
             if let rowVersion, let keyID, let sealed {
                 record = try? keys.open(RecordRow(blindIndex: index.bytes, version: rowVersion, keyID: keyID, sealed: sealed.bytes), withSecret: true)
             }
-            changes.append(PostgresChange(sequence: sequence, key: key, version: version, deleted: deleted, record: record))
+            changes.append(PostgresChange(sequence: sequence, key: key, version: version, deleted: deleted, record: record, link: chain?.bytes))
         }
         return changes
     }

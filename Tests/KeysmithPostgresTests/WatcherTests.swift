@@ -79,6 +79,55 @@ struct WatcherTests {
         #expect(Self.waitUntil { watcher.isCurrent })
     }
 
+    @Test("two writers racing in one namespace, the first slow to commit: the watcher gets both changes, in sequence order (none is numbered below one it already read)")
+    func slowCommitNeverSkipped() throws {
+        let namespace = "watch-\(UUID().uuidString)"
+        let slow = try PostgresStoreTests.open(namespace), fast = try PostgresStoreTests.open(namespace)
+        let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key), name: "order")
+        let collected = Collected()
+        _ = Self.start(watcher, into: collected)
+        defer { watcher.stop() }
+        // The slow writer's transaction stops inside its change-row insert (a trigger waits on a
+        // lock this test holds), after its change row has taken a sequence number. Before the
+        // fix, the fast writer then committed a higher-numbered change, the watcher read it, and
+        // never went back for the slow one.
+        let slowKey = ItemKey.genericPassword(service: "news", account: "slow")
+        let fastKey = ItemKey.genericPassword(service: "news", account: "fast")
+        let index = "'\\x" + slow.keys.blindIndex(slowKey).map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        let lockID = Int64.random(in: 1..<Int64.max)
+        let function = "keysmith_test_hold_\(UUID().uuidString.prefix(8).lowercased())"
+        _ = try PostgresStoreTests.sql("""
+            CREATE FUNCTION \(function)() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN IF NEW.blind_index = \(index) THEN PERFORM pg_advisory_xact_lock(\(lockID)); END IF; RETURN NEW; END $$
+            """, "CREATE TRIGGER \(function) AFTER INSERT ON keysmith_changes FOR EACH ROW EXECUTE FUNCTION \(function)()")
+        defer { _ = try? PostgresStoreTests.sql("DROP TRIGGER \(function) ON keysmith_changes", "DROP FUNCTION \(function)()") }
+        let holder = try Session.connect(try PostgresStoreTests.settings(), logger: .init(label: "holder"))
+        defer { holder.close() }
+        _ = try Transaction(session: holder).execute(PostgresQueryText.raw("SELECT pg_advisory_lock(\(lockID))"))
+        let errors = Mutex<[any Error]>([])
+        func writer(_ store: PostgresStore, _ key: ItemKey) -> Thread {
+            let thread = Thread {
+                do { try store.perform([.create(ItemAttributes(key: key), secret: Data("x".utf8))]) } catch { errors.withLock { $0.append(error) } }
+            }
+            thread.start()
+            return thread
+        }
+        let slowWriter = writer(slow, slowKey)
+        usleep(300_000)  // the slow writer is now waiting inside its insert
+        let fastWriter = writer(fast, fastKey)
+        usleep(300_000)
+        // The fast writer cannot commit a change while the slow one holds the namespace's feed.
+        #expect(!fastWriter.isFinished)
+        #expect(collected.count == 0)
+        _ = try Transaction(session: holder).execute(PostgresQueryText.raw("SELECT pg_advisory_unlock(\(lockID))"))
+        while !slowWriter.isFinished || !fastWriter.isFinished { usleep(10_000) }
+        #expect(errors.withLock { $0.isEmpty }, "\(errors.withLock { $0 })")
+        #expect(Self.waitUntil { collected.count == 2 }, "a change never reached the watcher")
+        let changes = collected.changes.withLock { $0 }
+        #expect(changes.map(\.key) == [slowKey, fastKey])
+        #expect(changes.map(\.sequence) == changes.map(\.sequence).sorted())
+    }
+
     @Test("a watcher whose connection is killed replays from its last sequence and misses nothing")
     func replayAfterKill() throws {
         let namespace = "kill-\(UUID().uuidString)"
