@@ -13,7 +13,7 @@ extension KeysmithCommand {
         static let configuration = CommandConfiguration(
             commandName: "postgres",
             abstract: "Set up the shared store on PostgreSQL (docs/postgres.md).",
-            subcommands: [Init.self, RotateMasterKey.self, RotateDataKey.self, Rekey.self]
+            subcommands: [Init.self, Verify.self, RotateMasterKey.self, RotateDataKey.self, Rekey.self]
         )
     }
 }
@@ -146,6 +146,36 @@ extension KeysmithCommand.PostgresCommand {
                 print("{\"namespace\":\(jsonString(opened.namespace)),\"key_id\":\(id)}")
             } else {
                 print("Namespace \(opened.namespace) now seals new rows with data key \(id); run `keysmith postgres rekey` to re-encrypt the rest.")
+            }
+        }
+    }
+
+    /// Checks a namespace's change feed and rows against what the database could have done to them.
+    struct Verify: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "verify",
+            abstract: "Check the namespace's change feed (its keyed chain) and that no row was put back; exit 6 when something was deleted, edited or put back."
+        )
+
+        @OptionGroup var store: StoreOptions
+
+        @Flag(help: "Print one JSON document: {namespace, intact, changes, unlinked, problems} (the exit code still answers).")
+        var json = false
+
+        func run() throws {
+            let opened = try store.openPostgres()
+            let result = try opened.verifyChangeFeed()
+            if json {
+                print("{\"namespace\":\(jsonString(opened.namespace)),\"intact\":\(result.isIntact),\"changes\":\(result.changes),"
+                      + "\"unlinked\":\(result.unlinked),\"problems\":[\(result.problems.map(jsonString).joined(separator: ","))]}")
+            } else if result.isIntact {
+                print("The change feed of namespace \(opened.namespace) is intact: \(result.changes) change\(result.changes == 1 ? "" : "s")"
+                      + (result.unlinked > 0 ? " (\(result.unlinked) from before chaining)" : "") + ".")
+            } else {
+                for problem in result.problems { print(problem) }
+            }
+            if !result.isIntact {
+                throw CommandFailure(message: "the change feed of namespace \(opened.namespace) has \(result.problems.count) problem(s)", exitCode: ExitCode(6))
             }
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import KeysmithTestSupport
 import Testing
 
 /// The command on the PostgreSQL store, against the server scripts/with-postgres.sh starts.
@@ -189,16 +190,47 @@ struct PostgresCommandTests {
         }
         #expect(sequences.count == 3, "\(before.output)")
         // The administrator flips a byte of the middle change's sealed key, past the triggers.
-        let psql = Process()
-        psql.executableURL = URL(fileURLWithPath: try #require(ProcessInfo.processInfo.environment["KEYSMITH_TEST_POSTGRES_BIN"]) + "/psql")
-        psql.arguments = [Self.url, "-v", "ON_ERROR_STOP=1", "-q", "-c",
-                          "SET session_replication_role = replica; UPDATE keysmith_changes SET sealed_key = set_byte(sealed_key, 20, get_byte(sealed_key, 20) # 1) WHERE seq = \(sequences[1])"]
-        try psql.run()
-        psql.waitUntilExit()
-        #expect(psql.terminationStatus == 0)
+        try Self.asOwner("UPDATE keysmith_changes SET sealed_key = set_byte(sealed_key, 20, get_byte(sealed_key, 20) # 1) WHERE seq = \(sequences[1])")
         let after = try keysmith.run(["watch", "--after", "0", "--count", "3"])
         #expect(after.status == 6, "\(after.output)")
         #expect(after.stdout.split(separator: "\n").count == 1 && after.stdout.contains(#""seq":\#(sequences[0])"#))
         #expect(after.stderr.contains("change \(sequences[1])"))
+    }
+
+    /// Runs SQL with psql as the tables' owner, with the triggers off for the session.
+    static func asOwner(_ sql: String) throws {
+        let psql = try #require(ProcessInfo.processInfo.environment["KEYSMITH_TEST_POSTGRES_BIN"]) + "/psql"
+        let result = try spawnAndWait(psql, [url, "-v", "ON_ERROR_STOP=1", "-q", "-c", "SET session_replication_role = replica; " + sql])
+        #expect(result.status == 0, "\(String(decoding: result.stderr, as: UTF8.self))")
+    }
+
+    @Test("postgres verify: exit 0 on an intact feed; exit 6 naming the break after the owner deletes a change row past the triggers; --json says the same")
+    func verifyFindsDeletedChange() throws {
+        var keysmith = try Self.keysmith()
+        defer { keysmith.cleanup() }
+        try keysmith.run(["postgres", "init"])
+        for account in ["a", "b", "c"] { try keysmith.run(["secret", "set", "--service", "s", "--account", account], stdin: "v") }
+        let intact = try keysmith.run(["postgres", "verify"])
+        #expect(intact.status == 0 && intact.stdout.contains("is intact: 3 changes"), "\(intact.output)")
+        let intactJSON = try keysmith.run(["postgres", "verify", "--json"])
+        let document = try #require(try JSONSerialization.jsonObject(with: Data(intactJSON.stdout.utf8)) as? [String: Any])
+        #expect(document["intact"] as? Bool == true && document["changes"] as? Int == 3, "\(intactJSON.output)")
+        let listed = try keysmith.run(["watch", "--after", "0", "--count", "3"])
+        let sequences = listed.stdout.split(separator: "\n").compactMap { line -> Int? in
+            (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["seq"] as? Int
+        }
+        try #require(sequences.count == 3, "\(listed.output)")
+        try Self.asOwner("DELETE FROM keysmith_changes WHERE seq = \(sequences[1])")
+        let broken = try keysmith.run(["postgres", "verify"])
+        #expect(broken.status == 6, "\(broken.output)")
+        #expect(broken.stdout.contains("change \(sequences[2]) does not continue the chain"), "\(broken.stdout)")
+        #expect(broken.stderr.hasPrefix("keysmith: ") && broken.stderr.split(separator: "\n").count == 1, "\(broken.stderr)")
+        let brokenJSON = try keysmith.run(["postgres", "verify", "--json"])
+        #expect(brokenJSON.status == 6)
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(brokenJSON.stdout.utf8)) as? [String: Any])
+        #expect(report["intact"] as? Bool == false && ((report["problems"] as? [String])?.isEmpty == false), "\(brokenJSON.output)")
+        // Watchers stop there too.
+        let watch = try keysmith.run(["watch", "--after", "0", "--count", "3"])
+        #expect(watch.status == 6, "\(watch.output)")
     }
 }

@@ -154,6 +154,56 @@ struct PostgresStoreTests {
         #expect(try store.read(key)?.secret == Data("repaired".utf8))
     }
 
+    @Test("an owner who turns the triggers off and deletes, edits, renumbers or un-links change rows, or puts back an older row and deletes its newer changes, is caught by verifyChangeFeed and by a watcher reading past it")
+    func changeFeedChain() throws {
+        enum Attack: CaseIterable { case deleteMiddle, editVersion, renumber, unlink, deleteHead, putBackAndHide }
+        for attack in Attack.allCases {
+            let namespace = "chain-\(UUID().uuidString)"
+            let store = try Self.open(namespace)
+            let keys = (0..<6).map { ItemKey.genericPassword(service: "s", account: "item\($0)") }
+            for key in keys { try store.perform([.create(ItemAttributes(key: key), secret: Data("v1".utf8))]) }
+            let target = keys[2]
+            let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+            let index = "'\\x" + store.keys.blindIndex(target).map { String(format: "%02x", $0) }.joined() + "'::bytea"
+            let saved = try Self.sql("SELECT version::text, encode(sealed, 'hex') FROM keysmith_records WHERE namespace_id = \(namespaceID) AND blind_index = \(index)")
+            try store.perform([.upsert(ItemAttributes(key: target), secret: Data("revoked".utf8))])
+            try store.perform([.upsert(ItemAttributes(key: keys[4]), secret: Data("v2".utf8))])
+            let clean = try store.verifyChangeFeed()
+            #expect(clean.isIntact && clean.changes == 8 && clean.unlinked == 0, "\(clean)")
+            let off = "SET LOCAL session_replication_role = replica"
+            let itemChanges = "namespace_id = \(namespaceID) AND blind_index = \(index)"
+            switch attack {
+            case .deleteMiddle:
+                _ = try Self.sql(off, "DELETE FROM keysmith_changes WHERE \(itemChanges) AND version = (SELECT min(version) FROM keysmith_changes WHERE \(itemChanges))")
+            case .editVersion:
+                _ = try Self.sql(off, "UPDATE keysmith_changes SET deleted = true WHERE \(itemChanges) AND version = (SELECT max(version) FROM keysmith_changes WHERE \(itemChanges))")
+            case .renumber:
+                _ = try Self.sql(off, "UPDATE keysmith_changes SET seq = seq + 1000000000 WHERE \(itemChanges) AND version = (SELECT min(version) FROM keysmith_changes WHERE \(itemChanges))")
+            case .unlink:
+                _ = try Self.sql(off, "UPDATE keysmith_changes SET chain = NULL WHERE namespace_id = \(namespaceID) AND seq = (SELECT max(seq) FROM keysmith_changes WHERE namespace_id = \(namespaceID))")
+            case .deleteHead:
+                _ = try Self.sql(off, "DELETE FROM keysmith_changes WHERE namespace_id = \(namespaceID) AND seq = (SELECT max(seq) FROM keysmith_changes WHERE namespace_id = \(namespaceID))")
+            case .putBackAndHide:
+                // The revocation undone: the old row back, and the change row that would give it away deleted.
+                _ = try Self.sql(off, "UPDATE keysmith_records SET version = \(saved[0][0]), sealed = decode('\(saved[0][1])', 'hex') WHERE \(itemChanges)",
+                                 "DELETE FROM keysmith_changes WHERE \(itemChanges) AND version > \(saved[0][0])")
+                // The read path alone no longer sees it: that is what the chain is for.
+                #expect(try store.read(target)?.secret == Data("v1".utf8))
+            }
+            let verification = try store.verifyChangeFeed()
+            #expect(!verification.isIntact, "\(attack): verifyChangeFeed found nothing")
+            // A watcher that reads the feed from its start stops at the damage (after delivering
+            // what came before it), except for a deleted newest row, which leaves nothing to read past.
+            guard attack != .deleteHead else { continue }
+            let watcher = try PostgresWatcher(try Self.settings(), namespace: namespace, masterKey: .key(Self.key), name: "chain", after: 0)
+            // Should it not stop by itself, it is stopped (and the expectation below fails).
+            DispatchQueue.global().asyncAfter(deadline: .now() + 10) { watcher.stop() }
+            let error = #expect(throws: KeysmithError.self, "\(attack)") { try watcher.run(pollInterval: .milliseconds(10)) { _ in true } }
+            #expect(error?.code == .corruptData, "\(attack)")
+            #expect(!watcher.isCurrent)
+        }
+    }
+
     static let auditEntry = ItemKey.keysmithRecord(KeysmithRecordKey(recordType: .auditEntry, service: "audit", account: "000000000001"))
 
     @Test("audit entries live in an append-only table: the store never changes or deletes one, and neither can anyone through SQL")

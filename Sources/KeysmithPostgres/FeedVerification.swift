@@ -1,0 +1,126 @@
+import Keysmith
+internal import NIOCore
+internal import PostgresNIO
+
+/// What ``PostgresStore/verifyChangeFeed()`` found.
+public struct ChangeFeedVerification: Sendable, Hashable {
+    /// The namespace's change rows read.
+    public var changes: Int
+    /// Of those, rows written before the feed was chained (they come first and have no link).
+    public var unlinked: Int
+    /// What is wrong, at most 100 entries; empty when the feed is whole.
+    public var problems: [String]
+    /// Whether nothing is wrong.
+    public var isIntact: Bool { problems.isEmpty }
+}
+
+extension PostgresStore {
+    /// Checks this namespace's change feed from its first row, as a database administrator
+    /// cannot fake without the master key: every row must continue the keyed chain from the row
+    /// before it (one deleted, edited, reordered or renumbered breaks it), must open, and the
+    /// chain's head must name the newest row; and every record and audit entry must have the
+    /// change row of its version (a row put back from an older copy, or one whose change rows
+    /// were deleted, does not).
+    ///
+    /// ```swift
+    /// let feed = try store.verifyChangeFeed()
+    /// if !feed.isIntact { feed.problems.forEach { print($0) } }
+    /// ```
+    ///
+    /// Not caught: the newest rows deleted together with the head set back to the row before
+    /// them, by someone who then writes nothing (a watcher that had read them notices at the
+    /// next change). Reads the whole feed, a page at a time.
+    public func verifyChangeFeed(pageSize: Int = 10_000) throws -> ChangeFeedVerification {
+        let size = Int64(max(1, min(pageSize, 100_000)))
+        let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
+        var result = ChangeFeedVerification(changes: 0, unlinked: 0, problems: [])
+        func problem(_ text: String) { if result.problems.count < 100 { result.problems.append(text) } }
+        // The head first: rows committed while this runs come after it.
+        let head = try withSessionPublic { session in
+            try session.transaction { transaction in
+                try transaction.execute("SELECT seq, chain FROM keysmith_chain_heads WHERE namespace_id = \(namespaceBuffer)")
+                    .first?.decode((Int64, ByteBuffer).self)
+            }
+        }
+        var link: [UInt8]?
+        var after: Int64 = 0
+        var headSeen = head == nil || head?.0 == 0
+        while true {
+            let rows = try withSessionPublic { session in
+                try session.transaction { transaction in
+                    let rows = try transaction.execute("""
+                        SELECT seq, blind_index, version, deleted, sealed_key, chain FROM keysmith_changes
+                        WHERE namespace_id = \(namespaceBuffer) AND seq > \(after) ORDER BY seq LIMIT \(size)
+                        """).map { try $0.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, ByteBuffer?).self) }
+                    try keys.ensureKnown(rows.compactMap { row in
+                        let bytes = row.4.readableBytesView
+                        return bytes.count >= 4 ? Int32(bitPattern: bytes.prefix(4).reduce(0) { $0 << 8 | UInt32($1) }) : nil
+                    }, in: transaction)
+                    return rows
+                }
+            }
+            for (sequence, index, version, deleted, sealedKey, chain) in rows {
+                result.changes += 1
+                switch (chain, link) {
+                case (nil, nil):
+                    result.unlinked += 1
+                case (nil, .some):
+                    problem("change \(sequence) has no chain link, though the changes before it have: the feed was edited")
+                case (let chain?, _):
+                    let expected = keys.chainLink(after: link ?? NamespaceKeys.chainGenesis, sequence: sequence, blindIndex: index.bytes,
+                                                  version: version, deleted: deleted, sealedKey: sealedKey.bytes)
+                    if expected != chain.bytes {
+                        problem("change \(sequence) does not continue the chain from the change before it: a change row before it was deleted, "
+                                + "or it was edited, reordered or renumbered")
+                    }
+                    link = chain.bytes
+                }
+                if let head, sequence == head.0 {
+                    headSeen = true
+                    if chain?.bytes != head.1.bytes { problem("the chain's head does not match change \(sequence), which it names") }
+                }
+                do {
+                    _ = try keys.openKey(sealedKey.bytes, blindIndex: index.bytes, version: version)
+                } catch let error as KeysmithError where error.code == .corruptData {
+                    problem("change \(sequence) does not open (\(error.message))")
+                }
+            }
+            guard let last = rows.last else { break }
+            after = last.0
+        }
+        if let head, !headSeen {
+            problem("the chain's head names change \(head.0), which is missing: the newest change rows were deleted")
+        }
+        if head == nil, link != nil {
+            problem("the namespace's chain head is missing, though its changes are chained")
+        }
+        // Every record and audit entry has the change row of its own version, and none is older
+        // than its item's newest change.
+        let (orphans, behind) = try withSessionPublic { session in
+            try session.transaction { transaction in
+                try RecordTable.allCases.reduce((Int64(0), Int64(0))) { total, table in
+                    let row = try transaction.execute("""
+                        SELECT count(*) FILTER (WHERE newest IS NULL OR NOT EXISTS (
+                                   SELECT 1 FROM keysmith_changes c
+                                   WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index AND c.version = r.version)),
+                               count(*) FILTER (WHERE r.version < newest)
+                        FROM \(unescaped: table.rawValue) r
+                        CROSS JOIN LATERAL (SELECT max(c.version) AS newest FROM keysmith_changes c
+                                            WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index) n
+                        WHERE r.namespace_id = \(namespaceBuffer)
+                        """).first
+                    guard let row else { return total }
+                    let (orphans, behind) = try row.decode((Int64, Int64).self)
+                    return (total.0 + orphans, total.1 + behind)
+                }
+            }
+        }
+        if behind > 0 {
+            problem("\(behind) row(s) are older than their item's newest change: put back from an older copy")
+        }
+        if orphans > 0 {
+            problem("\(orphans) row(s) have no change row for their version: their change rows were deleted")
+        }
+        return result
+    }
+}
