@@ -104,7 +104,9 @@ enum TokenCodec {
             token.refreshedAt = try reader.optionalDate()
             token.revokedAt = try reader.optionalDate()
             let scopeCount = try reader.u32()
-            token.scopes.reserveCapacity(scopeCount)
+            // A count is only a claim: reserve no more than the bytes left could hold (a scope
+            // takes at least 18), so a damaged or hostile count cannot demand gigabytes.
+            token.scopes.reserveCapacity(min(scopeCount, (bytes.count - reader.offset) / 18))
             for _ in 0..<scopeCount {
                 let scope = try Scope(try reader.string())
                 guard let state = state(try reader.byte()) else { throw Reader.Failure() }
@@ -173,7 +175,11 @@ enum TokenCodec {
         }
         mutating func date() throws -> Date {
             let bits = try bytes(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-            return Date(timeIntervalSinceReferenceDate: Double(bitPattern: bits))
+            // Only finite times within ±10,000 years: NaN or infinity would trap later, in
+            // arithmetic and in formatting.
+            let seconds = Double(bitPattern: bits)
+            guard seconds.isFinite, abs(seconds) < 316_000_000_000 else { throw Failure() }
+            return Date(timeIntervalSinceReferenceDate: seconds)
         }
         mutating func optionalDate() throws -> Date? {
             switch try byte() {

@@ -219,6 +219,37 @@ struct TokenModelTests {
         #expect(throws: KeysmithError.self) { try OAuthToken(storedSecret: Data(cut)) }
     }
 
+    @Test("a stored token record with a hostile count or a time that is not a number is corrupt data, not a crash or a huge allocation")
+    func hostileTokenRecords() throws {
+        let token = try OAuthToken(response: Data(#"{"access_token":"AT-secret","token_type":"bearer","scope":"a b","expires_in":60}"#.utf8),
+                                   requested: [], now: t0)
+        let good = [UInt8](StoredToken(service: "svc", account: "a", token: token).secret)
+        // Where the scope count sits: after the issued-at and four optional dates, just before
+        // the first scope's name ("a").
+        let firstScope = try #require(good.indices.first { good[$0...].starts(with: [0, 0, 0, 1, UInt8(ascii: "a")]) })
+        var hugeCount = good
+        hugeCount.replaceSubrange((firstScope - 4)..<firstScope, with: [0xFF, 0xFF, 0xFF, 0xFF])
+        // The expiry date (optional: a 1 byte then 8 bytes) made NaN.
+        let expiry = token.expiresAt!.timeIntervalSinceReferenceDate.bitPattern
+        let expiryBytes = (0..<8).map { UInt8(truncatingIfNeeded: expiry >> (56 - 8 * $0)) }
+        let expiryAt = try #require(good.indices.first { good[$0...].starts(with: expiryBytes) })
+        var notANumber = good
+        notANumber.replaceSubrange(expiryAt..<(expiryAt + 8), with: [0x7F, 0xF8, 0, 0, 0, 0, 0, 0])
+        var infinite = good
+        infinite.replaceSubrange(expiryAt..<(expiryAt + 8), with: [0x7F, 0xF0, 0, 0, 0, 0, 0, 0])
+        for (name, bytes) in [("a scope count of 4,294,967,295", hugeCount), ("an expiry that is NaN", notANumber), ("an infinite expiry", infinite)] {
+            let store = MemoryStore()
+            try store.perform([.create(ItemAttributes(key: StoredToken.key(service: "svc", account: "a")), secret: Data(bytes))])
+            let error = #expect(throws: KeysmithError.self, "\(name)") { try TokenKeeper(store: store).token(service: "svc", account: "a") }
+            #expect(error?.code == .corruptData, "\(name)")
+            #expect(error.map { !"\($0)".contains("AT-secret") } ?? true)
+        }
+        // The untouched record still reads.
+        let store = MemoryStore()
+        try store.perform([.create(ItemAttributes(key: StoredToken.key(service: "svc", account: "a")), secret: Data(good))])
+        #expect(try TokenKeeper(store: store).token(service: "svc", account: "a")?.accessToken == "AT-secret")
+    }
+
     @Test("fields beyond RFC 6749 are kept as sent, stored (KSTOKEN2), replaced by a refresh that carries them, and bounded")
     func additionalResponseFields() throws {
         let github = Data(#"""
