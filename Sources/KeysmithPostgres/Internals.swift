@@ -842,11 +842,12 @@ enum RecordRows {
             // their sequence numbers under this lock, so a namespace's change rows become
             // visible in sequence order (a watcher that read up to N never has a row below N
             // appear later), and each row links to the one before it.
-            try transaction.execute("""
-                INSERT INTO keysmith_chain_heads (namespace_id, seq, chain) VALUES (\(namespaceBuffer), 0, \(ByteBuffer(bytes: NamespaceKeys.chainGenesis)))
-                ON CONFLICT DO NOTHING
-                """)
-            guard let head = try transaction.execute("SELECT chain FROM keysmith_chain_heads WHERE namespace_id = \(namespaceBuffer) FOR UPDATE").first else {
+            // One statement: creates the namespace's head if it has none, locks it either way
+            // (an upsert's update takes the row lock), and returns its link.
+            guard let head = try transaction.execute("""
+                INSERT INTO keysmith_chain_heads AS h (namespace_id, seq, chain) VALUES (\(namespaceBuffer), 0, \(ByteBuffer(bytes: NamespaceKeys.chainGenesis)))
+                ON CONFLICT (namespace_id) DO UPDATE SET seq = h.seq RETURNING h.chain
+                """).first else {
                 throw KeysmithError(.ioFailure, "PostgreSQL returned no chain head")
             }
             var link = try head.decode(ByteBuffer.self).bytes
@@ -862,23 +863,33 @@ enum RecordRows {
                 links.append(link)
             }
             let rows = Array(zip(sequences, zip(changed, links)))
-            for chunk in chunks(rows, size: { _ in 160 }) {
+            last = sequences.last ?? 0
+            let pieces = chunks(rows, size: { _ in 160 })
+            for (number, chunk) in pieces.enumerated() {
                 let seqs = chunk.map(\.0), indexes = chunk.map { ByteBuffer(bytes: $0.1.0.0) }, deleted = chunk.map(\.1.0.1)
                 let sealedKeys = chunk.map { ByteBuffer(bytes: $0.1.0.2) }, chains = chunk.map { ByteBuffer(bytes: $0.1.1) }
-                try transaction.execute("""
-                    INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
-                    SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
-                    FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)
-                    """)
+                if number < pieces.count - 1 {
+                    try transaction.execute("""
+                        INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
+                        SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
+                        FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)
+                        """)
+                } else {
+                    // The last chunk also moves the head and notifies watchers (delivered at
+                    // COMMIT), in the same statement.
+                    let payload = namespace.map { String(format: "%02x", $0) }.joined()
+                    try transaction.execute("""
+                        WITH inserted AS (
+                            INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
+                            SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
+                            FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)),
+                        moved AS (
+                            UPDATE keysmith_chain_heads SET seq = \(last), chain = \(ByteBuffer(bytes: link)) WHERE namespace_id = \(namespaceBuffer)
+                            RETURNING 1)
+                        SELECT pg_notify(\(PostgresSchema.channel), \(payload)) FROM moved
+                        """)
+                }
             }
-            last = sequences.last ?? 0
-            try transaction.execute("""
-                UPDATE keysmith_chain_heads SET seq = \(last), chain = \(ByteBuffer(bytes: link)) WHERE namespace_id = \(namespaceBuffer)
-                """)
-        }
-        if !changed.isEmpty {
-            let payload = namespace.map { String(format: "%02x", $0) }.joined()
-            try transaction.execute("SELECT pg_notify(\(PostgresSchema.channel), \(payload))")
         }
         return last
     }
