@@ -271,8 +271,9 @@ struct Transaction {
             if session.connection.isClosed || !(error is PSQLError) || state == nil || state!.hasPrefix("08") || state!.hasPrefix("57") {
                 throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) failed: \(Session.reason(error))")
             }
-            if Session.sqlState(error) == "42P01" {
-                throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) has no Keysmith schema; run `keysmith postgres init`")
+            // An undefined table or column: no schema, or one older than this version.
+            if state == "42P01" || state == "42703" {
+                throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) has no Keysmith schema, or an older one; run `keysmith postgres init`")
             }
             throw KeysmithError(.ioFailure, "PostgreSQL (\(session.description)) refused a statement: \(Session.reason(error))")
         }
