@@ -232,16 +232,23 @@ struct WatcherTests {
         let store = try PostgresStoreTests.open(namespace)
         let key = ItemKey.genericPassword(service: "s", account: "edited")
         try store.perform([.create(ItemAttributes(key: key), secret: Data("1".utf8))])
-        let before = store.lastCommittedSequence
         try store.perform([.update(ItemAttributes(key: key), secret: Data("2".utf8))])
         try store.perform([.update(ItemAttributes(key: key), secret: Data("3".utf8))])
+        // This namespace's three change rows (sequence numbers are shared by every namespace,
+        // and other tests write at the same time: they are not consecutive).
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        let sequences = try PostgresStoreTests.sql("SELECT seq::text FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY seq")
+            .compactMap { $0.first.flatMap { Int64($0) } }
+        try #require(sequences.count == 3)
         // The administrator flips a byte of the middle change's sealed key, past the triggers
         // (session_replication_role = replica turns them off for that session only).
         _ = try PostgresStoreTests.sql("SET LOCAL session_replication_role = replica", """
-            UPDATE keysmith_changes SET sealed_key = set_byte(sealed_key, 20, get_byte(sealed_key, 20) # 1) WHERE seq = \(before + 1)
+            UPDATE keysmith_changes SET sealed_key = set_byte(sealed_key, 20, get_byte(sealed_key, 20) # 1) WHERE seq = \(sequences[1])
             """)
         let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
-                                          name: "edited-\(namespace.prefix(20))", after: before - 1)
+                                          name: "edited-\(namespace.prefix(20))", after: sequences[0] - 1)
+        // Should it not stop by itself, it is stopped (and the expectations below fail).
+        DispatchQueue.global().asyncAfter(deadline: .now() + 10) { watcher.stop() }
         let delivered = Collected()
         let error = #expect(throws: KeysmithError.self) {
             try watcher.run(pollInterval: .milliseconds(20)) { change in
@@ -253,7 +260,7 @@ struct WatcherTests {
         #expect(watcher.failure?.code == .corruptData)
         #expect(!watcher.isCurrent)
         // The change before the damaged one was delivered; nothing after it was.
-        #expect(delivered.changes.withLock { $0.map(\.sequence) } == [before])
-        #expect(watcher.lastSequence == before)
+        #expect(delivered.changes.withLock { $0.map(\.sequence) } == [sequences[0]])
+        #expect(watcher.lastSequence == sequences[0])
     }
 }
