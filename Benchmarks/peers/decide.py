@@ -38,9 +38,13 @@ scopes_all = ["groups:read", "posts:write", "posts:delete"]
 groups = [(f"g{i}", rng.random() < 0.5) for i in range(1000)]
 users = []
 for i in range(1000):
-    users.append({"id": f"u{i}", "anonymous": i % 10 == 0, "super_admin": i % 97 == 0,
-                  "member_of": [f"g{rng.randrange(1000)}" for _ in range(3)], "admin_of": [f"g{rng.randrange(1000)}"],
-                  "scopes": [s for s in scopes_all if rng.random() < 0.8]})
+    anonymous = i % 10 == 0
+    member_of = [f"g{rng.randrange(1000)}" for _ in range(3)]
+    admin_of = [f"g{rng.randrange(1000)}"]
+    scopes = [s for s in scopes_all if rng.random() < 0.8]
+    # An anonymous visitor belongs to nothing and is no admin (the shared cases' rule).
+    users.append({"id": f"u{i}", "anonymous": anonymous, "super_admin": i % 97 == 0 and not anonymous,
+                  "member_of": [] if anonymous else member_of, "admin_of": [] if anonymous else admin_of, "scopes": scopes})
 requests = [(rng.randrange(1000), rng.choice(["browse", "post", "delete"]), rng.randrange(1000)) for _ in range(count)]
 
 
@@ -51,12 +55,9 @@ def ref(kind, ident):
 # Keysmith: the example's vocabulary (User with a token, Anonymous without).
 k_entities = [{"uid": {"type": "Group", "id": g}, "attrs": {"public": public}} for g, public in groups]
 for u in users:
-    if u["anonymous"]:
-        k_entities.append({"uid": {"type": "Anonymous", "id": u["id"]}, "attrs": {}})
-    else:
-        k_entities.append({"uid": {"type": "User", "id": u["id"]}, "attrs": {
-            "member_of": [ref("Group", g) for g in u["member_of"]], "admin_of": [ref("Group", g) for g in u["admin_of"]],
-            "super_admin": u["super_admin"]}})
+    k_entities.append({"uid": {"type": "Anonymous" if u["anonymous"] else "User", "id": u["id"]}, "attrs": {
+        "member_of": [ref("Group", g) for g in u["member_of"]], "admin_of": [ref("Group", g) for g in u["admin_of"]],
+        "super_admin": u["super_admin"]}})
 lines = []
 for user, action, group in requests:
     u = users[user]

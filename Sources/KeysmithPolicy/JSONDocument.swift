@@ -198,35 +198,40 @@ struct JSONReader {
 
     private mutating func string() throws(JSONSyntaxError) -> String {
         offset += 1  // the opening quote
-        var scalars = String.UnicodeScalarView()
+        // The string's UTF-8, checked once at the end: raw bytes are copied as they are and
+        // escapes added encoded (an escape never completes a raw sequence cut short, since an
+        // encoded scalar never starts with a continuation byte, so one check finds every
+        // malformed sequence).
+        var utf8: [UInt8] = []
+        let start = offset
         var chunkStart = offset
-        func flush(_ end: Int) throws(JSONSyntaxError) {
-            guard let text = String(validating: bytes[chunkStart..<end], as: UTF8.self) else { throw error("a string is not UTF-8") }
-            scalars.append(contentsOf: text.unicodeScalars)
-        }
         while offset < bytes.count {
             let byte = bytes[offset]
             if byte == UInt8(ascii: "\"") {
-                try flush(offset)
-                offset += 1
-                return String(scalars)
+                defer { offset += 1 }
+                // No escape before it (the usual case): the bytes are the string.
+                if chunkStart == start {
+                    guard let text = String(validating: bytes[start..<offset], as: UTF8.self) else { throw error("a string is not UTF-8") }
+                    return text
+                }
+                utf8.append(contentsOf: bytes[chunkStart..<offset])
+                guard let text = String(validating: utf8, as: UTF8.self) else { throw error("a string is not UTF-8") }
+                return text
             }
             if byte < 0x20 { throw error("a control character inside a string") }
             if byte == UInt8(ascii: "\\") {
-                try flush(offset)
+                utf8.append(contentsOf: bytes[chunkStart..<offset])
                 offset += 1
                 guard offset < bytes.count else { break }
                 let escape = bytes[offset]
                 offset += 1
                 switch escape {
-                case UInt8(ascii: "\""): scalars.append("\"")
-                case UInt8(ascii: "\\"): scalars.append("\\")
-                case UInt8(ascii: "/"): scalars.append("/")
-                case UInt8(ascii: "b"): scalars.append("\u{08}")
-                case UInt8(ascii: "f"): scalars.append("\u{0C}")
-                case UInt8(ascii: "n"): scalars.append("\n")
-                case UInt8(ascii: "r"): scalars.append("\r")
-                case UInt8(ascii: "t"): scalars.append("\t")
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): utf8.append(escape)
+                case UInt8(ascii: "b"): utf8.append(0x08)
+                case UInt8(ascii: "f"): utf8.append(0x0C)
+                case UInt8(ascii: "n"): utf8.append(0x0A)
+                case UInt8(ascii: "r"): utf8.append(0x0D)
+                case UInt8(ascii: "t"): utf8.append(0x09)
                 case UInt8(ascii: "u"):
                     var code = try hex4()
                     if (0xD800..<0xDC00).contains(code) {
@@ -239,7 +244,7 @@ struct JSONReader {
                         code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
                     }
                     guard let scalar = Unicode.Scalar(code) else { throw error("an invalid \\u escape") }
-                    scalars.append(scalar)
+                    utf8.append(contentsOf: UTF8.encode(scalar)!)
                 default: throw error("an invalid escape in a string")
                 }
                 chunkStart = offset

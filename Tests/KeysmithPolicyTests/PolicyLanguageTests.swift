@@ -202,3 +202,31 @@ struct PolicyLanguageNewsGroupsTests {
         #expect(denied.contains("posts:write is not in the token"))
     }
 }
+
+/// The JSON reader's strings: every escape, surrogate pairs, and what is refused.
+@Suite("JSON reader: strings")
+struct JSONReaderStringTests {
+    func read(_ json: String) throws(JSONSyntaxError) -> String? {
+        if case .string(let text) = try JSONReader.parse(Array(json.utf8)).value { return text }
+        return nil
+    }
+
+    @Test("escapes, \\u escapes and surrogate pairs read as Foundation's JSON reader reads them; raw UTF-8 is kept")
+    func stringsReadLikeFoundation() throws {
+        for json in [#""plain""#, #""""#, #""a\"b\\c\/d""#, #""\b\f\n\r\t""#, #""\u0041\u00e9\u20AC""#, #""\ud83d\ude00 smile""#,
+                     #""mixed é \n and \u00e9 and 😀""#, #""User::\"u822\"""#, #""tail\\""#, #""\u0000""#] {
+            let expected = try JSONSerialization.jsonObject(with: Data(json.utf8), options: .fragmentsAllowed) as? String
+            #expect(try read(json) == expected, "\(json)")
+        }
+    }
+
+    @Test("a control character, an unpaired surrogate, a bad escape, an unclosed string and bytes that are not UTF-8 are refused")
+    func badStringsRefused() {
+        for bytes: [UInt8] in [
+            Array("\"a\u{01}b\"".utf8), Array(#""\ud83d""#.utf8), Array(#""\ud83dx""#.utf8), Array(#""\ude00""#.utf8),
+            Array(#""\x""#.utf8), Array(#""open"#.utf8), [0x22, 0xC3, 0x22], [0x22, 0x5C, 0x6E, 0xC3, 0x22], [0x22, 0xE2, 0x5C, 0x6E, 0x82, 0xAC, 0x22],
+        ] {
+            #expect(throws: JSONSyntaxError.self, "\(bytes)") { _ = try JSONReader.parse(bytes) }
+        }
+    }
+}

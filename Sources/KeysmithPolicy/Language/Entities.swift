@@ -194,17 +194,40 @@ enum JSONValues {
     }
 
     static func isTypeName(_ text: String) -> Bool {
-        let parts = text.components(separatedBy: "::")
-        return parts.allSatisfy { part in
-            guard let first = part.unicodeScalars.first, first == "_" || ("a"..."z").contains(first) || ("A"..."Z").contains(first)
-            else { return false }
-            return part.unicodeScalars.allSatisfy { $0 == "_" || ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) }
-                && !PolicyParser.reserved.contains(part)
+        // Identifiers (ASCII letters, digits, `_`; not starting with a digit; not reserved)
+        // separated by `::`, read byte by byte.
+        let bytes = Array(text.utf8)
+        func isIdentifier(_ range: Range<Int>) -> Bool {
+            func letter(_ byte: UInt8) -> Bool { byte == 0x5F || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte) }
+            guard let first = range.first, letter(bytes[first]) else { return false }
+            guard range.allSatisfy({ letter(bytes[$0]) || (0x30...0x39).contains(bytes[$0]) }) else { return false }
+            return !PolicyParser.reserved.contains(String(decoding: bytes[range], as: UTF8.self))
         }
+        var start = 0, index = 0
+        while index + 1 < bytes.count {
+            if bytes[index] == 0x3A, bytes[index + 1] == 0x3A {
+                guard isIdentifier(start..<index) else { return false }
+                index += 2
+                start = index
+            } else {
+                index += 1
+            }
+        }
+        return isIdentifier(start..<bytes.count)
     }
 
     /// `Type::"id"` (the id with policy-text escapes).
     static func parseUID(_ text: String) -> EntityUID? {
+        // The usual case first: `Type::"id"` whose id has no quote, backslash or control
+        // character, so no escape to undo (anything else takes the lexer's way below).
+        let bytes = Array(text.utf8)
+        if let separator = bytes.indices.dropLast(2).first(where: { bytes[$0] == 0x3A && bytes[$0 + 1] == 0x3A && bytes[$0 + 2] == 0x22 }),
+           bytes.count > separator + 3, bytes[bytes.count - 1] == 0x22,
+           bytes[(separator + 3)..<(bytes.count - 1)].allSatisfy({ $0 >= 0x20 && $0 != 0x22 && $0 != 0x5C && $0 != 0x7F }) {
+            let type = String(decoding: bytes[..<separator], as: UTF8.self)
+            guard isTypeName(type) else { return nil }
+            return EntityUID(type: type, id: String(decoding: bytes[(separator + 3)..<(bytes.count - 1)], as: UTF8.self))
+        }
         guard let separator = text.range(of: "::\"", options: .backwards), text.hasSuffix("\""), text.count >= 4 else { return nil }
         let type = String(text[..<separator.lowerBound])
         guard isTypeName(type) else { return nil }
