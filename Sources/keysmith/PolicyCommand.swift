@@ -134,28 +134,77 @@ struct TokenOptions: ParsableArguments {
 
 /// A decision as one JSON document (hand-written: `policy decide` writes one per request).
 func decisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil) -> String {
-    func location(_ location: SourceLocation) -> String {
-        "\"file\":\(jsonString(location.file)),\"line\":\(location.line),\"column\":\(location.column)"
+    // One string, appended to (policy decide writes one of these per request).
+    var out = ""
+    out.reserveCapacity(512)
+    func location(_ location: SourceLocation) {
+        out += "\"file\":"
+        out += jsonString(location.file)
+        out += ",\"line\":"
+        out += String(location.line)
+        out += ",\"column\":"
+        out += String(location.column)
     }
-    func time(_ date: Date?) -> String {
-        guard let date, date.timeIntervalSince1970 > 0 else { return "null" }
-        return jsonString(iso8601(date))
+    func time(_ date: Date?) {
+        guard let date, date.timeIntervalSince1970 > 0 else { out += "null"; return }
+        out += jsonString(iso8601(date))
     }
-    var out = "{\"decision\":\"\(decision.outcome)\",\"determining\":["
-    out += decision.determining.map { "{\"id\":\(jsonString($0.id)),\"effect\":\"\($0.effect.rawValue)\",\(location($0.location))}" }
-        .joined(separator: ",")
+    out += "{\"decision\":\""
+    out += decision.outcome
+    out += "\",\"determining\":["
+    for (index, policy) in decision.determining.enumerated() {
+        if index > 0 { out += "," }
+        out += "{\"id\":"
+        out += jsonString(policy.id)
+        out += ",\"effect\":\""
+        out += policy.effect.rawValue
+        out += "\","
+        location(policy.location)
+        out += "}"
+    }
     out += "],\"errors\":["
-    out += decision.failures.map {
-        "{\"policy\":\(jsonString($0.policy.id)),\"kind\":\"\($0.error.kind.rawValue)\",\"message\":\(jsonString($0.error.message))"
-            + ($0.error.location.map { "," + location($0) } ?? "") + "}"
-    }.joined(separator: ",")
+    for (index, failure) in decision.failures.enumerated() {
+        if index > 0 { out += "," }
+        out += "{\"policy\":"
+        out += jsonString(failure.policy.id)
+        out += ",\"kind\":\""
+        out += failure.error.kind.rawValue
+        out += "\",\"message\":"
+        out += jsonString(failure.error.message)
+        if let place = failure.error.location {
+            out += ","
+            location(place)
+        }
+        out += "}"
+    }
     out += "],\"unmet\":["
-    out += decision.unmet.map { clause in
-        "{\"policy\":\(jsonString(clause.policy.id)),\"clause\":\"\(clause.clause)\",\"value\":\(clause.value),\"text\":\(jsonString(clause.text)),\(location(clause.location)),\"scopes\":["
-            + clause.scopes.map { fact in
-                "{\"scope\":\(jsonString(fact.scope)),\"state\":\(fact.state.map { "\"\($0.rawValue)\"" } ?? "null"),\"changedAt\":\(time(fact.changedAt)),\"reason\":\(fact.reason.map(jsonString) ?? "null")}"
-            }.joined(separator: ",") + "]}"
-    }.joined(separator: ",")
+    for (index, clause) in decision.unmet.enumerated() {
+        if index > 0 { out += "," }
+        out += "{\"policy\":"
+        out += jsonString(clause.policy.id)
+        out += ",\"clause\":\""
+        out += "\(clause.clause)"
+        out += "\",\"value\":"
+        out += "\(clause.value)"
+        out += ",\"text\":"
+        out += jsonString(clause.text)
+        out += ","
+        location(clause.location)
+        out += ",\"scopes\":["
+        for (number, fact) in clause.scopes.enumerated() {
+            if number > 0 { out += "," }
+            out += "{\"scope\":"
+            out += jsonString(fact.scope)
+            out += ",\"state\":"
+            out += fact.state.map { "\"\($0.rawValue)\"" } ?? "null"
+            out += ",\"changedAt\":"
+            time(fact.changedAt)
+            out += ",\"reason\":"
+            out += fact.reason.map(jsonString) ?? "null"
+            out += "}"
+        }
+        out += "]}"
+    }
     out += "]"
     if let remedies {
         out += ",\"wouldAllow\":[" + remedies.map { remedy in

@@ -57,9 +57,16 @@ public struct TokenView: Sendable {
 
     /// A fixed set of granted scopes, with no history.
     public static func granted(_ scopes: Set<Scope>) -> TokenView {
-        TokenView(source: .statuses(Dictionary(uniqueKeysWithValues: scopes.map {
+        let statuses = Dictionary(uniqueKeysWithValues: scopes.map {
             ($0, ScopeStatus(state: .granted, changedAt: Date(timeIntervalSince1970: 0), reason: ""))
-        }))).cached()
+        })
+        // The record straight from the names (what `record(snapshot())` builds, without the
+        // intermediate dictionaries: no times are known, so `since` is empty).
+        var fields: [String: PolicyValue] = ["since": .record([:])]
+        for state in ScopeState.allCases {
+            fields[state.rawValue] = .set(PolicyValueSet(state == .granted ? scopes.map { .string($0.rawValue) } : []))
+        }
+        return TokenView(source: .statuses(statuses), record: .record(fields))
     }
 
     /// Each scope's status now (a live view knows granted scopes only, with no time).
