@@ -22,16 +22,7 @@ count = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 example = os.path.join(root, "docs", "examples", "news-groups")
 
-CEDAR_POLICIES = """
-@id("browse-public") permit(principal, action == Action::"browse", resource) when { resource.public };
-@id("member-browse-post") permit(principal, action in [Action::"browse", Action::"post"], resource)
-  when { principal.member_of.contains(resource) || principal.admin_of.contains(resource) };
-@id("admin-delete") permit(principal, action == Action::"delete", resource) when { principal.admin_of.contains(resource) };
-@id("super-admin") permit(principal, action, resource) when { principal.super_admin };
-@id("scope-browse") forbid(principal, action == Action::"browse", resource) when { !principal.anonymous && !principal.scopes.contains("groups:read") };
-@id("scope-post") forbid(principal, action == Action::"post", resource) when { !principal.anonymous && !principal.scopes.contains("posts:write") };
-@id("scope-delete") forbid(principal, action == Action::"delete", resource) when { !principal.anonymous && !principal.scopes.contains("posts:delete") };
-"""
+from news_groups_cedar import CEDAR_POLICIES  # noqa: E402 (shared with peers.py)
 
 rng = random.Random(7)
 scopes_all = ["groups:read", "posts:write", "posts:delete"]
