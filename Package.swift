@@ -66,8 +66,8 @@ let package = Package(
         .target(
             name: "KeysmithPostgres",
             dependencies: [
-                "Keysmith", "KeysmithCrypto", "KeysmithVault", "KeysmithTokens", .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "Logging", package: "swift-log"),
+                "Keysmith", "KeysmithCrypto", "KeysmithVault", "KeysmithTokens", "KeysmithSystem",
+                .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"),
             ]
         ),
 

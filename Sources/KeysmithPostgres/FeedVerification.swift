@@ -1,4 +1,6 @@
 import Keysmith
+internal import KeysmithCrypto
+internal import KeysmithSystem
 internal import NIOCore
 internal import PostgresNIO
 
@@ -12,6 +14,34 @@ public struct ChangeFeedVerification: Sendable, Hashable {
     public var problems: [String]
     /// Whether nothing is wrong.
     public var isIntact: Bool { problems.isEmpty }
+}
+
+/// Where ``PostgresStore/verifyChangeFeed(pageSize:anchor:acceptRollback:)`` records, outside
+/// the database, the newest change it found intact, so that a later check notices the newest
+/// change rows deleted (and the chain's head set back to match), or the whole feed put back.
+///
+/// ```swift
+/// let feed = try store.verifyChangeFeed(anchor: .standard)
+/// ```
+///
+/// A feed is known by its database, user and namespace: one moved elsewhere starts without a mark.
+public struct ChangeFeedAnchor: Sendable {
+    let marks: MarkFiles
+    static let header = "keysmith-pg-feed-anchor-1"
+
+    /// Marks kept in `directory` (created 0700 when missing).
+    public init(directory: String) {
+        marks = MarkFiles(directory: directory)
+    }
+
+    /// Marks in `$KEYSMITH_ANCHOR_DIR`, else `$XDG_STATE_HOME/keysmith/anchors`, else
+    /// `~/.local/state/keysmith/anchors` (beside the vault's and the audit log's).
+    public static var standard: ChangeFeedAnchor { ChangeFeedAnchor(directory: MarkFiles.defaultDirectory) }
+
+    func name(for store: PostgresStore) -> String {
+        let identity = Array(store.storeDescription.utf8) + store.keys.namespaceID
+        return "pg-feed-" + SHA256.hash(identity).prefix(16).map { String(format: "%02x", $0) }.joined()
+    }
 }
 
 extension PostgresStore {
@@ -30,7 +60,17 @@ extension PostgresStore {
     /// Not caught: the newest rows deleted together with the head set back to the row before
     /// them, by someone who then writes nothing (a watcher that had read them notices at the
     /// next change). Reads the whole feed, a page at a time.
-    public func verifyChangeFeed(pageSize: Int = 10_000) throws -> ChangeFeedVerification {
+    ///
+    /// With an `anchor`, the check also fails when the feed no longer reaches the newest change
+    /// an earlier check on this machine found intact, with the same link (the newest rows
+    /// deleted, or the feed put back); an intact feed moves the mark up. `acceptRollback` forgets
+    /// the mark first (after a deliberate restore of the database).
+    public func verifyChangeFeed(pageSize: Int = 10_000, anchor: ChangeFeedAnchor? = nil,
+                                 acceptRollback: Bool = false) throws -> ChangeFeedVerification {
+        let markName = anchor?.name(for: self)
+        if acceptRollback, let anchor, let markName { try? anchor.marks.remove(markName) }
+        let mark = markName.flatMap { anchor?.marks.read($0, header: ChangeFeedAnchor.header) }
+        var markSeen = false
         let size = Int64(max(1, min(pageSize, 100_000)))
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
         var result = ChangeFeedVerification(changes: 0, unlinked: 0, problems: [])
@@ -75,6 +115,12 @@ extension PostgresStore {
                     }
                     link = chain.bytes
                 }
+                if let mark, UInt64(sequence) == mark.sequence {
+                    markSeen = true
+                    if (chain?.bytes).map({ $0.map { String(format: "%02x", $0) }.joined() }) != mark.value {
+                        problem("change \(sequence) is not the change this machine found there before: the feed was rewritten or put back")
+                    }
+                }
                 if let head, sequence == head.0 {
                     headSeen = true
                     if chain?.bytes != head.1.bytes { problem("the chain's head does not match change \(sequence), which it names") }
@@ -87,6 +133,10 @@ extension PostgresStore {
             }
             guard let last = rows.last else { break }
             after = last.0
+        }
+        if let mark, !markSeen {
+            problem("this machine found change \(mark.sequence) intact before, and the feed no longer has it: its newest rows were deleted, "
+                    + "or the database was put back (verify with acceptRollback / --accept-rollback after a deliberate restore)")
         }
         if let head, !headSeen {
             problem("the chain's head names change \(head.0), which is missing: the newest change rows were deleted")
@@ -120,6 +170,10 @@ extension PostgresStore {
         }
         if orphans > 0 {
             problem("\(orphans) row(s) have no change row for their version: their change rows were deleted")
+        }
+        if result.isIntact, let anchor, let markName, let link, after > 0 {
+            anchor.marks.advance(markName, header: ChangeFeedAnchor.header, sequence: UInt64(after),
+                                 value: link.map { String(format: "%02x", $0) }.joined())
         }
         return result
     }

@@ -162,9 +162,12 @@ extension KeysmithCommand.PostgresCommand {
         @Flag(help: "Print one JSON document: {namespace, intact, changes, unlinked, problems} (the exit code still answers).")
         var json = false
 
+        @Flag(name: .customLong("accept-rollback"), help: "Accept the feed as it is after a deliberate restore of the database (resets this machine's mark).")
+        var acceptRollback = false
+
         func run() throws {
             let opened = try store.openPostgres()
-            let result = try opened.verifyChangeFeed()
+            let result = try opened.verifyChangeFeed(anchor: .standard, acceptRollback: acceptRollback)
             if json {
                 print("{\"namespace\":\(jsonString(opened.namespace)),\"intact\":\(result.isIntact),\"changes\":\(result.changes),"
                       + "\"unlinked\":\(result.unlinked),\"problems\":[\(result.problems.map(jsonString).joined(separator: ","))]}")

@@ -204,6 +204,37 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("the newest change rows deleted with the chain's head set back: the feed alone looks whole, the anchor of a machine that verified it before catches it; accepting resets it")
+    func changeFeedAnchor() throws {
+        let anchors = FileManager.default.temporaryDirectory.appendingPathComponent("ksm-feed-anchor-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: anchors) }
+        let anchor = ChangeFeedAnchor(directory: anchors)
+        let store = try Self.open()
+        let key = ItemKey.genericPassword(service: "s", account: "revoked")
+        try store.perform([.create(ItemAttributes(key: key), secret: Data("granted".utf8))])
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        let old = try Self.sql("SELECT version::text, encode(sealed, 'hex') FROM keysmith_records WHERE namespace_id = \(namespaceID)")
+        try store.perform([.update(ItemAttributes(key: key), secret: Data("revoked".utf8))])
+        #expect(try store.verifyChangeFeed(anchor: anchor).isIntact)
+        let rows = try Self.sql("SELECT seq::text, encode(chain, 'hex') FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY seq")
+        try #require(rows.count == 2 && old.count == 1)
+        // The owner undoes the revocation without a trace in the feed: the item's old row put
+        // back, the newest change row deleted, the head set back to the one before it.
+        _ = try Self.sql("SET LOCAL session_replication_role = replica",
+                         "UPDATE keysmith_records SET version = \(old[0][0]), sealed = decode('\(old[0][1])', 'hex') WHERE namespace_id = \(namespaceID)",
+                         "DELETE FROM keysmith_changes WHERE namespace_id = \(namespaceID) AND seq > \(rows[0][0])",
+                         "UPDATE keysmith_chain_heads SET seq = \(rows[0][0]), chain = decode('\(rows[0][1])', 'hex') WHERE namespace_id = \(namespaceID)")
+        #expect(try store.read(key)?.secret == Data("granted".utf8))
+        // Without a mark it cannot be told from a feed that never went further…
+        #expect(try store.verifyChangeFeed().isIntact)
+        // …with this machine's mark it is caught, and stays caught until accepted.
+        let caught = try store.verifyChangeFeed(anchor: anchor)
+        #expect(caught.problems.contains { $0.contains("this machine found change \(rows[1][0]) intact before") }, "\(caught)")
+        #expect(!(try store.verifyChangeFeed(anchor: anchor)).isIntact)
+        let accepted = try store.verifyChangeFeed(anchor: anchor, acceptRollback: true)
+        #expect(!accepted.problems.contains { $0.contains("this machine") }, "\(accepted)")
+    }
+
     static let auditEntry = ItemKey.keysmithRecord(KeysmithRecordKey(recordType: .auditEntry, service: "audit", account: "000000000001"))
 
     @Test("audit entries live in an append-only table: the store never changes or deletes one, and neither can anyone through SQL")
