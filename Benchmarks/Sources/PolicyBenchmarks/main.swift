@@ -1,7 +1,8 @@
 // Policy decisions per second on the news-groups scenario (1,000 groups, 1,000 users): the
 // policy language (docs/examples/news-groups/policies.cedar) beside the same rules hand-written as
 // plain Swift `if`s, in one run, one core; then memory while deciding requests that name 600,000
-// distinct actions (nothing is interned: memory must stay flat).
+// distinct actions (nothing is interned: memory must stay flat); then the other applications of
+// docs/examples/ (todo, photo-sharing, repositories).
 import Foundation
 import KeysmithPolicy
 import KeysmithTokens
@@ -87,6 +88,7 @@ func rate(_ label: String, _ body: () -> Int) -> Double {
     return perSecond
 }
 
+if ProcessInfo.processInfo.environment["KEYSMITH_POLICY_PROFILE"] == nil {
 var agree = 0
 for (index, (user, action, group)) in requests.prefix(100_000).enumerated()
 where policies.isAuthorized(prepared[index], entities: store).isAllowed == handWritten(handUsers[user], action, groups[group]) {
@@ -122,3 +124,56 @@ for index in 0..<600_000 {
     if !policies.isAuthorized(request, entities: store).isAllowed { denied += 1 }
 }
 print("600,000 requests naming distinct actions: resident memory \(String(format: "%.1f", before)) MB before, \(String(format: "%.1f", residentMB())) MB after (\(denied) denied)")
+}
+
+// The other applications of docs/examples/ (their policies and schemas; the population and
+// requests of Tests/KeysmithPolicyTests/Oracle/applications.py, which the Cedar agreement test
+// uses too), each request with its token, prepared once and decided in-process.
+func applicationRequests(_ name: String) throws -> (Policies, EntityStore, [AuthorizationRequest]) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = ["python3", root.appendingPathComponent("Tests/KeysmithPolicyTests/Oracle/applications.py").path,
+                         "1", String(requestCount), name, "--no-oracle"]
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    try process.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    let document = try JSONSerialization.jsonObject(with: data) as! [String: Any]
+    let folder = root.appendingPathComponent("docs/examples/\(name)")
+    let policies = try Policies(text: try String(contentsOf: folder.appendingPathComponent("policies.cedar"), encoding: .utf8))
+    let schema = try Schema(text: try String(contentsOf: folder.appendingPathComponent("schema.cedarschema"), encoding: .utf8))
+    try schema.validate(policies)
+    var store = try EntityStore(json: Array(try JSONSerialization.data(withJSONObject: document["entities"]!)))
+    try store.add(schema.actionEntities)
+    let now = Date(timeIntervalSince1970: 1_795_860_000)
+    let requests = try (document["requests"] as! [[String: Any]]).map { item -> AuthorizationRequest in
+        var body = item
+        let token = body.removeValue(forKey: "token") as? [String: [Any]]
+        var request = try AuthorizationRequest(json: Array(try JSONSerialization.data(withJSONObject: body)))
+        try schema.validate(request)
+        if let token {
+            var scopes: [Scope: ScopeStatus] = [:]
+            for (name, pair) in token {
+                let state = ScopeState(rawValue: pair[0] as! String)!
+                scopes[try Scope(name)] = ScopeStatus(state: state, changedAt: Date(timeIntervalSince1970: (pair[1] as! NSNumber).doubleValue), reason: "")
+            }
+            request.token = .token(OAuthToken(accessToken: "benchmark", issuedAt: now, scopes: scopes), at: now)
+        }
+        return request
+    }
+    return (policies, store, requests)
+}
+
+// KEYSMITH_POLICY_PROFILE=name decides only that application, for 20 rounds (for perf).
+let profiled = ProcessInfo.processInfo.environment["KEYSMITH_POLICY_PROFILE"]
+for name in ["todo", "photo-sharing", "repositories"] where profiled == nil || profiled == name {
+    let (appPolicies, appStore, appRequests) = try applicationRequests(name)
+    for round in 1...(profiled == nil ? 3 : 20) {
+        _ = rate("\(name), round \(round)") {
+            var allowed = 0
+            for request in appRequests where appPolicies.isAuthorized(request, entities: appStore).isAllowed { allowed += 1 }
+            return allowed
+        }
+    }
+}

@@ -336,10 +336,10 @@ public struct Policies: Sendable {
         var failures: [PolicyFailure] = []
         var missed: [(policy: Int, clause: Int)] = []
         for (index, policy) in policies.enumerated() {
-            guard headMatches(policy, request, entities) else { continue }
+            guard headMatches(policy, evaluator) else { continue }
             var failedClause: Int?
             do {
-                for (clauseIndex, clause) in policy.conditions.enumerated() where try evaluator.bool(clause.body) != clause.isWhen {
+                for (clauseIndex, clause) in policy.conditions.enumerated() where try policy.compiled[clauseIndex].bool(evaluator) != clause.isWhen {
                     failedClause = clauseIndex
                     break
                 }
@@ -400,22 +400,23 @@ public struct Policies: Sendable {
         }
     }
 
-    func headMatches(_ policy: ParsedPolicy, _ request: AuthorizationRequest, _ entities: EntityStore) -> Bool {
+    func headMatches(_ policy: ParsedPolicy, _ evaluator: Evaluator) -> Bool {
         func matches(_ constraint: EntityConstraint, _ uid: EntityUID) -> Bool {
             switch constraint {
             case .any: true
             case .equal(let other): uid == other
-            case .within(let container): entities.isDescendant(uid, of: container)
+            case .within(let container): evaluator.isIn(uid, container)
             case .isType(let type): uid.type == type
-            case .isTypeWithin(let type, let container): uid.type == type && entities.isDescendant(uid, of: container)
+            case .isTypeWithin(let type, let container): uid.type == type && evaluator.isIn(uid, container)
             }
         }
-        guard matches(policy.principal, request.principal), matches(policy.resource, request.resource) else { return false }
+        // The action first: it rules out most policies with a comparison or two.
         switch policy.action {
-        case .any: return true
-        case .equal(let action): return request.action == action
-        case .within(let groups): return groups.contains { entities.isDescendant(request.action, of: $0) }
+        case .any: break
+        case .equal(let action): guard evaluator.action == action else { return false }
+        case .within(let groups): guard groups.contains(where: { evaluator.isIn(evaluator.action, $0) }) else { return false }
         }
+        return matches(policy.principal, evaluator.principal) && matches(policy.resource, evaluator.resource)
     }
 
     /// The first conjunct of `a && b && …` that is false (the whole expression otherwise).

@@ -33,12 +33,21 @@ public struct Entity: Sendable, Hashable {
 public struct EntityStore: Sendable {
     /// Every entity by uid.
     public private(set) var entities: [EntityUID: Entity]
-    private var ancestorsByEntity: [EntityUID: Set<EntityUID>]
+    /// Every entity with its ancestors, found with one lookup per request variable.
+    private var records: [EntityUID: EntityRecord]
     private var locations: [EntityUID: SourceLocation] = [:]
 
     /// Where the entity was read from (its JSON object), for error messages.
     public func location(of uid: EntityUID) -> SourceLocation {
         locations[uid] ?? SourceLocation(file: "<entities>", line: 1, column: 1)
+    }
+
+    /// No entities (what constant parts of conditions are evaluated with).
+    static let empty = EntityStore(nothing: ())
+
+    private init(nothing: Void) {
+        entities = [:]
+        records = [:]
     }
 
     /// A store of these entities; a uid given twice is an error.
@@ -58,7 +67,7 @@ public struct EntityStore: Sendable {
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
         self.entities = byUID
-        self.ancestorsByEntity = [:]
+        self.records = [:]
         try computeAncestors()
     }
 
@@ -78,35 +87,40 @@ public struct EntityStore: Sendable {
     /// Every entity's ancestors; an entity that is its own ancestor (a cycle of parents) is an
     /// error, as in Cedar: membership must be a hierarchy.
     private mutating func computeAncestors() throws(PolicyDiagnostics) {
-        var result: [EntityUID: Set<EntityUID>] = [:]
-        for uid in entities.keys {
+        var result: [EntityUID: EntityRecord] = [:]
+        for (uid, entity) in entities {
             var seen: Set<EntityUID> = []
-            var pending = entities[uid]?.parents ?? []
+            var order: [EntityUID] = []
+            var pending = entity.parents
             while let next = pending.popLast() {
                 guard seen.insert(next).inserted else { continue }
+                order.append(next)
                 pending.append(contentsOf: entities[next]?.parents ?? [])
             }
-            result[uid] = seen
+            result[uid] = EntityRecord(entity: entity, ancestors: order, ancestorSet: seen)
         }
-        let cyclic = result.filter { $0.value.contains($0.key) }.keys.sorted()
+        let cyclic = result.filter { $0.value.isIn($0.key) }.keys.sorted()
         if !cyclic.isEmpty {
             throw PolicyDiagnostics(kind: .input, problems: cyclic.prefix(10).map {
                 PolicyDiagnostic(location: location(of: $0), message: "\($0) is its own ancestor: the parents form a cycle")
             })
         }
-        ancestorsByEntity = result
+        records = result
     }
 
     /// The entity, if the store holds it.
     public subscript(uid: EntityUID) -> Entity? { entities[uid] }
 
     /// Every entity `uid` is in, directly or through its parents (not itself).
-    public func ancestors(of uid: EntityUID) -> Set<EntityUID> { ancestorsByEntity[uid] ?? [] }
+    public func ancestors(of uid: EntityUID) -> Set<EntityUID> { Set(records[uid]?.ancestors ?? []) }
 
     /// Whether `uid` is `container` or is in it.
     public func isDescendant(_ uid: EntityUID, of container: EntityUID) -> Bool {
-        uid == container || ancestorsByEntity[uid]?.contains(container) == true
+        uid == container || records[uid]?.isIn(container) == true
     }
+
+    /// The entity and its ancestors, when the store holds it.
+    func record(_ uid: EntityUID) -> EntityRecord? { records[uid] }
 
     /// Reads Cedar's JSON entity format; every malformed entity is reported, with its line.
     public init(json bytes: [UInt8], file: String = "<entities>") throws(PolicyDiagnostics) {
@@ -137,6 +151,28 @@ public struct EntityStore: Sendable {
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
         try self.init(list, locations: locations)
+    }
+}
+
+/// An entity and every entity it is in, made once per store, so a decision looks each request
+/// variable up once and tests membership without hashing.
+final class EntityRecord: Sendable {
+    let entity: Entity
+    /// Every ancestor, once (not the entity itself).
+    let ancestors: [EntityUID]
+    /// The same, hashed, for entities with many ancestors.
+    let ancestorSet: Set<EntityUID>?
+
+    init(entity: Entity, ancestors: [EntityUID], ancestorSet: Set<EntityUID>) {
+        self.entity = entity
+        self.ancestors = ancestors
+        self.ancestorSet = ancestors.count > PolicyValueSet.linearLimit ? ancestorSet : nil
+    }
+
+    /// Whether `container` is one of the ancestors.
+    func isIn(_ container: EntityUID) -> Bool {
+        if let ancestorSet { return ancestorSet.contains(container) }
+        return ancestors.contains(container)
     }
 }
 

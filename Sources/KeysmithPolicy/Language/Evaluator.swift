@@ -39,9 +39,13 @@ struct Evaluator {
     /// `context.token`, when the principal has a token.
     let token: PolicyValue?
     let entities: EntityStore
-    /// The principal's and the resource's entities, looked up once per request.
-    let principalEntity: Entity?
-    let resourceEntity: Entity?
+    /// The principal's, the action's and the resource's entities and ancestors, looked up once
+    /// per request.
+    let principalRecord: EntityRecord?
+    let actionRecord: EntityRecord?
+    let resourceRecord: EntityRecord?
+    var principalEntity: Entity? { principalRecord?.entity }
+    var resourceEntity: Entity? { resourceRecord?.entity }
 
     init(principal: EntityUID, action: EntityUID, resource: EntityUID, context: [String: PolicyValue], token: PolicyValue?,
          entities: EntityStore) {
@@ -51,12 +55,22 @@ struct Evaluator {
         self.context = context
         self.token = token
         self.entities = entities
-        self.principalEntity = entities[principal]
-        self.resourceEntity = entities[resource]
+        self.principalRecord = entities.record(principal)
+        self.actionRecord = entities.record(action)
+        self.resourceRecord = entities.record(resource)
+    }
+
+    /// Whether `uid` is `container` or is in it (the request's variables from their records).
+    func isIn(_ uid: EntityUID, _ container: EntityUID) -> Bool {
+        if uid == container { return true }
+        if uid == principal { return principalRecord?.isIn(container) ?? false }
+        if uid == resource { return resourceRecord?.isIn(container) ?? false }
+        if uid == action { return actionRecord?.isIn(container) ?? false }
+        return entities.isDescendant(uid, of: container)
     }
 
     /// The entity, from the per-request cache for the principal and the resource.
-    private func entity(_ uid: EntityUID, _ base: Expression) -> Entity? {
+    func entity(_ uid: EntityUID, _ base: Expression) -> Entity? {
         if case .variable(let variable) = base.kind {
             if variable == .principal { return principalEntity }
             if variable == .resource { return resourceEntity }
@@ -186,7 +200,7 @@ struct Evaluator {
         return value
     }
 
-    private func binary(_ op: BinaryOperator, _ left: PolicyValue, _ right: PolicyValue, _ expression: Expression)
+    func binary(_ op: BinaryOperator, _ left: PolicyValue, _ right: PolicyValue, _ expression: Expression)
         throws(EvaluationError) -> PolicyValue
     {
         switch op {
@@ -221,13 +235,13 @@ struct Evaluator {
             guard case .entity(let uid) = left else { throw fail(.typeMismatch, "'in' needs an entity on its left, not \(left.typeName)", expression) }
             switch right {
             case .entity(let container):
-                return .bool(entities.isDescendant(uid, of: container))
+                return .bool(isIn(uid, container))
             case .set(let set):
                 for element in set.elements {
                     guard case .entity(let container) = element else {
                         throw fail(.typeMismatch, "'in' needs a set of entities on its right, and it holds \(element.typeName)", expression)
                     }
-                    if entities.isDescendant(uid, of: container) { return .bool(true) }
+                    if isIn(uid, container) { return .bool(true) }
                 }
                 return .bool(false)
             default:
@@ -238,7 +252,7 @@ struct Evaluator {
         }
     }
 
-    private func method(_ name: String, _ receiver: PolicyValue, _ arguments: [PolicyValue], _ expression: Expression)
+    func method(_ name: String, _ receiver: PolicyValue, _ arguments: [PolicyValue], _ expression: Expression)
         throws(EvaluationError) -> PolicyValue
     {
         func arity(_ count: Int) throws(EvaluationError) {

@@ -8,6 +8,8 @@ final class ParsedPolicy: Sendable {
     let resource: EntityConstraint
     /// `when` (true) and `unless` (false) clauses, in order.
     let conditions: [(isWhen: Bool, body: Expression)]
+    /// The conditions' bodies compiled for deciding (``Node``), in the same order.
+    let compiled: [Node]
     let annotations: [String: String]
     /// Whether the id comes from `@id` (else it is `policyN`, its index, as in Cedar).
     var hasExplicitID: Bool { annotations["id"] != nil }
@@ -26,6 +28,7 @@ final class ParsedPolicy: Sendable {
         self.action = action
         self.resource = resource
         self.conditions = conditions
+        self.compiled = conditions.map { Compiler.compile($0.body) }
         self.annotations = annotations
         self.location = location
         self.principalLocation = principalLocation

@@ -117,26 +117,53 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
 
 /// The elements of a set value: equal when they hold the same elements, in any order.
 public struct PolicyValueSet: Sendable, Hashable {
-        /// The elements, without duplicates, in the order first seen.
-        public private(set) var elements: [PolicyValue]
-        private var members: Set<PolicyValue>
+    /// The elements, without duplicates, in the order first seen.
+    public private(set) var elements: [PolicyValue]
+    /// A hash table of the elements, for sets larger than ``linearLimit`` only: smaller ones
+    /// (scopes of a token, a user's groups) are searched in order, which is faster than
+    /// hashing an entity reference's two strings.
+    private var members: Set<PolicyValue>?
 
-        /// A set of these values (duplicates dropped).
-        public init(_ values: some Sequence<PolicyValue>) {
-            elements = []
-            members = []
-            for value in values where members.insert(value).inserted { elements.append(value) }
+    /// The largest set searched element by element.
+    static let linearLimit = 16
+
+    /// A set of these values (duplicates dropped).
+    public init(_ values: some Sequence<PolicyValue>) {
+        elements = []
+        var table: Set<PolicyValue> = []
+        for value in values {
+            if table.isEmpty {
+                guard !elements.contains(value) else { continue }
+                elements.append(value)
+                if elements.count > Self.linearLimit { table = Set(elements) }
+            } else if table.insert(value).inserted {
+                elements.append(value)
+            }
         }
+        members = table.isEmpty ? nil : table
+    }
 
-        /// Whether the set holds `value`.
-        public func contains(_ value: PolicyValue) -> Bool { members.contains(value) }
-        /// The number of elements.
-        public var count: Int { elements.count }
+    /// Whether the set holds `value`.
+    public func contains(_ value: PolicyValue) -> Bool {
+        if let members { return members.contains(value) }
+        return elements.contains(value)
+    }
 
-        /// Equal when they hold the same elements.
-        public static func == (lhs: PolicyValueSet, rhs: PolicyValueSet) -> Bool { lhs.members == rhs.members }
-        /// Hashes the members, ignoring order.
-        public func hash(into hasher: inout Hasher) { hasher.combine(members) }
+    /// The number of elements.
+    public var count: Int { elements.count }
+
+    /// Equal when they hold the same elements.
+    public static func == (lhs: PolicyValueSet, rhs: PolicyValueSet) -> Bool {
+        lhs.count == rhs.count && lhs.elements.allSatisfy(rhs.contains)
+    }
+
+    /// Hashes the members, ignoring order.
+    public func hash(into hasher: inout Hasher) {
+        var sum = 0
+        for element in elements { sum = sum &+ element.hashValue }
+        hasher.combine(elements.count)
+        hasher.combine(sum)
+    }
 }
 
 /// An IPv4 or IPv6 address with a prefix length (a single address has the full length).

@@ -1,0 +1,354 @@
+/// A condition compiled for deciding: a tree of nodes made once per policy, so a decision
+/// neither copies the syntax tree nor re-evaluates constant parts.
+///
+/// Every node computes exactly what ``Evaluator/evaluate(_:)`` computes for its expression.
+/// Nodes take the common, successful way directly; whenever something is off (a type
+/// mismatch, a missing attribute, an entity the store lacks), they hand the whole expression
+/// back to the evaluator, which re-reads it (evaluation only reads) and reports the very error
+/// it always reported, with the same kind, message and location. The oracle tests hold both to
+/// Cedar's decisions.
+///
+/// ```swift
+/// let node = Compiler.compile(expression)
+/// let allowed = try node.bool(evaluator)
+/// ```
+class Node: @unchecked Sendable {  // immutable after init; every subclass keeps only `let`s
+    /// The expression this node computes (for the evaluator's way and its errors).
+    let source: Expression
+
+    init(_ source: Expression) { self.source = source }
+
+    /// The expression's value.
+    func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+        try evaluator.evaluate(source)
+    }
+
+    /// The expression's value as a Boolean; a value of another type is the evaluator's error.
+    func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+        guard case .bool(let flag) = try value(evaluator) else { return try evaluator.bool(source) }
+        return flag
+    }
+}
+
+/// Builds nodes from expressions.
+enum Compiler {
+    static func compile(_ expression: Expression) -> Node {
+        if let constant = constant(expression) { return LiteralNode(expression, constant) }
+        switch expression.kind {
+        case .literal(let value):
+            return LiteralNode(expression, value)
+        case .variable(let variable):
+            return variable == .context ? Node(expression) : VariableNode(expression, variable)
+        case .not(let operand):
+            return NotNode(expression, compile(operand))
+        case .binary(.and, let left, let right):
+            return AndNode(expression, compile(left), compile(right))
+        case .binary(.or, let left, let right):
+            return OrNode(expression, compile(left), compile(right))
+        case .binary(.equal, let left, let right):
+            return EqualNode(expression, compile(left), compile(right), negated: false)
+        case .binary(.notEqual, let left, let right):
+            return EqualNode(expression, compile(left), compile(right), negated: true)
+        case .binary(let op, let left, let right):
+            return BinaryNode(expression, op, compile(left), compile(right))
+        case .ifThenElse(let condition, let then, let otherwise):
+            return IfNode(expression, compile(condition), compile(then), compile(otherwise))
+        case .has(let base, let name):
+            if case .variable(.context) = base.kind { return ContextHasNode(expression, name) }
+            return HasNode(expression, compile(base), name)
+        case .attribute(let base, let name):
+            if case .variable(let variable) = base.kind {
+                switch variable {
+                case .context: return ContextAttributeNode(expression, name)
+                case .principal, .resource: return VariableAttributeNode(expression, variable, name)
+                case .action: break
+                }
+            }
+            return AttributeNode(expression, compile(base), name)
+        case .method(let receiver, let name, let arguments):
+            return MethodNode(expression, compile(receiver), name, arguments.map(compile))
+        case .like(let base, let pattern):
+            return LikeNode(expression, compile(base), pattern)
+        case .set(let items):
+            return SetNode(expression, items.map(compile))
+        case .negate, .isType, .call, .record:
+            return Node(expression)
+        }
+    }
+
+    /// The value of an expression that reads nothing of the request or the entities (a
+    /// literal, a set or record of such, `ip("10.0.0.0/8")`, `-5`), when it evaluates without an
+    /// error; `nil` otherwise (an erring constant keeps erring at every decision).
+    static func constant(_ expression: Expression) -> PolicyValue? {
+        func reads(_ expression: Expression) -> Bool {
+            switch expression.kind {
+            case .literal: false
+            case .set(let items), .call(_, let items): items.contains(where: reads)
+            case .record(let fields): fields.contains { reads($0.1) }
+            case .negate(let operand): reads(operand)
+            default: true
+            }
+        }
+        if case .literal = expression.kind { return nil }
+        guard !reads(expression) else { return nil }
+        let nothing = Evaluator(principal: EntityUID(type: "_", id: ""), action: EntityUID(type: "_", id: ""),
+                                resource: EntityUID(type: "_", id: ""), context: [:], token: nil, entities: .empty)
+        return try? nothing.evaluate(expression)
+    }
+}
+
+final class LiteralNode: Node, @unchecked Sendable {
+    let constant: PolicyValue
+    init(_ source: Expression, _ constant: PolicyValue) {
+        self.constant = constant
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { constant }
+}
+
+final class VariableNode: Node, @unchecked Sendable {
+    let variable: Variable
+    init(_ source: Expression, _ variable: Variable) {
+        self.variable = variable
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+        switch variable {
+        case .principal: .entity(evaluator.principal)
+        case .action: .entity(evaluator.action)
+        case .resource: .entity(evaluator.resource)
+        case .context: evaluator.contextRecord
+        }
+    }
+}
+
+final class NotNode: Node, @unchecked Sendable {
+    let operand: Node
+    init(_ source: Expression, _ operand: Node) {
+        self.operand = operand
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool { !(try operand.bool(evaluator)) }
+}
+
+final class AndNode: Node, @unchecked Sendable {
+    let left: Node, right: Node
+    init(_ source: Expression, _ left: Node, _ right: Node) {
+        self.left = left
+        self.right = right
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+        guard try left.bool(evaluator) else { return false }
+        return try right.bool(evaluator)
+    }
+}
+
+final class OrNode: Node, @unchecked Sendable {
+    let left: Node, right: Node
+    init(_ source: Expression, _ left: Node, _ right: Node) {
+        self.left = left
+        self.right = right
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+        if try left.bool(evaluator) { return true }
+        return try right.bool(evaluator)
+    }
+}
+
+final class EqualNode: Node, @unchecked Sendable {
+    let left: Node, right: Node, negated: Bool
+    init(_ source: Expression, _ left: Node, _ right: Node, negated: Bool) {
+        self.left = left
+        self.right = right
+        self.negated = negated
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+        let a = try left.value(evaluator)
+        return (a == (try right.value(evaluator))) != negated
+    }
+}
+
+final class BinaryNode: Node, @unchecked Sendable {
+    let op: BinaryOperator, left: Node, right: Node
+    init(_ source: Expression, _ op: BinaryOperator, _ left: Node, _ right: Node) {
+        self.op = op
+        self.left = left
+        self.right = right
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+        let a = try left.value(evaluator)
+        return try evaluator.binary(op, a, try right.value(evaluator), source)
+    }
+}
+
+final class IfNode: Node, @unchecked Sendable {
+    let condition: Node, then: Node, otherwise: Node
+    init(_ source: Expression, _ condition: Node, _ then: Node, _ otherwise: Node) {
+        self.condition = condition
+        self.then = then
+        self.otherwise = otherwise
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+        try condition.bool(evaluator) ? try then.value(evaluator) : try otherwise.value(evaluator)
+    }
+    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+        try condition.bool(evaluator) ? try then.bool(evaluator) : try otherwise.bool(evaluator)
+    }
+}
+
+/// `context has name`.
+final class ContextHasNode: Node, @unchecked Sendable {
+    let name: String
+    init(_ source: Expression, _ name: String) {
+        self.name = name
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool { evaluator.contextField(name) != nil }
+}
+
+/// `base has name` for any other base.
+final class HasNode: Node, @unchecked Sendable {
+    let base: Node, name: String
+    init(_ source: Expression, _ base: Node, _ name: String) {
+        self.base = base
+        self.name = name
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+        switch try base.value(evaluator) {
+        case .record(let fields): return fields[name] != nil
+        case .entity(let uid): return evaluator.entity(uid, base.source)?.attributes[name] != nil
+        default: return try evaluator.bool(source)
+        }
+    }
+}
+
+/// `context.name`.
+final class ContextAttributeNode: Node, @unchecked Sendable {
+    let name: String
+    init(_ source: Expression, _ name: String) {
+        self.name = name
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+        guard let value = evaluator.contextField(name) else { return try evaluator.evaluate(source) }
+        return value
+    }
+}
+
+/// `principal.name` and `resource.name`: the entity looked up once per request.
+final class VariableAttributeNode: Node, @unchecked Sendable {
+    let isPrincipal: Bool, name: String
+    init(_ source: Expression, _ variable: Variable, _ name: String) {
+        self.isPrincipal = variable == .principal
+        self.name = name
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+        guard let value = (isPrincipal ? evaluator.principalEntity : evaluator.resourceEntity)?.attributes[name] else {
+            return try evaluator.evaluate(source)
+        }
+        return value
+    }
+}
+
+/// `base.name` for any other base: a record's field or an entity's attribute.
+final class AttributeNode: Node, @unchecked Sendable {
+    let base: Node, name: String
+    init(_ source: Expression, _ base: Node, _ name: String) {
+        self.base = base
+        self.name = name
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+        let found: PolicyValue? = switch try base.value(evaluator) {
+        case .record(let fields): fields[name]
+        case .entity(let uid): evaluator.entities[uid]?.attributes[name]
+        default: nil
+        }
+        guard let found else { return try evaluator.evaluate(source) }
+        return found
+    }
+}
+
+/// A method call; `contains`, `containsAll` and `containsAny` on sets directly, the others
+/// through the evaluator's table.
+final class MethodNode: Node, @unchecked Sendable {
+    enum Kind { case contains, containsAll, containsAny, other }
+    let receiver: Node, name: String, arguments: [Node], kind: Kind
+    init(_ source: Expression, _ receiver: Node, _ name: String, _ arguments: [Node]) {
+        self.receiver = receiver
+        self.name = name
+        self.arguments = arguments
+        let kind: Kind = switch name {
+        case "contains": .contains
+        case "containsAll": .containsAll
+        case "containsAny": .containsAny
+        default: .other
+        }
+        self.kind = arguments.count == 1 ? kind : .other
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+        if kind != .other { return .bool(try bool(evaluator)) }
+        let target = try receiver.value(evaluator)
+        var values: [PolicyValue] = []
+        for argument in arguments { values.append(try argument.value(evaluator)) }
+        return try evaluator.method(name, target, values, source)
+    }
+    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+        if kind == .other { return try super.bool(evaluator) }
+        let target = try receiver.value(evaluator)
+        let argument = try arguments[0].value(evaluator)
+        guard case .set(let set) = target else { return try evaluator.bool(source) }
+        switch kind {
+        case .contains:
+            return set.contains(argument)
+        case .containsAll:
+            guard case .set(let other) = argument else { return try evaluator.bool(source) }
+            return other.elements.allSatisfy(set.contains)
+        default:
+            guard case .set(let other) = argument else { return try evaluator.bool(source) }
+            return other.elements.contains(where: set.contains)
+        }
+    }
+}
+
+final class LikeNode: Node, @unchecked Sendable {
+    let base: Node, pattern: [PatternElement]
+    init(_ source: Expression, _ base: Node, _ pattern: [PatternElement]) {
+        self.base = base
+        self.pattern = pattern
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+        guard case .string(let text) = try base.value(evaluator) else { return try evaluator.bool(source) }
+        return Evaluator.matches(Array(text.unicodeScalars), pattern)
+    }
+}
+
+final class SetNode: Node, @unchecked Sendable {
+    let items: [Node]
+    init(_ source: Expression, _ items: [Node]) {
+        self.items = items
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+        var values: [PolicyValue] = []
+        values.reserveCapacity(items.count)
+        for item in items { values.append(try item.value(evaluator)) }
+        return .set(PolicyValueSet(values))
+    }
+}
