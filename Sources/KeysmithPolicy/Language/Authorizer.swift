@@ -19,15 +19,24 @@ public struct TokenView: Sendable {
     let source: Source
     /// `context.token` for a view that does not change (all but live ones), built once.
     let fixedRecord: PolicyValue?
+    /// That record's five fields in ``TokenField`` order, for conditions that read one.
+    let fixedFields: [PolicyValue]?
 
     init(source: Source) {
         self.source = source
         self.fixedRecord = nil
+        self.fixedFields = nil
     }
 
     private init(source: Source, record: PolicyValue) {
         self.source = source
         self.fixedRecord = record
+        if case .record(let fields) = record {
+            let parts = TokenField.allCases.compactMap { fields[$0.rawValue] }
+            self.fixedFields = parts.count == TokenField.allCases.count ? parts : nil
+        } else {
+            self.fixedFields = nil
+        }
     }
 
     /// The view with its record built once (every source but a live one).
@@ -94,6 +103,11 @@ public struct TokenView: Sendable {
         for state in ScopeState.allCases { fields[state.rawValue] = .set(PolicyValueSet(sets[state] ?? [])) }
         return .record(fields)
     }
+}
+
+/// The fields of `context.token`, in the order ``TokenView`` keeps them.
+enum TokenField: String, CaseIterable {
+    case granted, declined, expired, revoked, since
 }
 
 extension ScopeStatus {
@@ -330,7 +344,7 @@ public struct Policies: Sendable {
         var context = request.context
         let token = request.token?.currentRecord() ?? context.removeValue(forKey: "token")
         let evaluator = Evaluator(principal: request.principal, action: request.action, resource: request.resource,
-                                  context: context, token: token, entities: entities)
+                                  context: context, token: token, entities: entities, tokenFields: request.token?.fixedFields)
         var permits: [PolicyReference] = []
         var forbids: [Int] = []
         var failures: [PolicyFailure] = []

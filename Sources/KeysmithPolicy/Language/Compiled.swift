@@ -23,6 +23,11 @@ class Node: @unchecked Sendable {  // immutable after init; every subclass keeps
         try evaluator.evaluate(source)
     }
 
+    /// When the expression's value is an entity the store holds, that entity's record; `nil`
+    /// when it is not, or when this node cannot tell without computing the value (then use
+    /// ``value(_:)``, which is always right).
+    func record(_ evaluator: Evaluator) throws(EvaluationError) -> EntityRecord? { nil }
+
     /// The expression's value as a Boolean; a value of another type is the evaluator's error.
     func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
         guard case .bool(let flag) = try value(evaluator) else { return try evaluator.bool(source) }
@@ -57,6 +62,9 @@ enum Compiler {
             if case .variable(.context) = base.kind { return ContextHasNode(expression, name) }
             return HasNode(expression, compile(base), name)
         case .attribute(let base, let name):
+            if case .attribute(let inner, "token") = base.kind, case .variable(.context) = inner.kind, let field = TokenField(rawValue: name) {
+                return TokenFieldNode(expression, field, general: AttributeNode(expression, compile(base), name))
+            }
             if case .variable(let variable) = base.kind {
                 switch variable {
                 case .context: return ContextAttributeNode(expression, name)
@@ -118,6 +126,14 @@ final class VariableNode: Node, @unchecked Sendable {
         case .action: .entity(evaluator.action)
         case .resource: .entity(evaluator.resource)
         case .context: evaluator.contextRecord
+        }
+    }
+    override func record(_ evaluator: Evaluator) throws(EvaluationError) -> EntityRecord? {
+        switch variable {
+        case .principal: evaluator.principalRecord
+        case .action: evaluator.actionRecord
+        case .resource: evaluator.resourceRecord
+        case .context: nil
         }
     }
 }
@@ -226,6 +242,7 @@ final class HasNode: Node, @unchecked Sendable {
     }
     override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
     override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+        if let record = try base.record(evaluator) { return record.attribute(name) != nil }
         switch try base.value(evaluator) {
         case .record(let fields): return fields[name] != nil
         case .entity(let uid): return evaluator.entity(uid, base.source)?.attributes[name] != nil
@@ -256,10 +273,14 @@ final class VariableAttributeNode: Node, @unchecked Sendable {
         super.init(source)
     }
     override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
-        guard let value = (isPrincipal ? evaluator.principalEntity : evaluator.resourceEntity)?.attributes[name] else {
+        guard let found = (isPrincipal ? evaluator.principalRecord : evaluator.resourceRecord)?.attribute(name) else {
             return try evaluator.evaluate(source)
         }
-        return value
+        return found.value
+    }
+    override func record(_ evaluator: Evaluator) throws(EvaluationError) -> EntityRecord? {
+        guard let found = (isPrincipal ? evaluator.principalRecord : evaluator.resourceRecord)?.attribute(name) else { return nil }
+        return evaluator.entities.record(at: found.linked)
     }
 }
 
@@ -272,6 +293,7 @@ final class AttributeNode: Node, @unchecked Sendable {
         super.init(source)
     }
     override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+        if let record = try base.record(evaluator), let found = record.attribute(name) { return found.value }
         let found: PolicyValue? = switch try base.value(evaluator) {
         case .record(let fields): fields[name]
         case .entity(let uid): evaluator.entities[uid]?.attributes[name]
@@ -279,6 +301,25 @@ final class AttributeNode: Node, @unchecked Sendable {
         }
         guard let found else { return try evaluator.evaluate(source) }
         return found
+    }
+    override func record(_ evaluator: Evaluator) throws(EvaluationError) -> EntityRecord? {
+        guard let found = try base.record(evaluator)?.attribute(name) else { return nil }
+        return evaluator.entities.record(at: found.linked)
+    }
+}
+
+/// `context.token.granted` (and `declined`, `expired`, `revoked`, `since`): read from the token
+/// view's fields when it keeps them, else as any attribute.
+final class TokenFieldNode: Node, @unchecked Sendable {
+    let index: Int, general: Node
+    init(_ source: Expression, _ field: TokenField, general: Node) {
+        self.index = TokenField.allCases.firstIndex(of: field)!
+        self.general = general
+        super.init(source)
+    }
+    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+        if let fields = evaluator.tokenFields { return fields[index] }
+        return try general.value(evaluator)
     }
 }
 

@@ -35,6 +35,8 @@ public struct EntityStore: Sendable {
     public private(set) var entities: [EntityUID: Entity]
     /// Every entity with its ancestors, found with one lookup per request variable.
     private var records: [EntityUID: EntityRecord]
+    /// The same records in one list, which ``EntityRecord/linked`` indexes.
+    private var recordList: [EntityRecord] = []
     private var locations: [EntityUID: SourceLocation] = [:]
 
     /// Where the entity was read from (its JSON object), for error messages.
@@ -99,6 +101,12 @@ public struct EntityStore: Sendable {
             }
             result[uid] = EntityRecord(entity: entity, ancestors: order, ancestorSet: seen)
         }
+        let list = Array(result.values)
+        let places = Dictionary(uniqueKeysWithValues: list.enumerated().map { ($1.entity.uid, $0) })
+        for record in list {
+            record.linked = record.values.map { if case .entity(let uid) = $0 { places[uid] ?? -1 } else { -1 } }
+        }
+        recordList = list
         let cyclic = result.filter { $0.value.isIn($0.key) }.keys.sorted()
         if !cyclic.isEmpty {
             throw PolicyDiagnostics(kind: .input, problems: cyclic.prefix(10).map {
@@ -121,6 +129,10 @@ public struct EntityStore: Sendable {
 
     /// The entity and its ancestors, when the store holds it.
     func record(_ uid: EntityUID) -> EntityRecord? { records[uid] }
+
+    /// The record at `place` in the list (from ``EntityRecord/linked``), or `nil` for -1.
+    @inline(__always)
+    func record(at place: Int) -> EntityRecord? { place < 0 ? nil : recordList[place] }
 
     /// Reads Cedar's JSON entity format; every malformed entity is reported, with its line.
     public init(json bytes: [UInt8], file: String = "<entities>") throws(PolicyDiagnostics) {
@@ -156,17 +168,45 @@ public struct EntityStore: Sendable {
 
 /// An entity and every entity it is in, made once per store, so a decision looks each request
 /// variable up once and tests membership without hashing.
-final class EntityRecord: Sendable {
+final class EntityRecord: @unchecked Sendable {  // `linked` is written only while its store is built
     let entity: Entity
     /// Every ancestor, once (not the entity itself).
     let ancestors: [EntityUID]
     /// The same, hashed, for entities with many ancestors.
     let ancestorSet: Set<EntityUID>?
+    /// The attributes' names and values in one order, found by comparing names (no hashing);
+    /// empty for an entity with more than ``PolicyValueSet/linearLimit`` attributes, which
+    /// are looked up in `entity.attributes`.
+    let names: [String]
+    let values: [PolicyValue]
+    /// For each value that refers to an entity of the same store, that entity's place in the
+    /// store's list of records, or -1 (so `resource.list.owner` follows a reference without
+    /// hashing; places, not references, so records never keep each other alive). Set once by
+    /// the store that made the record, before the store is used, and never changed after.
+    fileprivate(set) var linked: [Int] = []
 
     init(entity: Entity, ancestors: [EntityUID], ancestorSet: Set<EntityUID>) {
         self.entity = entity
         self.ancestors = ancestors
         self.ancestorSet = ancestors.count > PolicyValueSet.linearLimit ? ancestorSet : nil
+        if entity.attributes.count <= PolicyValueSet.linearLimit {
+            names = Array(entity.attributes.keys)
+            values = names.map { entity.attributes[$0]! }
+        } else {
+            names = []
+            values = []
+        }
+    }
+
+    /// The attribute `name`, and the place of the entity it refers to in the store's list of
+    /// records (-1 when it is not an entity the store holds).
+    @inline(__always)
+    func attribute(_ name: String) -> (value: PolicyValue, linked: Int)? {
+        if names.isEmpty {
+            return entity.attributes[name].map { ($0, -1) }
+        }
+        guard let index = names.firstIndex(of: name) else { return nil }
+        return (values[index], linked[index])
     }
 
     /// Whether `container` is one of the ancestors.

@@ -38,6 +38,8 @@ struct Evaluator {
     let context: [String: PolicyValue]
     /// `context.token`, when the principal has a token.
     let token: PolicyValue?
+    /// `token`'s fields in ``TokenField`` order, when the token view keeps them.
+    let tokenFields: [PolicyValue]?
     let entities: EntityStore
     /// The principal's, the action's and the resource's entities and ancestors, looked up once
     /// per request.
@@ -48,7 +50,8 @@ struct Evaluator {
     var resourceEntity: Entity? { resourceRecord?.entity }
 
     init(principal: EntityUID, action: EntityUID, resource: EntityUID, context: [String: PolicyValue], token: PolicyValue?,
-         entities: EntityStore) {
+         entities: EntityStore, tokenFields: [PolicyValue]? = nil) {
+        self.tokenFields = token == nil ? nil : tokenFields
         self.principal = principal
         self.action = action
         self.resource = resource
