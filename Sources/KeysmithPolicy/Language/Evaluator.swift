@@ -30,7 +30,7 @@ public struct EvaluationError: Error, Sendable, Hashable, CustomStringConvertibl
 
 /// Evaluates one request's expressions. It only reads; it never throws for a value that is
 /// merely false.
-struct Evaluator {
+final class Evaluator: Sendable {
     let principal: EntityUID
     let action: EntityUID
     let resource: EntityUID
