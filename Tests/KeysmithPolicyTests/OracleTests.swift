@@ -37,7 +37,7 @@ struct OracleTests {
     @Test("random policies decide as Cedar decides, errors included")
     func agreesWithCedar() throws {
         let scenarios = ProcessInfo.processInfo.environment["KEYSMITH_ORACLE_SCENARIOS"].flatMap(Int.init) ?? 300
-        var compared = 0, allowed = 0, errored = 0, failClosed = 0, skipped = 0, scenarioCount = 0, refusedEntities = 0
+        var compared = 0, allowed = 0, errored = 0, failClosed = 0, skipped = 0, scenarioCount = 0, refusedEntities = 0, clausesCompared = 0
         for scenario in try Self.oracle(seed: 20261122, scenarios: scenarios, requests: 25) {
             if case .string(let refused)? = scenario["refused"]?.value {
                 #expect(throws: PolicyDiagnostics.self, "Cedar refuses this, and so must Keysmith:\n\(refused)") {
@@ -87,6 +87,20 @@ struct OracleTests {
                     #expect(decision.outcome == expected, "\(context)\nours: \(decision)")
                     #expect(Set(decision.determining.map(\.id)) == reasons, "\(context)\nours: \(decision)")
                 }
+                // Every clause, compiled (as decisions use it) and read by the evaluator from its
+                // syntax tree: the same value, or the same error (kind, message and location).
+                var requestContext = request.context
+                let token = request.token?.currentRecord() ?? requestContext.removeValue(forKey: "token")
+                let evaluator = Evaluator(principal: request.principal, action: request.action, resource: request.resource,
+                                          context: requestContext, token: token, entities: entities, tokenFields: request.token?.fixedFields)
+                for policy in policies.policies {
+                    for (index, clause) in policy.conditions.enumerated() {
+                        let compiled = Result { () throws(EvaluationError) -> Bool in try policy.compiled[index].bool(evaluator) }
+                        let read = Result { () throws(EvaluationError) -> Bool in try evaluator.bool(clause.body) }
+                        #expect(compiled == read, "\(clause.body.text)")
+                        clausesCompared += 1
+                    }
+                }
                 compared += 1
                 if expected == "allow" { allowed += 1 }
                 if !errors.isEmpty { errored += 1 }
@@ -96,6 +110,7 @@ struct OracleTests {
         #expect(compared == scenarioCount * 25 && scenarioCount >= scenarios / 2)
         #expect(allowed > compared / 50)
         #expect(errored > compared / 50)
+        #expect(clausesCompared > compared)
     }
 }
 
