@@ -17,18 +17,7 @@ struct ApplicationTests {
 
     /// Each application's population and requests, decided by Cedar.
     static func generated(seed: Int, requests: Int) throws -> [Located] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script, String(seed), String(requests)]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw OracleTests.OracleFailure(message: "applications.py exited \(process.terminationStatus): is cedarpy installed (scripts/bootstrap.sh)?")
-        }
-        return try data.split(separator: UInt8(ascii: "\n")).map { try JSONReader.parse(Array($0)) }
+        try OracleTests.jsonLines(python: script, [String(seed), String(requests)])
     }
 
     static let count = ProcessInfo.processInfo.environment["KEYSMITH_APPLICATION_REQUESTS"].flatMap(Int.init) ?? 3000

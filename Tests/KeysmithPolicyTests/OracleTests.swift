@@ -13,16 +13,21 @@ struct OracleTests {
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Oracle/cedar_oracle.py").path
 
     static func oracle(seed: Int, scenarios: Int, requests: Int, typed: Bool = false) throws -> [Located] {
+        try jsonLines(python: script, [String(seed), String(scenarios), String(requests)] + (typed ? ["typed"] : []))
+    }
+
+    /// Runs a Python script of Oracle/ and reads its output, one JSON document per line.
+    static func jsonLines(python script: String, _ arguments: [String]) throws -> [Located] {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script, String(seed), String(scenarios), String(requests)] + (typed ? ["typed"] : [])
+        process.arguments = ["python3", script] + arguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw OracleFailure(message: "cedar_oracle.py exited \(process.terminationStatus): is cedarpy installed (scripts/bootstrap.sh)?")
+            throw OracleFailure(message: "\(URL(fileURLWithPath: script).lastPathComponent) exited \(process.terminationStatus): is cedarpy installed (scripts/bootstrap.sh)?")
         }
         return try data.split(separator: UInt8(ascii: "\n")).map { try JSONReader.parse(Array($0)) }
     }

@@ -318,13 +318,6 @@ def cedar_token(token):
     return out
 
 
-def policy_id(error):
-    match = re.search(r"policy `([^`]+)`", str(error))
-    if not match:
-        raise SystemExit(f"applications.py: an error without a policy id: {error}")
-    return match.group(1)
-
-
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     oracle = "--no-oracle" not in sys.argv
@@ -332,6 +325,7 @@ def main():
     names = args[2:] or list(APPLICATIONS)
     if oracle:
         import cedarpy
+        from cedar_oracle import policy_id  # beside this file
     for name in names:
         rng = random.Random(f"{seed}/{name}")
         app = APPLICATIONS[name](rng)
