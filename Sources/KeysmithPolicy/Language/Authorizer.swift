@@ -282,13 +282,10 @@ public struct AuthorizationDecision: Sendable, CustomStringConvertible {
 public struct Policies: Sendable {
     let policies: [ParsedPolicy]
     var source: String = ""
-    /// Which policies a request's action can match, made once per set.
-    let actions: ActionIndex
 
     /// Parses policy text; every problem is reported at once, with file:line:column.
     public init(text: String, file: String = "<policies>") throws(PolicyDiagnostics) {
         policies = try PolicyParser.parse(text, file: file)
-        actions = ActionIndex(policies)
         source = text
     }
 
@@ -299,7 +296,6 @@ public struct Policies: Sendable {
     /// policy object (docs/policy-language.md, "JSON forms"). Every problem is reported.
     public init(json bytes: [UInt8], file: String = "<policies>") throws(PolicyDiagnostics) {
         policies = try PolicyJSON.parse(bytes, file: file)
-        actions = ActionIndex(policies)
         source = formatted
     }
 
@@ -309,10 +305,7 @@ public struct Policies: Sendable {
     /// The policies printed from their syntax: comments dropped, one layout.
     public var formatted: String { policies.map(PolicyPrinter.print).joined(separator: "\n\n") + (policies.isEmpty ? "" : "\n") }
 
-    init(parsed: [ParsedPolicy]) {
-        policies = parsed
-        actions = ActionIndex(parsed)
-    }
+    init(parsed: [ParsedPolicy]) { policies = parsed }
 
     /// Parses several files as one set: every problem of every file is reported, and a policy
     /// id used in two files is an error. Policies without an `@id` are numbered across files. A
@@ -338,7 +331,6 @@ public struct Policies: Sendable {
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .syntax, problems: problems) }
         policies = all
-        actions = ActionIndex(all)
         source = files.map(\.text).joined(separator: "\n")
     }
 
@@ -357,9 +349,7 @@ public struct Policies: Sendable {
         var forbids: [Int] = []
         var failures: [PolicyFailure] = []
         var missed: [(policy: Int, clause: Int)] = []
-        var candidates = actions.candidates(for: request.action)
-        while let index = candidates.next() {
-            let policy = policies[index]
+        for (index, policy) in policies.enumerated() {
             guard headMatches(policy, evaluator) else { continue }
             var failedClause: Int?
             do {
@@ -499,49 +489,6 @@ public struct Policies: Sendable {
             guard let snapshot, let entry = snapshot[name] else { return ScopeFact(scope: name) }
             guard let status = entry else { return ScopeFact(scope: name, state: .granted) }
             return ScopeFact(scope: name, state: status.state, changedAt: status.changedAt, reason: status.reason)
-        }
-    }
-}
-
-/// The policies whose head names one action (`action == Action::"view"`), by that action, and
-/// the rest (any action, or an action group, checked at each decision), so a decision visits
-/// only policies its action can match, in file order.
-struct ActionIndex: Sendable {
-    let byAction: [EntityUID: [Int]]
-    let others: [Int]
-
-    init(_ policies: [ParsedPolicy]) {
-        var byAction: [EntityUID: [Int]] = [:]
-        var others: [Int] = []
-        for (index, policy) in policies.enumerated() {
-            if case .equal(let action) = policy.action { byAction[action, default: []].append(index) } else { others.append(index) }
-        }
-        self.byAction = byAction
-        self.others = others
-    }
-
-    /// The policies to visit for `action`, in file order (two ascending lists, merged).
-    func candidates(for action: EntityUID) -> Candidates {
-        Candidates(named: byAction.isEmpty ? [] : byAction[action] ?? [], others: others)
-    }
-
-    struct Candidates: IteratorProtocol {
-        let named: [Int], others: [Int]
-        var i = 0, j = 0
-
-        init(named: [Int], others: [Int]) {
-            self.named = named
-            self.others = others
-        }
-
-        mutating func next() -> Int? {
-            if i < named.count, j >= others.count || named[i] < others[j] {
-                defer { i += 1 }
-                return named[i]
-            }
-            guard j < others.count else { return nil }
-            defer { j += 1 }
-            return others[j]
         }
     }
 }
