@@ -16,27 +16,37 @@ public struct TokenView: Sendable {
         case fixedSnapshot([String: ScopeStatus?])
     }
 
-    let source: Source
-    /// `context.token` for a view that does not change (all but live ones), built once.
-    let fixedRecord: PolicyValue?
-    /// That record's five fields in ``TokenField`` order, for conditions that read one.
-    let fixedFields: [PolicyValue]?
+    /// What the view holds, in one object: copying a view (with each request) is one reference.
+    final class Storage: Sendable {
+        let source: Source
+        /// `context.token` for a view that does not change (all but live ones), built once.
+        let fixedRecord: PolicyValue?
+        /// That record's five fields in ``TokenField`` order, for conditions that read one.
+        let fixedFields: [PolicyValue]?
+
+        init(source: Source, fixedRecord: PolicyValue?) {
+            self.source = source
+            self.fixedRecord = fixedRecord
+            if case .record(let fields)? = fixedRecord {
+                let parts = TokenField.allCases.compactMap { fields[$0.rawValue] }
+                self.fixedFields = parts.count == TokenField.allCases.count ? parts : nil
+            } else {
+                self.fixedFields = nil
+            }
+        }
+    }
+
+    let storage: Storage
+    var source: Source { storage.source }
+    var fixedRecord: PolicyValue? { storage.fixedRecord }
+    var fixedFields: [PolicyValue]? { storage.fixedFields }
 
     init(source: Source) {
-        self.source = source
-        self.fixedRecord = nil
-        self.fixedFields = nil
+        storage = Storage(source: source, fixedRecord: nil)
     }
 
     private init(source: Source, record: PolicyValue) {
-        self.source = source
-        self.fixedRecord = record
-        if case .record(let fields) = record {
-            let parts = TokenField.allCases.compactMap { fields[$0.rawValue] }
-            self.fixedFields = parts.count == TokenField.allCases.count ? parts : nil
-        } else {
-            self.fixedFields = nil
-        }
+        storage = Storage(source: source, fixedRecord: record)
     }
 
     /// The view with its record built once (every source but a live one).

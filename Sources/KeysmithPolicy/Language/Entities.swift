@@ -31,26 +31,38 @@ public struct Entity: Sendable, Hashable {
 /// entity references as `{"__entity": {"type", "id"}}`, extension values as
 /// `{"__extn": {"fn": "ip", "arg": "10.0.0.1"}}`) or built in Swift.
 public struct EntityStore: Sendable {
+    /// Everything in one object, so copying a store (into each decision) is one reference.
+    private final class Storage: Sendable {
+        let entities: [EntityUID: Entity]
+        /// Every entity with its ancestors, found with one lookup per request variable.
+        let records: [EntityUID: EntityRecord]
+        /// The same records in one list, which ``EntityRecord/linked`` indexes.
+        let recordList: [EntityRecord]
+        let locations: [EntityUID: SourceLocation]
+
+        init(entities: [EntityUID: Entity], records: [EntityUID: EntityRecord], recordList: [EntityRecord],
+             locations: [EntityUID: SourceLocation]) {
+            self.entities = entities
+            self.records = records
+            self.recordList = recordList
+            self.locations = locations
+        }
+    }
+
+    private var storage: Storage
+
     /// Every entity by uid.
-    public private(set) var entities: [EntityUID: Entity]
-    /// Every entity with its ancestors, found with one lookup per request variable.
-    private var records: [EntityUID: EntityRecord]
-    /// The same records in one list, which ``EntityRecord/linked`` indexes.
-    private var recordList: [EntityRecord] = []
-    private var locations: [EntityUID: SourceLocation] = [:]
+    public var entities: [EntityUID: Entity] { storage.entities }
 
     /// Where the entity was read from (its JSON object), for error messages.
     public func location(of uid: EntityUID) -> SourceLocation {
-        locations[uid] ?? SourceLocation(file: "<entities>", line: 1, column: 1)
+        storage.locations[uid] ?? SourceLocation(file: "<entities>", line: 1, column: 1)
     }
 
     /// No entities (what constant parts of conditions are evaluated with).
-    static let empty = EntityStore(nothing: ())
+    static let empty = EntityStore(storage: Storage(entities: [:], records: [:], recordList: [], locations: [:]))
 
-    private init(nothing: Void) {
-        entities = [:]
-        records = [:]
-    }
+    private init(storage: Storage) { self.storage = storage }
 
     /// A store of these entities; a uid given twice is an error.
     public init(_ entities: [Entity] = []) throws(PolicyDiagnostics) {
@@ -58,7 +70,6 @@ public struct EntityStore: Sendable {
     }
 
     private init(_ entities: [Entity], locations: [EntityUID: SourceLocation]) throws(PolicyDiagnostics) {
-        self.locations = locations
         var byUID: [EntityUID: Entity] = [:]
         var problems: [PolicyDiagnostic] = []
         for entity in entities {
@@ -68,14 +79,13 @@ public struct EntityStore: Sendable {
             }
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
-        self.entities = byUID
-        self.records = [:]
-        try computeAncestors()
+        storage = try Self.build(byUID, locations: locations)
     }
 
     /// Adds entities (action entities from a schema, say); a uid already present is an error.
     public mutating func add(_ more: [Entity]) throws(PolicyDiagnostics) {
         var problems: [PolicyDiagnostic] = []
+        var entities = storage.entities
         for entity in more {
             if entities.updateValue(entity, forKey: entity.uid) != nil {
                 problems.append(PolicyDiagnostic(location: SourceLocation(file: "<entities>", line: 1, column: 1),
@@ -83,12 +93,12 @@ public struct EntityStore: Sendable {
             }
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
-        try computeAncestors()
+        storage = try Self.build(entities, locations: storage.locations)
     }
 
-    /// Every entity's ancestors; an entity that is its own ancestor (a cycle of parents) is an
-    /// error, as in Cedar: membership must be a hierarchy.
-    private mutating func computeAncestors() throws(PolicyDiagnostics) {
+    /// Every entity's record and ancestors; an entity that is its own ancestor (a cycle of
+    /// parents) is an error, as in Cedar: membership must be a hierarchy.
+    private static func build(_ entities: [EntityUID: Entity], locations: [EntityUID: SourceLocation]) throws(PolicyDiagnostics) -> Storage {
         var result: [EntityUID: EntityRecord] = [:]
         for (uid, entity) in entities {
             var seen: Set<EntityUID> = []
@@ -106,33 +116,34 @@ public struct EntityStore: Sendable {
         for record in list {
             record.linked = record.values.map { if case .entity(let uid) = $0 { places[uid] ?? -1 } else { -1 } }
         }
-        recordList = list
+        let storage = Storage(entities: entities, records: result, recordList: list, locations: locations)
         let cyclic = result.filter { $0.value.isIn($0.key) }.keys.sorted()
         if !cyclic.isEmpty {
+            let store = EntityStore(storage: storage)
             throw PolicyDiagnostics(kind: .input, problems: cyclic.prefix(10).map {
-                PolicyDiagnostic(location: location(of: $0), message: "\($0) is its own ancestor: the parents form a cycle")
+                PolicyDiagnostic(location: store.location(of: $0), message: "\($0) is its own ancestor: the parents form a cycle")
             })
         }
-        records = result
+        return storage
     }
 
     /// The entity, if the store holds it.
-    public subscript(uid: EntityUID) -> Entity? { entities[uid] }
+    public subscript(uid: EntityUID) -> Entity? { storage.entities[uid] }
 
     /// Every entity `uid` is in, directly or through its parents (not itself).
-    public func ancestors(of uid: EntityUID) -> Set<EntityUID> { Set(records[uid]?.ancestors ?? []) }
+    public func ancestors(of uid: EntityUID) -> Set<EntityUID> { Set(storage.records[uid]?.ancestors ?? []) }
 
     /// Whether `uid` is `container` or is in it.
     public func isDescendant(_ uid: EntityUID, of container: EntityUID) -> Bool {
-        uid == container || records[uid]?.isIn(container) == true
+        uid == container || storage.records[uid]?.isIn(container) == true
     }
 
     /// The entity and its ancestors, when the store holds it.
-    func record(_ uid: EntityUID) -> EntityRecord? { records[uid] }
+    func record(_ uid: EntityUID) -> EntityRecord? { storage.records[uid] }
 
     /// The record at `place` in the list (from ``EntityRecord/linked``), or `nil` for -1.
     @inline(__always)
-    func record(at place: Int) -> EntityRecord? { place < 0 ? nil : recordList[place] }
+    func record(at place: Int) -> EntityRecord? { place < 0 ? nil : storage.recordList[place] }
 
     /// Reads Cedar's JSON entity format; every malformed entity is reported, with its line.
     public init(json bytes: [UInt8], file: String = "<entities>") throws(PolicyDiagnostics) {
