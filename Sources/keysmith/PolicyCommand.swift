@@ -136,10 +136,10 @@ struct TokenOptions: ParsableArguments {
 func decisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil) -> String {
     // One string, appended to (policy decide writes one of these per request).
     var out = ""
-    out.reserveCapacity(512)
+    out.reserveCapacity(1024)
     func location(_ location: SourceLocation) {
         out += "\"file\":"
-        out += jsonString(location.file)
+        JSONOutput.append(location.file, to: &out)
         out += ",\"line\":"
         out += String(location.line)
         out += ",\"column\":"
@@ -147,7 +147,7 @@ func decisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil) 
     }
     func time(_ date: Date?) {
         guard let date, date.timeIntervalSince1970 > 0 else { out += "null"; return }
-        out += jsonString(iso8601(date))
+        JSONOutput.append(iso8601(date), to: &out)
     }
     out += "{\"decision\":\""
     out += decision.outcome
@@ -155,7 +155,7 @@ func decisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil) 
     for (index, policy) in decision.determining.enumerated() {
         if index > 0 { out += "," }
         out += "{\"id\":"
-        out += jsonString(policy.id)
+        JSONOutput.append(policy.id, to: &out)
         out += ",\"effect\":\""
         out += policy.effect.rawValue
         out += "\","
@@ -166,11 +166,11 @@ func decisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil) 
     for (index, failure) in decision.failures.enumerated() {
         if index > 0 { out += "," }
         out += "{\"policy\":"
-        out += jsonString(failure.policy.id)
+        JSONOutput.append(failure.policy.id, to: &out)
         out += ",\"kind\":\""
         out += failure.error.kind.rawValue
         out += "\",\"message\":"
-        out += jsonString(failure.error.message)
+        JSONOutput.append(failure.error.message, to: &out)
         if let place = failure.error.location {
             out += ","
             location(place)
@@ -181,20 +181,20 @@ func decisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil) 
     for (index, clause) in decision.unmet.enumerated() {
         if index > 0 { out += "," }
         out += "{\"policy\":"
-        out += jsonString(clause.policy.id)
+        JSONOutput.append(clause.policy.id, to: &out)
         out += ",\"clause\":\""
-        out += "\(clause.clause)"
+        out += clause.clause
         out += "\",\"value\":"
-        out += "\(clause.value)"
+        out += clause.value ? "true" : "false"
         out += ",\"text\":"
-        out += jsonString(clause.text)
+        JSONOutput.append(clause.text, to: &out)
         out += ","
         location(clause.location)
         out += ",\"scopes\":["
         for (number, fact) in clause.scopes.enumerated() {
             if number > 0 { out += "," }
             out += "{\"scope\":"
-            out += jsonString(fact.scope)
+            JSONOutput.append(fact.scope, to: &out)
             out += ",\"state\":"
             out += fact.state.map { "\"\($0.rawValue)\"" } ?? "null"
             out += ",\"changedAt\":"
@@ -344,7 +344,7 @@ extension KeysmithCommand.PolicyCommand {
                     request.token = token
                     let decision = loaded.policies.isAuthorized(request, entities: loaded.entities)
                     let remedies = explain && !decision.isAllowed ? loaded.policies.remedies(for: request, entities: loaded.entities) : nil
-                    output += Array(decisionJSON(decision, remedies: remedies).utf8)
+                    output.append(contentsOf: decisionJSON(decision, remedies: remedies).utf8)
                 } catch {
                     bad += 1
                     output += Array("{\"line\":\(lineNumber),\"error\":\"invalid request\",\"problems\":[".utf8)

@@ -220,6 +220,17 @@ struct JSONReaderStringTests {
         }
     }
 
+    @Test("the JSON writer's strings read back as they were, whether appended in runs or built whole")
+    func writtenStringsReadBack() throws {
+        for text in ["plain", "", "a\"b\\c", "context.token.granted.contains(\"posts:write\")", "\u{01}\n\r\t\u{7F}",
+                     "line\u{2028}sep\u{2029}", "é 😀 \"quoted\" tail\\", "\"", "\\\\", "e\u{2026}llipsis"] {
+            var appended = "["
+            JSONOutput.append(text, to: &appended)
+            #expect(appended == "[" + JSONOutput.string(text), "\(text)")
+            #expect(try read(JSONOutput.string(text)) == text, "\(text)")
+        }
+    }
+
     @Test("a control character, an unpaired surrogate, a bad escape, an unclosed string and bytes that are not UTF-8 are refused")
     func badStringsRefused() {
         for bytes: [UInt8] in [

@@ -14,6 +14,8 @@ public struct TokenView: Sendable {
         case live(PermissionManager)
         /// A snapshot by name (a what-if copy of another view).
         case fixedSnapshot([String: ScopeStatus?])
+        /// Granted scopes by name, with no times (``TokenView/granted(_:)``).
+        case grantedNames(Set<Scope>)
     }
 
     /// What the view holds, in one object: copying a view (with each request) is one reference.
@@ -23,6 +25,12 @@ public struct TokenView: Sendable {
         let fixedRecord: PolicyValue?
         /// That record's five fields in ``TokenField`` order, for conditions that read one.
         let fixedFields: [PolicyValue]?
+
+        init(source: Source, fixedRecord: PolicyValue, fields: [PolicyValue]) {
+            self.source = source
+            self.fixedRecord = fixedRecord
+            self.fixedFields = fields
+        }
 
         init(source: Source, fixedRecord: PolicyValue?) {
             self.source = source
@@ -76,17 +84,16 @@ public struct TokenView: Sendable {
 
     /// A fixed set of granted scopes, with no history.
     public static func granted(_ scopes: Set<Scope>) -> TokenView {
-        let statuses = Dictionary(uniqueKeysWithValues: scopes.map {
-            ($0, ScopeStatus(state: .granted, changedAt: Date(timeIntervalSince1970: 0), reason: ""))
-        })
         // The record straight from the names (what `record(snapshot())` builds, without the
         // intermediate dictionaries: no times are known, so `since` is empty).
-        var fields: [String: PolicyValue] = ["since": .record([:])]
-        for state in ScopeState.allCases {
-            fields[state.rawValue] = .set(PolicyValueSet(state == .granted ? scopes.map { .string($0.rawValue) } : []))
-        }
-        return TokenView(source: .statuses(statuses), record: .record(fields))
+        let granted = PolicyValue.set(PolicyValueSet(scopes.map { .string($0.rawValue) }))
+        let none = PolicyValue.set(PolicyValueSet([]))
+        let since = PolicyValue.record([:])
+        let record = PolicyValue.record(["granted": granted, "declined": none, "expired": none, "revoked": none, "since": since])
+        return TokenView(storage: Storage(source: .grantedNames(scopes), fixedRecord: record, fields: [granted, none, none, none, since]))
     }
+
+    private init(storage: Storage) { self.storage = storage }
 
     /// Each scope's status now (a live view knows granted scopes only, with no time).
     func snapshot() -> [String: ScopeStatus?] {
@@ -97,6 +104,10 @@ public struct TokenView: Sendable {
             return Dictionary(uniqueKeysWithValues: manager.permissions.map { ($0.rawValue, ScopeStatus?.none) })
         case .fixedSnapshot(let snapshot):
             return snapshot
+        case .grantedNames(let scopes):
+            return Dictionary(uniqueKeysWithValues: scopes.map {
+                ($0.rawValue, Optional(ScopeStatus(state: .granted, changedAt: Date(timeIntervalSince1970: 0), reason: "")))
+            })
         }
     }
 

@@ -330,6 +330,43 @@ enum PolicyJSON {
 package enum JSONOutput {
     /// A JSON string literal: quotes, backslashes and control characters escaped, and U+007F,
     /// U+2028 and U+2029 too (so that a line of output stays one line in every reader).
+    /// Appends `text` as a JSON string literal to `out` (no intermediate string when nothing
+    /// needs escaping, which is most of the time).
+    package static func append(_ text: String, to out: inout String) {
+        out += "\""
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0x7F || $0 == 0xE2 }) {
+            out += text
+        } else {
+            // Runs of characters that need no escape are copied whole, between escapes.
+            let scalars = text.unicodeScalars
+            var run = scalars.startIndex
+            var index = run
+            while index != scalars.endIndex {
+                let scalar = scalars[index]
+                let escape: String? = switch scalar {
+                case "\"": "\\\""
+                case "\\": "\\\\"
+                case "\n": "\\n"
+                case "\r": "\\r"
+                case "\t": "\\t"
+                default:
+                    scalar.value < 0x20 || scalar.value == 0x7F || (0x2028...0x2029).contains(scalar.value)
+                        ? "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
+                        : nil
+                }
+                let next = scalars.index(after: index)
+                if let escape {
+                    out += text[run..<index]
+                    out += escape
+                    run = next
+                }
+                index = next
+            }
+            out += text[run..<scalars.endIndex]
+        }
+        out += "\""
+    }
+
     package static func string(_ text: String) -> String {
         // Most strings need no escape: one pass over the bytes finds out (0xE2 starts U+2028
         // and U+2029, which are escaped too, so any 0xE2 takes the careful path).
