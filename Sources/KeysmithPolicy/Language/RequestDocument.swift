@@ -19,16 +19,31 @@ extension AuthorizationRequest {
     static func parse(_ document: Located, file: String, allowing extra: Set<String>, tokenInContext: Bool = false)
         throws(PolicyDiagnostic) -> AuthorizationRequest
     {
-        let fields = try JSONValues.members(document, file, "a request", allowed: Set(["principal", "action", "resource", "context"]).union(extra))
-        func part(_ name: String) throws(PolicyDiagnostic) -> EntityUID {
-            guard let value = fields[name] else { throw JSONValues.problem(document, file, "the request has no \(name)") }
+        // The four fields by name, in one pass (keys are unique: the reader refuses duplicates).
+        guard case .object(let members) = document.value else { throw JSONValues.problem(document, file, "a request must be a JSON object") }
+        var principalValue: Located?, actionValue: Located?, resourceValue: Located?, contextValue: Located?
+        for (key, member) in members {
+            switch key {
+            case "principal": principalValue = member
+            case "action": actionValue = member
+            case "resource": resourceValue = member
+            case "context": contextValue = member
+            default:
+                guard extra.contains(key) else {
+                    let allowed = Set(["principal", "action", "resource", "context"]).union(extra)
+                    throw JSONValues.problem(member, file, "a request has an unknown field \(PolicyValue.quoted(key)) (fields: \(allowed.sorted().joined(separator: ", ")))")
+                }
+            }
+        }
+        func part(_ value: Located?, _ name: String) throws(PolicyDiagnostic) -> EntityUID {
+            guard let value else { throw JSONValues.problem(document, file, "the request has no \(name)") }
             return try JSONValues.uid(value, file, "the \(name)")
         }
-        let principal = try part("principal")
-        let action = try part("action")
-        let resource = try part("resource")
+        let principal = try part(principalValue, "principal")
+        let action = try part(actionValue, "action")
+        let resource = try part(resourceValue, "resource")
         var context: [String: PolicyValue] = [:]
-        if let contextValue = fields["context"] {
+        if let contextValue {
             guard case .object(let members) = contextValue.value else {
                 throw JSONValues.problem(contextValue, file, "the context must be a JSON object")
             }
