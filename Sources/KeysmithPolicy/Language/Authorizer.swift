@@ -374,7 +374,7 @@ public struct Policies: Sendable {
             guard headMatches(policy, evaluator) else { continue }
             var failedClause: Int?
             do {
-                for (clauseIndex, clause) in policy.conditions.enumerated() where try policy.compiled[clauseIndex].bool(evaluator) != clause.isWhen {
+                for clauseIndex in policy.compiled.indices where try policy.compiled[clauseIndex].bool(evaluator) != policy.isWhen[clauseIndex] {
                     failedClause = clauseIndex
                     break
                 }

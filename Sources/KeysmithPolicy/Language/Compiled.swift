@@ -234,15 +234,16 @@ final class ContextHasNode: Node, @unchecked Sendable {
 
 /// `base has name` for any other base.
 final class HasNode: Node, @unchecked Sendable {
-    let base: Node, name: String
+    let base: Node, name: String, hash: Int
     init(_ source: Expression, _ base: Node, _ name: String) {
         self.base = base
         self.name = name
+        self.hash = name.hashValue
         super.init(source)
     }
     override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
     override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
-        if let record = try base.record(evaluator) { return record.attribute(name) != nil }
+        if let record = try base.record(evaluator) { return record.attribute(name, hash: hash) != nil }
         switch try base.value(evaluator) {
         case .record(let fields): return fields[name] != nil
         case .entity(let uid): return evaluator.entity(uid, base.source)?.attributes[name] != nil
@@ -266,34 +267,36 @@ final class ContextAttributeNode: Node, @unchecked Sendable {
 
 /// `principal.name` and `resource.name`: the entity looked up once per request.
 final class VariableAttributeNode: Node, @unchecked Sendable {
-    let isPrincipal: Bool, name: String
+    let isPrincipal: Bool, name: String, hash: Int
     init(_ source: Expression, _ variable: Variable, _ name: String) {
         self.isPrincipal = variable == .principal
         self.name = name
+        self.hash = name.hashValue
         super.init(source)
     }
     override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
-        guard let found = (isPrincipal ? evaluator.principalRecord : evaluator.resourceRecord)?.attribute(name) else {
+        guard let found = (isPrincipal ? evaluator.principalRecord : evaluator.resourceRecord)?.attribute(name, hash: hash) else {
             return try evaluator.evaluate(source)
         }
         return found.value
     }
     override func record(_ evaluator: Evaluator) throws(EvaluationError) -> EntityRecord? {
-        guard let found = (isPrincipal ? evaluator.principalRecord : evaluator.resourceRecord)?.attribute(name) else { return nil }
+        guard let found = (isPrincipal ? evaluator.principalRecord : evaluator.resourceRecord)?.attribute(name, hash: hash) else { return nil }
         return evaluator.entities.record(at: found.linked)
     }
 }
 
 /// `base.name` for any other base: a record's field or an entity's attribute.
 final class AttributeNode: Node, @unchecked Sendable {
-    let base: Node, name: String
+    let base: Node, name: String, hash: Int
     init(_ source: Expression, _ base: Node, _ name: String) {
         self.base = base
         self.name = name
+        self.hash = name.hashValue
         super.init(source)
     }
     override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
-        if let record = try base.record(evaluator), let found = record.attribute(name) { return found.value }
+        if let record = try base.record(evaluator), let found = record.attribute(name, hash: hash) { return found.value }
         let found: PolicyValue? = switch try base.value(evaluator) {
         case .record(let fields): fields[name]
         case .entity(let uid): evaluator.entities[uid]?.attributes[name]
@@ -303,7 +306,7 @@ final class AttributeNode: Node, @unchecked Sendable {
         return found
     }
     override func record(_ evaluator: Evaluator) throws(EvaluationError) -> EntityRecord? {
-        guard let found = try base.record(evaluator)?.attribute(name) else { return nil }
+        guard let found = try base.record(evaluator)?.attribute(name, hash: hash) else { return nil }
         return evaluator.entities.record(at: found.linked)
     }
 }

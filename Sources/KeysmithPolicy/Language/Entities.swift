@@ -190,6 +190,8 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
     /// are looked up in `entity.attributes`.
     let names: [String]
     let values: [PolicyValue]
+    /// Each name's hash value, compared before the name.
+    let nameHashes: [Int]
     /// For each value that refers to an entity of the same store, that entity's place in the
     /// store's list of records, or -1 (so `resource.list.owner` follows a reference without
     /// hashing; places, not references, so records never keep each other alive). Set once by
@@ -207,17 +209,26 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
             names = []
             values = []
         }
+        nameHashes = names.map(\.hashValue)
     }
 
     /// The attribute `name`, and the place of the entity it refers to in the store's list of
     /// records (-1 when it is not an entity the store holds).
     @inline(__always)
     func attribute(_ name: String) -> (value: PolicyValue, linked: Int)? {
+        attribute(name, hash: name.hashValue)
+    }
+
+    /// The same, with `name`'s hash value worked out once by the caller (a compiled node).
+    @inline(__always)
+    func attribute(_ name: String, hash: Int) -> (value: PolicyValue, linked: Int)? {
         if names.isEmpty {
             return entity.attributes[name].map { ($0, -1) }
         }
-        guard let index = names.firstIndex(of: name) else { return nil }
-        return (values[index], linked[index])
+        for index in nameHashes.indices where nameHashes[index] == hash && names[index] == name {
+            return (values[index], linked[index])
+        }
+        return nil
     }
 
     /// Whether `container` is one of the ancestors.

@@ -10,6 +10,9 @@ final class ParsedPolicy: Sendable {
     let conditions: [(isWhen: Bool, body: Expression)]
     /// The conditions' bodies compiled for deciding (``Node``), in the same order.
     let compiled: [Node]
+    /// Whether each condition is a `when` (true) or an `unless`, in the same order (so
+    /// deciding never copies the syntax tree).
+    let isWhen: [Bool]
     let annotations: [String: String]
     /// Whether the id comes from `@id` (else it is `policyN`, its index, as in Cedar).
     var hasExplicitID: Bool { annotations["id"] != nil }
@@ -29,6 +32,7 @@ final class ParsedPolicy: Sendable {
         self.resource = resource
         self.conditions = conditions
         self.compiled = conditions.map { Compiler.compile($0.body) }
+        self.isWhen = conditions.map(\.isWhen)
         self.annotations = annotations
         self.location = location
         self.principalLocation = principalLocation
