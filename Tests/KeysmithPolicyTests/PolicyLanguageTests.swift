@@ -203,6 +203,28 @@ struct PolicyLanguageNewsGroupsTests {
     }
 }
 
+/// Equality of ids and strings is Cedar's: the same bytes.
+@Suite("Policy language: equality")
+struct EqualityTests {
+    @Test("ids and strings are equal only when their bytes are, as in Cedar: é precomposed is not e with a combining accent")
+    func bytewiseEquality() throws {
+        let precomposed = "\u{E9}", combining = "e\u{301}"
+        let policies = try Policies(text: "permit (principal == User::\"\(precomposed)\", action, resource) when { context.name == \"\(precomposed)\" };")
+        let entities = try EntityStore([Entity(uid: EntityUID(type: "User", id: precomposed), attributes: ["n": .long(1)])])
+        func allowed(_ id: String, _ name: String) -> Bool {
+            policies.isAuthorized(AuthorizationRequest(principal: EntityUID(type: "User", id: id), action: EntityUID(type: "Action", id: "a"),
+                                                       resource: EntityUID(type: "R", id: "r"), context: ["name": .string(name)]),
+                                  entities: entities).isAllowed
+        }
+        #expect(allowed(precomposed, precomposed))
+        #expect(!allowed(combining, precomposed), "another user's id, written with other bytes, is another user (cedarpy: deny)")
+        #expect(!allowed(precomposed, combining))
+        #expect(entities[EntityUID(type: "User", id: combining)] == nil)
+        #expect(PolicyValueSet([.string(precomposed), .string(combining)]).count == 2)
+        #expect(EntityUID(type: "User", id: precomposed) != EntityUID(type: "User", id: combining))
+    }
+}
+
 /// The JSON reader's strings: every escape, surrogate pairs, and what is refused.
 @Suite("JSON reader: strings")
 struct JSONReaderStringTests {

@@ -370,7 +370,8 @@ public struct Policies: Sendable {
         var forbids: [Int] = []
         var failures: [PolicyFailure] = []
         var missed: [(policy: Int, clause: Int)] = []
-        for (index, policy) in policies.enumerated() {
+        for index in policies.indices {
+            let policy = policies[index]
             guard headMatches(policy, evaluator) else { continue }
             var failedClause: Int?
             do {

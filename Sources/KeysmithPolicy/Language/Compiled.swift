@@ -216,9 +216,8 @@ final class IfNode: Node, @unchecked Sendable {
     override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
         try condition.bool(evaluator) ? try then.value(evaluator) : try otherwise.value(evaluator)
     }
-    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
-        try condition.bool(evaluator) ? try then.bool(evaluator) : try otherwise.bool(evaluator)
-    }
+    // No `bool` of its own: a branch that is not a Boolean is an error about the whole
+    // `if`, as the evaluator reports it.
 }
 
 /// `context has name`.

@@ -22,12 +22,22 @@ public struct EntityUID: Hashable, Sendable, CustomStringConvertible, Comparable
     /// The entity as policy text writes it: `Photo::"42"`.
     public var description: String { "\(type)::\(PolicyValue.quoted(id))" }
 
+    /// Equal when the types and the ids are the same bytes, as in Cedar: `User::"é"` written
+    /// with a precomposed é is not `User::"é"` written with a combining accent (Swift's `==`
+    /// on strings would call them equal).
+    public static func == (lhs: EntityUID, rhs: EntityUID) -> Bool {
+        PolicyValue.sameBytes(lhs.id, rhs.id) && PolicyValue.sameBytes(lhs.type, rhs.type)
+    }
+
     /// Hashes the id only: ids tell entities apart well enough, and a lookup hashes half as
     /// many bytes (equality still compares the type too).
     public func hash(into hasher: inout Hasher) { hasher.combine(id) }
 
-    /// Orders by type, then id (for stable output).
-    public static func < (lhs: EntityUID, rhs: EntityUID) -> Bool { (lhs.type, lhs.id) < (rhs.type, rhs.id) }
+    /// Orders by type, then id, byte by byte (for stable output).
+    public static func < (lhs: EntityUID, rhs: EntityUID) -> Bool {
+        if !PolicyValue.sameBytes(lhs.type, rhs.type) { return lhs.type.utf8.lexicographicallyPrecedes(rhs.type.utf8) }
+        return lhs.id.utf8.lexicographicallyPrecedes(rhs.id.utf8)
+    }
 }
 
 /// A value in a policy, an entity's attribute, or a request's context.
@@ -55,6 +65,46 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
     case datetime(Int64)
     /// A length of time, from `duration("1h30m")`: milliseconds.
     case duration(Int64)
+
+    /// Equal when of the same type and value, strings and ids compared byte by byte as Cedar
+    /// compares them (not by Swift's canonical equivalence).
+    public static func == (lhs: PolicyValue, rhs: PolicyValue) -> Bool {
+        switch (lhs, rhs) {
+        case (.bool(let a), .bool(let b)): a == b
+        case (.long(let a), .long(let b)): a == b
+        case (.string(let a), .string(let b)): sameBytes(a, b)
+        case (.entity(let a), .entity(let b)): a == b
+        case (.set(let a), .set(let b)): a == b
+        case (.record(let a), .record(let b)): a.count == b.count && a.allSatisfy { key, value in b[key].map { $0 == value } ?? false }
+        case (.ip(let a), .ip(let b)): a == b
+        case (.decimal(let a), .decimal(let b)): a == b
+        case (.datetime(let a), .datetime(let b)): a == b
+        case (.duration(let a), .duration(let b)): a == b
+        default: false
+        }
+    }
+
+    /// Hashes the kind and the value (consistent with ``==``: values equal byte by byte hash alike).
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .bool(let value): hasher.combine(0); hasher.combine(value)
+        case .long(let value): hasher.combine(1); hasher.combine(value)
+        case .string(let value): hasher.combine(2); hasher.combine(value)
+        case .entity(let value): hasher.combine(3); hasher.combine(value)
+        case .set(let value): hasher.combine(4); hasher.combine(value)
+        case .record(let value): hasher.combine(5); hasher.combine(value)
+        case .ip(let value): hasher.combine(6); hasher.combine(value)
+        case .decimal(let value): hasher.combine(7); hasher.combine(value)
+        case .datetime(let value): hasher.combine(8); hasher.combine(value)
+        case .duration(let value): hasher.combine(9); hasher.combine(value)
+        }
+    }
+
+    /// Whether two strings are the same bytes (what Cedar's equality is).
+    @inline(__always)
+    static func sameBytes(_ a: String, _ b: String) -> Bool {
+        a.utf8.count == b.utf8.count && a.utf8.elementsEqual(b.utf8)
+    }
 
     /// The type's name as schemas and errors write it.
     public var typeName: String {

@@ -16,13 +16,15 @@ import sys
 
 import cedarpy
 
-USERS = ["alice", "bob", "carol", "dave"]
+# Two users whose ids are the same text in different bytes (é precomposed, and e with a
+# combining accent): Cedar tells them apart, and so must Keysmith.
+USERS = ["alice", "bob", "carol", "dave", "\u00e9mile", "e\u0301mile"]
 GROUPS = ["staff", "admins", "ops"]
 PHOTOS = ["p1", "p2", "p3"]
 ALBUMS = ["trip", "work"]
 ACTIONS = ["view", "edit", "delete", "share"]
 SCOPES = ["photos:read", "photos:write", "albums:admin"]
-STRINGS = ["", "a", "alice", "beach", "b*ch", "x\\y", "photo-1", "Émile"]
+STRINGS = ["", "a", "alice", "beach", "b*ch", "x\\y", "photo-1", "Émile", "E\u0301mile"]
 
 
 # The vocabulary's schema in Keysmith's schema language. Cedar's copy adds context.token, which
