@@ -9,15 +9,21 @@
 /// ```
 public struct EntityUID: Hashable, Sendable, CustomStringConvertible, Comparable {
     /// The entity type, such as `Photo` or `Drive::Folder`.
-    public var type: String
+    public var type: String { didSet { isASCII = Self.ascii(type) && Self.ascii(id) } }
     /// The entity's id within its type: any string.
-    public var id: String
+    public var id: String { didSet { isASCII = Self.ascii(type) && Self.ascii(id) } }
+    /// Whether type and id are ASCII only: then Swift's string equality (canonical
+    /// equivalence) is byte equality, and comparing is fast.
+    private var isASCII: Bool
 
     /// An entity reference by type and id.
     public init(type: String, id: String) {
         self.type = type
         self.id = id
+        self.isASCII = Self.ascii(type) && Self.ascii(id)
     }
+
+    private static func ascii(_ text: String) -> Bool { text.utf8.allSatisfy { $0 < 0x80 } }
 
     /// The entity as policy text writes it: `Photo::"42"`.
     public var description: String { "\(type)::\(PolicyValue.quoted(id))" }
@@ -26,7 +32,9 @@ public struct EntityUID: Hashable, Sendable, CustomStringConvertible, Comparable
     /// with a precomposed é is not `User::"é"` written with a combining accent (Swift's `==`
     /// on strings would call them equal).
     public static func == (lhs: EntityUID, rhs: EntityUID) -> Bool {
-        PolicyValue.sameBytes(lhs.id, rhs.id) && PolicyValue.sameBytes(lhs.type, rhs.type)
+        guard lhs.id.utf8.count == rhs.id.utf8.count, lhs.type.utf8.count == rhs.type.utf8.count else { return false }
+        if lhs.isASCII && rhs.isASCII { return lhs.id == rhs.id && lhs.type == rhs.type }
+        return PolicyValue.sameBytes(lhs.id, rhs.id) && PolicyValue.sameBytes(lhs.type, rhs.type)
     }
 
     /// Hashes the id only: ids tell entities apart well enough, and a lookup hashes half as
@@ -69,19 +77,20 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
     /// Equal when of the same type and value, strings and ids compared byte by byte as Cedar
     /// compares them (not by Swift's canonical equivalence).
     public static func == (lhs: PolicyValue, rhs: PolicyValue) -> Bool {
-        switch (lhs, rhs) {
-        case (.bool(let a), .bool(let b)): a == b
-        case (.long(let a), .long(let b)): a == b
-        case (.string(let a), .string(let b)): sameBytes(a, b)
-        case (.entity(let a), .entity(let b)): a == b
-        case (.set(let a), .set(let b)): a == b
-        case (.record(let a), .record(let b)): a.count == b.count && a.allSatisfy { key, value in b[key].map { $0 == value } ?? false }
-        case (.ip(let a), .ip(let b)): a == b
-        case (.decimal(let a), .decimal(let b)): a == b
-        case (.datetime(let a), .datetime(let b)): a == b
-        case (.duration(let a), .duration(let b)): a == b
-        default: false
+        switch lhs {
+        case .bool(let a): if case .bool(let b) = rhs { return a == b }
+        case .long(let a): if case .long(let b) = rhs { return a == b }
+        case .string(let a): if case .string(let b) = rhs { return sameBytes(a, b) }
+        case .entity(let a): if case .entity(let b) = rhs { return a == b }
+        case .set(let a): if case .set(let b) = rhs { return a == b }
+        case .record(let a):
+            if case .record(let b) = rhs { return a.count == b.count && a.allSatisfy { key, value in b[key].map { $0 == value } ?? false } }
+        case .ip(let a): if case .ip(let b) = rhs { return a == b }
+        case .decimal(let a): if case .decimal(let b) = rhs { return a == b }
+        case .datetime(let a): if case .datetime(let b) = rhs { return a == b }
+        case .duration(let a): if case .duration(let b) = rhs { return a == b }
         }
+        return false
     }
 
     /// Hashes the kind and the value (consistent with ``==``: values equal byte by byte hash alike).
@@ -103,7 +112,9 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
     /// Whether two strings are the same bytes (what Cedar's equality is).
     @inline(__always)
     static func sameBytes(_ a: String, _ b: String) -> Bool {
-        a.utf8.count == b.utf8.count && a.utf8.elementsEqual(b.utf8)
+        // Strings of the same bytes are equal for Swift too, so Swift's (fast) answer rules
+        // out most pairs; the bytes are compared only when it says equal.
+        a.utf8.count == b.utf8.count && a == b && a.utf8.elementsEqual(b.utf8)
     }
 
     /// The type's name as schemas and errors write it.
