@@ -477,7 +477,7 @@ public struct Policies: Sendable {
         func walk(_ expression: Expression) {
             switch expression.kind {
             case .method(let receiver, let name, let arguments):
-                if ["contains", "containsAll", "containsAny"].contains(name), receiver.text.hasPrefix("context.token") {
+                if name == "contains" || name == "containsAll" || name == "containsAny", receiver.text.hasPrefix("context.token") {
                     arguments.forEach(strings)
                 }
                 walk(receiver)

@@ -324,7 +324,8 @@ enum JSONValues {
            bytes[(separator + 3)..<(bytes.count - 1)].allSatisfy({ $0 >= 0x20 && $0 != 0x22 && $0 != 0x5C && $0 != 0x7F }) {
             let type = String(decoding: bytes[..<separator], as: UTF8.self)
             guard isTypeName(type) else { return nil }
-            return EntityUID(type: type, id: String(decoding: bytes[(separator + 3)..<(bytes.count - 1)], as: UTF8.self))
+            return EntityUID(type: type, id: String(decoding: bytes[(separator + 3)..<(bytes.count - 1)], as: UTF8.self),
+                             isASCII: bytes.allSatisfy { $0 < 0x80 })
         }
         guard let separator = text.range(of: "::\"", options: .backwards), text.hasSuffix("\""), text.count >= 4 else { return nil }
         let type = String(text[..<separator.lowerBound])

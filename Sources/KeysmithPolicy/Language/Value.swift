@@ -23,6 +23,14 @@ public struct EntityUID: Hashable, Sendable, CustomStringConvertible, Comparable
         self.isASCII = Self.ascii(type) && Self.ascii(id)
     }
 
+    /// The same, when the caller already knows whether both are ASCII (a reader that has
+    /// their bytes).
+    init(type: String, id: String, isASCII: Bool) {
+        self.type = type
+        self.id = id
+        self.isASCII = isASCII
+    }
+
     private static func ascii(_ text: String) -> Bool { text.utf8.allSatisfy { $0 < 0x80 } }
 
     /// The entity as policy text writes it: `Photo::"42"`.
