@@ -74,6 +74,7 @@ struct ApplicationTests {
             let expected = if case .string("allow")? = item["decision"]?.value { true } else { false }
             let reasons = Set(OracleTests.strings(item["reasons"]).map(keysmithID))
             let errors = Set(OracleTests.strings(item["errors"]).map(keysmithID))
+            #expect(policies.isAllowed(request, entities: entities) == decision.isAllowed)
             if decision.isAllowed { allowed += 1 }
             for id in decision.determining.map(\.id) { determining[id, default: 0] += 1 }
             if decision.isAllowed != expected || Set(decision.determining.map(\.id)) != reasons || Set(decision.failures.map(\.policy.id)) != errors {

@@ -106,6 +106,7 @@ struct OracleTests {
                         clausesCompared += 1
                     }
                 }
+                #expect(policies.isAllowed(request, entities: entities) == decision.isAllowed, "isAllowed differs: \(context)")
                 compared += 1
                 if expected == "allow" { allowed += 1 }
                 if !errors.isEmpty { errored += 1 }

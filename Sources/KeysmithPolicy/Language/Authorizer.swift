@@ -402,6 +402,38 @@ public struct Policies: Sendable {
                                      explainer: Explainer(policies: self, evaluator: evaluator, token: request.token, applied: [], missed: missed))
     }
 
+    /// Whether the request is allowed: always the answer of
+    /// `isAuthorized(request, entities: entities).isAllowed`, found without working out which
+    /// policies decided it (for callers that need only the answer). Forbids are tried first,
+    /// and the first that applies, or fails to evaluate, ends it; then permits, until one applies.
+    ///
+    /// ```swift
+    /// guard policies.isAllowed(request, entities: entities) else { throw Denied() }
+    /// ```
+    public func isAllowed(_ request: AuthorizationRequest, entities: EntityStore) -> Bool {
+        var context = request.context
+        let token = request.token?.currentRecord() ?? context.removeValue(forKey: "token")
+        let evaluator = Evaluator(principal: request.principal, action: request.action, resource: request.resource,
+                                  context: context, token: token, entities: entities, tokenFields: request.token?.fixedFields)
+        for policy in policies where policy.effect == .forbid && headMatches(policy, evaluator) {
+            do {
+                if try applies(policy, evaluator) { return false }
+            } catch {
+                return false  // a forbid that cannot be evaluated counts as applying
+            }
+        }
+        for policy in policies where policy.effect == .permit && headMatches(policy, evaluator) {
+            if (try? applies(policy, evaluator)) == true { return true }
+        }
+        return false
+    }
+
+    /// Whether every `when` of a policy whose head matched holds and no `unless` does.
+    private func applies(_ policy: ParsedPolicy, _ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+        for index in policy.compiled.indices where try policy.compiled[index].bool(evaluator) != policy.isWhen[index] { return false }
+        return true
+    }
+
     func reference(_ index: Int) -> PolicyReference {
         PolicyReference(id: policies[index].id, effect: policies[index].effect, location: policies[index].location)
     }
