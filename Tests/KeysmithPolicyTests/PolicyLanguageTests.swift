@@ -222,6 +222,13 @@ struct EqualityTests {
         #expect(entities[EntityUID(type: "User", id: combining)] == nil)
         #expect(PolicyValueSet([.string(precomposed), .string(combining)]).count == 2)
         #expect(EntityUID(type: "User", id: precomposed) != EntityUID(type: "User", id: combining))
+        // A Kelvin sign is canonically a K, and not the same bytes: not equal, as an id, in a
+        // set of ASCII strings, or against a set holding it.
+        let kelvin = "\u{212A}"
+        #expect(EntityUID(type: "User", id: "K") != EntityUID(type: "User", id: kelvin))
+        #expect(!PolicyValueSet([.string("K"), .string("x")]).contains(.string(kelvin)))
+        #expect(!PolicyValueSet([.string(kelvin)]).contains(.string("K")))
+        #expect(PolicyValueSet([.string(kelvin), .string("K")]).count == 2)
     }
 }
 

@@ -41,7 +41,10 @@ public struct EntityUID: Hashable, Sendable, CustomStringConvertible, Comparable
     /// on strings would call them equal).
     public static func == (lhs: EntityUID, rhs: EntityUID) -> Bool {
         guard lhs.id.utf8.count == rhs.id.utf8.count, lhs.type.utf8.count == rhs.type.utf8.count else { return false }
-        if lhs.isASCII && rhs.isASCII { return lhs.id == rhs.id && lhs.type == rhs.type }
+        // When one side is ASCII, equal lengths and Swift's equality mean the same bytes: a
+        // string canonically equivalent to an ASCII one but not ASCII itself (a Kelvin sign for
+        // K) is longer in UTF-8.
+        if lhs.isASCII || rhs.isASCII { return lhs.id == rhs.id && lhs.type == rhs.type }
         return PolicyValue.sameBytes(lhs.id, rhs.id) && PolicyValue.sameBytes(lhs.type, rhs.type)
     }
 
@@ -197,6 +200,10 @@ public struct PolicyValueSet: Sendable, Hashable {
     /// hashing an entity reference's two strings.
     private var members: Set<PolicyValue>?
 
+    /// Whether every element that is a string is ASCII (then a string is found by length and
+    /// Swift's equality, which for an ASCII side is byte equality).
+    private var stringsAreASCII = true
+
     /// The largest set searched element by element.
     static let linearLimit = 16
 
@@ -214,11 +221,16 @@ public struct PolicyValueSet: Sendable, Hashable {
             }
         }
         members = table.isEmpty ? nil : table
+        stringsAreASCII = elements.allSatisfy { if case .string(let text) = $0 { text.utf8.allSatisfy { $0 < 0x80 } } else { true } }
     }
 
     /// Whether the set holds `value`.
     public func contains(_ value: PolicyValue) -> Bool {
         if let members { return members.contains(value) }
+        if stringsAreASCII, case .string(let text) = value {
+            let length = text.utf8.count
+            return elements.contains { if case .string(let element) = $0 { element.utf8.count == length && element == text } else { false } }
+        }
         return elements.contains(value)
     }
 
