@@ -47,9 +47,9 @@ enum Compiler {
         case .not(let operand):
             return NotNode(expression, compile(operand))
         case .binary(.and, let left, let right):
-            return AndNode(expression, compile(left), compile(right))
+            return ShortCircuitNode(expression, compile(left), compile(right), isAnd: true)
         case .binary(.or, let left, let right):
-            return OrNode(expression, compile(left), compile(right))
+            return ShortCircuitNode(expression, compile(left), compile(right), isAnd: false)
         case .binary(.equal, let left, let right):
             return EqualNode(expression, compile(left), compile(right), negated: false)
         case .binary(.notEqual, let left, let right):
@@ -148,30 +148,19 @@ final class NotNode: Node, @unchecked Sendable {
     override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool { !(try operand.bool(evaluator)) }
 }
 
-final class AndNode: Node, @unchecked Sendable {
-    let left: Node, right: Node
-    init(_ source: Expression, _ left: Node, _ right: Node) {
+/// `&&` and `||`: the right side is evaluated only when the left does not decide.
+final class ShortCircuitNode: Node, @unchecked Sendable {
+    let left: Node, right: Node, isAnd: Bool
+    init(_ source: Expression, _ left: Node, _ right: Node, isAnd: Bool) {
         self.left = left
         self.right = right
+        self.isAnd = isAnd
         super.init(source)
     }
     override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
     override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
-        guard try left.bool(evaluator) else { return false }
-        return try right.bool(evaluator)
-    }
-}
-
-final class OrNode: Node, @unchecked Sendable {
-    let left: Node, right: Node
-    init(_ source: Expression, _ left: Node, _ right: Node) {
-        self.left = left
-        self.right = right
-        super.init(source)
-    }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
-    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
-        if try left.bool(evaluator) { return true }
+        let first = try left.bool(evaluator)
+        if first != isAnd { return first }  // false && …, true || …
         return try right.bool(evaluator)
     }
 }
