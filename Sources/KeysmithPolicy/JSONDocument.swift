@@ -205,12 +205,15 @@ struct JSONReader {
         var utf8: [UInt8] = []
         let start = offset
         var chunkStart = offset
+        var ascii = true
         while offset < bytes.count {
             let byte = bytes[offset]
             if byte == UInt8(ascii: "\"") {
                 defer { offset += 1 }
-                // No escape before it (the usual case): the bytes are the string.
+                // No escape before it (the usual case): the bytes are the string; ASCII bytes
+                // need no check.
                 if chunkStart == start {
+                    if ascii { return String(decoding: bytes[start..<offset], as: UTF8.self) }
                     guard let text = String(validating: bytes[start..<offset], as: UTF8.self) else { throw error("a string is not UTF-8") }
                     return text
                 }
@@ -250,6 +253,7 @@ struct JSONReader {
                 chunkStart = offset
                 continue
             }
+            if byte >= 0x80 { ascii = false }
             offset += 1
         }
         throw error("a string is not closed")
