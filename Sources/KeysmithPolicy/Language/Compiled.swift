@@ -47,13 +47,13 @@ enum Compiler {
         case .not(let operand):
             return NotNode(expression, compile(operand))
         case .binary(.and, let left, let right):
-            return ShortCircuitNode(expression, compile(left), compile(right), isAnd: true)
+            return PairNode(expression, .and, compile(left), compile(right))
         case .binary(.or, let left, let right):
-            return ShortCircuitNode(expression, compile(left), compile(right), isAnd: false)
+            return PairNode(expression, .or, compile(left), compile(right))
         case .binary(.equal, let left, let right):
-            return EqualNode(expression, compile(left), compile(right), negated: false)
+            return PairNode(expression, .equal, compile(left), compile(right))
         case .binary(.notEqual, let left, let right):
-            return EqualNode(expression, compile(left), compile(right), negated: true)
+            return PairNode(expression, .notEqual, compile(left), compile(right))
         case .binary(let op, let left, let right):
             return BinaryNode(expression, op, compile(left), compile(right))
         case .ifThenElse(let condition, let then, let otherwise):
@@ -148,35 +148,26 @@ final class NotNode: Node, @unchecked Sendable {
     override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool { !(try operand.bool(evaluator)) }
 }
 
-/// `&&` and `||`: the right side is evaluated only when the left does not decide.
-final class ShortCircuitNode: Node, @unchecked Sendable {
-    let left: Node, right: Node, isAnd: Bool
-    init(_ source: Expression, _ left: Node, _ right: Node, isAnd: Bool) {
+/// `&&` and `||` (the right side evaluated only when the left does not decide), `==` and `!=`:
+/// the operators whose answer is a Boolean from two operands.
+final class PairNode: Node, @unchecked Sendable {
+    enum Kind { case and, or, equal, notEqual }
+    let kind: Kind, left: Node, right: Node
+    init(_ source: Expression, _ kind: Kind, _ left: Node, _ right: Node) {
+        self.kind = kind
         self.left = left
         self.right = right
-        self.isAnd = isAnd
         super.init(source)
     }
     override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
     override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
-        let first = try left.bool(evaluator)
-        if first != isAnd { return first }  // false && …, true || …
-        return try right.bool(evaluator)
-    }
-}
-
-final class EqualNode: Node, @unchecked Sendable {
-    let left: Node, right: Node, negated: Bool
-    init(_ source: Expression, _ left: Node, _ right: Node, negated: Bool) {
-        self.left = left
-        self.right = right
-        self.negated = negated
-        super.init(source)
-    }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
-    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
-        let a = try left.value(evaluator)
-        return (a == (try right.value(evaluator))) != negated
+        switch kind {
+        case .and: return try left.bool(evaluator) ? try right.bool(evaluator) : false
+        case .or: return try left.bool(evaluator) ? true : try right.bool(evaluator)
+        case .equal, .notEqual:
+            let a = try left.value(evaluator)
+            return (a == (try right.value(evaluator))) == (kind == .equal)
+        }
     }
 }
 
