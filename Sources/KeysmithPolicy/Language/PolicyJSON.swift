@@ -328,10 +328,8 @@ enum PolicyJSON {
 /// JSON text for values (Cedar's forms: `__entity`, `__extn`); the command writes its own JSON
 /// strings with it too.
 package enum JSONOutput {
-    /// A JSON string literal: quotes, backslashes and control characters escaped, and U+007F,
-    /// U+2028 and U+2029 too (so that a line of output stays one line in every reader).
-    /// Appends `text` as a JSON string literal to `out` (no intermediate string when nothing
-    /// needs escaping, which is most of the time).
+    /// Appends `text` as a JSON string literal to `out` (``string(_:)``'s text, without an
+    /// intermediate string when nothing needs escaping, which is most of the time).
     package static func append(_ text: String, to out: inout String) {
         out += "\""
         if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0x7F || $0 == 0xE2 }) {
@@ -367,6 +365,8 @@ package enum JSONOutput {
         out += "\""
     }
 
+    /// A JSON string literal: quotes, backslashes and control characters escaped, and U+007F,
+    /// U+2028 and U+2029 too (so that a line of output stays one line in every reader).
     package static func string(_ text: String) -> String {
         // Most strings need no escape: one pass over the bytes finds out (0xE2 starts U+2028
         // and U+2029, which are escaped too, so any 0xE2 takes the careful path).
