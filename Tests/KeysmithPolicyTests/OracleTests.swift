@@ -94,10 +94,7 @@ struct OracleTests {
                 }
                 // Every clause, compiled (as decisions use it) and read by the evaluator from its
                 // syntax tree: the same value, or the same error (kind, message and location).
-                var requestContext = request.context
-                let token = request.token?.currentRecord() ?? requestContext.removeValue(forKey: "token")
-                let evaluator = Evaluator(principal: request.principal, action: request.action, resource: request.resource,
-                                          context: requestContext, token: token, entities: entities, tokenFields: request.token?.fixedFields)
+                let evaluator = Evaluator(request, entities: entities)
                 for policy in policies.policies {
                     for (index, clause) in policy.conditions.enumerated() {
                         let compiled = Result { () throws(EvaluationError) -> Bool in try policy.compiled[index].bool(evaluator) }

@@ -360,12 +360,7 @@ public struct Policies: Sendable {
 
     /// Decides a request.
     public func isAuthorized(_ request: AuthorizationRequest, entities: EntityStore) -> AuthorizationDecision {
-        // `context.token` is the request's token; a context that names `token` itself (which a
-        // schema refuses) is used only when there is no token.
-        var context = request.context
-        let token = request.token?.currentRecord() ?? context.removeValue(forKey: "token")
-        let evaluator = Evaluator(principal: request.principal, action: request.action, resource: request.resource,
-                                  context: context, token: token, entities: entities, tokenFields: request.token?.fixedFields)
+        let evaluator = Evaluator(request, entities: entities)
         var permits: [PolicyReference] = []
         var forbids: [Int] = []
         var failures: [PolicyFailure] = []
@@ -373,12 +368,9 @@ public struct Policies: Sendable {
         for index in policies.indices {
             let policy = policies[index]
             guard headMatches(policy, evaluator) else { continue }
-            var failedClause: Int?
+            let failedClause: Int?
             do {
-                for clauseIndex in policy.compiled.indices where try policy.compiled[clauseIndex].bool(evaluator) != policy.isWhen[clauseIndex] {
-                    failedClause = clauseIndex
-                    break
-                }
+                failedClause = try firstFailedClause(policy, evaluator)
             } catch {
                 failures.append(PolicyFailure(policy: reference(index), error: error))
                 continue
@@ -411,27 +403,29 @@ public struct Policies: Sendable {
     /// guard policies.isAllowed(request, entities: entities) else { throw Denied() }
     /// ```
     public func isAllowed(_ request: AuthorizationRequest, entities: EntityStore) -> Bool {
-        var context = request.context
-        let token = request.token?.currentRecord() ?? context.removeValue(forKey: "token")
-        let evaluator = Evaluator(principal: request.principal, action: request.action, resource: request.resource,
-                                  context: context, token: token, entities: entities, tokenFields: request.token?.fixedFields)
+        let evaluator = Evaluator(request, entities: entities)
         for policy in policies where policy.effect == .forbid && headMatches(policy, evaluator) {
             do {
-                if try applies(policy, evaluator) { return false }
+                if try firstFailedClause(policy, evaluator) == nil { return false }
             } catch {
                 return false  // a forbid that cannot be evaluated counts as applying
             }
         }
         for policy in policies where policy.effect == .permit && headMatches(policy, evaluator) {
-            if (try? applies(policy, evaluator)) == true { return true }
+            do {
+                if try firstFailedClause(policy, evaluator) == nil { return true }
+            } catch {
+                continue  // a permit that cannot be evaluated does not allow
+            }
         }
         return false
     }
 
-    /// Whether every `when` of a policy whose head matched holds and no `unless` does.
-    private func applies(_ policy: ParsedPolicy, _ evaluator: Evaluator) throws(EvaluationError) -> Bool {
-        for index in policy.compiled.indices where try policy.compiled[index].bool(evaluator) != policy.isWhen[index] { return false }
-        return true
+    /// For a policy whose head matched: the first clause that keeps it from applying (a `when`
+    /// that is false or an `unless` that is true), or `nil` when it applies.
+    private func firstFailedClause(_ policy: ParsedPolicy, _ evaluator: Evaluator) throws(EvaluationError) -> Int? {
+        for index in policy.compiled.indices where try policy.compiled[index].bool(evaluator) != policy.isWhen[index] { return index }
+        return nil
     }
 
     func reference(_ index: Int) -> PolicyReference {

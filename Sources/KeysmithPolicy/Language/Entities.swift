@@ -212,14 +212,9 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
         nameHashes = names.map(\.hashValue)
     }
 
-    /// The attribute `name`, and the place of the entity it refers to in the store's list of
-    /// records (-1 when it is not an entity the store holds).
-    @inline(__always)
-    func attribute(_ name: String) -> (value: PolicyValue, linked: Int)? {
-        attribute(name, hash: name.hashValue)
-    }
-
-    /// The same, with `name`'s hash value worked out once by the caller (a compiled node).
+    /// The attribute `name` (whose hash value the caller, a compiled node, worked out once),
+    /// and the place of the entity it refers to in the store's list of records (-1 when it is
+    /// not an entity the store holds).
     @inline(__always)
     func attribute(_ name: String, hash: Int) -> (value: PolicyValue, linked: Int)? {
         if names.isEmpty {

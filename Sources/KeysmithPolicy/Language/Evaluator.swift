@@ -63,6 +63,15 @@ final class Evaluator: Sendable {
         self.resourceRecord = entities.record(resource)
     }
 
+    /// The evaluator for a request: `context.token` is the request's token; a context that names
+    /// `token` itself (which a schema refuses) is used only when there is no token.
+    convenience init(_ request: AuthorizationRequest, entities: EntityStore) {
+        var context = request.context
+        let token = request.token?.currentRecord() ?? context.removeValue(forKey: "token")
+        self.init(principal: request.principal, action: request.action, resource: request.resource,
+                  context: context, token: token, entities: entities, tokenFields: request.token?.fixedFields)
+    }
+
     /// Whether `uid` is `container` or is in it (the request's variables from their records).
     func isIn(_ uid: EntityUID, _ container: EntityUID) -> Bool {
         if uid == container { return true }
