@@ -116,6 +116,22 @@ struct PolicyLanguageNewsGroupsTests {
         #expect(!policies.isAuthorized(noToken, entities: entities).isAllowed)
     }
 
+    @Test("remedies: granting the missing scope is what would allow a denial by a scope forbid")
+    func remediesGrantTheMissingScope() throws {
+        // The what-if token views remedies() tries keep no record of their own: the decision
+        // must read one from them (a first cut of the non-copying evaluator read none, and
+        // every remedy vanished).
+        let policies = try Self.policies()
+        let group = Entity(uid: EntityUID(type: "Group", id: "g1"), attributes: ["public": .bool(false)])
+        let user = Entity(uid: EntityUID(type: "User", id: "u1"), attributes: [
+            "member_of": .set(PolicyValueSet([])), "admin_of": .set(PolicyValueSet([.entity(group.uid)])), "super_admin": .bool(false)])
+        let entities = try EntityStore([group, user])
+        let request = AuthorizationRequest(principal: user.uid, action: EntityUID(type: "Action", id: "delete"), resource: group.uid,
+                                           token: .granted([try Scope("groups:read")]))
+        #expect(!policies.isAllowed(request, entities: entities))
+        #expect(policies.remedies(for: request, entities: entities) == [.grant(["posts:delete"])])
+    }
+
     @Test("an expired or revoked token's scopes are expired or revoked in context.token, with their time")
     func expiredAndRevokedTokens() throws {
         let policies = try Policies(text: """
@@ -229,6 +245,55 @@ struct EqualityTests {
         #expect(!PolicyValueSet([.string("K"), .string("x")]).contains(.string(kelvin)))
         #expect(!PolicyValueSet([.string(kelvin)]).contains(.string("K")))
         #expect(PolicyValueSet([.string(kelvin), .string("K")]).count == 2)
+    }
+}
+
+/// The index that finds a request's entities in a store.
+@Suite("Policy language: entity lookup")
+struct EntityLookupTests {
+    @Test("every entity of a large store is found by its uid, and no other uid is: not another type, not other bytes")
+    func everyEntityFoundAndNoOther() throws {
+        var list: [Entity] = []
+        for index in 0..<20_000 {
+            list.append(Entity(uid: EntityUID(type: index % 2 == 0 ? "User" : "Group", id: "id-\(index / 2)"),
+                               attributes: ["n": .long(Int64(index))]))
+        }
+        list.append(Entity(uid: EntityUID(type: "User", id: "\u{E9}"), attributes: ["n": .long(-1)]))
+        list.append(Entity(uid: EntityUID(type: "User", id: ""), attributes: ["n": .long(-2)]))
+        let store = try EntityStore(list)
+        let policies = try Policies(text: "permit (principal, action, resource) when { principal.n >= 0 };")
+        for entity in list {
+            #expect(store.isDescendant(entity.uid, of: entity.uid))
+            #expect(store[entity.uid] == entity)
+        }
+        // Each entity's record (what a decision reads) is its own.
+        for entity in list.prefix(2_000) + list.suffix(2) {
+            let request = AuthorizationRequest(principal: entity.uid, action: EntityUID(type: "Action", id: "a"), resource: entity.uid)
+            guard case .long(let n) = entity.attributes["n"] else { continue }
+            #expect(policies.isAllowed(request, entities: store) == (n >= 0))
+        }
+        for absent in [EntityUID(type: "Team", id: "id-0"), EntityUID(type: "User", id: "id-10000"), EntityUID(type: "User", id: "e\u{301}"),
+                       EntityUID(type: "User", id: "ID-0"), EntityUID(type: "Group", id: "")] {
+            let request = AuthorizationRequest(principal: absent, action: EntityUID(type: "Action", id: "a"), resource: absent)
+            let decision = policies.isAuthorized(request, entities: store)
+            #expect(!decision.isAllowed)
+            #expect(decision.failures.map(\.error.kind) == [.missingEntity], "\(absent)")
+        }
+    }
+
+    @Test("a place index finds every uid it holds within its probe bound, and refuses to be built when a probe would be longer")
+    func placeIndexBounds() {
+        let uids = (0..<5_000).map { EntityUID(type: "T", id: "\($0)") }
+        let index = PlaceIndex(uids)
+        #expect(index != nil)
+        for (place, uid) in uids.enumerated() { #expect(index?.place(of: uid) == place) }
+        #expect(index?.place(of: EntityUID(type: "U", id: "1")) == nil)
+        #expect(index?.place(of: EntityUID(type: "T", id: "5000")) == nil)
+        // Equal hashes for every uid (a constant seed and one id per type) fill one run of
+        // slots: past the bound the index is not built, and the store uses its dictionary.
+        let same = (0..<(PlaceIndex.maximumProbe + 1)).map { EntityUID(type: "T\($0)", id: "x") }
+        #expect(PlaceIndex(same) == nil)
+        #expect(PlaceIndex(Array(same.prefix(PlaceIndex.maximumProbe))) != nil)
     }
 }
 

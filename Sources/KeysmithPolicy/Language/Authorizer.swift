@@ -302,11 +302,14 @@ public struct AuthorizationDecision: Sendable, CustomStringConvertible {
 /// ```
 public struct Policies: Sendable {
     let policies: [ParsedPolicy]
+    /// The forbids and the permits, each in file order (what ``isAllowed(_:entities:)`` walks).
+    let forbids: [ParsedPolicy]
+    let permits: [ParsedPolicy]
     var source: String = ""
 
     /// Parses policy text; every problem is reported at once, with file:line:column.
     public init(text: String, file: String = "<policies>") throws(PolicyDiagnostics) {
-        policies = try PolicyParser.parse(text, file: file)
+        self.init(parsed: try PolicyParser.parse(text, file: file))
         source = text
     }
 
@@ -316,7 +319,7 @@ public struct Policies: Sendable {
     /// Reads Cedar's JSON policy format: a policy set `{"staticPolicies": {"id": {…}}, …}` or one
     /// policy object (docs/policy-language.md, "JSON forms"). Every problem is reported.
     public init(json bytes: [UInt8], file: String = "<policies>") throws(PolicyDiagnostics) {
-        policies = try PolicyJSON.parse(bytes, file: file)
+        self.init(parsed: try PolicyJSON.parse(bytes, file: file))
         source = formatted
     }
 
@@ -326,7 +329,11 @@ public struct Policies: Sendable {
     /// The policies printed from their syntax: comments dropped, one layout.
     public var formatted: String { policies.map(PolicyPrinter.print).joined(separator: "\n\n") + (policies.isEmpty ? "" : "\n") }
 
-    init(parsed: [ParsedPolicy]) { policies = parsed }
+    init(parsed: [ParsedPolicy]) {
+        policies = parsed
+        forbids = parsed.filter { $0.effect == .forbid }
+        permits = parsed.filter { $0.effect == .permit }
+    }
 
     /// Parses several files as one set: every problem of every file is reported, and a policy
     /// id used in two files is an error. Policies without an `@id` are numbered across files. A
@@ -351,7 +358,7 @@ public struct Policies: Sendable {
             }
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .syntax, problems: problems) }
-        policies = all
+        self.init(parsed: all)
         source = files.map(\.text).joined(separator: "\n")
     }
 
@@ -359,7 +366,7 @@ public struct Policies: Sendable {
     public var ids: [String] { policies.map(\.id) }
 
     /// Decides a request.
-    public func isAuthorized(_ request: AuthorizationRequest, entities: EntityStore) -> AuthorizationDecision {
+    public func isAuthorized(_ request: consuming AuthorizationRequest, entities: EntityStore) -> AuthorizationDecision {
         let evaluator = Evaluator(request, entities: entities)
         var permits: [PolicyReference] = []
         var forbids: [Int] = []
@@ -385,13 +392,13 @@ public struct Policies: Sendable {
         let forbidFailed = failures.contains { $0.policy.effect == .forbid }
         if !forbids.isEmpty || forbidFailed {
             return AuthorizationDecision(isAllowed: false, determining: forbids.map(reference), failures: failures,
-                                         explainer: Explainer(policies: self, evaluator: evaluator, token: request.token, applied: forbids, missed: []))
+                                         explainer: Explainer(policies: self, request: evaluator.take(), entities: entities, applied: forbids, missed: []))
         }
         if !permits.isEmpty {
             return AuthorizationDecision(isAllowed: true, determining: permits, failures: failures, explainer: nil)
         }
         return AuthorizationDecision(isAllowed: false, determining: [], failures: failures,
-                                     explainer: Explainer(policies: self, evaluator: evaluator, token: request.token, applied: [], missed: missed))
+                                     explainer: Explainer(policies: self, request: evaluator.take(), entities: entities, applied: [], missed: missed))
     }
 
     /// Whether the request is allowed: always the answer of
@@ -402,16 +409,16 @@ public struct Policies: Sendable {
     /// ```swift
     /// guard policies.isAllowed(request, entities: entities) else { throw Denied() }
     /// ```
-    public func isAllowed(_ request: AuthorizationRequest, entities: EntityStore) -> Bool {
+    public func isAllowed(_ request: consuming AuthorizationRequest, entities: EntityStore) -> Bool {
         let evaluator = Evaluator(request, entities: entities)
-        for policy in policies where policy.effect == .forbid && headMatches(policy, evaluator) {
+        for policy in forbids where headMatches(policy, evaluator) {
             do {
                 if try firstFailedClause(policy, evaluator) == nil { return false }
             } catch {
                 return false  // a forbid that cannot be evaluated counts as applying
             }
         }
-        for policy in policies where policy.effect == .permit && headMatches(policy, evaluator) {
+        for policy in permits where headMatches(policy, evaluator) {
             do {
                 if try firstFailedClause(policy, evaluator) == nil { return true }
             } catch {
@@ -423,7 +430,7 @@ public struct Policies: Sendable {
 
     /// For a policy whose head matched: the first clause that keeps it from applying (a `when`
     /// that is false or an `unless` that is true), or `nil` when it applies.
-    private func firstFailedClause(_ policy: ParsedPolicy, _ evaluator: Evaluator) throws(EvaluationError) -> Int? {
+    private func firstFailedClause(_ policy: ParsedPolicy, _ evaluator: borrowing Evaluator) throws(EvaluationError) -> Int? {
         for index in policy.compiled.indices where try policy.compiled[index].bool(evaluator) != policy.isWhen[index] { return index }
         return nil
     }
@@ -435,15 +442,16 @@ public struct Policies: Sendable {
     /// Works out a denial's clauses when they are asked for.
     struct Explainer: Sendable {
         let policies: Policies
-        let evaluator: Evaluator
-        let token: TokenView?
+        let request: AuthorizationRequest
+        let entities: EntityStore
         /// Forbids that applied: every clause is reported.
         let applied: [Int]
         /// Permits whose head matched, and the clause that failed.
         let missed: [(policy: Int, clause: Int)]
 
         func clauses() -> [ClauseOutcome] {
-            let snapshot = token?.snapshot()
+            let snapshot = request.token?.snapshot()
+            let evaluator = Evaluator(request, entities: entities)
             var out: [ClauseOutcome] = []
             for index in applied {
                 for clause in policies.policies[index].conditions {
@@ -462,7 +470,7 @@ public struct Policies: Sendable {
         }
     }
 
-    func headMatches(_ policy: ParsedPolicy, _ evaluator: Evaluator) -> Bool {
+    func headMatches(_ policy: ParsedPolicy, _ evaluator: borrowing Evaluator) -> Bool {
         func matches(_ constraint: EntityConstraint, _ uid: EntityUID) -> Bool {
             switch constraint {
             case .any: true
@@ -476,13 +484,17 @@ public struct Policies: Sendable {
         switch policy.action {
         case .any: break
         case .equal(let action): guard evaluator.action == action else { return false }
-        case .within(let groups): guard groups.contains(where: { evaluator.isIn(evaluator.action, $0) }) else { return false }
+        case .within(let groups):
+            // Equality first: the action record (one lookup) only when no group is the action.
+            guard groups.contains(where: { evaluator.action == $0 })
+                || evaluator.actionRecord.map({ record in groups.contains(where: record.isIn) }) == true
+            else { return false }
         }
         return matches(policy.principal, evaluator.principal) && matches(policy.resource, evaluator.resource)
     }
 
     /// The first conjunct of `a && b && …` that is false (the whole expression otherwise).
-    func firstFalseConjunct(_ expression: Expression, _ evaluator: Evaluator) -> Expression {
+    func firstFalseConjunct(_ expression: Expression, _ evaluator: borrowing Evaluator) -> Expression {
         guard case .binary(.and, let left, let right) = expression.kind else { return expression }
         if (try? evaluator.bool(left)) == false { return firstFalseConjunct(left, evaluator) }
         if (try? evaluator.bool(right)) == false { return firstFalseConjunct(right, evaluator) }

@@ -19,17 +19,17 @@ class Node: @unchecked Sendable {  // immutable after init; every subclass keeps
     init(_ source: Expression) { self.source = source }
 
     /// The expression's value.
-    func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+    func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         try evaluator.evaluate(source)
     }
 
     /// When the expression's value is an entity the store holds, that entity's record; `nil`
     /// when it is not, or when this node cannot tell without computing the value (then use
     /// ``value(_:)``, which is always right).
-    func record(_ evaluator: Evaluator) throws(EvaluationError) -> EntityRecord? { nil }
+    func record(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> EntityRecord? { nil }
 
     /// The expression's value as a Boolean; a value of another type is the evaluator's error.
-    func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+    func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         guard case .bool(let flag) = try value(evaluator) else { return try evaluator.bool(source) }
         return flag
     }
@@ -99,8 +99,8 @@ enum Compiler {
         }
         if case .literal = expression.kind { return nil }
         guard !reads(expression) else { return nil }
-        let nothing = Evaluator(principal: EntityUID(type: "_", id: ""), action: EntityUID(type: "_", id: ""),
-                                resource: EntityUID(type: "_", id: ""), context: [:], token: nil, entities: .empty)
+        let nobody = EntityUID(type: "_", id: "")
+        let nothing = Evaluator(AuthorizationRequest(principal: nobody, action: nobody, resource: nobody), entities: .empty)
         return try? nothing.evaluate(expression)
     }
 }
@@ -111,7 +111,7 @@ final class LiteralNode: Node, @unchecked Sendable {
         self.constant = constant
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { constant }
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue { constant }
 }
 
 final class VariableNode: Node, @unchecked Sendable {
@@ -120,7 +120,7 @@ final class VariableNode: Node, @unchecked Sendable {
         self.variable = variable
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         switch variable {
         case .principal: .entity(evaluator.principal)
         case .action: .entity(evaluator.action)
@@ -128,7 +128,7 @@ final class VariableNode: Node, @unchecked Sendable {
         case .context: evaluator.contextRecord
         }
     }
-    override func record(_ evaluator: Evaluator) throws(EvaluationError) -> EntityRecord? {
+    override func record(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> EntityRecord? {
         switch variable {
         case .principal: evaluator.principalRecord
         case .action: evaluator.actionRecord
@@ -144,8 +144,8 @@ final class NotNode: Node, @unchecked Sendable {
         self.operand = operand
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
-    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool { !(try operand.bool(evaluator)) }
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool { !(try operand.bool(evaluator)) }
 }
 
 /// `&&` and `||` (the right side evaluated only when the left does not decide), `==` and `!=`:
@@ -159,8 +159,8 @@ final class PairNode: Node, @unchecked Sendable {
         self.right = right
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
-    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         switch kind {
         case .and: return try left.bool(evaluator) ? try right.bool(evaluator) : false
         case .or: return try left.bool(evaluator) ? true : try right.bool(evaluator)
@@ -179,7 +179,7 @@ final class BinaryNode: Node, @unchecked Sendable {
         self.right = right
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         let a = try left.value(evaluator)
         return try evaluator.binary(op, a, try right.value(evaluator), source)
     }
@@ -193,7 +193,7 @@ final class IfNode: Node, @unchecked Sendable {
         self.otherwise = otherwise
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         try condition.bool(evaluator) ? try then.value(evaluator) : try otherwise.value(evaluator)
     }
     // No `bool` of its own: a branch that is not a Boolean is an error about the whole
@@ -207,8 +207,8 @@ final class ContextHasNode: Node, @unchecked Sendable {
         self.name = name
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
-    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool { evaluator.contextField(name) != nil }
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool { evaluator.contextField(name) != nil }
 }
 
 /// `base has name` for any other base.
@@ -220,8 +220,8 @@ final class HasNode: Node, @unchecked Sendable {
         self.hash = name.hashValue
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
-    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         if let record = try base.record(evaluator) { return record.attribute(name, hash: hash) != nil }
         switch try base.value(evaluator) {
         case .record(let fields): return fields[name] != nil
@@ -238,7 +238,7 @@ final class ContextAttributeNode: Node, @unchecked Sendable {
         self.name = name
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         guard let value = evaluator.contextField(name) else { return try evaluator.evaluate(source) }
         return value
     }
@@ -253,13 +253,13 @@ final class VariableAttributeNode: Node, @unchecked Sendable {
         self.hash = name.hashValue
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         guard let found = (isPrincipal ? evaluator.principalRecord : evaluator.resourceRecord)?.attribute(name, hash: hash) else {
             return try evaluator.evaluate(source)
         }
         return found.value
     }
-    override func record(_ evaluator: Evaluator) throws(EvaluationError) -> EntityRecord? {
+    override func record(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> EntityRecord? {
         guard let found = (isPrincipal ? evaluator.principalRecord : evaluator.resourceRecord)?.attribute(name, hash: hash) else { return nil }
         return evaluator.entities.record(at: found.linked)
     }
@@ -274,7 +274,7 @@ final class AttributeNode: Node, @unchecked Sendable {
         self.hash = name.hashValue
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         if let record = try base.record(evaluator), let found = record.attribute(name, hash: hash) { return found.value }
         let found: PolicyValue? = switch try base.value(evaluator) {
         case .record(let fields): fields[name]
@@ -284,7 +284,7 @@ final class AttributeNode: Node, @unchecked Sendable {
         guard let found else { return try evaluator.evaluate(source) }
         return found
     }
-    override func record(_ evaluator: Evaluator) throws(EvaluationError) -> EntityRecord? {
+    override func record(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> EntityRecord? {
         guard let found = try base.record(evaluator)?.attribute(name, hash: hash) else { return nil }
         return evaluator.entities.record(at: found.linked)
     }
@@ -299,7 +299,7 @@ final class TokenFieldNode: Node, @unchecked Sendable {
         self.general = general
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         if let fields = evaluator.tokenFields { return fields[index] }
         return try general.value(evaluator)
     }
@@ -323,14 +323,14 @@ final class MethodNode: Node, @unchecked Sendable {
         self.kind = arguments.count == 1 ? kind : .other
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         if kind != .other { return .bool(try bool(evaluator)) }
         let target = try receiver.value(evaluator)
         var values: [PolicyValue] = []
         for argument in arguments { values.append(try argument.value(evaluator)) }
         return try evaluator.method(name, target, values, source)
     }
-    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+    override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         if kind == .other { return try super.bool(evaluator) }
         let target = try receiver.value(evaluator)
         let argument = try arguments[0].value(evaluator)
@@ -355,8 +355,8 @@ final class LikeNode: Node, @unchecked Sendable {
         self.pattern = pattern
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
-    override func bool(_ evaluator: Evaluator) throws(EvaluationError) -> Bool {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
+    override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         guard case .string(let text) = try base.value(evaluator) else { return try evaluator.bool(source) }
         return Evaluator.matches(Array(text.unicodeScalars), pattern)
     }
@@ -368,7 +368,7 @@ final class SetNode: Node, @unchecked Sendable {
         self.items = items
         super.init(source)
     }
-    override func value(_ evaluator: Evaluator) throws(EvaluationError) -> PolicyValue {
+    override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         var values: [PolicyValue] = []
         values.reserveCapacity(items.count)
         for item in items { values.append(try item.value(evaluator)) }

@@ -29,48 +29,56 @@ public struct EvaluationError: Error, Sendable, Hashable, CustomStringConvertibl
 }
 
 /// Evaluates one request's expressions. It only reads; it never throws for a value that is
-/// merely false.
-final class Evaluator: Sendable {
-    let principal: EntityUID
-    let action: EntityUID
-    let resource: EntityUID
-    /// The request's context, without `token`.
-    let context: [String: PolicyValue]
-    /// `context.token`, when the principal has a token.
-    let token: PolicyValue?
-    /// `token`'s fields in ``TokenField`` order, when the token view keeps them.
-    let tokenFields: [PolicyValue]?
+/// merely false. Made once per decision, owning the request moved into it, and lent to every
+/// node: it is never copied (`~Copyable`), so a decision copies no part of its request.
+struct Evaluator: ~Copyable, Sendable {
+    /// The request, moved in from the caller (deciding copies none of its parts).
+    let request: AuthorizationRequest
     let entities: EntityStore
-    /// The principal's, the action's and the resource's entities and ancestors, looked up once
-    /// per request.
+    /// The principal's and the resource's entities and ancestors, looked up once per request.
     let principalRecord: EntityRecord?
-    let actionRecord: EntityRecord?
     let resourceRecord: EntityRecord?
+    /// The record of a token view that does not keep one (a live view, a what-if copy), read
+    /// once at the start of the decision, so every condition of one decision sees the same
+    /// scopes; `nil` for views that keep theirs.
+    private let readRecord: PolicyValue?
+
+    var principal: EntityUID { request.principal }
+    var action: EntityUID { request.action }
+    var resource: EntityUID { request.resource }
+    /// The action's record, looked up when asked for: most policies compare the action with
+    /// `==`, and action entities usually come from a schema only `in` needs.
+    var actionRecord: EntityRecord? { entities.record(action) }
     var principalEntity: Entity? { principalRecord?.entity }
     var resourceEntity: Entity? { resourceRecord?.entity }
+    /// `context.token`: the token view's record; without a token, the context's own `token`
+    /// field, if it has one (which a schema refuses).
+    var token: PolicyValue? {
+        guard let view = request.token else { return request.context["token"] }
+        return view.fixedRecord ?? readRecord
+    }
+    /// `token`'s fields in ``TokenField`` order, when the token view keeps them.
+    var tokenFields: [PolicyValue]? { request.token?.fixedFields }
 
-    init(principal: EntityUID, action: EntityUID, resource: EntityUID, context: [String: PolicyValue], token: PolicyValue?,
-         entities: EntityStore, tokenFields: [PolicyValue]? = nil) {
-        self.tokenFields = token == nil ? nil : tokenFields
-        self.principal = principal
-        self.action = action
-        self.resource = resource
-        self.context = context
-        self.token = token
+    /// The evaluator for a request.
+    init(_ request: consuming AuthorizationRequest, entities: EntityStore) {
+        (principalRecord, resourceRecord, readRecord) = Self.lookUp(request, entities)
         self.entities = entities
-        self.principalRecord = entities.record(principal)
-        self.actionRecord = entities.record(action)
-        self.resourceRecord = entities.record(resource)
+        self.request = request
     }
 
-    /// The evaluator for a request: `context.token` is the request's token; a context that names
-    /// `token` itself (which a schema refuses) is used only when there is no token.
-    convenience init(_ request: AuthorizationRequest, entities: EntityStore) {
-        var context = request.context
-        let token = request.token?.currentRecord() ?? context.removeValue(forKey: "token")
-        self.init(principal: request.principal, action: request.action, resource: request.resource,
-                  context: context, token: token, entities: entities, tokenFields: request.token?.fixedFields)
+    /// What a decision looks up once: the principal's and the resource's records, and the
+    /// record of a token view that does not keep one (read from the borrowed request, so none
+    /// of its parts is copied).
+    private static func lookUp(_ request: borrowing AuthorizationRequest, _ entities: EntityStore)
+        -> (EntityRecord?, EntityRecord?, PolicyValue?)
+    {
+        let read = request.token.flatMap { $0.fixedRecord == nil ? $0.currentRecord() : nil }
+        return (entities.record(request.principal), entities.record(request.resource), read)
     }
+
+    /// The request back, when the decision is done (for explaining it later).
+    consuming func take() -> AuthorizationRequest { request }
 
     /// Whether `uid` is `container` or is in it (the request's variables from their records).
     func isIn(_ uid: EntityUID, _ container: EntityUID) -> Bool {
@@ -92,13 +100,13 @@ final class Evaluator: Sendable {
 
     /// The whole context as one record (only when a condition uses `context` as a value).
     var contextRecord: PolicyValue {
-        var fields = context
+        var fields = request.context
         if let token { fields["token"] = token }
         return .record(fields)
     }
 
     /// `context.name` without building the whole record.
-    func contextField(_ name: String) -> PolicyValue? { name == "token" ? token : context[name] }
+    func contextField(_ name: String) -> PolicyValue? { name == "token" ? token : request.context[name] }
 
     private func fail(_ kind: EvaluationError.Kind, _ message: String, _ expression: Expression) -> EvaluationError {
         EvaluationError(kind: kind, message: message, location: expression.location)

@@ -40,6 +40,9 @@ public struct EntityUID: Hashable, Sendable, CustomStringConvertible, Comparable
     /// with a precomposed é is not `User::"é"` written with a combining accent (Swift's `==`
     /// on strings would call them equal).
     public static func == (lhs: EntityUID, rhs: EntityUID) -> Bool {
+        // Two ASCII strings are canonically equivalent only when they are the same bytes (no
+        // ASCII character composes or decomposes), so Swift's equality is byte equality.
+        if lhs.isASCII && rhs.isASCII { return lhs.id == rhs.id && lhs.type == rhs.type }
         guard lhs.id.utf8.count == rhs.id.utf8.count, lhs.type.utf8.count == rhs.type.utf8.count else { return false }
         // When one side is ASCII, equal lengths and Swift's equality mean the same bytes: a
         // string canonically equivalent to an ASCII one but not ASCII itself (a Kelvin sign for
