@@ -28,6 +28,11 @@ class Node: @unchecked Sendable {  // immutable after init; every subclass keeps
     /// ``value(_:)``, which is always right).
     func record(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> EntityRecord? { nil }
 
+    /// When the expression's value is a set of entities all held by the store: whether it
+    /// holds `member` or, with `container`, holds `member` or an entity `member` is in (see
+    /// ``EntityRecord/setHolds(_:hash:_:container:)``); `nil` when this node cannot tell.
+    func setHolds(_ member: EntityRecord, container: Bool, _ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool? { nil }
+
     /// The expression's value as a Boolean; a value of another type is the evaluator's error.
     func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         guard case .bool(let flag) = try value(evaluator) else { return try evaluator.bool(source) }
@@ -153,10 +158,15 @@ final class NotNode: Node, @unchecked Sendable {
 final class PairNode: Node, @unchecked Sendable {
     enum Kind { case and, or, equal, notEqual }
     let kind: Kind, left: Node, right: Node
+    /// For `==` and `!=` with a request variable on one side (`resource.owner == principal`):
+    /// that side, asked first whether its value is an entity of the store, and the other.
+    let variable: Node?, other: Node?
     init(_ source: Expression, _ kind: Kind, _ left: Node, _ right: Node) {
         self.kind = kind
         self.left = left
         self.right = right
+        let comparesEntities = kind == .equal || kind == .notEqual
+        (variable, other) = !comparesEntities ? (nil, nil) : right is VariableNode ? (right, left) : left is VariableNode ? (left, right) : (nil, nil)
         super.init(source)
     }
     override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
@@ -165,6 +175,10 @@ final class PairNode: Node, @unchecked Sendable {
         case .and: return try left.bool(evaluator) ? try right.bool(evaluator) : false
         case .or: return try left.bool(evaluator) ? true : try right.bool(evaluator)
         case .equal, .notEqual:
+            // Two entities of the store are equal when they are the same record.
+            if let variable, let a = try variable.record(evaluator), let b = try other?.record(evaluator) {
+                return (a === b) == (kind == .equal)
+            }
             let a = try left.value(evaluator)
             return (a == (try right.value(evaluator))) == (kind == .equal)
         }
@@ -180,8 +194,20 @@ final class BinaryNode: Node, @unchecked Sendable {
         super.init(source)
     }
     override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
+        if op == .in, let found = try placedIn(evaluator) { return .bool(found) }
         let a = try left.value(evaluator)
         return try evaluator.binary(op, a, try right.value(evaluator), source)
+    }
+    override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
+        if op == .in, let found = try placedIn(evaluator) { return found }
+        return try super.bool(evaluator)
+    }
+    /// `a in b` by places, when `a` is an entity of the store and `b` one too or a set of
+    /// them; `nil` otherwise.
+    private func placedIn(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool? {
+        guard let member = try left.record(evaluator) else { return nil }
+        if let container = try right.record(evaluator) { return member.isIn(place: container.place) }
+        return try right.setHolds(member, container: true, evaluator)
     }
 }
 
@@ -263,6 +289,9 @@ final class VariableAttributeNode: Node, @unchecked Sendable {
         guard let found = (isPrincipal ? evaluator.principalRecord : evaluator.resourceRecord)?.attribute(name, hash: hash) else { return nil }
         return evaluator.entities.record(at: found.linked)
     }
+    override func setHolds(_ member: EntityRecord, container: Bool, _ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool? {
+        (isPrincipal ? evaluator.principalRecord : evaluator.resourceRecord)?.setHolds(name, hash: hash, member, container: container)
+    }
 }
 
 /// `base.name` for any other base: a record's field or an entity's attribute.
@@ -287,6 +316,9 @@ final class AttributeNode: Node, @unchecked Sendable {
     override func record(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> EntityRecord? {
         guard let found = try base.record(evaluator)?.attribute(name, hash: hash) else { return nil }
         return evaluator.entities.record(at: found.linked)
+    }
+    override func setHolds(_ member: EntityRecord, container: Bool, _ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool? {
+        try base.record(evaluator)?.setHolds(name, hash: hash, member, container: container)
     }
 }
 
@@ -332,6 +364,10 @@ final class MethodNode: Node, @unchecked Sendable {
     }
     override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         if kind == .other { return try super.bool(evaluator) }
+        if kind == .contains, let member = try arguments[0].record(evaluator),
+           let holds = try receiver.setHolds(member, container: false, evaluator) {
+            return holds
+        }
         let target = try receiver.value(evaluator)
         let argument = try arguments[0].value(evaluator)
         guard case .set(let set) = target else { return try evaluator.bool(source) }

@@ -117,8 +117,19 @@ public struct EntityStore: Sendable {
         }
         let list = Array(result.values)
         let places = Dictionary(uniqueKeysWithValues: list.enumerated().map { ($1.entity.uid, $0) })
-        for record in list {
+        for (place, record) in list.enumerated() {
+            record.place = place
             record.linked = record.values.map { if case .entity(let uid) = $0 { places[uid] ?? -1 } else { -1 } }
+            record.placeSets = record.values.map { value in
+                guard case .set(let set) = value else { return nil }
+                var members: [Int] = []
+                for element in set.elements {
+                    guard case .entity(let uid) = element, let member = places[uid] else { return nil }
+                    members.append(member)
+                }
+                return members.sorted()
+            }
+            record.ancestorPlaces = record.ancestors.compactMap { places[$0] }.sorted()
         }
         let storage = Storage(entities: entities, records: result, recordList: list, locations: locations)
         let cyclic = result.filter { $0.value.isIn($0.key) }.keys.sorted()
@@ -262,6 +273,14 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
     /// hashing; places, not references, so records never keep each other alive). Set once by
     /// the store that made the record, before the store is used, and never changed after.
     fileprivate(set) var linked: [Int] = []
+    /// This record's place in its store's list (set with `linked`).
+    fileprivate(set) var place = -1
+    /// For each value that is a set of entities all held by the store, their places, sorted;
+    /// `nil` for other values (set with `linked`).
+    fileprivate(set) var placeSets: [[Int]?] = []
+    /// The places of the ancestors the store holds, sorted (set with `linked`). An ancestor the
+    /// store lacks (a parent named but not given) has no place: it is in `ancestors` only.
+    fileprivate(set) var ancestorPlaces: [Int] = []
 
     init(entity: Entity, ancestors: [EntityUID], ancestorSet: Set<EntityUID>) {
         self.entity = entity
@@ -289,6 +308,37 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
             return (values[index], linked[index])
         }
         return nil
+    }
+
+    /// Whether the entity at `place` in this record's store is this one or one of its
+    /// ancestors (what `in` asks, by places: no uid compared).
+    @inline(__always)
+    func isIn(place container: Int) -> Bool {
+        container == place || Self.holds(ancestorPlaces, container)
+    }
+
+    /// For the attribute `name`, when its value is a set of entities all held by this record's
+    /// store: whether it holds `member` (`contains`), or, with `container`, the entity
+    /// `member` is or one `member` is in (`member in set`). `nil` when the attribute is not
+    /// such a set, or not found by name here: then the caller computes the value.
+    @inline(__always)
+    func setHolds(_ name: String, hash: Int, _ member: EntityRecord, container: Bool) -> Bool? {
+        for index in nameHashes.indices where nameHashes[index] == hash && names[index] == name {
+            guard let places = placeSets[index] else { return nil }
+            return container ? places.contains(where: member.isIn(place:)) : Self.holds(places, member.place)
+        }
+        return nil
+    }
+
+    /// Whether the sorted `places` hold `place`: in order when few, by halves when many.
+    private static func holds(_ places: [Int], _ place: Int) -> Bool {
+        if places.count <= PolicyValueSet.linearLimit { return places.contains(place) }
+        var low = 0, high = places.count
+        while low < high {
+            let middle = (low + high) / 2
+            if places[middle] < place { low = middle + 1 } else { high = middle }
+        }
+        return low < places.count && places[low] == place
     }
 
     /// Whether `container` is one of the ancestors.

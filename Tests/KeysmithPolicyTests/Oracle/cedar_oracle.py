@@ -220,8 +220,12 @@ class Gen:
             maybe(attrs, "active", self.value("bool"))
             maybe(attrs, "tags", r.sample(STRINGS, r.randint(0, 3)))
             maybe(attrs, "manager", self.value("user"))
-            maybe(attrs, "groups", [{"__entity": {"type": "Group", "id": g}} for g in r.sample(GROUPS, r.randint(0, 2))])
-            parents = [{"type": "Group", "id": g} for g in r.sample(GROUPS, r.randint(0, 2))]
+            # Untyped populations also name a group no entity stands for ("ghost"), as a member
+            # of a set and as a parent: `in` and `contains` must still agree with Cedar.
+            ghost = [] if self.typed or r.random() < 0.8 else ["ghost"]
+            maybe(attrs, "groups", [{"__entity": {"type": "Group", "id": g}} for g in r.sample(GROUPS, r.randint(0, 2)) + ghost])
+            ghost = [] if self.typed or r.random() < 0.8 else ["ghost"]
+            parents = [{"type": "Group", "id": g} for g in r.sample(GROUPS, r.randint(0, 2)) + ghost]
             out.append({"uid": {"type": "User", "id": user}, "attrs": attrs, "parents": parents})
         for group in GROUPS:
             parents = [{"type": "Group", "id": g} for g in r.sample(GROUPS, r.randint(0, 1)) if g != group]
