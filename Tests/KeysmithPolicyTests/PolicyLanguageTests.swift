@@ -110,6 +110,13 @@ struct PolicyLanguageNewsGroupsTests {
         let after = policies.isAuthorized(request, entities: entities)
         #expect(!after.isAllowed)
         #expect(after.determining.map(\.id) == ["scope-browse"])
+        // The denial is explained as it was decided: a scope granted after the decision does
+        // not show in its explanation (the decision's reading of the live token is kept).
+        #expect(after.unmet.flatMap(\.scopes) == [ScopeFact(scope: "groups:read")])
+        manager.add(try Scope("groups:read"))
+        #expect(after.unmet.flatMap(\.scopes) == [ScopeFact(scope: "groups:read")], "explained with the scopes it was decided with")
+        #expect(policies.isAuthorized(request, entities: entities).isAllowed)
+        manager.remove(try Scope("groups:read"))
         // A user with no token at all is denied too; an anonymous visitor is not held to scopes.
         var noToken = request
         noToken.token = nil

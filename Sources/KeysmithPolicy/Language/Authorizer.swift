@@ -305,6 +305,8 @@ public struct Policies: Sendable {
     /// The forbids and the permits, each in file order (what ``isAllowed(_:entities:)`` walks).
     let forbids: [ParsedPolicy]
     let permits: [ParsedPolicy]
+    /// Each policy's id, effect and place, made once (decisions name them).
+    let references: [PolicyReference]
     var source: String = ""
 
     /// Parses policy text; every problem is reported at once, with file:line:column.
@@ -333,6 +335,7 @@ public struct Policies: Sendable {
         policies = parsed
         forbids = parsed.filter { $0.effect == .forbid }
         permits = parsed.filter { $0.effect == .permit }
+        references = parsed.map { PolicyReference(id: $0.id, effect: $0.effect, location: $0.location) }
     }
 
     /// Parses several files as one set: every problem of every file is reported, and a policy
@@ -368,37 +371,34 @@ public struct Policies: Sendable {
     /// Decides a request.
     public func isAuthorized(_ request: consuming AuthorizationRequest, entities: EntityStore) -> AuthorizationDecision {
         let evaluator = Evaluator(request, entities: entities)
+        var actionRecord: EntityRecord?? = nil
         var permits: [PolicyReference] = []
         var forbids: [Int] = []
         var failures: [PolicyFailure] = []
-        var missed: [(policy: Int, clause: Int)] = []
+        var forbidFailed = false
         for index in policies.indices {
             let policy = policies[index]
-            guard headMatches(policy, evaluator) else { continue }
+            guard headMatches(policy, evaluator, &actionRecord) else { continue }
             let failedClause: Int?
             do {
                 failedClause = try firstFailedClause(policy, evaluator)
             } catch {
-                failures.append(PolicyFailure(policy: reference(index), error: error))
+                failures.append(PolicyFailure(policy: references[index], error: error))
+                forbidFailed = forbidFailed || policy.effect == .forbid
                 continue
             }
-            switch (policy.effect, failedClause) {
-            case (.forbid, nil): forbids.append(index)
-            case (.permit, nil): permits.append(reference(index))
-            case (.permit, let clause?): missed.append((index, clause))
-            case (.forbid, _): break
-            }
+            guard failedClause == nil else { continue }
+            if policy.effect == .forbid { forbids.append(index) } else { permits.append(references[index]) }
         }
-        let forbidFailed = failures.contains { $0.policy.effect == .forbid }
         if !forbids.isEmpty || forbidFailed {
-            return AuthorizationDecision(isAllowed: false, determining: forbids.map(reference), failures: failures,
-                                         explainer: Explainer(policies: self, request: evaluator.take(), entities: entities, applied: forbids, missed: []))
+            return AuthorizationDecision(isAllowed: false, determining: forbids.map { references[$0] }, failures: failures,
+                                         explainer: Explainer(policies: self, decided: evaluator.take(), entities: entities, applied: forbids))
         }
         if !permits.isEmpty {
             return AuthorizationDecision(isAllowed: true, determining: permits, failures: failures, explainer: nil)
         }
         return AuthorizationDecision(isAllowed: false, determining: [], failures: failures,
-                                     explainer: Explainer(policies: self, request: evaluator.take(), entities: entities, applied: [], missed: missed))
+                                     explainer: Explainer(policies: self, decided: evaluator.take(), entities: entities, applied: []))
     }
 
     /// Whether the request is allowed: always the answer of
@@ -411,14 +411,15 @@ public struct Policies: Sendable {
     /// ```
     public func isAllowed(_ request: consuming AuthorizationRequest, entities: EntityStore) -> Bool {
         let evaluator = Evaluator(request, entities: entities)
-        for policy in forbids where headMatches(policy, evaluator) {
+        var actionRecord: EntityRecord?? = nil
+        for policy in forbids where headMatches(policy, evaluator, &actionRecord) {
             do {
                 if try firstFailedClause(policy, evaluator) == nil { return false }
             } catch {
                 return false  // a forbid that cannot be evaluated counts as applying
             }
         }
-        for policy in permits where headMatches(policy, evaluator) {
+        for policy in permits where headMatches(policy, evaluator, &actionRecord) {
             do {
                 if try firstFailedClause(policy, evaluator) == nil { return true }
             } catch {
@@ -430,28 +431,26 @@ public struct Policies: Sendable {
 
     /// For a policy whose head matched: the first clause that keeps it from applying (a `when`
     /// that is false or an `unless` that is true), or `nil` when it applies.
-    private func firstFailedClause(_ policy: ParsedPolicy, _ evaluator: borrowing Evaluator) throws(EvaluationError) -> Int? {
+    fileprivate func firstFailedClause(_ policy: ParsedPolicy, _ evaluator: borrowing Evaluator) throws(EvaluationError) -> Int? {
         for index in policy.compiled.indices where try policy.compiled[index].bool(evaluator) != policy.isWhen[index] { return index }
         return nil
     }
 
-    func reference(_ index: Int) -> PolicyReference {
-        PolicyReference(id: policies[index].id, effect: policies[index].effect, location: policies[index].location)
-    }
+    func reference(_ index: Int) -> PolicyReference { references[index] }
 
-    /// Works out a denial's clauses when they are asked for.
+    /// Works out a denial's clauses when they are asked for, from the request as it was
+    /// decided (a live token as the decision read it).
     struct Explainer: Sendable {
         let policies: Policies
-        let request: AuthorizationRequest
+        let decided: Evaluator.Taken
         let entities: EntityStore
-        /// Forbids that applied: every clause is reported.
+        /// Forbids that applied: every clause is reported. When none did, the permits whose
+        /// head matched are reported with the clause that failed.
         let applied: [Int]
-        /// Permits whose head matched, and the clause that failed.
-        let missed: [(policy: Int, clause: Int)]
 
         func clauses() -> [ClauseOutcome] {
-            let snapshot = request.token?.snapshot()
-            let evaluator = Evaluator(request, entities: entities)
+            let evaluator = Evaluator(decided, entities: entities)
+            let snapshot = decided.snapshot()
             var out: [ClauseOutcome] = []
             for index in applied {
                 for clause in policies.policies[index].conditions {
@@ -459,6 +458,14 @@ public struct Policies: Sendable {
                                              text: clause.body.text, location: clause.body.location,
                                              scopes: policies.scopeFacts(in: clause.body, snapshot)))
                 }
+            }
+            var missed: [(policy: Int, clause: Int)] = []
+            var actionRecord: EntityRecord?? = nil
+            for index in policies.policies.indices where applied.isEmpty && policies.policies[index].effect == .permit {
+                let policy = policies.policies[index]
+                guard policies.headMatches(policy, evaluator, &actionRecord),
+                      let clause = try? policies.firstFailedClause(policy, evaluator) else { continue }
+                missed.append((index, clause))
             }
             for (index, clauseIndex) in missed {
                 let clause = policies.policies[index].conditions[clauseIndex]
@@ -470,7 +477,10 @@ public struct Policies: Sendable {
         }
     }
 
-    func headMatches(_ policy: ParsedPolicy, _ evaluator: borrowing Evaluator) -> Bool {
+    /// Whether the policy's head matches the request. `actionRecord` is the action's record
+    /// once looked up (`nil` before): a decision looks it up at most once, and only for a
+    /// policy whose action is `in` a group that is not the action itself.
+    func headMatches(_ policy: ParsedPolicy, _ evaluator: borrowing Evaluator, _ actionRecord: inout EntityRecord??) -> Bool {
         func matches(_ constraint: EntityConstraint, _ uid: EntityUID) -> Bool {
             switch constraint {
             case .any: true
@@ -486,9 +496,10 @@ public struct Policies: Sendable {
         case .equal(let action): guard evaluator.action == action else { return false }
         case .within(let groups):
             // Equality first: the action record (one lookup) only when no group is the action.
-            guard groups.contains(where: { evaluator.action == $0 })
-                || evaluator.actionRecord.map({ record in groups.contains(where: record.isIn) }) == true
-            else { return false }
+            if !groups.contains(where: { evaluator.action == $0 }) {
+                if actionRecord == nil { actionRecord = .some(evaluator.actionRecord) }
+                guard let record = actionRecord ?? nil, groups.contains(where: record.isIn) else { return false }
+            }
         }
         return matches(policy.principal, evaluator.principal) && matches(policy.resource, evaluator.resource)
     }

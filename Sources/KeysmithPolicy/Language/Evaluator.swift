@@ -1,3 +1,5 @@
+import KeysmithTokens
+
 /// Why a condition could not be evaluated. A policy whose condition errs never allows, and a
 /// forbid whose condition errs denies (see ``Policies``).
 public struct EvaluationError: Error, Sendable, Hashable, CustomStringConvertible {
@@ -41,7 +43,7 @@ struct Evaluator: ~Copyable, Sendable {
     /// The record of a token view that does not keep one (a live view, a what-if copy), read
     /// once at the start of the decision, so every condition of one decision sees the same
     /// scopes; `nil` for views that keep theirs.
-    private let readRecord: PolicyValue?
+    private var readRecord: PolicyValue?
 
     var principal: EntityUID { request.principal }
     var action: EntityUID { request.action }
@@ -62,7 +64,7 @@ struct Evaluator: ~Copyable, Sendable {
 
     /// The evaluator for a request.
     init(_ request: consuming AuthorizationRequest, entities: EntityStore) {
-        (principalRecord, resourceRecord, readRecord) = Self.lookUp(request, entities)
+        (principalRecord, resourceRecord, readRecord) = Self.lookUp(request, entities, read: true)
         self.entities = entities
         self.request = request
     }
@@ -70,15 +72,42 @@ struct Evaluator: ~Copyable, Sendable {
     /// What a decision looks up once: the principal's and the resource's records, and the
     /// record of a token view that does not keep one (read from the borrowed request, so none
     /// of its parts is copied).
-    private static func lookUp(_ request: borrowing AuthorizationRequest, _ entities: EntityStore)
+    private static func lookUp(_ request: borrowing AuthorizationRequest, _ entities: EntityStore, read: Bool)
         -> (EntityRecord?, EntityRecord?, PolicyValue?)
     {
-        let read = request.token.flatMap { $0.fixedRecord == nil ? $0.currentRecord() : nil }
+        let read = read ? request.token.flatMap { $0.fixedRecord == nil ? $0.currentRecord() : nil } : nil
         return (entities.record(request.principal), entities.record(request.resource), read)
     }
 
+    /// A decided request, kept for explaining the decision later: the request, and the
+    /// token record the decision read from a view that keeps none (a live one).
+    struct Taken: Sendable {
+        let request: AuthorizationRequest
+        let tokenRecord: PolicyValue?
+
+        /// Each scope's status as the decision saw it: a live view's granted scopes from the
+        /// record the decision read (not the permission manager now); other views are fixed.
+        func snapshot() -> [String: ScopeStatus?]? {
+            guard let view = request.token else { return nil }
+            guard case .live = view.source, case .record(let fields)? = tokenRecord, case .set(let granted)? = fields["granted"] else {
+                return view.snapshot()
+            }
+            var out: [String: ScopeStatus?] = [:]
+            for case .string(let name) in granted.elements { out[name] = .some(nil) }
+            return out
+        }
+    }
+
     /// The request back, when the decision is done (for explaining it later).
-    consuming func take() -> AuthorizationRequest { request }
+    consuming func take() -> Taken { Taken(request: request, tokenRecord: readRecord) }
+
+    /// The evaluator of a decided request, reading its token as the decision did.
+    init(_ decided: Taken, entities: EntityStore) {
+        (principalRecord, resourceRecord, readRecord) = Self.lookUp(decided.request, entities, read: false)
+        self.entities = entities
+        self.request = decided.request
+        if readRecord == nil { readRecord = decided.tokenRecord }
+    }
 
     /// Whether `uid` is `container` or is in it (the request's variables from their records).
     func isIn(_ uid: EntityUID, _ container: EntityUID) -> Bool {
