@@ -29,8 +29,9 @@ class Node: @unchecked Sendable {  // immutable after init; every subclass keeps
     func record(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> EntityRecord? { nil }
 
     /// When the expression's value is a set of entities all held by the store: whether it
-    /// holds `member` or, with `container`, holds `member` or an entity `member` is in (see
-    /// ``EntityRecord/setHolds(_:hash:_:container:)``); `nil` when this node cannot tell.
+    /// holds `member` or, with `container`, holds `member` or an entity `member` is in; with
+    /// `container`, also when the value is one entity of the store: whether `member` is in it
+    /// (see ``EntityRecord/setHolds(_:hash:_:container:)``). `nil` when this node cannot tell.
     func setHolds(_ member: EntityRecord, container: Bool, _ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool? { nil }
 
     /// The expression's value as a Boolean; a value of another type is the evaluator's error.
@@ -206,8 +207,9 @@ final class BinaryNode: Node, @unchecked Sendable {
     /// them; `nil` otherwise.
     private func placedIn(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool? {
         guard let member = try left.record(evaluator) else { return nil }
-        if let container = try right.record(evaluator) { return member.isIn(place: container.place) }
-        return try right.setHolds(member, container: true, evaluator)
+        if let found = try right.setHolds(member, container: true, evaluator) { return found }
+        guard let container = try right.record(evaluator) else { return nil }
+        return member.isIn(place: container.place)
     }
 }
 
@@ -228,13 +230,16 @@ final class IfNode: Node, @unchecked Sendable {
 
 /// `context has name`.
 final class ContextHasNode: Node, @unchecked Sendable {
-    let name: String
+    let name: String, isToken: Bool
     init(_ source: Expression, _ name: String) {
         self.name = name
+        self.isToken = name == "token"
         super.init(source)
     }
     override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue { .bool(try bool(evaluator)) }
-    override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool { evaluator.contextField(name) != nil }
+    override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
+        isToken ? evaluator.hasToken : evaluator.contextField(name) != nil
+    }
 }
 
 /// `base has name` for any other base.

@@ -319,12 +319,16 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
 
     /// For the attribute `name`, when its value is a set of entities all held by this record's
     /// store: whether it holds `member` (`contains`), or, with `container`, the entity
-    /// `member` is or one `member` is in (`member in set`). `nil` when the attribute is not
-    /// such a set, or not found by name here: then the caller computes the value.
+    /// `member` is or one `member` is in (`member in set`); with `container`, also when the
+    /// value is one entity of the store: whether `member` is it or in it (`member in entity`).
+    /// `nil` when the attribute is none of these, or not found by name here: then the caller
+    /// computes the value.
     @inline(__always)
     func setHolds(_ name: String, hash: Int, _ member: EntityRecord, container: Bool) -> Bool? {
         for index in nameHashes.indices where nameHashes[index] == hash && names[index] == name {
-            guard let places = placeSets[index] else { return nil }
+            guard let places = placeSets[index] else {
+                return container && linked[index] >= 0 ? member.isIn(place: linked[index]) : nil
+            }
             return container ? places.contains(where: member.isIn(place:)) : Self.holds(places, member.place)
         }
         return nil

@@ -59,6 +59,8 @@ struct Evaluator: ~Copyable, Sendable {
         guard let view = request.token else { return request.context["token"] }
         return view.fixedRecord ?? readRecord
     }
+    /// Whether there is a `context.token` (`token != nil`, without copying the record).
+    var hasToken: Bool { request.token != nil || request.context["token"] != nil }
     /// `token`'s fields in ``TokenField`` order, when the token view keeps them.
     var tokenFields: [PolicyValue]? { request.token?.fixedFields }
 
