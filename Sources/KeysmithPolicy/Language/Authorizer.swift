@@ -368,7 +368,15 @@ public struct Policies: Sendable {
     /// The policies' ids, in file order.
     public var ids: [String] { policies.map(\.id) }
 
-    /// Decides a request.
+    /// Decides a request. The request is taken (`consuming`): one built for the call is moved
+    /// in, not copied; one the caller goes on using is copied once. A live token view is read
+    /// once, and every condition of the decision, and its explanation read later, sees that
+    /// reading.
+    ///
+    /// ```swift
+    /// let decision = policies.isAuthorized(AuthorizationRequest(principal: alice, action: edit, resource: photo,
+    ///                                                           token: .live(manager)), entities: entities)
+    /// ```
     public func isAuthorized(_ request: consuming AuthorizationRequest, entities: EntityStore) -> AuthorizationDecision {
         let evaluator = Evaluator(request, entities: entities)
         var actionRecord: EntityRecord?? = nil
@@ -436,8 +444,6 @@ public struct Policies: Sendable {
         return nil
     }
 
-    func reference(_ index: Int) -> PolicyReference { references[index] }
-
     /// Works out a denial's clauses when they are asked for, from the request as it was
     /// decided (a live token as the decision read it).
     struct Explainer: Sendable {
@@ -454,7 +460,7 @@ public struct Policies: Sendable {
             var out: [ClauseOutcome] = []
             for index in applied {
                 for clause in policies.policies[index].conditions {
-                    out.append(ClauseOutcome(policy: policies.reference(index), clause: clause.isWhen ? "when" : "unless", value: clause.isWhen,
+                    out.append(ClauseOutcome(policy: policies.references[index], clause: clause.isWhen ? "when" : "unless", value: clause.isWhen,
                                              text: clause.body.text, location: clause.body.location,
                                              scopes: policies.scopeFacts(in: clause.body, snapshot)))
                 }
@@ -470,7 +476,7 @@ public struct Policies: Sendable {
             for (index, clauseIndex) in missed {
                 let clause = policies.policies[index].conditions[clauseIndex]
                 let deciding = clause.isWhen ? policies.firstFalseConjunct(clause.body, evaluator) : clause.body
-                out.append(ClauseOutcome(policy: policies.reference(index), clause: clause.isWhen ? "when" : "unless", value: !clause.isWhen,
+                out.append(ClauseOutcome(policy: policies.references[index], clause: clause.isWhen ? "when" : "unless", value: !clause.isWhen,
                                          text: deciding.text, location: deciding.location, scopes: policies.scopeFacts(in: deciding, snapshot)))
             }
             return out
@@ -493,15 +499,16 @@ public struct Policies: Sendable {
         // The action first: it rules out most policies with a comparison or two.
         switch policy.action {
         case .any: break
-        case .equal(let action): guard evaluator.action == action else { return false }
+        case .equal(let action): guard evaluator.request.action == action else { return false }
         case .within(let groups):
             // Equality first: the action record (one lookup) only when no group is the action.
-            if !groups.contains(where: { evaluator.action == $0 }) {
+            if !groups.contains(where: { evaluator.request.action == $0 }) {
                 if actionRecord == nil { actionRecord = .some(evaluator.actionRecord) }
                 guard let record = actionRecord ?? nil, groups.contains(where: record.isIn) else { return false }
             }
         }
-        return matches(policy.principal, evaluator.principal) && matches(policy.resource, evaluator.resource)
+        // The request's uids read in place (`evaluator.principal` would copy them).
+        return matches(policy.principal, evaluator.request.principal) && matches(policy.resource, evaluator.request.resource)
     }
 
     /// The first conjunct of `a && b && …` that is false (the whole expression otherwise).

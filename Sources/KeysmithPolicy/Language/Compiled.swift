@@ -347,6 +347,9 @@ final class TokenFieldNode: Node, @unchecked Sendable {
 final class MethodNode: Node, @unchecked Sendable {
     enum Kind { case contains, containsAll, containsAny, other }
     let receiver: Node, name: String, arguments: [Node], kind: Kind
+    /// Whether `contains`' argument may be an entity of the store, to be found by place (a
+    /// literal never is one: its record is never asked for).
+    let byPlace: Bool
     init(_ source: Expression, _ receiver: Node, _ name: String, _ arguments: [Node]) {
         self.receiver = receiver
         self.name = name
@@ -358,6 +361,7 @@ final class MethodNode: Node, @unchecked Sendable {
         default: .other
         }
         self.kind = arguments.count == 1 ? kind : .other
+        self.byPlace = self.kind == .contains && !(arguments[0] is LiteralNode)
         super.init(source)
     }
     override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
@@ -369,7 +373,7 @@ final class MethodNode: Node, @unchecked Sendable {
     }
     override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         if kind == .other { return try super.bool(evaluator) }
-        if kind == .contains, let member = try arguments[0].record(evaluator),
+        if byPlace, let member = try arguments[0].record(evaluator),
            let holds = try receiver.setHolds(member, container: false, evaluator) {
             return holds
         }

@@ -43,7 +43,7 @@ struct Evaluator: ~Copyable, Sendable {
     /// The record of a token view that does not keep one (a live view, a what-if copy), read
     /// once at the start of the decision, so every condition of one decision sees the same
     /// scopes; `nil` for views that keep theirs.
-    private var readRecord: PolicyValue?
+    private let readRecord: PolicyValue?
 
     var principal: EntityUID { request.principal }
     var action: EntityUID { request.action }
@@ -66,19 +66,21 @@ struct Evaluator: ~Copyable, Sendable {
 
     /// The evaluator for a request.
     init(_ request: consuming AuthorizationRequest, entities: EntityStore) {
-        (principalRecord, resourceRecord, readRecord) = Self.lookUp(request, entities, read: true)
+        (principalRecord, resourceRecord) = Self.records(request, entities)
+        readRecord = Self.tokenRecord(request)
         self.entities = entities
         self.request = request
     }
 
-    /// What a decision looks up once: the principal's and the resource's records, and the
-    /// record of a token view that does not keep one (read from the borrowed request, so none
-    /// of its parts is copied).
-    private static func lookUp(_ request: borrowing AuthorizationRequest, _ entities: EntityStore, read: Bool)
-        -> (EntityRecord?, EntityRecord?, PolicyValue?)
-    {
-        let read = read ? request.token.flatMap { $0.fixedRecord == nil ? $0.currentRecord() : nil } : nil
-        return (entities.record(request.principal), entities.record(request.resource), read)
+    /// The principal's and the resource's records (from the borrowed request, so none of its
+    /// parts is copied).
+    private static func records(_ request: borrowing AuthorizationRequest, _ entities: EntityStore) -> (EntityRecord?, EntityRecord?) {
+        (entities.record(request.principal), entities.record(request.resource))
+    }
+
+    /// The record of the request's token view when the view keeps none, read now.
+    private static func tokenRecord(_ request: borrowing AuthorizationRequest) -> PolicyValue? {
+        request.token.flatMap { $0.fixedRecord == nil ? $0.currentRecord() : nil }
     }
 
     /// A decided request, kept for explaining the decision later: the request, and the
@@ -105,18 +107,18 @@ struct Evaluator: ~Copyable, Sendable {
 
     /// The evaluator of a decided request, reading its token as the decision did.
     init(_ decided: Taken, entities: EntityStore) {
-        (principalRecord, resourceRecord, readRecord) = Self.lookUp(decided.request, entities, read: false)
+        (principalRecord, resourceRecord) = Self.records(decided.request, entities)
+        readRecord = decided.tokenRecord
         self.entities = entities
         self.request = decided.request
-        if readRecord == nil { readRecord = decided.tokenRecord }
     }
 
     /// Whether `uid` is `container` or is in it (the request's variables from their records).
     func isIn(_ uid: EntityUID, _ container: EntityUID) -> Bool {
         if uid == container { return true }
-        if uid == principal { return principalRecord?.isIn(container) ?? false }
-        if uid == resource { return resourceRecord?.isIn(container) ?? false }
-        if uid == action { return actionRecord?.isIn(container) ?? false }
+        if uid == request.principal { return principalRecord?.isIn(container) ?? false }
+        if uid == request.resource { return resourceRecord?.isIn(container) ?? false }
+        if uid == request.action { return actionRecord?.isIn(container) ?? false }
         return entities.isDescendant(uid, of: container)
     }
 
