@@ -25,16 +25,20 @@ public struct TokenView: Sendable {
         let fixedRecord: PolicyValue?
         /// That record's five fields in ``TokenField`` order, for conditions that read one.
         let fixedFields: [PolicyValue]?
+        /// Whether `fixedRecord` is there (asked once per decision, without copying it).
+        let keepsRecord: Bool
 
         init(source: Source, fixedRecord: PolicyValue, fields: [PolicyValue]) {
             self.source = source
             self.fixedRecord = fixedRecord
             self.fixedFields = fields
+            self.keepsRecord = true
         }
 
         init(source: Source, fixedRecord: PolicyValue?) {
             self.source = source
             self.fixedRecord = fixedRecord
+            self.keepsRecord = fixedRecord != nil
             if case .record(let fields)? = fixedRecord {
                 let parts = TokenField.allCases.compactMap { fields[$0.rawValue] }
                 self.fixedFields = parts.count == TokenField.allCases.count ? parts : nil

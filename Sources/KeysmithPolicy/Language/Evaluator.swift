@@ -80,7 +80,7 @@ struct Evaluator: ~Copyable, Sendable {
 
     /// The record of the request's token view when the view keeps none, read now.
     private static func tokenRecord(_ request: borrowing AuthorizationRequest) -> PolicyValue? {
-        request.token.flatMap { $0.fixedRecord == nil ? $0.currentRecord() : nil }
+        request.token?.storage.keepsRecord == false ? request.token?.currentRecord() : nil
     }
 
     /// A decided request, kept for explaining the decision later: the request, and the
