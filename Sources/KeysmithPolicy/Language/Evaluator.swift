@@ -88,6 +88,9 @@ struct Evaluator: ~Copyable, Sendable {
     struct Taken: Sendable {
         let request: AuthorizationRequest
         let tokenRecord: PolicyValue?
+        /// The principal's and the resource's records, as found (not looked up again).
+        let principalRecord: EntityRecord?
+        let resourceRecord: EntityRecord?
 
         /// Each scope's status as the decision saw it: a live view's granted scopes from the
         /// record the decision read (not the permission manager now); other views are fixed.
@@ -103,11 +106,14 @@ struct Evaluator: ~Copyable, Sendable {
     }
 
     /// The request back, when the decision is done (for explaining it later).
-    consuming func take() -> Taken { Taken(request: request, tokenRecord: readRecord) }
+    consuming func take() -> Taken {
+        Taken(request: request, tokenRecord: readRecord, principalRecord: principalRecord, resourceRecord: resourceRecord)
+    }
 
     /// The evaluator of a decided request, reading its token as the decision did.
     init(_ decided: Taken, entities: EntityStore) {
-        (principalRecord, resourceRecord) = Self.records(decided.request, entities)
+        principalRecord = decided.principalRecord
+        resourceRecord = decided.resourceRecord
         readRecord = decided.tokenRecord
         self.entities = entities
         self.request = decided.request
