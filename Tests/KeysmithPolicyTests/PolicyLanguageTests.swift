@@ -289,7 +289,7 @@ struct EntityLookupTests {
     }
 
     @Test("a place index finds every uid it holds within its probe bound, and refuses to be built when a probe would be longer")
-    func placeIndexBounds() {
+    func placeIndexBounds() throws {
         let uids = (0..<5_000).map { EntityUID(type: "T", id: "\($0)") }
         let index = PlaceIndex(uids)
         #expect(index != nil)
@@ -301,6 +301,19 @@ struct EntityLookupTests {
         let same = (0..<(PlaceIndex.maximumProbe + 1)).map { EntityUID(type: "T\($0)", id: "x") }
         #expect(PlaceIndex(same) == nil)
         #expect(PlaceIndex(Array(same.prefix(PlaceIndex.maximumProbe))) != nil)
+        // A store of such entities (one id under 40 types: every hash the same, whatever the
+        // seed) keeps its dictionary, and every decision still reads the right entity.
+        let entities = (0..<40).map { Entity(uid: EntityUID(type: "T\($0)", id: "x"), attributes: ["n": .long(Int64($0))]) }
+        let store = try EntityStore(entities)
+        let policies = try Policies(text: "permit (principal, action, resource) when { principal.n == resource.n };")
+        for entity in entities {
+            let other = EntityUID(type: entity.uid.type == "T0" ? "T1" : "T0", id: "x")
+            let same = AuthorizationRequest(principal: entity.uid, action: EntityUID(type: "Action", id: "a"), resource: entity.uid)
+            let different = AuthorizationRequest(principal: entity.uid, action: EntityUID(type: "Action", id: "a"), resource: other)
+            #expect(policies.isAllowed(same, entities: store))
+            #expect(!policies.isAllowed(different, entities: store))
+            #expect(store[entity.uid] == entity)
+        }
     }
 }
 
