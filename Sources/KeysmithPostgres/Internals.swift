@@ -146,6 +146,25 @@ enum RecordTable: String, CaseIterable {
 /// A conflict with a concurrent transaction: the batch is retried from its reads.
 struct RetryableConflict: Error {
     let state: String
+
+    /// Runs `body` (a whole transaction), and again, after a short random pause, when it
+    /// conflicted with a concurrent transaction (a deadlock, a serialization failure, a unique
+    /// violation on a row another made first), up to 20 times; then `failure(state)`. So no
+    /// public entry point ever throws this internal error: a reader, a batch and the schema's
+    /// installer racing each other's locks all retry.
+    static func retrying<T>(_ body: () throws -> T, failure: (String) -> KeysmithError) throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try body()
+            } catch is RetryableConflict where attempt < 20 {
+                usleep(UInt32.random(in: 200...2_000) * UInt32(attempt))
+            } catch let error as RetryableConflict {
+                throw failure(error.state)
+            }
+        }
+    }
 }
 
 /// One connection, used from one thread at a time (the store's mutex), through the

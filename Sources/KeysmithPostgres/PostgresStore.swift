@@ -180,15 +180,19 @@ public final class PostgresStore: SecureStore {
         }
         let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"))
         defer { session.close() }
-        try session.transaction { transaction in
-            // One initializer at a time (CREATE … IF NOT EXISTS races itself in PostgreSQL).
-            try transaction.execute("SELECT pg_advisory_xact_lock(\(PostgresSchema.initializationLock))")
-            for statement in PostgresSchema.statements { try transaction.execute(PostgresQuery(unsafeSQL: statement)) }
-            _ = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: scrypt, create: true)
-            if let role = applicationRole {
-                for statement in PostgresSchema.grants(to: role) { try transaction.execute(PostgresQuery(unsafeSQL: statement)) }
+        // The schema's statements lock tables that running applications write: a deadlock with
+        // one of them rolls this back, and it is run again.
+        try RetryableConflict.retrying({
+            try session.transaction { transaction in
+                // One initializer at a time (CREATE … IF NOT EXISTS races itself in PostgreSQL).
+                try transaction.execute("SELECT pg_advisory_xact_lock(\(PostgresSchema.initializationLock))")
+                for statement in PostgresSchema.statements { try transaction.execute(PostgresQuery(unsafeSQL: statement)) }
+                _ = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: scrypt, create: true)
+                if let role = applicationRole {
+                    for statement in PostgresSchema.grants(to: role) { try transaction.execute(PostgresQuery(unsafeSQL: statement)) }
+                }
             }
-        }
+        }, failure: { KeysmithError(.writeConflict, "installing the Keysmith schema in PostgreSQL kept conflicting with other transactions (\($0)); nothing was changed") })
     }
 
     /// `[a-z_][a-z0-9_]{0,62}`: safe to write into a statement unquoted.
@@ -217,10 +221,12 @@ public final class PostgresStore: SecureStore {
         self.logger = logger
         let session = try Session.connect(settings, logger: logger)
         do {
-            keys = try session.transaction { transaction in
-                let master = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: .standard, create: false)
-                return try NamespaceKeys.loadOrCreate(namespace: namespace, master: master, transaction: transaction)
-            }
+            keys = try RetryableConflict.retrying({
+                try session.transaction { transaction in
+                    let master = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: .standard, create: false)
+                    return try NamespaceKeys.loadOrCreate(namespace: namespace, master: master, transaction: transaction)
+                }
+            }, failure: { KeysmithError(.writeConflict, "opening the namespace kept conflicting with other transactions (\($0))") })
         } catch {
             session.close()
             throw error
@@ -248,6 +254,13 @@ public final class PostgresStore: SecureStore {
         }
     }
 
+    /// A read in a session, run again when it conflicted with a concurrent transaction.
+    private func readRetrying<T>(_ body: (Session) throws -> T) throws -> T {
+        try RetryableConflict.retrying({ try withSession(body) }, failure: {
+            KeysmithError(.writeConflict, "reading \(storeDescription) kept conflicting with other transactions (\($0))")
+        })
+    }
+
     /// The session, for this module's other parts (the watcher's waiting).
     func withSessionPublic<T>(_ body: (Session) throws -> T) throws -> T { try withSession(body) }
 
@@ -260,7 +273,7 @@ public final class PostgresStore: SecureStore {
     public func read(_ itemKeys: [ItemKey]) throws -> [SecureRecord?] {
         for key in itemKeys { try key.validate() }
         let indexes = itemKeys.map(keys.blindIndex)
-        let rows = try withSession { session in
+        let rows = try readRetrying { session in
             try session.transaction { try fetch(Array(zip(itemKeys, indexes)), in: $0, lock: false) }
         }
         return try zip(itemKeys, indexes).map { key, index in
@@ -302,7 +315,7 @@ public final class PostgresStore: SecureStore {
     private func scan(_ query: ItemQuery, chunkSize: Int, withSecret: Bool, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
         let size = max(1, min(chunkSize, 4096))
         var examined = 0
-        let total = try withSession { session in
+        let total = try readRetrying { session in
             try session.transaction { transaction in
                 try RecordTable.allCases.reduce(0) { $0 + (try RecordRows.count(namespace: keys.namespaceID, table: $1, in: transaction)) }
             }
@@ -318,7 +331,7 @@ public final class PostgresStore: SecureStore {
         if table == .audit, let type = query.recordType, type != .auditEntry { return }
         var after: [UInt8]? = nil
         while true {
-            let page = try withSession { session in
+            let page = try readRetrying { session in
                 try session.transaction { transaction in
                     let page = try RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: size, in: transaction)
                     try keys.ensureKnown(page.map(\.keyID), in: transaction)
@@ -349,22 +362,12 @@ public final class PostgresStore: SecureStore {
         guard !operations.isEmpty else { return }
         for operation in operations { try operation.key.validate() }
         let now = clock()
-        var attempt = 0
-        while true {
-            attempt += 1
-            do {
-                let sequence = try withSession { session in
-                    try session.transaction { transaction in try apply(operations, now: now, in: transaction) }
-                }
-                if sequence > 0 { lastSequence.withLock { $0 = max($0, sequence) } }
-                return
-            } catch let error as RetryableConflict where attempt < 20 {
-                logger.debug("retrying a batch after \(error.state)")
-                usleep(UInt32.random(in: 200...2_000) * UInt32(attempt))
-            } catch let error as RetryableConflict {
-                throw KeysmithError(.writeConflict, "\(storeDescription) kept conflicting with other writers (\(error.state)); nothing was applied")
+        let sequence = try RetryableConflict.retrying({
+            try withSession { session in
+                try session.transaction { transaction in try apply(operations, now: now, in: transaction) }
             }
-        }
+        }, failure: { KeysmithError(.writeConflict, "\(storeDescription) kept conflicting with other writers (\($0)); nothing was applied") })
+        if sequence > 0 { lastSequence.withLock { $0 = max($0, sequence) } }
     }
 
     private static let appendOnly = KeysmithError(.invalidArgument, "the audit log in PostgreSQL is append-only: an entry is never changed or deleted; nothing was applied")

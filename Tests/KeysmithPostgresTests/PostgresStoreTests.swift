@@ -21,19 +21,23 @@ struct PostgresStoreTests {
     }
 
     /// Runs SQL as the database administrator would, outside the store: the statements in one
-    /// transaction, returning the last one's rows.
+    /// transaction, returning the last one's rows. A transaction that deadlocked with another
+    /// test's (tests run in parallel, some of them truncating or installing the schema) is run
+    /// again, as an administrator would.
     static func sql(_ statements: String...) throws -> [[String]] {
         let session = try Session.connect(try settings(), logger: .init(label: "dba"))
         defer { session.close() }
-        return try session.transaction { transaction in
-            var rows: [[String]] = []
-            for text in statements {
-                rows = try transaction.execute(PostgresQueryText.raw(text)).map { row in
-                    row.map { cell in cell.bytes.map { String(decoding: $0.readableBytesView.map { $0 }, as: UTF8.self) } ?? "NULL" }
+        return try RetryableConflict.retrying({
+            try session.transaction { transaction in
+                var rows: [[String]] = []
+                for text in statements {
+                    rows = try transaction.execute(PostgresQueryText.raw(text)).map { row in
+                        row.map { cell in cell.bytes.map { String(decoding: $0.readableBytesView.map { $0 }, as: UTF8.self) } ?? "NULL" }
+                    }
                 }
+                return rows
             }
-            return rows
-        }
+        }, failure: { KeysmithError(.writeConflict, "the administrator's statements kept deadlocking (\($0))") })
     }
 
     @Test("no table holds a secret, a service, an account, a namespace or a scope in the clear")
