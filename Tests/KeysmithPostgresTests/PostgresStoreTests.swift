@@ -2,6 +2,7 @@ import Foundation
 import Keysmith
 import KeysmithTokens
 @testable import KeysmithPostgres
+import Synchronization
 import Testing
 
 /// What a database administrator sees and can do (docs/postgres.md, "Threat model"), against the
@@ -282,6 +283,76 @@ struct PostgresStoreTests {
             #expect(throws: (any Error).self, "\(statement) was allowed") { try Self.sql(statement) }
         }
         #expect(try Self.sql("SELECT count(*)::text FROM keysmith_audit WHERE namespace_id = \(namespaceID)") == [["1"]])
+    }
+
+    @Test("installing the schema while others write and read fails nobody: conflicts between their locks are retried")
+    func installingWhileWriting() throws {
+        // A database of its own: the race is between these three, not the other tests.
+        let database = "keysmith_install_" + UUID().uuidString.prefix(8).lowercased()
+        let admin = try Session.connect(try Self.settings(), logger: .init(label: "dba"))
+        defer { admin.close() }
+        _ = try admin.connection.query(PostgresQueryText.raw("CREATE DATABASE \(database)"), logger: admin.logger).wait()
+        defer { _ = try? admin.connection.query(PostgresQueryText.raw("DROP DATABASE IF EXISTS \(database) WITH (FORCE)"), logger: admin.logger).wait() }
+        let settings = try { () throws -> PostgresConnectionSettings in
+            var settings = try Self.settings()
+            settings.database = database
+            return settings
+        }()
+        try PostgresStore.initialize(settings, masterKey: .key(Self.key))
+        let failures = Mutex<[String]>([])
+        do {
+            let store = try PostgresStore(settings, namespace: "install-race", masterKey: .key(Self.key))
+            let key = ItemKey.genericPassword(service: "install-race", account: "a")
+            try store.perform([.create(ItemAttributes(key: key), secret: Data("0".utf8))])
+            DispatchQueue.concurrentPerform(iterations: 3) { worker in
+                for round in 0..<15 {
+                    do {
+                        switch worker {
+                        case 0:
+                            try PostgresStore.initialize(settings, masterKey: .key(Self.key))
+                        case 1:
+                            try store.perform([.upsert(ItemAttributes(key: key), secret: Data("\(round)".utf8)),
+                                               .create(ItemAttributes(key: .genericPassword(service: "install-race", account: "n\(round)")),
+                                                       secret: Data("n".utf8))])
+                        default:
+                            _ = try store.read(key)
+                            _ = try store.search(ItemQuery(service: "install-race"))
+                        }
+                    } catch {
+                        failures.withLock { $0.append("worker \(worker), round \(round): \(error)") }
+                    }
+                }
+            }
+            #expect(try store.read(key)?.secret == Data("14".utf8))
+            #expect(try store.verifyChangeFeed().isIntact)
+        }
+        #expect(failures.withLock { $0 } == [])
+
+        // A deadlock on purpose: another session holds a lock the installer's index statement
+        // needs, and then waits for the installer's own lock. PostgreSQL aborts the one that
+        // waited first (the installer): it must run again, not fail.
+        let other = try Session.connect(settings, logger: .init(label: "dba"))
+        defer { other.close() }
+        let installed = Mutex<(any Error)?>(nil)
+        let group = DispatchGroup()
+        let otherOutcome: (any Error)? = {
+            do {
+                try other.transaction { transaction in
+                    try transaction.execute(PostgresQueryText.raw("LOCK TABLE keysmith_changes IN SHARE ROW EXCLUSIVE MODE"))
+                    DispatchQueue.global().async(group: group) {
+                        do { try PostgresStore.initialize(settings, masterKey: .key(Self.key)) } catch { installed.withLock { $0 = error } }
+                    }
+                    Thread.sleep(forTimeInterval: 0.5)  // the installer now waits for the table
+                    try transaction.execute(PostgresQueryText.raw("SELECT pg_advisory_xact_lock(\(PostgresSchema.initializationLock))"))
+                }
+                return nil
+            } catch {
+                return error
+            }
+        }()
+        group.wait()
+        #expect(installed.withLock { $0 } == nil, "the installer failed: \(String(describing: installed.withLock { $0 }))")
+        _ = otherOutcome  // whichever PostgreSQL chose, the installer ends installed
     }
 
     @Test("an owner who turns the triggers off and edits, deletes or empties the audit log is caught by the audit check (sealed, chained, anchored)")
