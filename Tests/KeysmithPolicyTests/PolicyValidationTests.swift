@@ -212,6 +212,19 @@ struct PolicyValidationTests {
         #expect(decision.failures.map(\.policy.id) == ["no-archived"])
         #expect(decision.failures[0].error.kind == .missingAttribute)
         #expect(decision.description.contains("could not be evaluated"))
+        // A denial caused by a failed forbid is explained by the failure alone: the permits
+        // that did not apply are not listed (they did not decide it).
+        let withPermit = try Policies(text: """
+        forbid (principal, action, resource) when { principal.nope };
+        permit (principal, action, resource) when { context.n == 1 };
+        """)
+        let user = Entity(uid: EntityUID(type: "User", id: "a"))
+        let denied = withPermit.isAuthorized(
+            AuthorizationRequest(principal: user.uid, action: EntityUID(type: "Action", id: "x"), resource: user.uid, context: ["n": .long(2)]),
+            entities: try EntityStore([user]))
+        #expect(!denied.isAllowed)
+        #expect(denied.failures.map(\.policy.id) == ["policy0"])
+        #expect(denied.unmet == [], "\(denied)")
     }
 
     @Test("a cycle of parents is an error naming the entities' lines")

@@ -404,13 +404,13 @@ public struct Policies: Sendable {
         }
         if !forbids.isEmpty || forbidFailed {
             return AuthorizationDecision(isAllowed: false, determining: forbids.map { references[$0] }, failures: failures,
-                                         explainer: Explainer(policies: self, decided: evaluator.take(), entities: entities, applied: forbids))
+                                         explainer: Explainer(policies: self, decided: evaluator.take(), entities: entities, applied: forbids, explainsPermits: false))
         }
         if !permits.isEmpty {
             return AuthorizationDecision(isAllowed: true, determining: permits, failures: failures, explainer: nil)
         }
         return AuthorizationDecision(isAllowed: false, determining: [], failures: failures,
-                                     explainer: Explainer(policies: self, decided: evaluator.take(), entities: entities, applied: []))
+                                     explainer: Explainer(policies: self, decided: evaluator.take(), entities: entities, applied: [], explainsPermits: true))
     }
 
     /// Whether the request is allowed: always the answer of
@@ -457,6 +457,9 @@ public struct Policies: Sendable {
         /// Forbids that applied: every clause is reported. When none did, the permits whose
         /// head matched are reported with the clause that failed.
         let applied: [Int]
+        /// Whether to report the permits whose head matched and the clause that failed: only
+        /// for a denial that no forbid caused (neither applied nor failed to evaluate).
+        let explainsPermits: Bool
 
         func clauses() -> [ClauseOutcome] {
             let evaluator = Evaluator(decided, entities: entities)
@@ -471,7 +474,7 @@ public struct Policies: Sendable {
             }
             var missed: [(policy: Int, clause: Int)] = []
             var actionRecord: EntityRecord?? = nil
-            for index in policies.policies.indices where applied.isEmpty && policies.policies[index].effect == .permit {
+            for index in policies.policies.indices where explainsPermits && policies.policies[index].effect == .permit {
                 let policy = policies.policies[index]
                 guard policies.headMatches(policy, evaluator, &actionRecord),
                       let clause = try? policies.firstFailedClause(policy, evaluator) else { continue }
@@ -489,7 +492,8 @@ public struct Policies: Sendable {
 
     /// Whether the policy's head matches the request. `actionRecord` is the action's record
     /// once looked up (`nil` before): a decision looks it up at most once, and only for a
-    /// policy whose action is `in` a group that is not the action itself.
+    /// policy whose head says `action in` a group that is not the action itself (a
+    /// condition that reads the action's record looks it up again).
     func headMatches(_ policy: ParsedPolicy, _ evaluator: borrowing Evaluator, _ actionRecord: inout EntityRecord??) -> Bool {
         func matches(_ constraint: EntityConstraint, _ uid: EntityUID) -> Bool {
             switch constraint {
