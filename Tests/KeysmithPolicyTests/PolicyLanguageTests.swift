@@ -253,6 +253,22 @@ struct EqualityTests {
         #expect(!PolicyValueSet([.string(kelvin)]).contains(.string("K")))
         #expect(PolicyValueSet([.string(kelvin), .string("K")]).count == 2)
     }
+
+    @Test("two strings are the same bytes only when they are: reordered accents of equal length, long and short, ASCII or not")
+    func sameBytesComparesBytes() {
+        // Canonically equivalent, the same length in UTF-8, neither ASCII, different bytes.
+        let one = "\u{E9}e\u{301}", other = "e\u{301}\u{E9}"
+        #expect(one == other && one.utf8.count == other.utf8.count)
+        #expect(!PolicyValue.sameBytes(one, other))
+        let long = String(repeating: "x", count: 40)
+        #expect(!PolicyValue.sameBytes(long + one, long + other))
+        #expect(PolicyValue.sameBytes(long + one, String(decoding: Array((long + one).utf8), as: UTF8.self)))
+        #expect(PolicyValue.sameBytes(one, String(decoding: Array(one.utf8), as: UTF8.self)))
+        #expect(!PolicyValue.sameBytes("K", "\u{212A}") && !PolicyValue.sameBytes("\u{212A}", "K"))
+        #expect(PolicyValue.sameBytes(long, String(decoding: Array(long.utf8), as: UTF8.self)))
+        #expect(!PolicyValue.sameBytes(long, long + "y") && PolicyValue.sameBytes("", ""))
+        #expect(PolicyValue.string(long + one) != .string(long + other))
+    }
 }
 
 /// The index that finds a request's entities in a store.

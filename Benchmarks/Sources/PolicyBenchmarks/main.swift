@@ -112,6 +112,19 @@ func rate(_ label: String, _ body: () -> Int) -> Double {
 // KEYSMITH_POLICY_PROFILE=name decides only that application (news-groups, todo,
 // photo-sharing, repositories), for 20 rounds (for perf).
 let profiled = ProcessInfo.processInfo.environment["KEYSMITH_POLICY_PROFILE"]
+// KEYSMITH_POLICY_ONLY_ALLOWED=1 (with a profiled application) measures `isAllowed` alone.
+let onlyIsAllowed = ProcessInfo.processInfo.environment["KEYSMITH_POLICY_ONLY_ALLOWED"]
+// KEYSMITH_POLICY_PROFILE=fixed decides the news-groups requests with no policies, 20 rounds.
+if profiled == "fixed" {
+    let noPolicies = try Policies(text: "")
+    for _ in 1...20 {
+        _ = rate("no policies, isAllowed (the fixed cost of a decision)") {
+            var allowed = 0
+            for request in prepared where noPolicies.isAllowed(request, entities: store) { allowed += 1 }
+            return allowed
+        }
+    }
+}
 if profiled == nil || profiled == "news-groups" {
 var agree = 0
 for (index, (user, action, group)) in requests.prefix(100_000).enumerated()
@@ -216,11 +229,11 @@ func applicationRequests(_ name: String) throws -> (Policies, EntityStore, [Auth
 for name in ["todo", "photo-sharing", "repositories"] where profiled == nil || profiled == name {
     let (appPolicies, appStore, appRequests) = try applicationRequests(name)
     for round in 1...(profiled == nil ? 3 : 20) {
-        _ = rate("\(name), round \(round), isAuthorized") {
+        if onlyIsAllowed == nil { _ = rate("\(name), round \(round), isAuthorized") {
             var allowed = 0
             for request in appRequests where appPolicies.isAuthorized(request, entities: appStore).isAllowed { allowed += 1 }
             return allowed
-        }
+        } }
         _ = rate("\(name), round \(round), isAllowed") {
             var allowed = 0
             for request in appRequests where appPolicies.isAllowed(request, entities: appStore) { allowed += 1 }

@@ -306,9 +306,8 @@ public struct AuthorizationDecision: Sendable, CustomStringConvertible {
 /// ```
 public struct Policies: Sendable {
     let policies: [ParsedPolicy]
-    /// The forbids and the permits, each in file order (what ``isAllowed(_:entities:)`` walks).
-    let forbids: [ParsedPolicy]
-    let permits: [ParsedPolicy]
+    /// Which policies' heads can match a request (what deciding walks).
+    let heads: HeadIndex
     /// Each policy's id, effect and place, made once (decisions name them).
     let references: [PolicyReference]
     var source: String = ""
@@ -335,10 +334,9 @@ public struct Policies: Sendable {
     /// The policies printed from their syntax: comments dropped, one layout.
     public var formatted: String { policies.map(PolicyPrinter.print).joined(separator: "\n\n") + (policies.isEmpty ? "" : "\n") }
 
-    init(parsed: [ParsedPolicy]) {
+    init(parsed: [ParsedPolicy], listingBound: Int = HeadIndex.listingBound) {
         policies = parsed
-        forbids = parsed.filter { $0.effect == .forbid }
-        permits = parsed.filter { $0.effect == .permit }
+        heads = HeadIndex(parsed, listingBound: listingBound)
         references = parsed.map { PolicyReference(id: $0.id, effect: $0.effect, location: $0.location) }
     }
 
@@ -383,14 +381,27 @@ public struct Policies: Sendable {
     /// ```
     public func isAuthorized(_ request: consuming AuthorizationRequest, entities: EntityStore) -> AuthorizationDecision {
         let evaluator = Evaluator(request, entities: entities)
-        var actionRecord: EntityRecord?? = nil
+        let bucket = heads.buckets[heads.bucket(evaluator.request)]
+        var head = HeadState()
         var permits: [PolicyReference] = []
         var forbids: [Int] = []
         var failures: [PolicyFailure] = []
         var forbidFailed = false
-        for index in policies.indices {
+        // The bucket's forbids and permits, merged back into policy order.
+        var nextForbid = 0, nextPermit = 0
+        while nextForbid < bucket.forbids.count || nextPermit < bucket.permits.count {
+            let candidate: HeadIndex.Candidate
+            if nextPermit == bucket.permits.count
+                || (nextForbid < bucket.forbids.count && bucket.forbids[nextForbid].policy < bucket.permits[nextPermit].policy) {
+                candidate = bucket.forbids[nextForbid]
+                nextForbid += 1
+            } else {
+                candidate = bucket.permits[nextPermit]
+                nextPermit += 1
+            }
+            let index = Int(candidate.policy)
             let policy = policies[index]
-            guard headMatches(policy, evaluator, &actionRecord) else { continue }
+            guard listedHeadMatches(candidate, policy, evaluator, &head) else { continue }
             let failedClause: Int?
             do {
                 failedClause = try firstFailedClause(policy, evaluator)
@@ -423,15 +434,20 @@ public struct Policies: Sendable {
     /// ```
     public func isAllowed(_ request: consuming AuthorizationRequest, entities: EntityStore) -> Bool {
         let evaluator = Evaluator(request, entities: entities)
-        var actionRecord: EntityRecord?? = nil
-        for policy in forbids where headMatches(policy, evaluator, &actionRecord) {
+        let bucket = heads.buckets[heads.bucket(evaluator.request)]
+        var head = HeadState()
+        for candidate in bucket.forbids {
+            let policy = policies[Int(candidate.policy)]
+            guard listedHeadMatches(candidate, policy, evaluator, &head) else { continue }
             do {
                 if try firstFailedClause(policy, evaluator) == nil { return false }
             } catch {
                 return false  // a forbid that cannot be evaluated counts as applying
             }
         }
-        for policy in permits where headMatches(policy, evaluator, &actionRecord) {
+        for candidate in bucket.permits {
+            let policy = policies[Int(candidate.policy)]
+            guard listedHeadMatches(candidate, policy, evaluator, &head) else { continue }
             do {
                 if try firstFailedClause(policy, evaluator) == nil { return true }
             } catch {
@@ -490,6 +506,58 @@ public struct Policies: Sendable {
         }
     }
 
+    /// What matching heads of one decision found once: the action's record, and the codes of
+    /// the principal's and the resource's types (-2 until needed).
+    struct HeadState {
+        var actionRecord: EntityRecord?? = nil
+        var principalType: Int32 = -2
+        var resourceType: Int32 = -2
+    }
+
+    /// Whether the head of a policy its bucket lists matches the request: what the bucket did
+    /// not settle, checked. Always ``headMatches(_:_:_:)``'s answer.
+    func listedHeadMatches(_ candidate: HeadIndex.Candidate, _ policy: ParsedPolicy, _ evaluator: borrowing Evaluator,
+                           _ state: inout HeadState) -> Bool {
+        let checks = candidate.checks
+        if checks & HeadIndex.Candidate.wholeHead != 0 { return headMatches(policy, evaluator, &state.actionRecord) }
+        if candidate.principalType >= 0 {
+            if state.principalType == -2 { state.principalType = heads.typeCode(evaluator.request.principal.type) }
+            guard state.principalType == candidate.principalType else { return false }
+        }
+        if candidate.resourceType >= 0 {
+            if state.resourceType == -2 { state.resourceType = heads.typeCode(evaluator.request.resource.type) }
+            guard state.resourceType == candidate.resourceType else { return false }
+        }
+        if checks & HeadIndex.Candidate.actionGroups != 0 {
+            guard case .within(let groups) = policy.action else { return false }
+            if state.actionRecord == nil { state.actionRecord = .some(evaluator.actionRecord) }
+            guard let record = state.actionRecord ?? nil, groups.contains(where: record.isIn) else { return false }
+        }
+        func rest(_ constraint: EntityConstraint, _ uid: EntityUID) -> Bool {
+            switch constraint {
+            case .any, .isType: true
+            case .equal(let other): uid == other
+            case .within(let container), .isTypeWithin(_, let container): evaluator.isIn(uid, container)
+            }
+        }
+        if checks & HeadIndex.Candidate.principalRest != 0, !rest(policy.principal, evaluator.request.principal) { return false }
+        if checks & HeadIndex.Candidate.resourceRest != 0, !rest(policy.resource, evaluator.request.resource) { return false }
+        return true
+    }
+
+    /// The policies whose head matches the request, in policy order, found through the
+    /// index (what deciding walks).
+    func matchingHeads(_ request: consuming AuthorizationRequest, entities: EntityStore) -> [Int] {
+        let evaluator = Evaluator(request, entities: entities)
+        let bucket = heads.buckets[heads.bucket(evaluator.request)]
+        var head = HeadState()
+        var matching: [Int] = []
+        for candidate in bucket.forbids + bucket.permits where listedHeadMatches(candidate, policies[Int(candidate.policy)], evaluator, &head) {
+            matching.append(Int(candidate.policy))
+        }
+        return matching.sorted()
+    }
+
     /// Whether the policy's head matches the request. `actionRecord` is the action's record
     /// once looked up (`nil` before): a decision looks it up at most once, and only for a
     /// policy whose head says `action in` a group that is not the action itself (a
@@ -500,8 +568,8 @@ public struct Policies: Sendable {
             case .any: true
             case .equal(let other): uid == other
             case .within(let container): evaluator.isIn(uid, container)
-            case .isType(let type): uid.type == type
-            case .isTypeWithin(let type, let container): uid.type == type && evaluator.isIn(uid, container)
+            case .isType(let type): PolicyValue.sameBytes(uid.type, type)
+            case .isTypeWithin(let type, let container): PolicyValue.sameBytes(uid.type, type) && evaluator.isIn(uid, container)
             }
         }
         // The action first: it rules out most policies with a comparison or two.

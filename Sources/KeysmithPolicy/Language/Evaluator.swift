@@ -192,7 +192,7 @@ struct Evaluator: ~Copyable, Sendable {
             return .bool(Self.matches(Array(text.unicodeScalars), pattern))
         case .isType(let base, let type, let container):
             guard case .entity(let uid) = try evaluate(base) else { throw fail(.typeMismatch, "'is' needs an entity", expression) }
-            guard uid.type == type else { return .bool(false) }
+            guard PolicyValue.sameBytes(uid.type, type) else { return .bool(false) }
             guard let container else { return .bool(true) }
             return try binary(.in, .entity(uid), try evaluate(container), expression)
         case .attribute(let base, let name):

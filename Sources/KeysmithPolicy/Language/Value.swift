@@ -43,6 +43,12 @@ public struct EntityUID: Hashable, Sendable, CustomStringConvertible, Comparable
         // Two ASCII strings are canonically equivalent only when they are the same bytes (no
         // ASCII character composes or decomposes), so Swift's equality is byte equality.
         if lhs.isASCII && rhs.isASCII { return lhs.id == rhs.id && lhs.type == rhs.type }
+        return notASCIIEqual(lhs, rhs)
+    }
+
+    /// `==` when one side is not all ASCII (out of line: the common case stays small).
+    @inline(never)
+    private static func notASCIIEqual(_ lhs: EntityUID, _ rhs: EntityUID) -> Bool {
         guard lhs.id.utf8.count == rhs.id.utf8.count, lhs.type.utf8.count == rhs.type.utf8.count else { return false }
         // When one side is ASCII, equal lengths and Swift's equality mean the same bytes: a
         // string canonically equivalent to an ASCII one but not ASCII itself (a Kelvin sign for
@@ -128,7 +134,23 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
     static func sameBytes(_ a: String, _ b: String) -> Bool {
         // Strings of the same bytes are equal for Swift too, so Swift's (fast) answer rules
         // out most pairs; the bytes are compared only when it says equal.
-        a.utf8.count == b.utf8.count && a == b && a.utf8.elementsEqual(b.utf8)
+        guard a.utf8.count == b.utf8.count, a == b else { return false }
+        return equalStringsHaveSameBytes(a, b)
+    }
+
+    /// For two strings Swift calls equal, of the same length in UTF-8: whether their bytes are
+    /// the same. Out of line: reading the strings' bytes in place would otherwise make every
+    /// caller copy its strings first.
+    @inline(never)
+    private static func equalStringsHaveSameBytes(_ a: String, _ b: String) -> Bool {
+        // Canonically equivalent, the same length in UTF-8, and one side known to be ASCII:
+        // the same bytes (a string equivalent to an ASCII one but not ASCII itself, such as a
+        // Kelvin sign for K, is longer in UTF-8).
+        let left = a.utf8Span, right = b.utf8Span
+        if left.isKnownASCII || right.isKnownASCII { return true }
+        let leftBytes = left.span, rightBytes = right.span
+        for index in leftBytes.indices where leftBytes[index] != rightBytes[index] { return false }
+        return true
     }
 
     /// The type's name as schemas and errors write it.
