@@ -381,22 +381,22 @@ public struct Policies: Sendable {
     /// ```
     public func isAuthorized(_ request: consuming AuthorizationRequest, entities: EntityStore) -> AuthorizationDecision {
         let evaluator = Evaluator(request, entities: entities)
-        let bucket = heads.buckets[heads.bucket(evaluator.request)]
+        let heads = self.heads, bucket = heads.bucket(evaluator.request)
         var head = HeadState()
         var permits: [PolicyReference] = []
         var forbids: [Int] = []
         var failures: [PolicyFailure] = []
         var forbidFailed = false
         // The bucket's forbids and permits, merged back into policy order.
-        var nextForbid = 0, nextPermit = 0
-        while nextForbid < bucket.forbids.count || nextPermit < bucket.permits.count {
+        var nextForbid = heads.forbids(bucket).lowerBound, nextPermit = heads.permits(bucket).lowerBound
+        let forbidEnd = heads.forbids(bucket).upperBound, permitEnd = heads.permits(bucket).upperBound
+        while nextForbid < forbidEnd || nextPermit < permitEnd {
             let candidate: HeadIndex.Candidate
-            if nextPermit == bucket.permits.count
-                || (nextForbid < bucket.forbids.count && bucket.forbids[nextForbid].policy < bucket.permits[nextPermit].policy) {
-                candidate = bucket.forbids[nextForbid]
+            if nextPermit == permitEnd || (nextForbid < forbidEnd && heads.listed[nextForbid].policy < heads.listed[nextPermit].policy) {
+                candidate = heads.listed[nextForbid]
                 nextForbid += 1
             } else {
-                candidate = bucket.permits[nextPermit]
+                candidate = heads.listed[nextPermit]
                 nextPermit += 1
             }
             let index = Int(candidate.policy)
@@ -434,9 +434,10 @@ public struct Policies: Sendable {
     /// ```
     public func isAllowed(_ request: consuming AuthorizationRequest, entities: EntityStore) -> Bool {
         let evaluator = Evaluator(request, entities: entities)
-        let bucket = heads.buckets[heads.bucket(evaluator.request)]
+        let heads = self.heads, bucket = heads.bucket(evaluator.request)
         var head = HeadState()
-        for candidate in bucket.forbids {
+        for slot in heads.forbids(bucket) {
+            let candidate = heads.listed[slot]
             let policy = policies[Int(candidate.policy)]
             guard listedHeadMatches(candidate, policy, evaluator, &head) else { continue }
             do {
@@ -445,7 +446,8 @@ public struct Policies: Sendable {
                 return false  // a forbid that cannot be evaluated counts as applying
             }
         }
-        for candidate in bucket.permits {
+        for slot in heads.permits(bucket) {
+            let candidate = heads.listed[slot]
             let policy = policies[Int(candidate.policy)]
             guard listedHeadMatches(candidate, policy, evaluator, &head) else { continue }
             do {
@@ -549,11 +551,12 @@ public struct Policies: Sendable {
     /// index (what deciding walks).
     func matchingHeads(_ request: consuming AuthorizationRequest, entities: EntityStore) -> [Int] {
         let evaluator = Evaluator(request, entities: entities)
-        let bucket = heads.buckets[heads.bucket(evaluator.request)]
+        let bucket = heads.bucket(evaluator.request)
         var head = HeadState()
         var matching: [Int] = []
-        for candidate in bucket.forbids + bucket.permits where listedHeadMatches(candidate, policies[Int(candidate.policy)], evaluator, &head) {
-            matching.append(Int(candidate.policy))
+        for slot in heads.forbids(bucket).lowerBound..<heads.permits(bucket).upperBound {
+            let candidate = heads.listed[slot]
+            if listedHeadMatches(candidate, policies[Int(candidate.policy)], evaluator, &head) { matching.append(Int(candidate.policy)) }
         }
         return matching.sorted()
     }

@@ -36,8 +36,9 @@ final class HeadIndex: Sendable {
         static let wholeHead: UInt8 = 8
     }
 
-    /// The policies one bucket lists, forbids and permits apart, each in policy order.
-    struct Bucket: Sendable {
+    /// The policies one bucket lists, forbids and permits apart, each in policy order (while
+    /// the index is built).
+    private struct Bucket: Sendable {
         var forbids: [Candidate] = []
         var permits: [Candidate] = []
     }
@@ -48,9 +49,15 @@ final class HeadIndex: Sendable {
     private let types: CodeTable<ExactString>
     /// Whether buckets separate resource types as well as actions.
     private let byResourceType: Bool
-    /// `actionCode * (typeCount + 1) + resourceTypeCode` when ``byResourceType``, else the
-    /// action code; one bucket in all when the set is too large to bucket.
-    let buckets: [Bucket]
+    /// Every bucket's forbids then permits, one bucket after another (one array: a decision
+    /// reads it in place). Bucket `b` is `actionCode * (typeCount + 1) + resourceTypeCode` when
+    /// ``byResourceType``, else the action code; one bucket in all when the set is too large
+    /// to bucket.
+    let listed: [Candidate]
+    /// Where each bucket's forbids start in ``listed``, then its permits, then the next
+    /// bucket's forbids: bucket `b`'s forbids are `bounds[2b]..<bounds[2b + 1]`, its permits
+    /// `bounds[2b + 1]..<bounds[2b + 2]`.
+    private let bounds: [Int]
     /// Whether there is a single bucket (a set too large to bucket: every head matched whole).
     private let single: Bool
 
@@ -143,7 +150,7 @@ final class HeadIndex: Sendable {
                     }
                 }
             }
-            buckets = lists
+            (listed, bounds) = Self.flatten(lists)
         } else {
             byResourceType = false
             single = true
@@ -152,9 +159,26 @@ final class HeadIndex: Sendable {
                 let candidate = Candidate(policy: Int32(index), principalType: -1, resourceType: -1, checks: Candidate.wholeHead)
                 if policy.effect == .forbid { whole.forbids.append(candidate) } else { whole.permits.append(candidate) }
             }
-            buckets = [whole]
+            (listed, bounds) = Self.flatten([whole])
         }
     }
+
+    private static func flatten(_ buckets: [Bucket]) -> ([Candidate], [Int]) {
+        var listed: [Candidate] = [], bounds: [Int] = [0]
+        for bucket in buckets {
+            listed += bucket.forbids
+            bounds.append(listed.count)
+            listed += bucket.permits
+            bounds.append(listed.count)
+        }
+        return (listed, bounds)
+    }
+
+    /// Where bucket `bucket`'s forbids are in ``listed``.
+    func forbids(_ bucket: Int) -> Range<Int> { bounds[2 * bucket]..<bounds[2 * bucket + 1] }
+
+    /// Where bucket `bucket`'s permits are in ``listed``.
+    func permits(_ bucket: Int) -> Range<Int> { bounds[2 * bucket + 1]..<bounds[2 * bucket + 2] }
 
     /// The bucket of the request's action and resource type.
     func bucket(_ request: borrowing AuthorizationRequest) -> Int {
