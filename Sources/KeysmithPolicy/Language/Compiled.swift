@@ -362,8 +362,16 @@ final class MethodNode: Node, @unchecked Sendable {
         }
         self.kind = arguments.count == 1 ? kind : .other
         self.byPlace = self.kind == .contains && !(arguments[0] is LiteralNode)
+        if self.kind == .contains, let field = receiver as? TokenFieldNode, let literal = arguments[0] as? LiteralNode {
+            tokenMember = (field.index, literal.constant)
+        } else {
+            tokenMember = nil
+        }
         super.init(source)
     }
+    /// For `context.token.granted.contains("s")` (any token field, a literal argument): the
+    /// field's place and the literal, tested in the token view's own set (nothing copied).
+    let tokenMember: (field: Int, literal: PolicyValue)?
     override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         if kind != .other { return .bool(try bool(evaluator)) }
         let target = try receiver.value(evaluator)
@@ -373,6 +381,7 @@ final class MethodNode: Node, @unchecked Sendable {
     }
     override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         if kind == .other { return try super.bool(evaluator) }
+        if let tokenMember, let holds = evaluator.tokenField(tokenMember.field, contains: tokenMember.literal) { return holds }
         if byPlace, let member = try arguments[0].record(evaluator),
            let holds = try receiver.setHolds(member, container: false, evaluator) {
             return holds

@@ -61,6 +61,13 @@ struct Evaluator: ~Copyable, Sendable {
     }
     /// Whether there is a `context.token` (`token != nil`, without copying the record).
     var hasToken: Bool { request.token != nil || request.context["token"] != nil }
+    /// Whether the token view's field (its place in ``TokenField`` order) holds `member`, when
+    /// the view keeps its fields and that field is a set; `nil` otherwise (then the field is
+    /// read as a value, with its errors).
+    func tokenField(_ index: Int, contains member: PolicyValue) -> Bool? {
+        guard let storage = request.token?.storage, let fields = storage.fixedFields, case .set(let set) = fields[index] else { return nil }
+        return set.contains(member)
+    }
     /// `token`'s fields in ``TokenField`` order, when the token view keeps them.
     var tokenFields: [PolicyValue]? { request.token?.fixedFields }
 
