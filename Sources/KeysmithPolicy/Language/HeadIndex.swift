@@ -130,8 +130,15 @@ final class HeadIndex: Sendable {
         }
 
         // The finest layout whose listings stay within the bound.
-        let byActionAndType = policies.reduce(0) { $0 + actionBuckets($1).count * (resourceTypeCode($1.resource) == nil ? typeCount : 1) }
-        let byAction = policies.reduce(0) { $0 + actionBuckets($1).count }
+        // Listings counted without making them: a head with `action` or `action in` is listed
+        // in every action bucket (so is one with no resource type, in every type bucket).
+        func actionListings(_ policy: ParsedPolicy) -> Int {
+            if case .equal = policy.action { return 1 } else { return actionCount }
+        }
+        // The bucket count is bounded too (buckets exist whether or not anything is listed).
+        let byActionAndType = actionCount * typeCount > bound ? Int.max
+            : policies.reduce(0) { $0 + actionListings($1) * (resourceTypeCode($1.resource) == nil ? typeCount : 1) }
+        let byAction = policies.reduce(0) { $0 + actionListings($1) }
         if byActionAndType <= bound || byAction <= bound {
             let byResourceType = byActionAndType <= bound
             self.byResourceType = byResourceType
