@@ -197,6 +197,50 @@ struct PolicyValidationTests {
         #expect(!decide(album.uid))
     }
 
+    @Test("types, enumerated ids and applies-to lists compare by bytes: a Kelvin-sign K or a decomposed é is not the declared name")
+    func schemaNamesCompareByBytes() throws {
+        // U+212A KELVIN SIGN is canonically equivalent to K, so Swift's == and a Swift dictionary
+        // call "\u{212A}ey" the same as "Key"; Cedar, and so Keysmith, compare bytes.
+        let schema = try Schema(text: """
+        entity Key;
+        entity Role enum ["caf\u{E9}"];
+        entity User in [Key, Role] { key: Key };
+        action read appliesTo { principal: [User], resource: [Key] };
+        """)
+        let kelvin = "\u{212A}ey", decomposed = "cafe\u{301}"
+        #expect(kelvin == "Key" && decomposed == "caf\u{E9}", "the premise: Swift calls them equal")
+        let key = EntityUID(type: "Key", id: "k"), user = EntityUID(type: "User", id: "u")
+        func entities(_ entities: [Entity]) -> PolicyDiagnostics? {
+            Self.diagnostics { try schema.validate(try EntityStore(entities)) }
+        }
+        #expect(entities([Entity(uid: key), Entity(uid: user, attributes: ["key": .entity(key)], parents: [key, EntityUID(type: "Role", id: "caf\u{E9}")])]) == nil)
+        // An entity of the look-alike type is undeclared.
+        #expect(entities([Entity(uid: EntityUID(type: kelvin, id: "k"))]) != nil)
+        // A parent of the look-alike type is not one the schema allows.
+        #expect(entities([Entity(uid: user, attributes: ["key": .entity(key)], parents: [EntityUID(type: kelvin, id: "k")])]) != nil)
+        // An attribute declared Key holding the look-alike type is mistyped.
+        #expect(entities([Entity(uid: user, attributes: ["key": .entity(EntityUID(type: kelvin, id: "k"))])]) != nil)
+        // A role id with the same letters in other bytes is not one of the enumerated ids.
+        #expect(entities([Entity(uid: user, attributes: ["key": .entity(key)], parents: [EntityUID(type: "Role", id: decomposed)])]) != nil)
+        // A request on the look-alike type is not one the action applies to.
+        let read = EntityUID(type: "Action", id: "read")
+        try schema.validate(AuthorizationRequest(principal: user, action: read, resource: key))
+        #expect(Self.diagnostics { try schema.validate(AuthorizationRequest(principal: user, action: read, resource: EntityUID(type: kelvin, id: "k"))) } != nil)
+        // "What may this principal do?" lists only resources of a type the action applies to.
+        let everything = try Policies(text: "permit (principal, action, resource);")
+        let store = try EntityStore([Entity(uid: key), Entity(uid: EntityUID(type: kelvin, id: "k2")), Entity(uid: user, attributes: ["key": .entity(key)])])
+        let listed = everything.permissions(of: user, token: nil, entities: store, schema: schema)
+        #expect(listed.map(\.resource) == [key], "\(listed)")
+        // Policies naming the look-alike type or id are refused, when read (a type must be an
+        // identifier) or when validated.
+        for policy in [#"{"effect": "permit", "principal": {"op": "All"}, "action": {"op": "All"}, "resource": {"op": "==", "entity": {"type": "\#(kelvin)", "id": "k"}}, "conditions": []}"#,
+                       #"{"effect": "permit", "principal": {"op": "All"}, "action": {"op": "All"}, "resource": {"op": "is", "entity_type": "\#(kelvin)"}, "conditions": []}"#,
+                       #"{"effect": "permit", "principal": {"op": "All"}, "action": {"op": "All"}, "resource": {"op": "All"}, "conditions": [{"kind": "when", "body": {"is": {"left": {"Var": "resource"}, "entity_type": "\#(kelvin)"}}}]}"#,
+                       #"{"effect": "permit", "principal": {"op": "in", "entity": {"type": "Role", "id": "\#(decomposed)"}}, "action": {"op": "All"}, "resource": {"op": "All"}, "conditions": []}"#] {
+            #expect(Self.diagnostics { try schema.validate(try Policies(json: Array(policy.utf8))) } != nil, "\(policy)")
+        }
+    }
+
     @Test("a forbid whose condition errs denies, and the decision says why")
     func failClosed() throws {
         let policies = try Policies(text: """

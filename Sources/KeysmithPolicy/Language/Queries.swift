@@ -133,14 +133,14 @@ extension Policies {
                             entities: EntityStore, schema: Schema?) -> [PermittedAction] {
         var actions: [(EntityUID, Set<String>?)] = []
         if let schema {
-            actions = schema.actions.values.filter { $0.principals.contains(principal.type) }.map { ($0.uid, $0.resources) }
+            actions = schema.actions.values.filter { Schema.names($0.principals, holdExactly: principal.type) }.map { ($0.uid, $0.resources) }
         } else {
             actions = entities.entities.keys.filter { $0.type == "Action" || $0.type.hasSuffix("::Action") }.map { ($0, nil) }
         }
         var out: [PermittedAction] = []
         let resources = entities.entities.keys.filter { !($0.type == "Action" || $0.type.hasSuffix("::Action")) }.sorted()
         for (action, types) in actions.sorted(by: { $0.0 < $1.0 }) {
-            for resource in resources where types?.contains(resource.type) ?? true {
+            for resource in resources where types.map({ Schema.names($0, holdExactly: resource.type) }) ?? true {
                 let decision = isAuthorized(AuthorizationRequest(principal: principal, action: action, resource: resource, context: context,
                                                                  token: token), entities: entities)
                 if decision.isAllowed { out.append(PermittedAction(action: action, resource: resource, policies: decision.determining.map(\.id))) }

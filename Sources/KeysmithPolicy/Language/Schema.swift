@@ -94,6 +94,10 @@ public struct ActionDeclaration: Sendable, Hashable {
 /// undeclared or mistyped attribute, entity type or action is an error, never a decision.
 public struct Schema: Sendable {
     /// Entity types by name.
+    ///
+    /// A Swift dictionary finds a key by canonical equivalence (`entityTypes["\u{212A}ey"]`,
+    /// with a Kelvin sign, finds `Key`); to look a type up as Cedar does, by its bytes, use
+    /// ``entityType(named:)``.
     public private(set) var entityTypes: [String: EntityTypeDeclaration]
     /// Actions by uid.
     public private(set) var actions: [EntityUID: ActionDeclaration]
@@ -113,6 +117,24 @@ public struct Schema: Sendable {
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .validation, problems: problems) }
         self.entityTypes = entityTypes
         self.actions = actions
+    }
+
+    /// The declaration of the entity type named by exactly these bytes, or nil.
+    ///
+    /// ```swift
+    /// schema.entityType(named: "Photo")?.attributes["owner"]   // the owner attribute
+    /// schema.entityType(named: "\u{212A}ey")                   // nil, though Swift calls it "Key"
+    /// ```
+    public func entityType(named name: String) -> EntityTypeDeclaration? {
+        guard let declaration = entityTypes[name], PolicyValue.sameBytes(declaration.name, name) else { return nil }
+        return declaration
+    }
+
+    /// Whether `names` holds `name`, byte for byte (a set finds its members by canonical
+    /// equivalence, and holds at most one of any canonically equivalent names).
+    static func names(_ names: Set<String>, holdExactly name: String) -> Bool {
+        guard let index = names.firstIndex(of: name) else { return false }
+        return PolicyValue.sameBytes(names[index], name)
     }
 
     /// The action entities, with their groups as parents, for an ``EntityStore``.

@@ -88,14 +88,14 @@ extension Schema {
         var problems: [PolicyDiagnostic] = []
         // The head's entity literals must name declared types and actions.
         func declared(_ uid: EntityUID, _ location: SourceLocation) {
-            if entityTypes[uid.type] == nil {
+            if entityType(named: uid.type) == nil {
                 problems.append(PolicyDiagnostic(location: location, message: "the entity type \(uid.type) is not declared in the schema\(Self.suggestion(uid.type, entityTypes.keys))"))
             } else if let problem = enumerationProblem(uid) {
                 problems.append(PolicyDiagnostic(location: location, message: problem))
             }
         }
         func declared(type: String, _ location: SourceLocation) {
-            if entityTypes[type] == nil {
+            if entityType(named: type) == nil {
                 problems.append(PolicyDiagnostic(location: location, message: "the entity type \(type) is not declared in the schema\(Self.suggestion(type, entityTypes.keys))"))
             }
         }
@@ -167,11 +167,11 @@ extension Schema {
     /// Whether an entity of type `type` may have an ancestor of type `ancestor`.
     func typeCanBeIn(_ type: String, _ ancestor: String) -> Bool {
         var seen: Set<String> = []
-        var pending = Array(entityTypes[type]?.memberOf ?? [])
+        var pending = Array(entityType(named: type)?.memberOf ?? [])
         while let next = pending.popLast() {
             if next == ancestor { return true }
             guard seen.insert(next).inserted else { continue }
-            pending += entityTypes[next]?.memberOf ?? []
+            pending += entityType(named: next)?.memberOf ?? []
         }
         return false
     }
@@ -312,7 +312,7 @@ struct TypeChecker {
             guard let type = check(base, known: known).type else { return plain(.bool) }
             switch type {
             case .entity(let types):
-                if types.allSatisfy({ schema.entityTypes[$0]?.attributes[name] == nil }) { return plain(.alwaysFalse) }
+                if types.allSatisfy({ schema.entityType(named: $0)?.attributes[name] == nil }) { return plain(.alwaysFalse) }
             case .record(let fields):
                 if fields[name] == nil { return plain(.alwaysFalse) }
                 if fields[name]?.required == true { return plain(.alwaysTrue) }
@@ -324,7 +324,7 @@ struct TypeChecker {
             expect(base, .string, known, "'like' needs a String")
             return plain(.bool)
         case .isType(let base, let type, let container):
-            if schema.entityTypes[type] == nil {
+            if schema.entityType(named: type) == nil {
                 report(expression, "the entity type \(type) is not declared in the schema\(Schema.suggestion(type, schema.entityTypes.keys))")
             }
             let baseType = check(base, known: known).type
@@ -353,7 +353,7 @@ struct TypeChecker {
             case .entity(let types):
                 var common: [String: SchemaAttribute]?
                 for typeName in types.sorted() {
-                    let attributes = schema.entityTypes[typeName]?.attributes ?? [:]
+                    let attributes = schema.entityType(named: typeName)?.attributes ?? [:]
                     common = common.map { previous in previous.filter { attributes[$0.key] == $0.value } } ?? attributes
                 }
                 fields = common ?? [:]
@@ -442,7 +442,7 @@ struct TypeChecker {
                 report(expression, "the action \(uid) is not declared in the schema\(Schema.suggestion(uid.id, schema.actions.keys.map(\.id)))")
                 return nil
             }
-            guard schema.entityTypes[uid.type] != nil else {
+            guard schema.entityType(named: uid.type) != nil else {
                 report(expression, "the entity type \(uid.type) is not declared in the schema\(Schema.suggestion(uid.type, schema.entityTypes.keys))")
                 return nil
             }

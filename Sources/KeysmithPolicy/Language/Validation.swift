@@ -9,7 +9,7 @@ extension Schema {
             let location = entities.location(of: uid)
             func report(_ message: String) { problems.append(PolicyDiagnostic(location: location, message: "\(uid): \(message)")) }
             if actions[uid] != nil { continue }
-            guard let declaration = entityTypes[uid.type] else {
+            guard let declaration = entityType(named: uid.type) else {
                 report("the entity type \(uid.type) is not declared in the schema\(Self.suggestion(uid.type, entityTypes.keys))")
                 continue
             }
@@ -20,7 +20,7 @@ extension Schema {
             for problem in check(.record(entity.attributes), against: .record(declaration.attributes), path: "attributes") {
                 report(problem)
             }
-            for parent in entity.parents where !declaration.memberOf.contains(parent.type) {
+            for parent in entity.parents where !Self.names(declaration.memberOf, holdExactly: parent.type) {
                 report("a \(uid.type) cannot be in \(parent) (the schema allows \(declaration.memberOf.isEmpty ? "no parents" : declaration.memberOf.sorted().joined(separator: ", ")))")
             }
         }
@@ -34,10 +34,10 @@ extension Schema {
     {
         var problems: [String] = []
         if let action = actions[request.action] {
-            if !action.principals.contains(request.principal.type) {
+            if !Self.names(action.principals, holdExactly: request.principal.type) {
                 problems.append("\(request.action) does not apply to a principal of type \(request.principal.type) (it applies to \(action.principals.sorted().joined(separator: ", ")))")
             }
-            if !action.resources.contains(request.resource.type) {
+            if !Self.names(action.resources, holdExactly: request.resource.type) {
                 problems.append("\(request.action) does not apply to a resource of type \(request.resource.type) (it applies to \(action.resources.sorted().joined(separator: ", ")))")
             }
             if request.context["token"] != nil {
@@ -84,7 +84,7 @@ extension Schema {
 
     /// Why `uid` is not a value of its enumerated type, if it is not.
     func enumerationProblem(_ uid: EntityUID) -> String? {
-        guard let ids = entityTypes[uid.type]?.enumeration, !ids.contains(uid.id) else { return nil }
+        guard let ids = entityType(named: uid.type)?.enumeration, !ids.contains(where: { PolicyValue.sameBytes($0, uid.id) }) else { return nil }
         return "\(uid) is not one of the declared \(uid.type) ids (\(ids.map(PolicyValue.quoted).joined(separator: ", ")))\(Schema.suggestion(uid.id, ids))"
     }
 
@@ -93,7 +93,7 @@ extension Schema {
         switch (type, value) {
         case (.bool, .bool), (.long, .long), (.string, .string): return []
         case (.entity(let name), .entity(let uid)):
-            guard uid.type == name else { return ["\(path) must be an entity of type \(name), not \(uid)"] }
+            guard PolicyValue.sameBytes(uid.type, name) else { return ["\(path) must be an entity of type \(name), not \(uid)"] }
             return enumerationProblem(uid).map { ["\(path): \($0)"] } ?? []
         case (.set(let element), .set(let set)):
             return set.elements.flatMap { check($0, against: element, path: "an element of \(path)") }
