@@ -126,4 +126,110 @@ struct HeadIndexTests {
             #expect(policies.isAllowed(request, entities: entities), "\(text)")
         }
     }
+
+    /// More than 16 action and type names (the codes are found by hashing, not a scan), with
+    /// `Key` and a Kelvin-sign look-alike among them.
+    static let manyTypes = (0..<30).map { "T\($0)" } + ["Key", "\u{212A}ey"]
+    static let manyActions = (0..<40).map { "a\($0)" }
+
+    static func manyEntities() throws -> EntityStore {
+        var all = [Entity(uid: EntityUID(type: "Group", id: "g0")), Entity(uid: EntityUID(type: "Group", id: "g1"))]
+        for (index, type) in manyTypes.enumerated() {
+            all.append(Entity(uid: EntityUID(type: type, id: "x"), parents: [EntityUID(type: "Group", id: "g\(index % 2)")]))
+        }
+        for group in 0..<3 { all.append(Entity(uid: EntityUID(type: "Action", id: "group\(group)"))) }
+        for (index, action) in manyActions.enumerated() {
+            all.append(Entity(uid: EntityUID(type: "Action", id: action), parents: [EntityUID(type: "Action", id: "group\(index % 3)")]))
+        }
+        return try EntityStore(all)
+    }
+
+    static func manyNamesPolicy(_ index: Int, _ generator: inout Generator) -> String {
+        let type = { (generator: inout Generator) in pick(manyTypes.dropLast().map { $0 }, &generator) }  // no look-alike in text
+        let action = { (generator: inout Generator) in "Action::\"\(pick(manyActions, &generator))\"" }
+        let principal = [
+            "principal", "principal is \(type(&generator))", "principal == \(type(&generator))::\"x\"", "principal in Group::\"g0\"",
+        ]
+        let actions = [
+            "action", "action == \(action(&generator))", "action in [\(action(&generator)), \(action(&generator))]",
+            "action in Action::\"group\(Int.random(in: 0..<3, using: &generator))\"",
+        ]
+        let resource = [
+            "resource", "resource is \(type(&generator))", "resource == \(type(&generator))::\"x\"",
+            "resource is \(type(&generator)) in Group::\"g1\"",
+        ]
+        let effect = pick(["permit", "forbid"], &generator)
+        let condition = pick(["", " when { false }", " when { principal.missing }"], &generator)
+        return "@id(\"p\(index)\")\n\(effect) (\(pick(principal, &generator)), \(pick(actions, &generator)), \(pick(resource, &generator)))\(condition);"
+    }
+
+    @Test("with more than 16 action and type names the index still lists exactly the matching heads, and Key is not its look-alike")
+    func manyNamesAgreeWithEveryHead() throws {
+        let entities = try Self.manyEntities()
+        var generator = Generator(state: 1_614)
+        let uids = Self.manyTypes.map { EntityUID(type: $0, id: "x") } + [EntityUID(type: "Other", id: "x"), EntityUID(type: "T3", id: "y")]
+        let actions = Self.manyActions.map { EntityUID(type: "Action", id: $0) } + [EntityUID(type: "Action", id: "unknown")]
+        var layouts = Set<String>()
+        for round in 0..<40 {
+            // Policies written in the type syntax cannot name the look-alike type; the index is
+            // built from parsed heads, so swap it in for Key in half of them.
+            var parsed = try Policies(text: (0..<Int.random(in: 20...60, using: &generator)).map { Self.manyNamesPolicy($0, &generator) }
+                .joined(separator: "\n")).policies
+            for index in parsed.indices where index % 2 == 0 {
+                let policy = parsed[index]
+                parsed[index] = ParsedPolicy(id: policy.id, effect: policy.effect, principal: Self.lookAlike(policy.principal), action: policy.action,
+                                             resource: Self.lookAlike(policy.resource), conditions: policy.conditions,
+                                             annotations: policy.annotations, location: policy.location, principalLocation: policy.principalLocation,
+                                             actionLocation: policy.actionLocation, resourceLocation: policy.resourceLocation)
+            }
+            let reference = Policies(parsed: parsed, listingBound: 0)
+            for bound in [64, 2_000, HeadIndex.listingBound] {
+                let policies = Policies(parsed: parsed, listingBound: bound)
+                layouts.insert("\(policies.heads.layout)")
+                for _ in 0..<60 {
+                    let request = AuthorizationRequest(principal: Self.pick(uids, &generator), action: Self.pick(actions, &generator),
+                                                       resource: Self.pick(uids, &generator))
+                    let evaluator = Evaluator(request, entities: entities)
+                    var actionRecord: EntityRecord?? = nil
+                    let expected = parsed.indices.filter { policies.headMatches(parsed[$0], evaluator, &actionRecord) }
+                    #expect(policies.matchingHeads(request, entities: entities) == expected,
+                            "round \(round), bound \(bound), \(request.principal) \(request.action) \(request.resource)")
+                    let decision = policies.isAuthorized(request, entities: entities), before = reference.isAuthorized(request, entities: entities)
+                    #expect(decision.isAllowed == before.isAllowed && decision.determining == before.determining)
+                    #expect(policies.isAllowed(request, entities: entities) == before.isAllowed)
+                }
+            }
+        }
+        #expect(layouts == ["byActionAndResourceType", "byAction", "whole"])
+    }
+
+    static func lookAlike(_ constraint: EntityConstraint) -> EntityConstraint {
+        func swap(_ type: String) -> String { type == "Key" ? "\u{212A}ey" : type }
+        return switch constraint {
+        case .isType(let type): .isType(swap(type))
+        case .isTypeWithin(let type, let uid): .isTypeWithin(swap(type), uid)
+        case .equal(let uid): .equal(EntityUID(type: swap(uid.type), id: uid.id))
+        case .any, .within: constraint
+        }
+    }
+
+    @Test("many distinct action and type names make a coarser layout, not a bucket per pair", arguments: [200, 300, 10_000])
+    func bucketCountIsBounded(policyCount: Int) throws {
+        // Each policy names its own action and resource type: few listings, but (n + 1)² pairs.
+        let text = (0..<policyCount).map { "permit (principal, action == Action::\"a\($0)\", resource is T\($0));" }.joined(separator: "\n")
+        let policies = try Policies(text: text)
+        let pairs = (policyCount + 1) * (policyCount + 1)
+        let bound = max(HeadIndex.listingBound, 8 * policyCount)
+        #expect(policies.heads.layout == (pairs <= bound ? .byActionAndResourceType : .byAction), "\(policyCount) policies")
+        #expect(policies.heads.listed.count == policyCount)
+        let entities = try EntityStore([])
+        for probe in [0, policyCount / 2, policyCount - 1] {
+            let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "u"), action: EntityUID(type: "Action", id: "a\(probe)"),
+                                               resource: EntityUID(type: "T\(probe)", id: "r"))
+            #expect(policies.isAllowed(request, entities: entities))
+            #expect(policies.matchingHeads(request, entities: entities) == [probe])
+            let other = AuthorizationRequest(principal: request.principal, action: request.action, resource: EntityUID(type: "T\(probe + 1)", id: "r"))
+            #expect(!policies.isAllowed(other, entities: entities))
+        }
+    }
 }
