@@ -1,9 +1,9 @@
-// swift-tools-version:6.1
+// swift-tools-version:6.2
 import PackageDescription
 
 let package = Package(
     name: "Keysmith",
-    platforms: [.macOS(.v15)],
+    platforms: [.macOS(.v26)],  // the string byte views (utf8Span) need the Swift 6.2 library
     products: [
         .library(name: "Keysmith", targets: ["Keysmith"]),
         .library(name: "KeysmithVault", targets: ["KeysmithVault"]),

@@ -1,4 +1,4 @@
-// swift-tools-version:6.1
+// swift-tools-version:6.2
 // Keysmith's benchmarks, in a package of their own so the library's build stays lean.
 //   cd Benchmarks && swift run -c release VaultBenchmarks [--items 1000,100000]
 import Foundation
@@ -9,7 +9,7 @@ let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingL
 
 let package = Package(
     name: "KeysmithBenchmarks",
-    platforms: [.macOS(.v15)],
+    platforms: [.macOS(.v26)],
     dependencies: [.package(path: "..")],
     targets: [
         .executableTarget(
