@@ -306,17 +306,22 @@ struct EntityLookupTests {
 
     @Test("a place index finds every uid it holds within its probe bound, and refuses to be built when a probe would be longer")
     func placeIndexBounds() throws {
-        let uids = (0..<5_000).map { EntityUID(type: "T", id: "\($0)") }
-        let index = PlaceIndex(uids)
+        func records(_ uids: [EntityUID]) -> [EntityRecord] { uids.map { EntityRecord(entity: Entity(uid: $0), ancestors: [], ancestorSet: []) } }
+        let held = records((0..<5_000).map { EntityUID(type: "T", id: "\($0)") })
+        let index = PlaceIndex(held)
         #expect(index != nil)
-        for (place, uid) in uids.enumerated() { #expect(index?.place(of: uid) == place) }
-        #expect(index?.place(of: EntityUID(type: "U", id: "1")) == nil)
-        #expect(index?.place(of: EntityUID(type: "T", id: "5000")) == nil)
-        // Equal hashes for every uid (a constant seed and one id per type) fill one run of
-        // slots: past the bound the index is not built, and the store uses its dictionary.
+        for record in held { #expect(index?.record(of: record.entity.uid) === record) }
+        // The same id under another type hashes alike (and passes the slot's hash check): the
+        // uid itself tells them apart.
+        #expect(index?.record(of: EntityUID(type: "U", id: "1")) == nil)
+        #expect(index?.record(of: EntityUID(type: "T", id: "5000")) == nil)
+        // Equal hashes for every uid (one id under many types) fill one run of slots: past
+        // the bound the index is not built, and the store uses its dictionary.
         let same = (0..<(PlaceIndex.maximumProbe + 1)).map { EntityUID(type: "T\($0)", id: "x") }
-        #expect(PlaceIndex(same) == nil)
-        #expect(PlaceIndex(Array(same.prefix(PlaceIndex.maximumProbe))) != nil)
+        #expect(PlaceIndex(records(same)) == nil)
+        let full = records(Array(same.prefix(PlaceIndex.maximumProbe)))
+        #expect(PlaceIndex(full) != nil)
+        for record in full { #expect(PlaceIndex(full)?.record(of: record.entity.uid) === record) }
         // A store of such entities (one id under 40 types: every hash the same, whatever the
         // seed) keeps its dictionary, and every decision still reads the right entity.
         let entities = (0..<40).map { Entity(uid: EntityUID(type: "T\($0)", id: "x"), attributes: ["n": .long(Int64($0))]) }

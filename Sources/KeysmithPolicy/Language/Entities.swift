@@ -48,7 +48,7 @@ public struct EntityStore: Sendable {
             self.entities = entities
             self.records = records
             self.recordList = recordList
-            self.places = PlaceIndex(recordList.map(\.entity.uid))
+            self.places = PlaceIndex(recordList)
             self.locations = locations
         }
     }
@@ -156,7 +156,7 @@ public struct EntityStore: Sendable {
     /// The entity and its ancestors, when the store holds it.
     func record(_ uid: EntityUID) -> EntityRecord? {
         guard let places = storage.places else { return storage.records[uid] }
-        return places.place(of: uid).map { storage.recordList[$0] }
+        return places.record(of: uid)
     }
 
     /// The record at `place` in the list (from ``EntityRecord/linked``), or `nil` for -1.
@@ -195,61 +195,67 @@ public struct EntityStore: Sendable {
     }
 }
 
-/// Entity uids to places in a list: an open-addressing table hashed with FNV-1a over the id's
-/// bytes from a random seed, which for the short ids of a decision costs a fraction of the
-/// standard library's SipHash. The table is built from a store's entities (not from requests),
-/// at most half full; a table whose longest probe would exceed ``maximumProbe`` is not built
-/// (the caller keeps its dictionary), so a lookup, whatever its key, reads at most that many
-/// slots.
+/// A store's records by uid: an open-addressing table hashed with FNV-1a over the id's bytes
+/// from a random seed, which for the short ids of a decision costs a fraction of the standard
+/// library's SipHash. Each slot keeps 32 more bits of the hash beside the place, so a probe
+/// that passes another uid is told apart without reading that uid (nor its record). The table
+/// is built from a store's entities (not from requests), at most half full; a table whose
+/// longest probe would exceed ``maximumProbe`` is not built (the caller keeps its dictionary),
+/// so a lookup, whatever its key, reads at most that many slots.
 struct PlaceIndex: Sendable {
-    /// Each slot's place + 1; 0 is empty.
-    private let slots: [Int32]
-    private let uids: [EntityUID]
+    /// Each slot's hash check (high 32 bits) and place + 1 (low 32 bits); 0 is empty.
+    private let slots: [UInt64]
+    private let records: [EntityRecord]
     private let mask: Int
     private let seed: UInt64
     static let maximumProbe = 32
 
-    /// The index of `uids` (distinct), or `nil` when some probe would be too long.
-    init?(_ uids: [EntityUID]) {
-        guard uids.count < Int(Int32.max) / 4 else { return nil }
+    /// The index of `records` (distinct uids), or `nil` when some probe would be too long.
+    init?(_ records: [EntityRecord]) {
+        guard records.count < Int(Int32.max) / 4 else { return nil }
         var capacity = 8
-        while capacity < uids.count * 2 { capacity *= 2 }
-        var slots = [Int32](repeating: 0, count: capacity)
+        while capacity < records.count * 2 { capacity *= 2 }
+        var slots = [UInt64](repeating: 0, count: capacity)
         let seed = UInt64.random(in: .min ... .max)
-        for (place, uid) in uids.enumerated() {
-            var slot = Self.hash(uid.id, seed) & (capacity - 1), probes = 1
+        for (place, record) in records.enumerated() {
+            let hash = Self.hash(record.entity.uid.id, seed)
+            var slot = Int(truncatingIfNeeded: hash) & (capacity - 1), probes = 1
             while slots[slot] != 0 {
                 slot = (slot + 1) & (capacity - 1)
                 probes += 1
                 if probes > Self.maximumProbe { return nil }
             }
-            slots[slot] = Int32(place + 1)
+            slots[slot] = hash & 0xFFFF_FFFF_0000_0000 | UInt64(place + 1)
         }
         self.slots = slots
-        self.uids = uids
+        self.records = records
         self.mask = capacity - 1
         self.seed = seed
     }
 
-    /// The place of `uid`, if the list holds it.
-    func place(of uid: EntityUID) -> Int? {
-        var slot = Self.hash(uid.id, seed) & mask
+    /// The record of `uid`, if the list holds it.
+    func record(of uid: EntityUID) -> EntityRecord? {
+        let hash = Self.hash(uid.id, seed), check = hash & 0xFFFF_FFFF_0000_0000
+        var slot = Int(truncatingIfNeeded: hash) & mask
         for _ in 0..<Self.maximumProbe {
-            let entry = Int(slots[slot])
+            let entry = slots[slot]
             if entry == 0 { return nil }
-            if uids[entry - 1] == uid { return entry - 1 }
+            if entry & 0xFFFF_FFFF_0000_0000 == check {
+                let record = records[Int(truncatingIfNeeded: entry & 0xFFFF_FFFF) - 1]
+                if record.entity.uid == uid { return record }
+            }
             slot = (slot + 1) & mask
         }
         return nil
     }
 
     @inline(__always)
-    private static func hash(_ id: String, _ seed: UInt64) -> Int {
+    private static func hash(_ id: String, _ seed: UInt64) -> UInt64 {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325 ^ seed
         for byte in id.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
         hash ^= hash >> 29  // mix the high bits into the low ones the mask keeps
         hash = hash &* 0xbf58_476d_1ce4_e5b9
-        return Int(truncatingIfNeeded: hash ^ (hash >> 32))
+        return hash ^ (hash >> 32)
     }
 }
 
