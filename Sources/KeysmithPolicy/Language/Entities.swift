@@ -407,7 +407,7 @@ enum JSONValues {
         }
         let type = try string(fields["type"], file, "\(what)'s type", in: value)
         let id = try string(fields["id"], file, "\(what)'s id", in: value)
-        guard isTypeName(type) else { throw problem(value, file, "\(what)'s type \(PolicyValue.quoted(type)) is not a type name (Name or Namespace::Name)") }
+        guard isTypeName(type) else { throw problem(value, file, "\(what)'s type \(PolicyValue.quoted(type, escapingNonASCII: true)) is not a type name (Name or Namespace::Name)") }
         return EntityUID(type: type, id: id)
     }
 

@@ -92,7 +92,7 @@ enum PolicyJSON {
             case "in": return .within(try uid(fields["entity"], "the \(variable)", in: value))
             case "is":
                 let type = try string(fields["entity_type"], "the \(variable)'s entity_type", in: value)
-                guard JSONValues.isTypeName(type) else { throw problem(value, "\(PolicyValue.quoted(type)) is not a type name") }
+                guard JSONValues.isTypeName(type) else { throw problem(value, "\(PolicyValue.quoted(type, escapingNonASCII: true)) is not a type name") }
                 if let container = fields["in"] {
                     let inner = try members(container, "the \(variable)'s in", ["entity", "slot"])
                     return .isTypeWithin(type, try uid(inner["entity"], "the \(variable)'s container", in: container))
@@ -184,7 +184,7 @@ enum PolicyJSON {
                 let fields = try self.members(body, key, ["left", "entity_type", "in"])
                 guard let left = fields["left"] else { throw problem(body, "is needs left") }
                 let type = try string(fields["entity_type"], "is's entity_type", in: body)
-                guard JSONValues.isTypeName(type) else { throw problem(body, "\(PolicyValue.quoted(type)) is not a type name") }
+                guard JSONValues.isTypeName(type) else { throw problem(body, "\(PolicyValue.quoted(type, escapingNonASCII: true)) is not a type name") }
                 return make(.isType(try expression(left), type, in: try fields["in"].map { (container: Located) throws(PolicyDiagnostic) -> Expression in try expression(container) }))
             case "if-then-else":
                 let fields = try self.members(body, key, ["if", "then", "else"])

@@ -21,7 +21,7 @@ extension Schema {
                 report(problem)
             }
             for parent in entity.parents where !Self.names(declaration.memberOf, holdExactly: parent.type) {
-                report("a \(uid.type) cannot be in \(parent) (the schema allows \(declaration.memberOf.isEmpty ? "no parents" : declaration.memberOf.sorted().joined(separator: ", ")))")
+                report("a \(uid.type) cannot be in \(parent) (the schema allows \(declaration.memberOf.isEmpty ? "no parents" : declaration.memberOf.sorted().joined(separator: ", ")))\(Self.lookAlike(parent.type, declaration.memberOf))")
             }
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .validation, problems: problems) }
@@ -35,10 +35,10 @@ extension Schema {
         var problems: [String] = []
         if let action = actions[request.action] {
             if !Self.names(action.principals, holdExactly: request.principal.type) {
-                problems.append("\(request.action) does not apply to a principal of type \(request.principal.type) (it applies to \(action.principals.sorted().joined(separator: ", ")))")
+                problems.append("\(request.action) does not apply to a principal of type \(request.principal.type) (it applies to \(action.principals.sorted().joined(separator: ", ")))\(Self.lookAlike(request.principal.type, action.principals))")
             }
             if !Self.names(action.resources, holdExactly: request.resource.type) {
-                problems.append("\(request.action) does not apply to a resource of type \(request.resource.type) (it applies to \(action.resources.sorted().joined(separator: ", ")))")
+                problems.append("\(request.action) does not apply to a resource of type \(request.resource.type) (it applies to \(action.resources.sorted().joined(separator: ", ")))\(Self.lookAlike(request.resource.type, action.resources))")
             }
             if request.context["token"] != nil {
                 problems.append("context.token is reserved: it is the principal's token, given by Keysmith")
@@ -60,12 +60,23 @@ extension Schema {
         }
     }
 
-    /// " (did you mean X?)" for the closest known name, or "".
+    /// " (did you mean X?)" for the closest known name, or "". A name with the letters of a
+    /// known one in other bytes (a Kelvin sign for K) says so, with its characters escaped.
     static func suggestion(_ name: String, _ known: some Sequence<String>) -> String {
+        let known = Array(known)
+        let alike = lookAlike(name, known)
+        if !alike.isEmpty { return alike }
         let lowered = name.lowercased()
         let best = known.map { ($0, editDistance(lowered, $0.lowercased())) }.min { $0.1 < $1.1 || ($0.1 == $1.1 && $0.0 < $1.0) }
         guard let best, best.1 <= max(1, name.count / 3) else { return "" }
         return " (did you mean \(best.0)?)"
+    }
+
+    /// " (written \u{212A}ey: not the bytes of Key)" when `name` has the letters of one of
+    /// `known` in other bytes (Swift would call them equal, Cedar does not), else "".
+    static func lookAlike(_ name: String, _ known: some Sequence<String>) -> String {
+        guard let same = known.first(where: { $0 == name && !PolicyValue.sameBytes($0, name) }) else { return "" }
+        return " (written \(PolicyValue.quoted(name, escapingNonASCII: true)): not the bytes of \(same))"
     }
 
     static func editDistance(_ a: String, _ b: String) -> Int {
@@ -93,7 +104,7 @@ extension Schema {
         switch (type, value) {
         case (.bool, .bool), (.long, .long), (.string, .string): return []
         case (.entity(let name), .entity(let uid)):
-            guard PolicyValue.sameBytes(uid.type, name) else { return ["\(path) must be an entity of type \(name), not \(uid)"] }
+            guard PolicyValue.sameBytes(uid.type, name) else { return ["\(path) must be an entity of type \(name), not \(uid)\(Schema.lookAlike(uid.type, [name]))"] }
             return enumerationProblem(uid).map { ["\(path): \($0)"] } ?? []
         case (.set(let element), .set(let set)):
             return set.elements.flatMap { check($0, against: element, path: "an element of \(path)") }

@@ -194,7 +194,12 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// A string literal with Cedar's escapes.
-    static func quoted(_ text: String) -> String {
+    static func quoted(_ text: String) -> String { quoted(text, escapingNonASCII: false) }
+
+    /// A string literal with Cedar's escapes, and every character outside ASCII escaped too
+    /// (`"\u{212A}ey"`): for names that must be ASCII, so an error shows what is wrong with one
+    /// that only looks right.
+    static func quoted(_ text: String, escapingNonASCII: Bool) -> String {
         var out = "\""
         for scalar in text.unicodeScalars {
             switch scalar {
@@ -205,8 +210,8 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
             case "\t": out += "\\t"
             case "\0": out += "\\0"
             default:
-                if scalar.value < 0x20 || scalar.value == 0x7F {
-                    out += "\\u{" + String(scalar.value, radix: 16) + "}"
+                if scalar.value < 0x20 || scalar.value == 0x7F || (escapingNonASCII && !scalar.isASCII) {
+                    out += "\\u{" + String(scalar.value, radix: 16, uppercase: escapingNonASCII) + "}"
                 } else {
                     out.unicodeScalars.append(scalar)
                 }
