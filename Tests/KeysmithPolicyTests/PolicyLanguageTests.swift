@@ -320,8 +320,9 @@ struct EntityLookupTests {
         let same = (0..<(PlaceIndex.maximumProbe + 1)).map { EntityUID(type: "T\($0)", id: "x") }
         #expect(PlaceIndex(records(same)) == nil)
         let full = records(Array(same.prefix(PlaceIndex.maximumProbe)))
-        #expect(PlaceIndex(full) != nil)
-        for record in full { #expect(PlaceIndex(full)?.record(of: record.entity.uid) === record) }
+        let fullIndex = PlaceIndex(full)
+        #expect(fullIndex != nil)
+        for record in full { #expect(fullIndex?.record(of: record.entity.uid) === record) }
         // A store of such entities (one id under 40 types: every hash the same, whatever the
         // seed) keeps its dictionary, and every decision still reads the right entity.
         let entities = (0..<40).map { Entity(uid: EntityUID(type: "T\($0)", id: "x"), attributes: ["n": .long(Int64($0))]) }

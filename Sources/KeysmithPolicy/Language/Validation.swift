@@ -72,7 +72,7 @@ extension Schema {
         return " (did you mean \(best.0)?)"
     }
 
-    /// " (written \u{212A}ey: not the bytes of Key)" when `name` has the letters of one of
+    /// ` (written "\u{212A}ey": not the bytes of Key)` when `name` has the letters of one of
     /// `known` in other bytes (Swift would call them equal, Cedar does not), else "".
     static func lookAlike(_ name: String, _ known: some Sequence<String>) -> String {
         guard let same = known.first(where: { $0 == name && !PolicyValue.sameBytes($0, name) }) else { return "" }
