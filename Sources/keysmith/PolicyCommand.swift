@@ -132,89 +132,109 @@ struct TokenOptions: ParsableArguments {
     }
 }
 
-/// A decision as one JSON document (hand-written: `policy decide` writes one per request).
+/// A decision as one JSON document (docs/cli.md, `policy decide`).
 func decisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil) -> String {
-    // One string, appended to (policy decide writes one of these per request).
-    var out = ""
-    out.reserveCapacity(1024)
+    var out: [UInt8] = []
+    appendDecisionJSON(decision, remedies: remedies, to: &out)
+    return String(decoding: out, as: UTF8.self)
+}
+
+/// Appends a decision as one JSON document to `out`, as UTF-8 (hand-written, straight into the
+/// bytes: `policy decide` writes one per request).
+func appendDecisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil, to out: inout [UInt8]) {
+    func add(_ text: String) { out.append(contentsOf: text.utf8) }
+    func string(_ text: String) { JSONOutput.append(text, to: &out) }
     func location(_ location: SourceLocation) {
-        out += "\"file\":"
-        JSONOutput.append(location.file, to: &out)
-        out += ",\"line\":"
-        out += String(location.line)
-        out += ",\"column\":"
-        out += String(location.column)
+        add("\"file\":")
+        string(location.file)
+        add(",\"line\":")
+        add(String(location.line))
+        add(",\"column\":")
+        add(String(location.column))
     }
     func time(_ date: Date?) {
-        guard let date, date.timeIntervalSince1970 > 0 else { out += "null"; return }
-        JSONOutput.append(iso8601(date), to: &out)
+        guard let date, date.timeIntervalSince1970 > 0 else { add("null"); return }
+        string(iso8601(date))
     }
-    out += "{\"decision\":\""
-    out += decision.outcome
-    out += "\",\"determining\":["
+    add("{\"decision\":\"")
+    add(decision.outcome)
+    add("\",\"determining\":[")
     for (index, policy) in decision.determining.enumerated() {
-        if index > 0 { out += "," }
-        out += "{\"id\":"
-        JSONOutput.append(policy.id, to: &out)
-        out += ",\"effect\":\""
-        out += policy.effect.rawValue
-        out += "\","
+        if index > 0 { add(",") }
+        add("{\"id\":")
+        string(policy.id)
+        add(",\"effect\":\"")
+        add(policy.effect.rawValue)
+        add("\",")
         location(policy.location)
-        out += "}"
+        add("}")
     }
-    out += "],\"errors\":["
+    add("],\"errors\":[")
     for (index, failure) in decision.failures.enumerated() {
-        if index > 0 { out += "," }
-        out += "{\"policy\":"
-        JSONOutput.append(failure.policy.id, to: &out)
-        out += ",\"kind\":\""
-        out += failure.error.kind.rawValue
-        out += "\",\"message\":"
-        JSONOutput.append(failure.error.message, to: &out)
+        if index > 0 { add(",") }
+        add("{\"policy\":")
+        string(failure.policy.id)
+        add(",\"kind\":\"")
+        add(failure.error.kind.rawValue)
+        add("\",\"message\":")
+        string(failure.error.message)
         if let place = failure.error.location {
-            out += ","
+            add(",")
             location(place)
         }
-        out += "}"
+        add("}")
     }
-    out += "],\"unmet\":["
+    add("],\"unmet\":[")
     for (index, clause) in decision.unmet.enumerated() {
-        if index > 0 { out += "," }
-        out += "{\"policy\":"
-        JSONOutput.append(clause.policy.id, to: &out)
-        out += ",\"clause\":\""
-        out += clause.clause
-        out += "\",\"value\":"
-        out += clause.value ? "true" : "false"
-        out += ",\"text\":"
-        JSONOutput.append(clause.text, to: &out)
-        out += ","
+        if index > 0 { add(",") }
+        add("{\"policy\":")
+        string(clause.policy.id)
+        add(",\"clause\":\"")
+        add(clause.clause)
+        add("\",\"value\":")
+        add(clause.value ? "true" : "false")
+        add(",\"text\":")
+        string(clause.text)
+        add(",")
         location(clause.location)
-        out += ",\"scopes\":["
+        add(",\"scopes\":[")
         for (number, fact) in clause.scopes.enumerated() {
-            if number > 0 { out += "," }
-            out += "{\"scope\":"
-            JSONOutput.append(fact.scope, to: &out)
-            out += ",\"state\":"
-            out += fact.state.map { "\"\($0.rawValue)\"" } ?? "null"
-            out += ",\"changedAt\":"
+            if number > 0 { add(",") }
+            add("{\"scope\":")
+            string(fact.scope)
+            add(",\"state\":")
+            if let state = fact.state { string(state.rawValue) } else { add("null") }
+            add(",\"changedAt\":")
             time(fact.changedAt)
-            out += ",\"reason\":"
-            out += fact.reason.map(jsonString) ?? "null"
-            out += "}"
+            add(",\"reason\":")
+            if let reason = fact.reason { string(reason) } else { add("null") }
+            add("}")
         }
-        out += "]}"
+        add("]}")
     }
-    out += "]"
+    add("]")
     if let remedies {
-        out += ",\"wouldAllow\":[" + remedies.map { remedy in
+        add(",\"wouldAllow\":[")
+        for (index, remedy) in remedies.enumerated() {
+            if index > 0 { add(",") }
+            let names: [String]
             switch remedy {
-            case .grant(let scopes): "{\"grant\":[" + scopes.map(jsonString).joined(separator: ",") + "]}"
-            case .membership(let entities): "{\"memberOf\":[" + entities.map { jsonString($0.description) }.joined(separator: ",") + "]}"
+            case .grant(let scopes):
+                add("{\"grant\":[")
+                names = scopes
+            case .membership(let entities):
+                add("{\"memberOf\":[")
+                names = entities.map(\.description)
             }
-        }.joined(separator: ",") + "]"
+            for (number, name) in names.enumerated() {
+                if number > 0 { add(",") }
+                string(name)
+            }
+            add("]}")
+        }
+        add("]")
     }
-    return out + "}"
+    add("}")
 }
 
 /// A JSON string literal (the policy library's writer).
@@ -344,7 +364,7 @@ extension KeysmithCommand.PolicyCommand {
                     request.token = token
                     let decision = loaded.policies.isAuthorized(request, entities: loaded.entities)
                     let remedies = explain && !decision.isAllowed ? loaded.policies.remedies(for: request, entities: loaded.entities) : nil
-                    output.append(contentsOf: decisionJSON(decision, remedies: remedies).utf8)
+                    appendDecisionJSON(decision, remedies: remedies, to: &output)
                 } catch {
                     bad += 1
                     output += Array("{\"line\":\(lineNumber),\"error\":\"invalid request\",\"problems\":[".utf8)

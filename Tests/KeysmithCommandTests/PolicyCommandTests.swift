@@ -89,6 +89,74 @@ struct PolicyCommandTests {
         #expect(!after.output.contains("a-secret-access-token"))
     }
 
+    @Test("a decision's JSON (check --json, decide --explain) is one document per answer with every field escaped: deciding policies, errors with where, unmet clauses with each scope's state and time, what would allow")
+    func decisionDocuments() throws {
+        var keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        try keysmith.run(["init"])
+        try keysmith.run(["token", "import", "--service", "news", "--account", "alice"],
+                         stdin: #"{"access_token":"a-secret-access-token","token_type":"Bearer","scope":"groups:read posts:write"}"#)
+        try keysmith.run(["token", "revoke", "--service", "news", "--account", "alice", "posts:write"])
+        // A file name and a policy id that must be escaped (a quote, a backslash, U+2028).
+        let file = keysmith.directory + "/odd \"name\" \\ \u{2028}.cedar"
+        try #"""
+            @id("needs \"write\"") forbid (principal, action == Action::"post", resource)
+            unless { context has token && context.token.granted.contains("posts:write") };
+            @id("errs") permit (principal, action, resource) when { principal.level > 3 };
+            @id("posters") permit (principal, action == Action::"post", resource);
+            """#.write(toFile: file, atomically: true, encoding: .utf8)
+        func document(_ line: Substring) throws -> [String: Any] {
+            #expect(!line.unicodeScalars.contains { $0.value < 0x20 || $0 == "\u{2028}" || $0 == "\u{2029}" })
+            return try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        }
+        func check(_ answer: [String: Any], tokenTimes: Bool) throws {
+            #expect(answer["decision"] as? String == "deny")
+            let determining = try #require(answer["determining"] as? [[String: Any]])
+            #expect(determining.count == 1)
+            #expect(determining.first?["id"] as? String == #"needs "write""#)
+            #expect(determining.first?["effect"] as? String == "forbid")
+            #expect(determining.first?["file"] as? String == file)
+            #expect(determining.first?["line"] as? Int == 1 && determining.first?["column"] as? Int == 24)
+            let errors = try #require(answer["errors"] as? [[String: Any]])
+            #expect(errors.count == 1)
+            #expect(errors.first?["policy"] as? String == "errs")
+            #expect(errors.first?["kind"] as? String == "missingEntity")
+            #expect((errors.first?["message"] as? String)?.contains("level") == true)
+            #expect(errors.first?["file"] as? String == file && errors.first?["line"] as? Int == 3 && errors.first?["column"] as? Int == 57)
+            let unmet = try #require(answer["unmet"] as? [[String: Any]])
+            let clause = try #require(unmet.first { $0["policy"] as? String == #"needs "write""# })
+            #expect(clause["clause"] as? String == "unless" && clause["value"] as? Bool == false)
+            #expect(clause["text"] as? String == #"context has token && context.token.granted.contains("posts:write")"#)
+            #expect(clause["file"] as? String == file && clause["line"] as? Int == 2 && clause["column"] as? Int == 10)
+            let scope = try #require((clause["scopes"] as? [[String: Any]])?.first)
+            #expect(scope["scope"] as? String == "posts:write")
+            if tokenTimes {
+                #expect(scope["state"] as? String == "revoked")
+                let changedAt = try #require(scope["changedAt"] as? String)
+                #expect(try Date(changedAt, strategy: .iso8601) > Date(timeIntervalSince1970: 1_700_000_000))
+                #expect(scope["reason"] is String)
+            } else {
+                #expect(scope["state"] is NSNull && scope["changedAt"] is NSNull && scope["reason"] is NSNull)
+            }
+            let wouldAllow = try #require(answer["wouldAllow"] as? [[String: Any]])
+            #expect(wouldAllow.contains { ($0["grant"] as? [String])?.contains("posts:write") == true })
+        }
+        let checked = try keysmith.run(["policy", "check", "--policies", file, "--token-service", "news", "--token-account", "alice",
+                                        "--principal", #"User::"alice""#, "--action", "post", "--resource", #"Group::"g1""#, "--json"])
+        #expect(checked.status == 3)
+        let checkedLines = checked.stdout.split(separator: "\n")
+        #expect(checkedLines.count == 1)
+        try check(try document(try #require(checkedLines.first)), tokenTimes: true)
+        #expect(!checked.output.contains("a-secret-access-token"))
+        let line = #"{"principal":"User::\"alice\"","action":"Action::\"post\"","resource":"Group::\"g1\"","scopes":["groups:read"]}"#
+        let decided = try keysmith.run(["policy", "decide", "--policies", file, "--explain"], stdin: line + "\n" + line + "\n")
+        #expect(decided.status == 0)
+        let decidedLines = decided.stdout.split(separator: "\n")
+        #expect(decidedLines.count == 2)
+        for answer in decidedLines { try check(try document(answer), tokenTimes: false) }
+    }
+
     @Test("check gives conditions the stored token's scope times (context.token.since); bare --scope has none")
     func checkWithScopeTimes() throws {
         var keysmith = try Keysmith()

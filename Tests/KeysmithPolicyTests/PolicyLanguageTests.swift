@@ -356,14 +356,29 @@ struct JSONReaderStringTests {
         }
     }
 
-    @Test("the JSON writer's strings read back as they were, whether appended in runs or built whole")
+    @Test("the JSON writer's strings read back as they were, whether appended as bytes in runs or built whole")
     func writtenStringsReadBack() throws {
-        for text in ["plain", "", "a\"b\\c", "context.token.granted.contains(\"posts:write\")", "\u{01}\n\r\t\u{7F}",
-                     "line\u{2028}sep\u{2029}", "é 😀 \"quoted\" tail\\", "\"", "\\\\", "e\u{2026}llipsis"] {
-            var appended = "["
+        var texts = ["plain", "", "a\"b\\c", "context.token.granted.contains(\"posts:write\")", "\u{01}\n\r\t\u{7F}",
+                     "line\u{2028}sep\u{2029}", "é 😀 \"quoted\" tail\\", "\"", "\\\\", "e\u{2026}llipsis", "\u{2030}\u{20AC}\u{2028}",
+                     "ends in \u{2029}", "ends in \u{E2}", "\u{1F}\u{00}"]
+        // Random mixes of what is escaped and what is not, including U+2028's neighbours
+        // (E2 80 A7, E2 80 AA) and other scalars whose UTF-8 starts with E2.
+        let pool: [Unicode.Scalar] = ["a", "\"", "\\", "\n", "\u{00}", "\u{1F}", "\u{7F}", "\u{80}", "é", "\u{2027}", "\u{2028}",
+                                      "\u{2029}", "\u{202A}", "\u{20AC}", "\u{2FFF}", "😀", "/"]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<500 {
+            var text = String.UnicodeScalarView()
+            for _ in 0..<Int.random(in: 0...12, using: &generator) { text.append(pool.randomElement(using: &generator)!) }
+            texts.append(String(text))
+        }
+        for text in texts {
+            var appended = Array("[".utf8)
             JSONOutput.append(text, to: &appended)
-            #expect(appended == "[" + JSONOutput.string(text), "\(text)")
-            #expect(try read(JSONOutput.string(text)) == text, "\(text)")
+            #expect(appended == Array(("[" + JSONOutput.string(text)).utf8), "\(text.debugDescription)")
+            #expect(try read(JSONOutput.string(text)) == text, "\(text.debugDescription)")
+            let written = String(decoding: appended.dropFirst(), as: UTF8.self)
+            #expect(!written.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F || $0 == "\u{2028}" || $0 == "\u{2029}" },
+                    "\(text.debugDescription)")
         }
     }
 

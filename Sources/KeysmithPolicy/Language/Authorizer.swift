@@ -91,11 +91,20 @@ public struct TokenView: Sendable {
         // The record straight from the names (what `record(snapshot())` builds, without the
         // intermediate dictionaries: no times are known, so `since` is empty).
         let granted = PolicyValue.set(PolicyValueSet(scopes.map { .string($0.rawValue) }))
-        let none = PolicyValue.set(PolicyValueSet([]))
-        let since = PolicyValue.record([:])
-        let record = PolicyValue.record(["granted": granted, "declined": none, "expired": none, "revoked": none, "since": since])
-        return TokenView(storage: Storage(source: .grantedNames(scopes), fixedRecord: record, fields: [granted, none, none, none, since]))
+        var record = grantedTemplate.record
+        record[TokenField.granted.rawValue] = granted
+        var fields = grantedTemplate.fields
+        fields[0] = granted
+        return TokenView(storage: Storage(source: .grantedNames(scopes), fixedRecord: .record(record), fields: fields))
     }
+
+    /// What every ``granted(_:)`` view shares: no scope declined, expired or revoked, no times;
+    /// as the record and as its fields in ``TokenField`` order (`granted` first, filled in per view).
+    private static let grantedTemplate: (record: [String: PolicyValue], fields: [PolicyValue]) = {
+        let none = PolicyValue.set(PolicyValueSet([]))
+        let fields = TokenField.allCases.map { $0 == .since ? PolicyValue.record([:]) : none }
+        return (Dictionary(uniqueKeysWithValues: zip(TokenField.allCases.map(\.rawValue), fields)), fields)
+    }()
 
     private init(storage: Storage) { self.storage = storage }
 
@@ -481,13 +490,19 @@ public struct Policies: Sendable {
 
         func clauses() -> [ClauseOutcome] {
             let evaluator = Evaluator(decided, entities: entities)
-            let snapshot = decided.snapshot()
+            // The token's scopes, read when a clause first names one (most do not).
+            var snapshot: [String: ScopeStatus?]?? = nil
+            func facts(_ names: [String]) -> [ScopeFact] {
+                guard !names.isEmpty else { return [] }
+                if snapshot == nil { snapshot = .some(decided.snapshot()) }
+                return Policies.scopeFacts(names, snapshot ?? nil)
+            }
             var out: [ClauseOutcome] = []
             for index in applied {
-                for clause in policies.policies[index].conditions {
+                let policy = policies.policies[index]
+                for (number, clause) in policy.conditions.enumerated() {
                     out.append(ClauseOutcome(policy: policies.references[index], clause: clause.isWhen ? "when" : "unless", value: clause.isWhen,
-                                             text: clause.body.text, location: clause.body.location,
-                                             scopes: policies.scopeFacts(in: clause.body, snapshot)))
+                                             text: clause.body.text, location: clause.body.location, scopes: facts(policy.scopeNames[number])))
                 }
             }
             var missed: [(policy: Int, clause: Int)] = []
@@ -499,10 +514,13 @@ public struct Policies: Sendable {
                 missed.append((index, clause))
             }
             for (index, clauseIndex) in missed {
-                let clause = policies.policies[index].conditions[clauseIndex]
+                let policy = policies.policies[index], clause = policy.conditions[clauseIndex]
                 let deciding = clause.isWhen ? policies.firstFalseConjunct(clause.body, evaluator) : clause.body
+                // The clause's names, found once, when it is reported whole; a conjunct's, now.
+                let isConjunction = if case .binary(.and, _, _) = clause.body.kind { true } else { false }
+                let names = clause.isWhen && isConjunction ? Policies.scopeNames(in: deciding) : policy.scopeNames[clauseIndex]
                 out.append(ClauseOutcome(policy: policies.references[index], clause: clause.isWhen ? "when" : "unless", value: !clause.isWhen,
-                                         text: deciding.text, location: deciding.location, scopes: policies.scopeFacts(in: deciding, snapshot)))
+                                         text: deciding.text, location: deciding.location, scopes: facts(names)))
             }
             return out
         }
@@ -599,8 +617,8 @@ public struct Policies: Sendable {
     }
 
     /// Scope names in `context.token.…` set tests and `context.token.since` reads within
-    /// `expression`, with their state.
-    func scopeFacts(in expression: Expression, _ snapshot: [String: ScopeStatus?]?) -> [ScopeFact] {
+    /// `expression`, each once, in the order written.
+    static func scopeNames(in expression: Expression) -> [String] {
         var names: [String] = []
         func strings(_ expression: Expression) {
             switch expression.kind {
@@ -642,7 +660,12 @@ public struct Policies: Sendable {
         }
         walk(expression)
         var seen: Set<String> = []
-        return names.filter { seen.insert($0).inserted }.map { name in
+        return names.filter { seen.insert($0).inserted }
+    }
+
+    /// The named scopes with their state in the token's snapshot (`nil`: no token).
+    static func scopeFacts(_ names: [String], _ snapshot: [String: ScopeStatus?]?) -> [ScopeFact] {
+        names.map { name in
             guard let snapshot, let entry = snapshot[name] else { return ScopeFact(scope: name) }
             guard let status = entry else { return ScopeFact(scope: name, state: .granted) }
             return ScopeFact(scope: name, state: status.state, changedAt: status.changedAt, reason: status.reason)

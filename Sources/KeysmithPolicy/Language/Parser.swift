@@ -13,6 +13,9 @@ final class ParsedPolicy: Sendable {
     /// Whether each condition is a `when` (true) or an `unless`, in the same order (so
     /// deciding never copies the syntax tree).
     let isWhen: [Bool]
+    /// The scope names each condition reads from `context.token` (for explanations), in the
+    /// same order.
+    let scopeNames: [[String]]
     let annotations: [String: String]
     /// Whether the id comes from `@id` (else it is `policyN`, its index, as in Cedar).
     var hasExplicitID: Bool { annotations["id"] != nil }
@@ -33,6 +36,7 @@ final class ParsedPolicy: Sendable {
         self.conditions = conditions
         self.compiled = conditions.map { Compiler.compile($0.body) }
         self.isWhen = conditions.map(\.isWhen)
+        self.scopeNames = conditions.map { Policies.scopeNames(in: $0.body) }
         self.annotations = annotations
         self.location = location
         self.principalLocation = principalLocation

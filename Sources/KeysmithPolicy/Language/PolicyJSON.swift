@@ -328,41 +328,49 @@ enum PolicyJSON {
 /// JSON text for values (Cedar's forms: `__entity`, `__extn`); the command writes its own JSON
 /// strings with it too.
 package enum JSONOutput {
-    /// Appends `text` as a JSON string literal to `out` (``string(_:)``'s text, without an
-    /// intermediate string when nothing needs escaping, which is most of the time).
-    package static func append(_ text: String, to out: inout String) {
-        out += "\""
-        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0x7F || $0 == 0xE2 }) {
-            out += text
-        } else {
-            // Runs of characters that need no escape are copied whole, between escapes.
-            let scalars = text.unicodeScalars
-            var run = scalars.startIndex
-            var index = run
-            while index != scalars.endIndex {
-                let scalar = scalars[index]
-                let escape: String? = switch scalar {
-                case "\"": "\\\""
-                case "\\": "\\\\"
-                case "\n": "\\n"
-                case "\r": "\\r"
-                case "\t": "\\t"
-                default:
-                    scalar.value < 0x20 || scalar.value == 0x7F || (0x2028...0x2029).contains(scalar.value)
-                        ? "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
-                        : nil
-                }
-                let next = scalars.index(after: index)
-                if let escape {
-                    out += text[run..<index]
-                    out += escape
-                    run = next
-                }
+    /// Appends `text` as a JSON string literal to `out`, as UTF-8: the bytes of
+    /// ``string(_:)``, written without an intermediate string (runs that need no escape are
+    /// copied whole, between escapes).
+    package static func append(_ text: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        let bytes = text.utf8
+        var run = bytes.startIndex, index = run
+        while index != bytes.endIndex {
+            let byte = bytes[index]
+            var next = bytes.index(after: index)
+            let escape: String
+            switch byte {
+            case UInt8(ascii: "\""): escape = "\\\""
+            case UInt8(ascii: "\\"): escape = "\\\\"
+            case UInt8(ascii: "\n"): escape = "\\n"
+            case UInt8(ascii: "\r"): escape = "\\r"
+            case UInt8(ascii: "\t"): escape = "\\t"
+            case 0..<0x20, 0x7F: escape = unicodeEscape(UInt32(byte))
+            case 0xE2:
+                // U+2028 and U+2029 are E2 80 A8 and E2 80 A9; other scalars starting with E2
+                // are copied.
+                guard next != bytes.endIndex, bytes[next] == 0x80 else { index = next; continue }
+                let third = bytes.index(after: next)
+                guard third != bytes.endIndex, bytes[third] == 0xA8 || bytes[third] == 0xA9 else { index = next; continue }
+                escape = bytes[third] == 0xA8 ? "\\u2028" : "\\u2029"
+                next = bytes.index(after: third)
+            default:
                 index = next
+                continue
             }
-            out += text[run..<scalars.endIndex]
+            out.append(contentsOf: bytes[run..<index])
+            out.append(contentsOf: escape.utf8)
+            run = next
+            index = next
         }
-        out += "\""
+        out.append(contentsOf: bytes[run..<bytes.endIndex])
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// `\u` and the scalar's four lowercase hex digits.
+    private static func unicodeEscape(_ value: UInt32) -> String {
+        let hex = String(value, radix: 16)
+        return "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
     }
 
     /// A JSON string literal: quotes, backslashes and control characters escaped, and U+007F,
@@ -383,8 +391,7 @@ package enum JSONOutput {
             case "\t": out += "\\t"
             default:
                 if scalar.value < 0x20 || scalar.value == 0x7F || (0x2028...0x2029).contains(scalar.value) {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                    out += unicodeEscape(scalar.value)
                 } else {
                     out.unicodeScalars.append(scalar)
                 }
