@@ -218,6 +218,9 @@ struct JSONReader {
                     return text
                 }
                 utf8.append(contentsOf: bytes[chunkStart..<offset])
+                // Escapes always add well-formed UTF-8, so raw bytes that are all ASCII need
+                // no check either.
+                if ascii { return String(decoding: utf8, as: UTF8.self) }
                 guard let text = String(validating: utf8, as: UTF8.self) else { throw error("a string is not UTF-8") }
                 return text
             }

@@ -97,7 +97,7 @@ struct OracleTests {
                 let evaluator = Evaluator(request, entities: entities)
                 for policy in policies.policies {
                     for (index, clause) in policy.conditions.enumerated() {
-                        let compiled = Result { () throws(EvaluationError) -> Bool in try policy.compiled[index].bool(evaluator) }
+                        let compiled = Result { () throws(EvaluationError) -> Bool in try policy.compiled.clauses[index].bool(evaluator) }
                         let read = Result { () throws(EvaluationError) -> Bool in try evaluator.bool(clause.body) }
                         #expect(compiled == read, "\(clause.body.text)")
                         clausesCompared += 1

@@ -382,6 +382,23 @@ struct JSONReaderStringTests {
         }
     }
 
+    @Test("an entity's type is identifiers joined by ::, none of them a reserved word, whatever its case of letters")
+    func typeNamesRefuseReservedWords() {
+        for word in PolicyParser.reserved {
+            for type in [word, "App::" + word, word + "::App", "A::" + word + "::B"] {
+                #expect(EntityUID(parsing: type + #"::"x""#) == nil, "\(type)")
+                #expect(!JSONValues.isTypeName(type), "\(type)")
+            }
+            // Only the exact word is reserved: other cases of letters and longer words are names.
+            let capitalized = word.prefix(1).uppercased() + word.dropFirst()
+            for type in [capitalized, word.uppercased(), word + "s", "_" + word, "App::" + capitalized] {
+                #expect(EntityUID(parsing: type + #"::"x""#)?.type == type, "\(type)")
+            }
+        }
+        for type in ["User", "user", "_x", "A1::b_2", "Ns::User"] { #expect(JSONValues.isTypeName(type), "\(type)") }
+        for type in ["", "1User", "Us-er", "A::", "::A", "A:::B", "Kelvin\u{212A}", "A::1b"] { #expect(!JSONValues.isTypeName(type), "\(type)") }
+    }
+
     @Test("a control character, an unpaired surrogate, a bad escape, an unclosed string and bytes that are not UTF-8 are refused")
     func badStringsRefused() {
         for bytes: [UInt8] in [

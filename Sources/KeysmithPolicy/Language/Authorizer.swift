@@ -27,12 +27,26 @@ public struct TokenView: Sendable {
         let fixedFields: [PolicyValue]?
         /// Whether `fixedRecord` is there (asked once per decision, without copying it).
         let keepsRecord: Bool
+        /// `fixedFields` that are sets, as sets (`nil` for the others), in the same order.
+        private let fieldSets: [PolicyValueSet?]
+
+        /// Whether the field at `index` (in ``TokenField`` order) holds `member`, when the view
+        /// keeps its fields and that field is a set; `nil` otherwise. Tested in place: nothing
+        /// of the set is copied.
+        func field(_ index: Int, contains member: PolicyValue) -> Bool? {
+            index < fieldSets.count ? fieldSets[index]?.contains(member) : nil
+        }
+
+        private static func sets(_ fields: [PolicyValue]?) -> [PolicyValueSet?] {
+            fields?.map { if case .set(let set) = $0 { set } else { nil } } ?? []
+        }
 
         init(source: Source, fixedRecord: PolicyValue, fields: [PolicyValue]) {
             self.source = source
             self.fixedRecord = fixedRecord
             self.fixedFields = fields
             self.keepsRecord = true
+            self.fieldSets = Self.sets(fields)
         }
 
         init(source: Source, fixedRecord: PolicyValue?) {
@@ -45,6 +59,7 @@ public struct TokenView: Sendable {
             } else {
                 self.fixedFields = nil
             }
+            self.fieldSets = Self.sets(fixedFields)
         }
     }
 
@@ -471,8 +486,7 @@ public struct Policies: Sendable {
     /// For a policy whose head matched: the first clause that keeps it from applying (a `when`
     /// that is false or an `unless` that is true), or `nil` when it applies.
     fileprivate func firstFailedClause(_ policy: ParsedPolicy, _ evaluator: borrowing Evaluator) throws(EvaluationError) -> Int? {
-        for index in policy.compiled.indices where try policy.compiled[index].bool(evaluator) != policy.isWhen[index] { return index }
-        return nil
+        try policy.compiled.firstFailed(evaluator)
     }
 
     /// Works out a denial's clauses when they are asked for, from the request as it was

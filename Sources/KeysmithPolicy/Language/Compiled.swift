@@ -111,6 +111,23 @@ enum Compiler {
     }
 }
 
+/// A policy's conditions compiled for deciding: each clause's node and whether it is a
+/// `when` (true) or an `unless`, in order; the policy applies when every `when` is true and
+/// every `unless` false.
+final class CompiledConditions: Sendable {
+    let clauses: [Node], isWhen: [Bool]
+    init(_ conditions: [(isWhen: Bool, body: Expression)]) {
+        clauses = conditions.map { Compiler.compile($0.body) }
+        isWhen = conditions.map(\.isWhen)
+    }
+    /// The first clause that keeps the policy from applying (a `when` that is false or an
+    /// `unless` that is true), or `nil` when it applies; clauses after it are not evaluated.
+    func firstFailed(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Int? {
+        for index in clauses.indices where try clauses[index].bool(evaluator) != isWhen[index] { return index }
+        return nil
+    }
+}
+
 final class LiteralNode: Node, @unchecked Sendable {
     let constant: PolicyValue
     init(_ source: Expression, _ constant: PolicyValue) {
@@ -347,6 +364,9 @@ final class TokenFieldNode: Node, @unchecked Sendable {
 final class MethodNode: Node, @unchecked Sendable {
     enum Kind { case contains, containsAll, containsAny, other }
     let receiver: Node, name: String, arguments: [Node], kind: Kind
+    /// The argument of `contains`, `containsAll` and `containsAny` (the receiver for other
+    /// calls, where it is not read).
+    let argument: Node
     /// Whether `contains`' argument may be an entity of the store, to be found by place (a
     /// literal never is one: its record is never asked for).
     let byPlace: Bool
@@ -354,6 +374,7 @@ final class MethodNode: Node, @unchecked Sendable {
         self.receiver = receiver
         self.name = name
         self.arguments = arguments
+        self.argument = arguments.count == 1 ? arguments[0] : receiver
         let kind: Kind = switch name {
         case "contains": .contains
         case "containsAll": .containsAll
@@ -363,15 +384,16 @@ final class MethodNode: Node, @unchecked Sendable {
         self.kind = arguments.count == 1 ? kind : .other
         self.byPlace = self.kind == .contains && !(arguments[0] is LiteralNode)
         if self.kind == .contains, let field = receiver as? TokenFieldNode, let literal = arguments[0] as? LiteralNode {
-            tokenMember = (field.index, literal.constant)
+            (tokenField, tokenLiteral) = (field.index, literal.constant)
         } else {
-            tokenMember = nil
+            (tokenField, tokenLiteral) = (-1, .bool(false))
         }
         super.init(source)
     }
     /// For `context.token.granted.contains("s")` (any token field, a literal argument): the
-    /// field's place and the literal, tested in the token view's own set (nothing copied).
-    let tokenMember: (field: Int, literal: PolicyValue)?
+    /// field's place (-1 for other calls) and the literal, tested in the token view's own set
+    /// (nothing copied).
+    let tokenField: Int, tokenLiteral: PolicyValue
     override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         if kind != .other { return .bool(try bool(evaluator)) }
         let target = try receiver.value(evaluator)
@@ -381,13 +403,13 @@ final class MethodNode: Node, @unchecked Sendable {
     }
     override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         if kind == .other { return try super.bool(evaluator) }
-        if let tokenMember, let holds = evaluator.tokenField(tokenMember.field, contains: tokenMember.literal) { return holds }
-        if byPlace, let member = try arguments[0].record(evaluator),
+        if tokenField >= 0, let holds = evaluator.tokenField(tokenField, contains: tokenLiteral) { return holds }
+        if byPlace, let member = try argument.record(evaluator),
            let holds = try receiver.setHolds(member, container: false, evaluator) {
             return holds
         }
         let target = try receiver.value(evaluator)
-        let argument = try arguments[0].value(evaluator)
+        let argument = try argument.value(evaluator)
         guard case .set(let set) = target else { return try evaluator.bool(source) }
         switch kind {
         case .contains:

@@ -419,6 +419,8 @@ enum JSONValues {
             func letter(_ byte: UInt8) -> Bool { byte == 0x5F || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte) }
             guard let first = range.first, letter(bytes[first]) else { return false }
             guard range.allSatisfy({ letter(bytes[$0]) || (0x30...0x39).contains(bytes[$0]) }) else { return false }
+            // Every reserved word starts with a lowercase letter (type names seldom do).
+            guard (0x61...0x7A).contains(bytes[first]) else { return true }
             return !PolicyParser.reserved.contains(String(decoding: bytes[range], as: UTF8.self))
         }
         var start = 0, index = 0

@@ -65,8 +65,7 @@ struct Evaluator: ~Copyable, Sendable {
     /// the view keeps its fields and that field is a set; `nil` otherwise (then the field is
     /// read as a value, with its errors).
     func tokenField(_ index: Int, contains member: PolicyValue) -> Bool? {
-        guard let storage = request.token?.storage, let fields = storage.fixedFields, case .set(let set) = fields[index] else { return nil }
-        return set.contains(member)
+        request.token?.storage.field(index, contains: member)
     }
     /// `token`'s fields in ``TokenField`` order, when the token view keeps them.
     var tokenFields: [PolicyValue]? { request.token?.fixedFields }

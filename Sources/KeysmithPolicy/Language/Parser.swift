@@ -8,11 +8,8 @@ final class ParsedPolicy: Sendable {
     let resource: EntityConstraint
     /// `when` (true) and `unless` (false) clauses, in order.
     let conditions: [(isWhen: Bool, body: Expression)]
-    /// The conditions' bodies compiled for deciding (``Node``), in the same order.
-    let compiled: [Node]
-    /// Whether each condition is a `when` (true) or an `unless`, in the same order (so
-    /// deciding never copies the syntax tree).
-    let isWhen: [Bool]
+    /// The conditions compiled for deciding (so deciding never copies the syntax tree).
+    let compiled: CompiledConditions
     /// The scope names each condition reads from `context.token` (for explanations), in the
     /// same order.
     let scopeNames: [[String]]
@@ -34,8 +31,7 @@ final class ParsedPolicy: Sendable {
         self.action = action
         self.resource = resource
         self.conditions = conditions
-        self.compiled = conditions.map { Compiler.compile($0.body) }
-        self.isWhen = conditions.map(\.isWhen)
+        self.compiled = CompiledConditions(conditions)
         self.scopeNames = conditions.map { Policies.scopeNames(in: $0.body) }
         self.annotations = annotations
         self.location = location
@@ -63,6 +59,8 @@ struct PolicyParser {
     /// Expressions nest at most this deep (a hostile file cannot exhaust the stack).
     static let maximumDepth = 200
 
+    /// Words that are not identifiers. All start with a lowercase letter (``JSONValues/isTypeName(_:)``
+    /// relies on it).
     static let reserved: Set<String> = [
         "true", "false", "if", "then", "else", "in", "is", "like", "has", "principal", "action", "resource", "context",
         "permit", "forbid", "when", "unless",
