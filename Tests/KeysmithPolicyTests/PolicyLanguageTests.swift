@@ -139,6 +139,46 @@ struct PolicyLanguageNewsGroupsTests {
         #expect(policies.remedies(for: request, entities: entities) == [.grant(["posts:delete"])])
     }
 
+    @Test("scope tests with literals (contains, containsAll, containsAny) answer from the token view's own sets as the evaluator answers, for every kind of view")
+    func tokenSetTestsAgreeWithTheEvaluator() throws {
+        let tests = [
+            #"context.token.granted.contains("a")"#, #"context.token.granted.contains("z")"#, #"context.token.granted.contains(1)"#,
+            #"context.token.granted.containsAll(["a", "b"])"#, #"context.token.granted.containsAll(["a", "z"])"#,
+            #"context.token.granted.containsAll(["a", "a"])"#, #"context.token.granted.containsAll([])"#,
+            #"context.token.granted.containsAny(["z", "a"])"#, #"context.token.granted.containsAny(["y", "z"])"#,
+            #"context.token.granted.containsAny([])"#, #"context.token.revoked.containsAny(["b", "c"])"#,
+            #"context.token.declined.containsAll(["c"])"#, #"context.token.expired.contains("d")"#,
+            #"context.token.granted.containsAll("a")"#, #"context.token.since.contains("a")"#,
+        ]
+        let policies = try Policies(text: tests.enumerated().map {
+            "@id(\"t\($0.offset)\") permit (principal, action, resource) when { \($0.element) };"
+        }.joined(separator: "\n"))
+        let issued = Date(timeIntervalSince1970: 1_700_000_000)
+        func status(_ state: ScopeState) -> ScopeStatus { ScopeStatus(state: state, changedAt: issued, reason: "") }
+        let token = OAuthToken(accessToken: "x", issuedAt: issued, expiresAt: issued.addingTimeInterval(3600), scopes: [
+            try Scope("a"): status(.granted), try Scope("b"): status(.revoked), try Scope("c"): status(.declined), try Scope("d"): status(.expired),
+        ])
+        let views: [(String, TokenView)] = [
+            ("granted a b", .granted([try Scope("a"), try Scope("b")])), ("granted none", .granted([])),
+            ("stored token", .token(token, at: issued.addingTimeInterval(60))), ("live", .live(PermissionManager(granted: [try Scope("a")]))),
+        ]
+        var answers: [String: [Bool?]] = [:]
+        for (name, view) in views {
+            let request = AuthorizationRequest(principal: EntityUID(type: "U", id: "u"), action: EntityUID(type: "Action", id: "a"),
+                                               resource: EntityUID(type: "R", id: "r"), token: view)
+            let evaluator = Evaluator(request, entities: .empty)
+            for (index, policy) in policies.policies.enumerated() {
+                let compiled = Result { () throws(EvaluationError) -> Bool in try policy.compiled.clauses[0].bool(evaluator) }
+                let read = Result { () throws(EvaluationError) -> Bool in try evaluator.bool(policy.conditions[0].body) }
+                #expect(compiled == read, "\(name): \(tests[index])")
+                answers[name, default: []].append(try? compiled.get())
+            }
+        }
+        // What they answer, by hand, for a view granting a and b (nil: an error).
+        #expect(answers["granted a b"] == [true, false, false, true, false, true, true, true, false, false, false, false, false, nil, nil])
+        #expect(answers["stored token"] == [true, false, false, false, false, true, true, true, false, false, true, true, true, nil, nil])
+    }
+
     @Test("an expired or revoked token's scopes are expired or revoked in context.token, with their time")
     func expiredAndRevokedTokens() throws {
         let policies = try Policies(text: """

@@ -383,17 +383,24 @@ final class MethodNode: Node, @unchecked Sendable {
         }
         self.kind = arguments.count == 1 ? kind : .other
         self.byPlace = self.kind == .contains && !(arguments[0] is LiteralNode)
-        if self.kind == .contains, let field = receiver as? TokenFieldNode, let literal = arguments[0] as? LiteralNode {
-            (tokenField, tokenLiteral) = (field.index, literal.constant)
+        // `contains` asks for its one member; `containsAll` and `containsAny` for the literal
+        // set's members (a literal that is not a set takes the general way, with its error).
+        let members: [PolicyValue]? = switch (self.kind, (arguments.first as? LiteralNode)?.constant) {
+        case (.contains, let literal?): [literal]
+        case (.containsAll, .set(let set)?), (.containsAny, .set(let set)?): set.elements
+        default: nil
+        }
+        if let field = receiver as? TokenFieldNode, let members {
+            (tokenField, tokenMembers) = (field.index, members)
         } else {
-            (tokenField, tokenLiteral) = (-1, .bool(false))
+            (tokenField, tokenMembers) = (-1, [])
         }
         super.init(source)
     }
-    /// For `context.token.granted.contains("s")` (any token field, a literal argument): the
-    /// field's place (-1 for other calls) and the literal, tested in the token view's own set
-    /// (nothing copied).
-    let tokenField: Int, tokenLiteral: PolicyValue
+    /// For `context.token.granted.contains("s")`, `.containsAll([…])` and `.containsAny([…])`
+    /// (any token field, a literal argument): the field's place (-1 for other calls) and the
+    /// members asked for, tested in the token view's own set (nothing copied).
+    let tokenField: Int, tokenMembers: [PolicyValue]
     override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         if kind != .other { return .bool(try bool(evaluator)) }
         let target = try receiver.value(evaluator)
@@ -403,7 +410,7 @@ final class MethodNode: Node, @unchecked Sendable {
     }
     override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         if kind == .other { return try super.bool(evaluator) }
-        if tokenField >= 0, let holds = evaluator.tokenField(tokenField, contains: tokenLiteral) { return holds }
+        if tokenField >= 0, let holds = evaluator.tokenField(tokenField, holds: tokenMembers, all: kind != .containsAny) { return holds }
         if byPlace, let member = try argument.record(evaluator),
            let holds = try receiver.setHolds(member, container: false, evaluator) {
             return holds
