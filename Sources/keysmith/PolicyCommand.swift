@@ -100,7 +100,8 @@ func readText(_ path: String, _ what: String) throws -> String {
 func parseEntity(_ text: String, what: String, bareType: String? = nil) throws -> EntityUID {
     if let bareType, !text.contains("::") { return EntityUID(type: bareType, id: text) }
     guard let uid = EntityUID(parsing: text) else {
-        throw KeysmithError.invalidArgument("\(what) must be an entity such as User::\"alice\" (quote it for the shell: '\(what == "--action" ? "Action::\"view\"" : "User::\"alice\"")')")
+        let example = what == "--action" ? "Action::\"view\"" : "User::\"alice\""
+        throw KeysmithError.invalidArgument("\(what) \(EntityUID.problem(parsing: text) ?? ""): an entity is written \(example) (quote it for the shell: '\(example)')")
     }
     return uid
 }

@@ -68,6 +68,21 @@ struct PolicyCommandTests {
         #expect(wrongType.status == 64)
         let badEntity = try keysmith.run(base + ["--action", "delete", "--principal", "bob"])
         #expect(badEntity.status == 64)
+        #expect(badEntity.stderr.contains("--principal is not an entity"))
+        // Which part of an entity is wrong is said: a type with a look-alike letter (a Kelvin
+        // sign for K) is shown escaped; an id whose quote is not escaped is the id's fault.
+        let lookAlike = try keysmith.run(base + ["--action", "delete", "--resource", "\u{212A}ey::\"42\""])
+        #expect(lookAlike.status == 64 && lookAlike.stdout.isEmpty)
+        #expect(lookAlike.stderr.contains(#"--resource has the type "\u{212A}ey", which is not a type name"#))
+        let reserved = try keysmith.run(base + ["--action", "delete", "--resource", #"if::"x""#])
+        #expect(reserved.stderr.contains(#"--resource has the type "if", which is not a type name"#))
+        let badID = try keysmith.run(base + ["--action", "delete", "--resource", #"Group::"g"1""#])
+        #expect(badID.status == 64 && badID.stderr.contains("--resource has an id that is not a quoted string"))
+        // A line of `policy decide` says the same about its fields.
+        let line = #"{"principal":"User::\"bob\"","action":"Action::\"delete\"","resource":"\#u{212A}ey::\"42\""}"#
+        let decided = try keysmith.run(["policy", "decide"] + Self.inputs, stdin: line + "\n")
+        #expect(decided.status == 64)
+        #expect(decided.stdout.contains(#"the resource has the type \"\\u{212A}ey\", which is not a type name"#))
     }
 
     @Test("check reads a stored token, so a revocation changes the next decision, and says when it was revoked")

@@ -422,6 +422,20 @@ struct JSONReaderStringTests {
         }
     }
 
+    @Test("a control character, an unpaired surrogate, a bad escape, an unclosed string and bytes that are not UTF-8 are refused")
+    func badStringsRefused() {
+        for bytes: [UInt8] in [
+            Array("\"a\u{01}b\"".utf8), Array(#""\ud83d""#.utf8), Array(#""\ud83dx""#.utf8), Array(#""\ude00""#.utf8),
+            Array(#""\x""#.utf8), Array(#""open"#.utf8), [0x22, 0xC3, 0x22], [0x22, 0x5C, 0x6E, 0xC3, 0x22], [0x22, 0xE2, 0x5C, 0x6E, 0x82, 0xAC, 0x22],
+        ] {
+            #expect(throws: JSONSyntaxError.self, "\(bytes)") { _ = try JSONReader.parse(bytes) }
+        }
+    }
+}
+
+/// Entity text (`Type::"id"`) on the command line and in requests.
+@Suite("Entity text")
+struct EntityTextTests {
     @Test("an entity's type is identifiers joined by ::, none of them a reserved word, whatever its case of letters")
     func typeNamesRefuseReservedWords() {
         for word in PolicyParser.reserved {
@@ -439,13 +453,20 @@ struct JSONReaderStringTests {
         for type in ["", "1User", "Us-er", "A::", "::A", "A:::B", "Kelvin\u{212A}", "A::1b"] { #expect(!JSONValues.isTypeName(type), "\(type)") }
     }
 
-    @Test("a control character, an unpaired surrogate, a bad escape, an unclosed string and bytes that are not UTF-8 are refused")
-    func badStringsRefused() {
-        for bytes: [UInt8] in [
-            Array("\"a\u{01}b\"".utf8), Array(#""\ud83d""#.utf8), Array(#""\ud83dx""#.utf8), Array(#""\ude00""#.utf8),
-            Array(#""\x""#.utf8), Array(#""open"#.utf8), [0x22, 0xC3, 0x22], [0x22, 0x5C, 0x6E, 0xC3, 0x22], [0x22, 0xE2, 0x5C, 0x6E, 0x82, 0xAC, 0x22],
-        ] {
-            #expect(throws: JSONSyntaxError.self, "\(bytes)") { _ = try JSONReader.parse(bytes) }
+    @Test("an entity's text that does not parse says which part is wrong: the shape, the type (escaped), or the id")
+    func entityTextProblems() {
+        for text in [#"User::"alice""#, #"Ns::User::"a::\"b""#, #"User::"""#, #"User::"é""#] {
+            #expect(EntityUID(parsing: text) != nil && EntityUID.problem(parsing: text) == nil, "\(text)")
+        }
+        let shape = "is not an entity (a type, ::, then the id in double quotes)"
+        for text in ["alice", "User:alice", #"User::alice"#, #"User::""#, #"User::"x"#, #"User::"x" "#, ""] {
+            #expect(EntityUID.problem(parsing: text) == shape, "\(text)")
+        }
+        #expect(EntityUID.problem(parsing: "\u{212A}ey::\"42\"") == #"has the type "\u{212A}ey", which is not a type name (Name or Namespace::Name, not a reserved word)"#)
+        #expect(EntityUID.problem(parsing: #"permit::"x""#)?.hasPrefix(#"has the type "permit""#) == true)
+        #expect(EntityUID.problem(parsing: #"1User::"x""#)?.hasPrefix(#"has the type "1User""#) == true)
+        for text in [#"User::"a"b""#, #"User::"a\q""#, #"User::"a\u{110000}""#] {
+            #expect(EntityUID.problem(parsing: text)?.hasPrefix("has an id that is not a quoted string") == true, "\(text.debugDescription)")
         }
     }
 }

@@ -397,7 +397,7 @@ enum JSONValues {
     /// `{"type": "User", "id": "alice"}`, or `{"__entity": {…}}`, or `User::"alice"`.
     static func uid(_ value: Located, _ file: String, _ what: String) throws(PolicyDiagnostic) -> EntityUID {
         if case .string(let text) = value.value {
-            guard let uid = parseUID(text) else { throw problem(value, file, "\(what) must be an entity such as User::\"alice\"") }
+            guard let uid = parseUID(text) else { throw problem(value, file, "\(what) \(EntityUID.problem(parsing: text) ?? ""): an entity is written User::\"alice\"") }
             return uid
         }
         var fields = try members(value, file, what, allowed: ["type", "id", "__entity"])

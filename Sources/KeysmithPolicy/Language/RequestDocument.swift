@@ -99,9 +99,30 @@ extension AuthorizationRequest {
 }
 
 extension EntityUID {
-    /// Parses `User::"alice"` (the id with policy-text escapes); `nil` when malformed.
+    /// Parses `User::"alice"` (the id with policy-text escapes); `nil` when malformed
+    /// (``problem(parsing:)`` says why).
     public init?(parsing text: String) {
         guard let uid = JSONValues.parseUID(text) else { return nil }
         self = uid
+    }
+
+    /// Why `text` does not parse as `Type::"id"` — no `::"…"` at all, a type that is not a type
+    /// name, or an id that is not a quoted string — as the end of a sentence about the text;
+    /// `nil` when it parses. Names are shown escaped, so a look-alike letter is visible.
+    ///
+    /// ```swift
+    /// EntityUID.problem(parsing: "\u{212A}ey::\"42\"")
+    /// // has the type "\u{212A}ey", which is not a type name (Name or Namespace::Name, not a reserved word)
+    /// ```
+    public static func problem(parsing text: String) -> String? {
+        guard JSONValues.parseUID(text) == nil else { return nil }
+        guard let separator = text.range(of: "::\""), text.hasSuffix("\""), text.index(before: text.endIndex) >= separator.upperBound else {
+            return "is not an entity (a type, ::, then the id in double quotes)"
+        }
+        let type = String(text[..<separator.lowerBound])
+        guard JSONValues.isTypeName(type) else {
+            return "has the type \(PolicyValue.quoted(type, escapingNonASCII: true)), which is not a type name (Name or Namespace::Name, not a reserved word)"
+        }
+        return "has an id that is not a quoted string (inside the quotes, write \\\" for a quote and \\\\ for a backslash)"
     }
 }
