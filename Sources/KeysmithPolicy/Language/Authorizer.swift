@@ -30,10 +30,14 @@ public struct TokenView: Sendable {
         /// `fixedFields` that are sets, as sets (`nil` for the others), in the same order.
         private let fieldSets: [PolicyValueSet?]
 
-        /// Whether the field at `index` (in ``TokenField`` order) holds every one of `members`
-        /// (`all`: `containsAll`, and `contains` of one) or at least one (`containsAny`), when
-        /// the view keeps its fields and that field is a set; `nil` otherwise. Tested in place:
-        /// nothing of the set is copied.
+        /// Whether the field at `index` (in ``TokenField`` order) holds `member`, when the view
+        /// keeps its fields and that field is a set; `nil` otherwise. Tested in place: nothing
+        /// of the set is copied.
+        func field(_ index: Int, contains member: PolicyValue) -> Bool? {
+            index < fieldSets.count ? fieldSets[index]?.contains(member) : nil
+        }
+
+        /// The same for several members: every one (`all`) or at least one.
         func field(_ index: Int, holds members: [PolicyValue], all: Bool) -> Bool? {
             guard index < fieldSets.count, fieldSets[index] != nil else { return nil }
             for member in members where fieldSets[index]!.contains(member) != all { return !all }

@@ -67,6 +67,11 @@ struct Evaluator: ~Copyable, Sendable {
     func tokenField(_ index: Int, holds members: [PolicyValue], all: Bool) -> Bool? {
         request.token?.storage.field(index, holds: members, all: all)
     }
+
+    /// Whether the token view's field holds `member` (`contains`), as ``tokenField(_:holds:all:)``.
+    func tokenField(_ index: Int, contains member: PolicyValue) -> Bool? {
+        request.token?.storage.field(index, contains: member)
+    }
     /// `token`'s fields in ``TokenField`` order, when the token view keeps them.
     var tokenFields: [PolicyValue]? { request.token?.fixedFields }
 
