@@ -333,11 +333,17 @@ package enum JSONOutput {
     /// copied whole, between escapes).
     package static func append(_ text: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        let bytes = text.utf8
-        var run = bytes.startIndex, index = run
-        while index != bytes.endIndex {
+        // Bytes are read from the string's storage in place (a span); runs between escapes are
+        // copied whole.
+        let utf8 = text.utf8, bytes = text.utf8Span.span
+        func copy(_ range: Range<Int>) {
+            guard !range.isEmpty else { return }
+            out.append(contentsOf: utf8[utf8.index(utf8.startIndex, offsetBy: range.lowerBound)..<utf8.index(utf8.startIndex, offsetBy: range.upperBound)])
+        }
+        var run = 0, index = 0
+        while index < bytes.count {
             let byte = bytes[index]
-            var next = bytes.index(after: index)
+            var next = index + 1
             let escape: String
             switch byte {
             case UInt8(ascii: "\""): escape = "\\\""
@@ -349,21 +355,22 @@ package enum JSONOutput {
             case 0xE2:
                 // U+2028 and U+2029 are E2 80 A8 and E2 80 A9; other scalars starting with E2
                 // are copied.
-                guard next != bytes.endIndex, bytes[next] == 0x80 else { index = next; continue }
-                let third = bytes.index(after: next)
-                guard third != bytes.endIndex, bytes[third] == 0xA8 || bytes[third] == 0xA9 else { index = next; continue }
-                escape = bytes[third] == 0xA8 ? "\\u2028" : "\\u2029"
-                next = bytes.index(after: third)
+                guard next + 1 < bytes.count, bytes[next] == 0x80, bytes[next + 1] == 0xA8 || bytes[next + 1] == 0xA9 else {
+                    index = next
+                    continue
+                }
+                escape = bytes[next + 1] == 0xA8 ? "\\u2028" : "\\u2029"
+                next += 2
             default:
                 index = next
                 continue
             }
-            out.append(contentsOf: bytes[run..<index])
+            copy(run..<index)
             out.append(contentsOf: escape.utf8)
             run = next
             index = next
         }
-        out.append(contentsOf: bytes[run..<bytes.endIndex])
+        copy(run..<bytes.count)
         out.append(UInt8(ascii: "\""))
     }
 

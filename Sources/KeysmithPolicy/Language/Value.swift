@@ -240,6 +240,7 @@ public struct PolicyValueSet: Sendable, Hashable {
     /// A set of these values (duplicates dropped).
     public init(_ values: some Sequence<PolicyValue>) {
         elements = []
+        elements.reserveCapacity(values.underestimatedCount)
         var table: Set<PolicyValue> = []
         for value in values {
             if table.isEmpty {
