@@ -10,6 +10,23 @@ struct PolicyCommandTests {
     static let entities = examples + "/entities.json"
     static let inputs = ["--policies", policies, "--schema", schema, "--entities", entities]
 
+    /// A scratch keysmith whose vault (unlocked by a keyfile) holds alice's token for the
+    /// service `news`, granting groups:read and posts:write (its access token is
+    /// `a-secret-access-token`, which no output may show).
+    static func keysmithWithAlicesToken() throws -> Keysmith {
+        var keysmith = try Keysmith()
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        do {
+            try keysmith.run(["init"])
+            try keysmith.run(["token", "import", "--service", "news", "--account", "alice"],
+                             stdin: #"{"access_token":"a-secret-access-token","token_type":"Bearer","scope":"groups:read posts:write"}"#)
+        } catch {
+            keysmith.cleanup()
+            throw error
+        }
+        return keysmith
+    }
+
     @Test("the built-in example is docs/examples/news-groups/, byte for byte, and validates")
     func example() throws {
         let keysmith = try Keysmith()
@@ -87,12 +104,8 @@ struct PolicyCommandTests {
 
     @Test("check reads a stored token, so a revocation changes the next decision, and says when it was revoked")
     func checkWithToken() throws {
-        var keysmith = try Keysmith()
+        let keysmith = try Self.keysmithWithAlicesToken()
         defer { keysmith.cleanup() }
-        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
-        try keysmith.run(["init"])
-        try keysmith.run(["token", "import", "--service", "news", "--account", "alice"],
-                         stdin: #"{"access_token":"a-secret-access-token","token_type":"Bearer","scope":"groups:read posts:write"}"#)
         let request = ["policy", "check"] + Self.inputs + ["--token-service", "news", "--token-account", "alice",
                                                            "--principal", #"User::"alice""#, "--action", "post", "--resource", #"Group::"g1""#, "--explain"]
         #expect(try keysmith.run(request).stdout == "allow: permitted by member-browse-post\n")
@@ -106,12 +119,8 @@ struct PolicyCommandTests {
 
     @Test("a decision's JSON (check --json, decide --explain) is one document per answer with every field escaped: deciding policies, errors with where, unmet clauses with each scope's state and time, what would allow")
     func decisionDocuments() throws {
-        var keysmith = try Keysmith()
+        let keysmith = try Self.keysmithWithAlicesToken()
         defer { keysmith.cleanup() }
-        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
-        try keysmith.run(["init"])
-        try keysmith.run(["token", "import", "--service", "news", "--account", "alice"],
-                         stdin: #"{"access_token":"a-secret-access-token","token_type":"Bearer","scope":"groups:read posts:write"}"#)
         try keysmith.run(["token", "revoke", "--service", "news", "--account", "alice", "posts:write"])
         // A file name and a policy id that must be escaped (a quote, a backslash, U+2028).
         let file = keysmith.directory + "/odd \"name\" \\ \u{2028}.cedar"

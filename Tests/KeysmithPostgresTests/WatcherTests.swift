@@ -144,10 +144,12 @@ struct WatcherTests {
                 try store.perform([.create(ItemAttributes(key: key), secret: Data("x".utf8))])
                 written.insert(key)
             }
-            // Kill the watcher's connection (the one that acknowledges as "victim-<namespace>"), as a failover would.
-            let killed = try PostgresStoreTests.sql("""
-                SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'keysmith watch victim-\(namespace.prefix(30))'
-                """)
+            // Kill the watcher's connection (the one that acknowledges as "victim-<namespace>"), as a failover would,
+            // once it is there: after the previous kill the watcher reconnects, which on a loaded machine takes a while.
+            let victim = "application_name = 'keysmith watch victim-\(namespace.prefix(30))'"
+            #expect(Self.waitUntil(20) { (try? PostgresStoreTests.sql("SELECT pid FROM pg_stat_activity WHERE \(victim)"))?.count == 1 },
+                    "round \(round): the watcher is not connected")
+            let killed = try PostgresStoreTests.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE \(victim)")
             #expect(killed.count == 1)
         }
         #expect(Self.waitUntil(20) { Set(collected.changes.withLock { $0.map(\.key) }) == written })
