@@ -30,14 +30,9 @@ public struct TokenView: Sendable {
         /// `fixedFields` that are sets, as sets (`nil` for the others), in the same order.
         private let fieldSets: [PolicyValueSet?]
 
-        /// Whether the field at `index` (in ``TokenField`` order) holds `member`, when the view
-        /// keeps its fields and that field is a set; `nil` otherwise. Tested in place: nothing
-        /// of the set is copied.
-        func field(_ index: Int, contains member: PolicyValue) -> Bool? {
-            index < fieldSets.count ? fieldSets[index]?.contains(member) : nil
-        }
-
-        /// The same for several members: every one (`all`) or at least one.
+        /// Whether the field at `index` (in ``TokenField`` order) holds every one of `members`
+        /// (`all`) or at least one, when the view keeps its fields and that field is a set;
+        /// `nil` otherwise. Tested in place: nothing of the set is copied.
         func field(_ index: Int, holds members: [PolicyValue], all: Bool) -> Bool? {
             guard index < fieldSets.count, fieldSets[index] != nil else { return nil }
             for member in members where fieldSets[index]!.contains(member) != all { return !all }
@@ -116,12 +111,12 @@ public struct TokenView: Sendable {
         var record = grantedTemplate.record
         record[TokenField.granted.rawValue] = granted
         var fields = grantedTemplate.fields
-        fields[0] = granted
+        fields[TokenField.allCases.firstIndex(of: .granted)!] = granted
         return TokenView(storage: Storage(source: .grantedNames(scopes), fixedRecord: .record(record), fields: fields))
     }
 
     /// What every ``granted(_:)`` view shares: no scope declined, expired or revoked, no times;
-    /// as the record and as its fields in ``TokenField`` order (`granted` first, filled in per view).
+    /// as the record and as its fields in ``TokenField`` order (`granted` filled in per view).
     private static let grantedTemplate: (record: [String: PolicyValue], fields: [PolicyValue]) = {
         let none = PolicyValue.set(PolicyValueSet([]))
         let fields = TokenField.allCases.map { $0 == .since ? PolicyValue.record([:]) : none }

@@ -410,10 +410,7 @@ final class MethodNode: Node, @unchecked Sendable {
     }
     override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         if kind == .other { return try super.bool(evaluator) }
-        if tokenField >= 0, let holds = kind == .contains ? evaluator.tokenField(tokenField, contains: tokenMembers[0])
-            : evaluator.tokenField(tokenField, holds: tokenMembers, all: kind == .containsAll) {
-            return holds
-        }
+        if tokenField >= 0, let holds = evaluator.tokenField(tokenField, holds: tokenMembers, all: kind != .containsAny) { return holds }
         if byPlace, let member = try argument.record(evaluator),
            let holds = try receiver.setHolds(member, container: false, evaluator) {
             return holds

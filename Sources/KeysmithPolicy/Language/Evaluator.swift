@@ -62,15 +62,11 @@ struct Evaluator: ~Copyable, Sendable {
     /// Whether there is a `context.token` (`token != nil`, without copying the record).
     var hasToken: Bool { request.token != nil || request.context["token"] != nil }
     /// Whether the token view's field (its place in ``TokenField`` order) holds every one of
-    /// `members` (`all`) or at least one, when the view keeps its fields and that field is a
-    /// set; `nil` otherwise (then the field is read as a value, with its errors).
+    /// `members` (`all`: `containsAll`, and `contains` of one) or at least one, when the view
+    /// keeps its fields and that field is a set; `nil` otherwise (then the field is read as a
+    /// value, with its errors).
     func tokenField(_ index: Int, holds members: [PolicyValue], all: Bool) -> Bool? {
         request.token?.storage.field(index, holds: members, all: all)
-    }
-
-    /// Whether the token view's field holds `member` (`contains`), as ``tokenField(_:holds:all:)``.
-    func tokenField(_ index: Int, contains member: PolicyValue) -> Bool? {
-        request.token?.storage.field(index, contains: member)
     }
     /// `token`'s fields in ``TokenField`` order, when the token view keeps them.
     var tokenFields: [PolicyValue]? { request.token?.fixedFields }
