@@ -101,13 +101,20 @@ public struct StoreLimits: Hashable, Sendable, CustomStringConvertible {
     /// - Throws: ``KeysmithError/Code/limitExceeded`` naming the item, the field and the limit;
     ///   never quoting the secret.
     public func check(_ record: SecureRecord, in store: String) throws {
-        if record.secret.count > maximumSecretSize {
+        try check(record.attributes, secretSize: record.secret.count, in: store)
+    }
+
+    /// Checks what an item is to hold: its key, the attributes it keeps and its secret's size.
+    ///
+    /// - Throws: ``KeysmithError/Code/limitExceeded`` naming the item, the field and the limit.
+    package func check(_ attributes: ItemAttributes, secretSize: Int, in store: String) throws {
+        if secretSize > maximumSecretSize {
             throw KeysmithError(
                 .limitExceeded,
-                "the secret of \(record.key) is \(record.secret.count) bytes; \(store) keeps secrets of at most \(maximumSecretSize) bytes; nothing was written")
+                "the secret of \(attributes.key) is \(secretSize) bytes; \(store) keeps secrets of at most \(maximumSecretSize) bytes; nothing was written")
         }
-        var fields = record.attributes.metadataStrings.compactMap { name, value in value.map { (name, $0.utf8.count) } }
-        switch record.key {
+        var fields = attributes.metadataStrings.compactMap { name, value in value.map { (name, $0.utf8.count) } }
+        switch attributes.key {
         case .genericPassword(let service, let account):
             fields += [("service", service.utf8.count), ("account", account.utf8.count)]
         case .internetPassword(let key):
@@ -116,7 +123,7 @@ public struct StoreLimits: Hashable, Sendable, CustomStringConvertible {
         case .keysmithRecord(let key):
             fields += [("service", key.service.utf8.count), ("account", key.account.utf8.count)]
         }
-        if let generic = record.attributes.generic { fields.append(("generic data", generic.count)) }
+        if let generic = attributes.generic { fields.append(("generic data", generic.count)) }
         for (name, size) in fields where size > maximumFieldSize {
             throw KeysmithError(
                 .limitExceeded,

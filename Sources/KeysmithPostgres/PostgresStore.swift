@@ -361,6 +361,7 @@ public final class PostgresStore: SecureStore {
     public func perform(_ operations: [StoreOperation]) throws {
         guard !operations.isEmpty else { return }
         for operation in operations { try operation.key.validate() }
+        try checkBatchLimits(operations, limits: limits, store: storeDescription)
         let now = clock()
         let sequence = try RetryableConflict.retrying({
             try withSession { session in

@@ -222,6 +222,7 @@ public final class SecretServiceStore: SecureStore {
     ///   naming the keys left changed when putting them back failed too; ``KeysmithError/Code/timedOut``
     ///   when another process holds the writer lock past the deadline.
     public func perform(_ operations: [StoreOperation]) throws {
+        try checkBatchLimits(operations, limits: limits, store: storeDescription)
         try state.withLock { connection in
             try writerLock.withExclusive(timeout: timeout) {
                 do {

@@ -281,6 +281,7 @@ public final class FileVault: SecureStore {
     /// housekeeping, and if it fails (a full disk) it is logged as a warning and tried again
     /// by the next write.
     public func perform(_ operations: [StoreOperation]) throws {
+        try checkBatchLimits(operations, limits: limits, store: "the file vault")
         try withWriteLock { backend in
             let outcome = try backend.commit(operations)
             if case .unchanged = outcome { return }

@@ -116,6 +116,45 @@ struct StoreContractTests {
         }
     }
 
+    @Test("a batch giving a secret or a field over a limit is refused for its size, whatever else in it would fail, and writes nothing",
+          arguments: StoreFixture.all)
+    func limitsBeforeOtherErrors(_ fixture: StoreFixture) throws {
+        try fixture.withOpened { opened in
+            let store = opened.store
+            let limits = store.limits
+            try store.create(ItemAttributes(key: Self.generic, label: "kept"), secret: Data("kept".utf8))
+            let stored = try #require(try store.read(Self.generic))
+            let missing = ItemKey.genericPassword(service: "mail", account: "missing")
+            let fresh = ItemKey.genericPassword(service: "mail", account: "fresh")
+            // Each batch opens with operations that would fail on their own (a duplicate create,
+            // an update of a missing item, a stale version) and ends with one over a limit.
+            let oversized: [StoreOperation] = [
+                .update(ItemAttributes(key: Self.generic), secret: Data(count: limits.maximumSecretSize + 1)),
+                .upsert(ItemAttributes(key: fresh, comment: String(repeating: "c", count: limits.maximumFieldSize + 1)), secret: Data()),
+                .replace(SecureRecord(info: stored.info, secret: Data(count: limits.maximumSecretSize + 1))),
+                .restore(SecureRecord(info: ItemInfo(attributes: ItemAttributes(key: fresh, label: String(repeating: "l", count: limits.maximumFieldSize + 1)),
+                                                     created: stored.info.created, modified: stored.info.modified, version: stored.info.version),
+                                      secret: Data("x".utf8))),
+            ]
+            for last in oversized {
+                let error = #expect(throws: KeysmithError.self) {
+                    try store.perform([
+                        .create(ItemAttributes(key: Self.generic), secret: Data("duplicate".utf8)),
+                        .update(ItemAttributes(key: missing), secret: Data("missing".utf8)),
+                        .delete(Self.generic, ifVersion: ItemVersion(rawValue: "stale")),
+                        .create(ItemAttributes(key: missing), secret: Data("never".utf8)),
+                        last,
+                    ])
+                }
+                #expect(error?.code == .limitExceeded, "\(last.key)")
+            }
+            for handle in [store, try opened.reopen()] {
+                #expect(try handle.read(Self.generic) == stored)
+                #expect(try handle.search(ItemQuery()).map(\.key) == [Self.generic])
+            }
+        }
+    }
+
     @Test("every write gives a new version; a conditional update or delete at a stale version is refused and changes nothing",
           arguments: StoreFixture.all)
     func conditionalWrites(_ fixture: StoreFixture) throws {

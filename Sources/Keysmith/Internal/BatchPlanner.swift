@@ -29,6 +29,28 @@ package enum ExistingItem: Sendable {
     case damaged
 }
 
+/// Checks what a batch's operations give against a store's limits, before anything is read:
+/// a secret or a given name or field over a limit refuses the whole batch at once, whichever
+/// operation holds it (a store calls this before it takes its writer lock, so an oversized
+/// batch neither waits for other writers nor costs a round trip to the store).
+///
+/// Attributes an update keeps from the stored item are checked by ``resolveBatch(_:now:version:limits:store:existing:)``,
+/// which calls this first.
+///
+/// - Throws: ``KeysmithError/Code/limitExceeded`` for the first operation over a limit.
+package func checkBatchLimits(_ operations: [StoreOperation], limits: StoreLimits, store: String) throws {
+    for operation in operations {
+        switch operation {
+        case .create(let attributes, let secret), .update(let attributes, let secret, _), .upsert(let attributes, let secret):
+            try limits.check(attributes.merged(over: nil), secretSize: secret.count, in: store)
+        case .replace(let record), .restore(let record):
+            try limits.check(record.attributes.merged(over: nil), secretSize: record.secret.count, in: store)
+        case .delete:
+            continue
+        }
+    }
+}
+
 /// Checks a batch of operations against a store's current state and works out its net effect.
 ///
 /// Every store applies batches the same way through this one function, so that duplicate,
@@ -43,7 +65,9 @@ package enum ExistingItem: Sendable {
 ///     ``ExistingItem/atVersion(_:)`` for an item it holds.
 /// - Returns: One write per key touched, in the order keys first appear; a key created and
 ///   deleted within the batch appears not at all.
-/// - Throws: The first operation's error that cannot be applied; nothing is applied then.
+/// - Throws: ``KeysmithError/Code/limitExceeded`` when an operation gives a secret or a field
+///   over a limit (``checkBatchLimits(_:limits:store:)``, before any key is looked up); otherwise
+///   the first operation's error that cannot be applied. Nothing is applied then.
 package func resolveBatch(
     _ operations: [StoreOperation], now: Date, version: ItemVersion, limits: StoreLimits, store: String,
     existing: (_ key: ItemKey, _ needsMetadata: Bool) throws -> ExistingItem
@@ -59,6 +83,7 @@ package func resolveBatch(
     finals.reserveCapacity(operations.count)
     existedBefore.reserveCapacity(operations.count)
     byHash.reserveCapacity(operations.count)
+    try checkBatchLimits(operations, limits: limits, store: store)
 
     func put(_ attributes: ItemAttributes, over current: ExistingItem, secret: Data, created: Date?) throws -> SecureRecord {
         var old: ItemAttributes?
