@@ -27,20 +27,38 @@ public struct TokenView: Sendable {
         let fixedFields: [PolicyValue]?
         /// Whether `fixedRecord` is there (asked once per decision, without copying it).
         let keepsRecord: Bool
-        /// `fixedFields` that are sets, as sets (`nil` for the others), in the same order.
-        private let fieldSets: [PolicyValueSet?]
+        /// `fixedFields` that are sets, as sets (`nil` for the others): the four scope sets, kept
+        /// in this object itself (not in an array of their own), so testing one reads this
+        /// object, then the set's elements.
+        private let granted, declined, expired, revoked: PolicyValueSet?
 
         /// Whether the field at `index` (in ``TokenField`` order) holds every one of `members`
         /// (`all`) or at least one, when the view keeps its fields and that field is a set;
         /// `nil` otherwise. Tested in place: nothing of the set is copied.
         func field(_ index: Int, holds members: [PolicyValue], all: Bool) -> Bool? {
-            guard index < fieldSets.count, fieldSets[index] != nil else { return nil }
-            for member in members where fieldSets[index]!.contains(member) != all { return !all }
+            switch index {
+            case 0: Self.holds(granted, members, all: all)
+            case 1: Self.holds(declined, members, all: all)
+            case 2: Self.holds(expired, members, all: all)
+            case 3: Self.holds(revoked, members, all: all)
+            default: nil
+            }
+        }
+
+        @inline(__always)
+        private static func holds(_ set: PolicyValueSet?, _ members: [PolicyValue], all: Bool) -> Bool? {
+            guard let set else { return nil }
+            for member in members where set.contains(member) != all { return !all }
             return all
         }
 
-        private static func sets(_ fields: [PolicyValue]?) -> [PolicyValueSet?] {
-            fields?.map { if case .set(let set) = $0 { set } else { nil } } ?? []
+        /// The scope sets of `fields` (in ``TokenField`` order; `nil` for a field that is not a set).
+        private static func sets(_ fields: [PolicyValue]?) -> (PolicyValueSet?, PolicyValueSet?, PolicyValueSet?, PolicyValueSet?) {
+            func set(_ field: TokenField) -> PolicyValueSet? {
+                guard let fields, case .set(let set) = fields[TokenField.allCases.firstIndex(of: field)!] else { return nil }
+                return set
+            }
+            return (set(.granted), set(.declined), set(.expired), set(.revoked))
         }
 
         init(source: Source, fixedRecord: PolicyValue, fields: [PolicyValue]) {
@@ -48,7 +66,7 @@ public struct TokenView: Sendable {
             self.fixedRecord = fixedRecord
             self.fixedFields = fields
             self.keepsRecord = true
-            self.fieldSets = Self.sets(fields)
+            (granted, declined, expired, revoked) = Self.sets(fields)
         }
 
         init(source: Source, fixedRecord: PolicyValue?) {
@@ -61,7 +79,7 @@ public struct TokenView: Sendable {
             } else {
                 self.fixedFields = nil
             }
-            self.fieldSets = Self.sets(fixedFields)
+            (granted, declined, expired, revoked) = Self.sets(fixedFields)
         }
     }
 

@@ -197,15 +197,19 @@ public struct EntityStore: Sendable {
 
 /// A store's records by uid: an open-addressing table hashed with FNV-1a over the id's bytes
 /// from a random seed, which for the short ids of a decision costs a fraction of the standard
-/// library's SipHash. Each slot keeps 32 more bits of the hash beside the place, so a probe
+/// library's SipHash. Each slot keeps 32 more bits of the hash beside the record, so a probe
 /// that passes another uid is told apart without reading that uid (nor its record). The table
 /// is built from a store's entities (not from requests), at most half full; a table whose
 /// longest probe would exceed ``maximumProbe`` is not built (the caller keeps its dictionary),
 /// so a lookup, whatever its key, reads at most that many slots.
 struct PlaceIndex: Sendable {
-    /// Each slot's hash check (high 32 bits) and place + 1 (low 32 bits); 0 is empty.
-    private let slots: [UInt64]
-    private let records: [EntityRecord]
+    /// A slot: the hash check (high 32 bits of the uid's hash) and the record, side by side, so
+    /// a lookup reads the slot and then the record (two dependent memory reads, not three).
+    private struct Slot: Sendable {
+        var check: UInt32 = 0
+        var record: EntityRecord?
+    }
+    private let slots: [Slot]
     private let mask: Int
     private let seed: UInt64
     static let maximumProbe = 32
@@ -215,35 +219,30 @@ struct PlaceIndex: Sendable {
         guard records.count < Int(Int32.max) / 4 else { return nil }
         var capacity = 8
         while capacity < records.count * 2 { capacity *= 2 }
-        var slots = [UInt64](repeating: 0, count: capacity)
+        var slots = [Slot](repeating: Slot(), count: capacity)
         let seed = UInt64.random(in: .min ... .max)
-        for (place, record) in records.enumerated() {
+        for record in records {
             let hash = Self.hash(record.entity.uid.id, seed)
             var slot = Int(truncatingIfNeeded: hash) & (capacity - 1), probes = 1
-            while slots[slot] != 0 {
+            while slots[slot].record != nil {
                 slot = (slot + 1) & (capacity - 1)
                 probes += 1
                 if probes > Self.maximumProbe { return nil }
             }
-            slots[slot] = hash & 0xFFFF_FFFF_0000_0000 | UInt64(place + 1)
+            slots[slot] = Slot(check: UInt32(truncatingIfNeeded: hash >> 32), record: record)
         }
         self.slots = slots
-        self.records = records
         self.mask = capacity - 1
         self.seed = seed
     }
 
     /// The record of `uid`, if the list holds it.
     func record(of uid: EntityUID) -> EntityRecord? {
-        let hash = Self.hash(uid.id, seed), check = hash & 0xFFFF_FFFF_0000_0000
+        let hash = Self.hash(uid.id, seed), check = UInt32(truncatingIfNeeded: hash >> 32)
         var slot = Int(truncatingIfNeeded: hash) & mask
         for _ in 0..<Self.maximumProbe {
-            let entry = slots[slot]
-            if entry == 0 { return nil }
-            if entry & 0xFFFF_FFFF_0000_0000 == check {
-                let record = records[Int(truncatingIfNeeded: entry & 0xFFFF_FFFF) - 1]
-                if record.entity.uid == uid { return record }
-            }
+            if slots[slot].record == nil { return nil }
+            if slots[slot].check == check, let record = slots[slot].record, record.entity.uid == uid { return record }
             slot = (slot + 1) & mask
         }
         return nil
