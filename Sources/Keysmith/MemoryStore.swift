@@ -54,6 +54,7 @@ public final class MemoryStore: SecureStore {
 
     /// Applies a batch, all or nothing.
     public func perform(_ operations: [StoreOperation]) throws {
+        try checkBatchLimits(operations, limits: limits, store: storeDescription)
         let now = clock()
         try state.withLock { state in
             let version = ItemVersion(rawValue: "m\(state.lastVersion + 1)")

@@ -113,6 +113,8 @@ public struct StoreLimits: Hashable, Sendable, CustomStringConvertible {
                 .limitExceeded,
                 "the secret of \(attributes.key) is \(secretSize) bytes; \(store) keeps secrets of at most \(maximumSecretSize) bytes; nothing was written")
         }
+        // Most writes are far below the limits: found without building the list below.
+        if Self.largestField(attributes) <= maximumFieldSize { return }
         var fields = attributes.metadataStrings.compactMap { name, value in value.map { (name, $0.utf8.count) } }
         switch attributes.key {
         case .genericPassword(let service, let account):
@@ -129,6 +131,22 @@ public struct StoreLimits: Hashable, Sendable, CustomStringConvertible {
                 .limitExceeded,
                 "the \(name) of an item is \(size) bytes; \(store) keeps names and metadata of at most \(maximumFieldSize) bytes; nothing was written")
         }
+    }
+
+    /// The size of the largest name, metadata string or `generic` data, in bytes.
+    private static func largestField(_ attributes: ItemAttributes) -> Int {
+        var largest = max(attributes.label?.utf8.count ?? 0, attributes.comment?.utf8.count ?? 0,
+                          attributes.itemDescription?.utf8.count ?? 0, attributes.creator?.utf8.count ?? 0,
+                          attributes.type?.utf8.count ?? 0, attributes.generic?.count ?? 0)
+        switch attributes.key {
+        case .genericPassword(let service, let account):
+            largest = max(largest, service.utf8.count, account.utf8.count)
+        case .internetPassword(let key):
+            largest = max(largest, key.server.utf8.count, key.account.utf8.count, key.securityDomain.utf8.count, key.path.utf8.count)
+        case .keysmithRecord(let key):
+            largest = max(largest, key.service.utf8.count, key.account.utf8.count)
+        }
+        return largest
     }
 }
 
@@ -224,9 +242,12 @@ public protocol SecureStore: AnyObject, Sendable {
     /// succeeds). A store that can commit durably commits the whole batch at once.
     ///
     /// - Parameter operations: The changes, applied in order.
-    /// - Throws: ``KeysmithError``: ``KeysmithError/Code/duplicateItem``,
-    ///   ``KeysmithError/Code/itemNotFound``, ``KeysmithError/Code/invalidArgument`` for the
-    ///   first operation that cannot be applied, or a store failure. Nothing is applied then.
+    /// - Throws: ``KeysmithError``: ``KeysmithError/Code/limitExceeded`` when any operation
+    ///   gives a secret or a field over ``limits`` (checked first, before the store is read or
+    ///   its writer lock taken, whichever operation it is); otherwise
+    ///   ``KeysmithError/Code/duplicateItem``, ``KeysmithError/Code/itemNotFound``,
+    ///   ``KeysmithError/Code/invalidArgument`` for the first operation that cannot be applied,
+    ///   or a store failure. Nothing is applied then.
     func perform(_ operations: [StoreOperation]) throws
 }
 

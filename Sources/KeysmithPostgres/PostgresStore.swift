@@ -360,8 +360,8 @@ public final class PostgresStore: SecureStore {
     /// the whole batch from its reads, so its checks always see the latest committed state.
     public func perform(_ operations: [StoreOperation]) throws {
         guard !operations.isEmpty else { return }
-        for operation in operations { try operation.key.validate() }
         try checkBatchLimits(operations, limits: limits, store: storeDescription)
+        for operation in operations { try operation.key.validate() }
         let now = clock()
         let sequence = try RetryableConflict.retrying({
             try withSession { session in

@@ -215,10 +215,12 @@ public final class SecretServiceStore: SecureStore {
         }
     }
 
-    /// Under the writer lock shared by every Keysmith process, checks the whole batch, then
-    /// applies it item by item; on a failure, puts back what it changed.
+    /// Checks the batch's sizes against ``limits``; then, under the writer lock shared by every
+    /// Keysmith process, checks the whole batch against the collection and applies it item by
+    /// item; on a failure, puts back what it changed.
     ///
-    /// - Throws: The batch's first error when nothing is left changed; ``KeysmithError/Code/partiallyApplied``
+    /// - Throws: ``KeysmithError/Code/limitExceeded`` before the lock is taken when an operation
+    ///   gives a secret or a field over the limits; otherwise the batch's first error when nothing is left changed; ``KeysmithError/Code/partiallyApplied``
     ///   naming the keys left changed when putting them back failed too; ``KeysmithError/Code/timedOut``
     ///   when another process holds the writer lock past the deadline.
     public func perform(_ operations: [StoreOperation]) throws {

@@ -155,6 +155,43 @@ struct StoreContractTests {
         }
     }
 
+    @Test("every name and metadata field one byte over the limit is refused, naming the field, and nothing is written",
+          arguments: StoreFixture.all)
+    func everyFieldHasALimit(_ fixture: StoreFixture) throws {
+        func internet(server: String = "host", securityDomain: String = "", path: String = "", account: String = "a") -> ItemKey {
+            .internetPassword(InternetPasswordKey(server: server, internetProtocol: .https, securityDomain: securityDomain, path: path, account: account))
+        }
+        try fixture.withOpened { opened in
+            let store = opened.store
+            let long = String(repeating: "f", count: store.limits.maximumFieldSize + 1)
+            let generic = ItemKey.genericPassword(service: "mail", account: "field")
+            let cases: [(field: String, attributes: ItemAttributes)] = [
+                ("label", ItemAttributes(key: generic, label: long)),
+                ("comment", ItemAttributes(key: generic, comment: long)),
+                ("description", ItemAttributes(key: generic, itemDescription: long)),
+                ("creator", ItemAttributes(key: generic, creator: long)),
+                ("type", ItemAttributes(key: generic, type: long)),
+                ("generic data", ItemAttributes(key: generic, generic: Data(long.utf8))),
+                ("service", ItemAttributes(key: .genericPassword(service: long, account: "a"))),
+                ("account", ItemAttributes(key: .genericPassword(service: "mail", account: long))),
+                ("server", ItemAttributes(key: internet(server: long))),
+                ("security domain", ItemAttributes(key: internet(securityDomain: long))),
+                ("path", ItemAttributes(key: internet(path: long))),
+                ("account", ItemAttributes(key: internet(account: long))),
+            ]
+            for (field, attributes) in cases {
+                let error = #expect(throws: KeysmithError.self, "\(field)") {
+                    try store.perform([.upsert(attributes, secret: Data("x".utf8))])
+                }
+                #expect(error?.code == .limitExceeded, "\(field)")
+                #expect(error?.message.contains("the \(field) of an item is \(long.utf8.count) bytes") == true, "\(field)")
+                #expect(error?.message.contains(long) == false, "the message quotes no field")
+            }
+            let left = try opened.reopen().search(ItemQuery(namespace: .any))
+            #expect(left.isEmpty)
+        }
+    }
+
     @Test("every write gives a new version; a conditional update or delete at a stale version is refused and changes nothing",
           arguments: StoreFixture.all)
     func conditionalWrites(_ fixture: StoreFixture) throws {

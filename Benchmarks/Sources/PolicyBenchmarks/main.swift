@@ -137,7 +137,7 @@ print("policy language and both hand-written versions agree on \(agree) of \(min
 
 for round in 1...(profiled == nil ? 3 : 20) {
     print("-- round \(round)")
-    if onlyIsAllowed != nil {
+    if onlyIsAllowed != nil && profiled != nil {
         _ = rate("policy language, isAllowed (the answer only)") {
             var allowed = 0
             for request in prepared where policies.isAllowed(request, entities: store) { allowed += 1 }

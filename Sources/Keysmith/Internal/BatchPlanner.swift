@@ -41,10 +41,11 @@ package enum ExistingItem: Sendable {
 package func checkBatchLimits(_ operations: [StoreOperation], limits: StoreLimits, store: String) throws {
     for operation in operations {
         switch operation {
+        // The given attributes, not merged: merging only drops empty fields, which no limit refuses.
         case .create(let attributes, let secret), .update(let attributes, let secret, _), .upsert(let attributes, let secret):
-            try limits.check(attributes.merged(over: nil), secretSize: secret.count, in: store)
+            try limits.check(attributes, secretSize: secret.count, in: store)
         case .replace(let record), .restore(let record):
-            try limits.check(record.attributes.merged(over: nil), secretSize: record.secret.count, in: store)
+            try limits.check(record.attributes, secretSize: record.secret.count, in: store)
         case .delete:
             continue
         }

@@ -38,8 +38,8 @@ public struct EntityStore: Sendable {
         let records: [EntityUID: EntityRecord]
         /// The same records in one list, which ``EntityRecord/linked`` indexes.
         let recordList: [EntityRecord]
-        /// Each record's place in `recordList` by uid, with a cheaper hash than `records`
-        /// (`nil` when its probes would be long: then `records` answers).
+        /// The records by uid again, with a cheaper hash than `records` (`nil` when its probes
+        /// would be long: then `records` answers).
         let places: PlaceIndex?
         let locations: [EntityUID: SourceLocation]
 
@@ -216,7 +216,6 @@ struct PlaceIndex: Sendable {
 
     /// The index of `records` (distinct uids), or `nil` when some probe would be too long.
     init?(_ records: [EntityRecord]) {
-        guard records.count < Int(Int32.max) / 4 else { return nil }
         var capacity = 8
         while capacity < records.count * 2 { capacity *= 2 }
         var slots = [Slot](repeating: Slot(), count: capacity)
