@@ -50,9 +50,16 @@ struct JSONReader {
     private var lineStart = 0
     private var counted = (offset: 0, column: 1)
     private var depth = 0
+    private let maximumDepth: Int
 
-    static func parse(_ bytes: [UInt8]) throws(JSONSyntaxError) -> Located {
-        var reader = JSONReader(bytes: bytes)
+    /// How deep a document nests at most (values inside values), unless a reader is told
+    /// otherwise.
+    static let maximumDepth = 256
+
+    /// The document's value; an error for anything else, or for values nested `maximumDepth`
+    /// levels or more.
+    static func parse(_ bytes: [UInt8], maximumDepth: Int = JSONReader.maximumDepth) throws(JSONSyntaxError) -> Located {
+        var reader = JSONReader(bytes: bytes, maximumDepth: maximumDepth)
         reader.skipSpace()
         let value = try reader.value()
         reader.skipSpace()
@@ -60,7 +67,10 @@ struct JSONReader {
         return value
     }
 
-    private init(bytes: [UInt8]) { self.bytes = bytes }
+    private init(bytes: [UInt8], maximumDepth: Int) {
+        self.bytes = bytes
+        self.maximumDepth = maximumDepth
+    }
 
     private mutating func error(_ message: String) -> JSONSyntaxError { JSONSyntaxError(line: line, column: column, message: message) }
 
@@ -102,7 +112,7 @@ struct JSONReader {
         let startColumn = column
         depth += 1
         defer { depth -= 1 }
-        guard depth < 256 else { throw error("nesting is deeper than 256 levels") }
+        guard depth < maximumDepth else { throw error("nesting is deeper than \(maximumDepth) levels") }
         switch bytes[offset] {
         case UInt8(ascii: "{"):
             offset += 1

@@ -221,6 +221,28 @@ struct PolicyCommandTests {
         #expect(json.status == 64)
     }
 
+    @Test("a policy nested deeper than 200 levels is a syntax error at file:line:column for every command that reads policies (a chain of 100,000 || crashed them, 4,000 already did)")
+    func deepPolicies() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        for (index, separator) in ["||", "."].enumerated() {
+            let file = keysmith.directory + "/deep\(index).cedar"
+            let condition = separator == "." ? "context" + String(repeating: ".a", count: 100_000)
+                : Array(repeating: "true", count: 100_000).joined(separator: " || ")
+            try "@id(\"deep\")\npermit (principal, action, resource) when { \(condition) };\n".write(toFile: file, atomically: true, encoding: .utf8)
+            // The error points just after the part that makes the 201st level: the `||` after the
+            // 201st term, the `.` after the 200th member (`context` is the first level).
+            let column = separator == "." ? 45 + 7 + 200 * 2 : 45 + 200 * 8 + 5
+            let commands = [["validate"], ["format", "--to", "json"], ["decide"], ["permitted", "--principal", #"User::"alice""#],
+                            ["check", "--principal", #"User::"alice""#, "--action", "view", "--resource", #"Photo::"42""#]]
+            for command in commands {
+                let result = try keysmith.run(["policy"] + command + ["--policies", file], stdin: "")
+                #expect(result.status == 64, "\(command)")
+                #expect(result.stderr.contains("deep\(index).cedar:2:\(column): the expression nests deeper than 200 levels"), "\(command): \(result.stderr)")
+            }
+        }
+    }
+
     @Test("decide answers each line as it arrives, and flags invalid lines")
     func decide() throws {
         let keysmith = try Keysmith()

@@ -162,6 +162,74 @@ struct PolicyValidationTests {
         #expect(error?.kind == .syntax)
     }
 
+    /// Conditions `levels` deep (a lone term is one level), nested in each way the language
+    /// allows: parentheses, a chain of one left-associative operator, a chain of members,
+    /// `if … else if`, and chains inside parentheses inside chains.
+    static let nestings: [(name: String, condition: @Sendable (Int) -> String)] = [
+        ("parentheses", { String(repeating: "(", count: $0 - 1) + "true" + String(repeating: ")", count: $0 - 1) }),
+        ("||", { Array(repeating: "true", count: $0).joined(separator: " || ") }),
+        ("&&", { Array(repeating: "true", count: $0).joined(separator: " && ") }),
+        ("+", { Array(repeating: "1", count: $0).joined(separator: " + ") }),
+        ("-", { Array(repeating: "1", count: $0).joined(separator: " - ") }),
+        ("*", { Array(repeating: "1", count: $0).joined(separator: " * ") }),
+        ("attributes", { "context" + String(repeating: ".a", count: $0 - 1) }),
+        ("brackets", { "context" + String(repeating: #"["a"]"#, count: $0 - 1) }),
+        ("if", { String(repeating: "if true then false else ", count: $0 - 1) + "true" }),
+        ("chains in a chain", { levels in
+            "(" + Array(repeating: "false", count: levels / 2).joined(separator: " || ") + ")"
+                + String(repeating: " && true", count: levels - levels / 2)
+        }),
+    ]
+
+    @Test("an expression deeper than 200 levels is a syntax error with where, however it nests (a chain of 100,000 || crashed the command); one at the limit parses, decides, explains, type-checks and prints",
+          arguments: nestings.map(\.name))
+    func nestingIsBounded(_ name: String) throws {
+        let condition = Self.nestings.first { $0.name == name }!.condition
+        func policy(_ levels: Int) -> String { "@id(\"deep\")\npermit (principal, action, resource) when { \(condition(levels)) };" }
+        let limit = PolicyParser.maximumDepth
+        #expect(limit == 200)
+        for levels in [limit + 1, 4_000, 100_000] {
+            let error = Self.diagnostics { _ = try Policies(text: policy(levels), file: "deep.cedar") }
+            #expect(error?.kind == .syntax, "\(levels) levels")
+            #expect(error?.problems.count == 1)
+            #expect(error?.problems.first?.location.line == 2)
+            #expect(error?.problems.first?.message.contains("deeper than 200 levels") == true)
+        }
+        // At the limit, every walk over the expression finishes: deciding (the condition is
+        // evaluated down to its deepest term), explaining, type checking and printing.
+        let policies = try Policies(text: policy(limit), file: "deep.cedar")
+        let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "alice"), action: EntityUID(type: "Action", id: "view"),
+                                           resource: EntityUID(type: "Photo", id: "42"), context: ["a": .record([:])])
+        let decision = policies.isAuthorized(request, entities: try EntityStore())
+        #expect(decision.isAllowed == ["parentheses", "||", "&&"].contains(name))
+        #expect(!decision.description.isEmpty)
+        #expect(policies.isAllowed(request, entities: try EntityStore()) == decision.isAllowed)
+        #expect(Self.diagnostics { try Self.schema().validate(policies) }?.kind != .syntax)
+        // The JSON form holds it too, and reads back as the same policy.
+        let again = try Policies(json: Array(policies.json.utf8), file: "deep.json")
+        #expect(again.json == policies.json)
+        #expect(again.isAllowed(request, entities: try EntityStore()) == decision.isAllowed)
+    }
+
+    @Test("a JSON policy deeper than 200 levels is a syntax error, as in text")
+    func jsonNestingIsBounded() throws {
+        func chain(_ levels: Int) -> String {
+            var expression = #"{"Value": true}"#
+            for _ in 1..<levels { expression = #"{"||": {"left": \#(expression), "right": {"Value": false}}}"# }
+            return #"{"effect": "permit", "principal": {"op": "All"}, "action": {"op": "All"}, "resource": {"op": "All"}, "#
+                + #""conditions": [{"kind": "when", "body": \#(expression)}]}"#
+        }
+        #expect(try Policies(json: Array(chain(200).utf8)).isAllowed(
+            AuthorizationRequest(principal: EntityUID(type: "U", id: "u"), action: EntityUID(type: "Action", id: "a"), resource: EntityUID(type: "R", id: "r")),
+            entities: try EntityStore()))
+        for levels in [201, 5_000] {
+            let error = Self.diagnostics { _ = try Policies(json: Array(chain(levels).utf8), file: "deep.json") }
+            #expect(error?.kind == .syntax)
+            #expect(error?.problems.count == 1)
+            #expect(error?.problems.first.map { $0.message.contains("deeper than") && $0.location.file == "deep.json" } == true, "\(error?.description ?? "")")
+        }
+    }
+
     @Test("schema mistakes are all reported in one run")
     func schemaMistakes() {
         let text = """

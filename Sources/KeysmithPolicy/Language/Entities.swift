@@ -359,9 +359,10 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
 /// Conversions between Cedar's JSON forms and ``PolicyValue``.
 enum JSONValues {
     /// A JSON document, or its syntax error as a diagnostic of `kind` at its line and column.
-    static func document(_ bytes: [UInt8], file: String, kind: PolicyDiagnostics.Kind) throws(PolicyDiagnostics) -> Located {
+    static func document(_ bytes: [UInt8], file: String, kind: PolicyDiagnostics.Kind,
+                         maximumDepth: Int = JSONReader.maximumDepth) throws(PolicyDiagnostics) -> Located {
         do {
-            return try JSONReader.parse(bytes)
+            return try JSONReader.parse(bytes, maximumDepth: maximumDepth)
         } catch {
             throw PolicyDiagnostics(kind: kind, problems: [PolicyDiagnostic(
                 location: SourceLocation(file: file, line: error.line, column: error.column), message: error.message)])

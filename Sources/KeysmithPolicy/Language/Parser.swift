@@ -219,7 +219,7 @@ struct PolicyParser {
             try expect("{", "after '\(word)'")
             let body = try expression()
             try expect("}", "to close the '\(word)' clause")
-            conditions.append((word == "when", body))
+            conditions.append((word == "when", body.keepingText()))
         }
         try expect(";", "at the end of the policy")
         let id = annotations["id"] ?? "policy\(index)"
@@ -274,10 +274,20 @@ struct PolicyParser {
         throw problem("expected an entity such as \(parts.joined(separator: "::"))::\"id\"", at: start)
     }
 
-    private func text(from start: Lexer.Located) -> String {
+    /// The source from `start` to the last token read, shared with the file's text.
+    private func written(from start: Lexer.Located) -> Expression.Written {
         let end = tokens[max(position - 1, 0)].end
-        guard start.start <= end else { return "" }
-        return String(String.UnicodeScalarView(source[start.start..<end]))
+        guard start.start <= end else { return .text("") }
+        return .source(source[start.start..<end])
+    }
+
+    /// The expression from `start` to the last token read; an error when it would nest deeper
+    /// than ``maximumDepth`` (a chain of one operator, or of members, deepens the expression
+    /// without the parser nesting its calls, so depth is counted on the expression too).
+    private func node(_ kind: Expression.Kind, from start: Lexer.Located) throws(PolicyDiagnostic) -> Expression {
+        let expression = Expression(kind: kind, location: start.location, written: written(from: start))
+        guard expression.height <= Self.maximumDepth else { throw problem("the expression nests deeper than \(Self.maximumDepth) levels") }
+        return expression
     }
 
     private mutating func nested() throws(PolicyDiagnostic) {
@@ -295,12 +305,12 @@ struct PolicyParser {
             let then = try expression()
             guard keyword("else") else { throw problem("expected 'else': every 'if' needs one") }
             let otherwise = try expression()
-            return Expression(kind: .ifThenElse(condition, then, otherwise), location: start.location, text: text(from: start))
+            return try node(.ifThenElse(condition, then, otherwise), from: start)
         }
         var left = try conjunction()
         while accept("||") {
             let right = try conjunction()
-            left = Expression(kind: .binary(.or, left, right), location: start.location, text: text(from: start))
+            left = try node(.binary(.or, left, right), from: start)
         }
         return left
     }
@@ -310,7 +320,7 @@ struct PolicyParser {
         var left = try relation()
         while accept("&&") {
             let right = try relation()
-            left = Expression(kind: .binary(.and, left, right), location: start.location, text: text(from: start))
+            left = try node(.binary(.and, left, right), from: start)
         }
         return left
     }
@@ -318,22 +328,22 @@ struct PolicyParser {
     private mutating func relation() throws(PolicyDiagnostic) -> Expression {
         let start = current
         let left = try additive()
-        func make(_ kind: Expression.Kind) -> Expression { Expression(kind: kind, location: start.location, text: text(from: start)) }
+        func make(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Expression { try node(kind, from: start) }
         for symbol in ["==", "!=", "<=", ">=", "<", ">"] where current.token == .symbol(symbol) {
             position += 1
             let right = try additive()
-            return make(.binary(BinaryOperator(rawValue: symbol)!, left, right))
+            return try make(.binary(BinaryOperator(rawValue: symbol)!, left, right))
         }
         if current.token == .symbol("=") { throw problem("'=' is not an operator: write '==' to compare") }
         if keyword("in") {
             let right = try additive()
-            return make(.binary(.in, left, right))
+            return try make(.binary(.in, left, right))
         }
         if keyword("has") {
             switch current.token {
             case .identifier(let name), .string(let name, _):
                 position += 1
-                return make(.has(left, name))
+                return try make(.has(left, name))
             default:
                 throw problem("expected an attribute name after 'has'")
             }
@@ -341,15 +351,15 @@ struct PolicyParser {
         if keyword("like") {
             guard case .string(_, let pattern) = current.token else { throw problem("expected a quoted pattern after 'like'") }
             position += 1
-            return make(.like(left, pattern))
+            return try make(.like(left, pattern))
         }
         if keyword("is") {
             let type = try path()
             if keyword("in") {
                 let container = try additive()
-                return make(.isType(left, type, in: container))
+                return try make(.isType(left, type, in: container))
             }
-            return make(.isType(left, type, in: nil))
+            return try make(.isType(left, type, in: nil))
         }
         return left
     }
@@ -361,7 +371,7 @@ struct PolicyParser {
             let op: BinaryOperator
             if accept("+") { op = .add } else if accept("-") { op = .subtract } else { return left }
             let right = try multiplicative()
-            left = Expression(kind: .binary(op, left, right), location: start.location, text: text(from: start))
+            left = try node(.binary(op, left, right), from: start)
         }
     }
 
@@ -370,7 +380,7 @@ struct PolicyParser {
         var left = try unary()
         while accept("*") {
             let right = try unary()
-            left = Expression(kind: .binary(.multiply, left, right), location: start.location, text: text(from: start))
+            left = try node(.binary(.multiply, left, right), from: start)
         }
         return left
     }
@@ -395,12 +405,12 @@ struct PolicyParser {
             let sign = operators.removeLast()
             position += 1
             guard let value = Int64("-" + digits) else { throw problem("the integer -\(digits) does not fit in 64 bits", at: sign) }
-            operand = try accessChain(Expression(kind: .literal(.long(value)), location: sign.location, text: text(from: sign)), start: sign)
+            operand = try accessChain(try node(.literal(.long(value)), from: sign), start: sign)
         } else {
             operand = try member()
         }
         for op in operators.reversed() {
-            operand = Expression(kind: symbol == .symbol("!") ? .not(operand) : .negate(operand), location: op.location, text: text(from: op))
+            operand = try node(symbol == .symbol("!") ? .not(operand) : .negate(operand), from: op)
         }
         return operand
     }
@@ -417,16 +427,16 @@ struct PolicyParser {
                 let name = try identifier("an attribute or method name after '.'")
                 if accept("(") {
                     let arguments = try expressionList(closing: ")")
-                    value = Expression(kind: .method(value, name, arguments), location: start.location, text: text(from: start))
+                    value = try node(.method(value, name, arguments), from: start)
                 } else {
-                    value = Expression(kind: .attribute(value, name), location: start.location, text: text(from: start))
+                    value = try node(.attribute(value, name), from: start)
                 }
             } else if current.token == .symbol("[") {
                 position += 1
                 guard case .string(let name, _) = current.token else { throw problem("expected a quoted attribute name inside [ ]") }
                 position += 1
                 try expect("]", "after the attribute name")
-                value = Expression(kind: .attribute(value, name), location: start.location, text: text(from: start))
+                value = try node(.attribute(value, name), from: start)
             } else {
                 return value
             }
@@ -443,23 +453,23 @@ struct PolicyParser {
 
     private mutating func primary() throws(PolicyDiagnostic) -> Expression {
         let start = current
-        func make(_ kind: Expression.Kind) -> Expression { Expression(kind: kind, location: start.location, text: text(from: start)) }
+        func make(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Expression { try node(kind, from: start) }
         switch current.token {
         case .integer(let digits):
             position += 1
             guard let value = Int64(digits) else { throw problem("the integer \(digits) does not fit in 64 bits", at: start) }
-            return make(.literal(.long(value)))
+            return try make(.literal(.long(value)))
         case .string(let value, _):
             position += 1
-            return make(.literal(.string(value)))
+            return try make(.literal(.string(value)))
         case .symbol("("):
             position += 1
             let inner = try expression()
             try expect(")", "to close the parenthesis")
-            return Expression(kind: inner.kind, location: start.location, text: text(from: start))
+            return try node(inner.kind, from: start)
         case .symbol("["):
             position += 1
-            return make(.set(try expressionList(closing: "]")))
+            return try make(.set(try expressionList(closing: "]")))
         case .symbol("{"):
             position += 1
             var fields: [(String, Expression)] = []
@@ -477,25 +487,25 @@ struct PolicyParser {
                 } while accept(",")
                 try expect("}", "to close the record")
             }
-            return make(.record(fields))
+            return try make(.record(fields))
         case .identifier(let name):
             switch name {
             case "true", "false":
                 position += 1
-                return make(.literal(.bool(name == "true")))
+                return try make(.literal(.bool(name == "true")))
             case "principal", "action", "resource", "context":
                 position += 1
-                return make(.variable(Variable(rawValue: name)!))
+                return try make(.variable(Variable(rawValue: name)!))
             default:
                 break
             }
             if tokens[position + 1].token == .symbol("("), Self.extensionFunctions.contains(name) {
                 position += 2
                 let arguments = try expressionList(closing: ")")
-                return make(.call(name, arguments))
+                return try make(.call(name, arguments))
             }
             if tokens[position + 1].token == .symbol("::") {
-                return make(.literal(.entity(try entityReference())))
+                return try make(.literal(.entity(try entityReference())))
             }
             if tokens[position + 1].token == .symbol("(") {
                 throw problem("unknown function '\(name)': the functions are ip, decimal, datetime and duration")

@@ -71,7 +71,7 @@ enum PolicyJSON {
                     guard kind == "when" || kind == "unless" else { throw problem(item, "a condition's kind must be \"when\" or \"unless\"") }
                     guard let body = condition["body"] else { throw problem(item, "the condition has no body") }
                     var reader = self
-                    conditions.append((kind == "when", try reader.expression(body)))
+                    conditions.append((kind == "when", try reader.expression(body).keepingText()))
                 }
             }
             // In a policy set the key is the policy's id; it is kept as `@id` so that text keeps it.
@@ -120,9 +120,14 @@ enum PolicyJSON {
                 throw problem(value, "an expression must be an object with one key, such as {\"Var\": \"principal\"}")
             }
             let (key, body) = members[0]
-            func make(_ kind: Expression.Kind) -> Expression {
-                let expression = Expression(kind: kind, location: location(value), text: "")
-                return Expression(kind: kind, location: location(value), text: PolicyPrinter.print(expression))
+            // The text is printed when asked: printing every sub-expression here would take time
+            // and memory growing with the square of the expression's depth.
+            func make(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Expression {
+                let expression = Expression(kind: kind, location: location(value), written: .printed)
+                guard expression.height <= PolicyParser.maximumDepth else {
+                    throw problem(value, "the expression nests deeper than \(PolicyParser.maximumDepth) levels")
+                }
+                return expression
             }
             func pair() throws(PolicyDiagnostic) -> (Expression, Expression) {
                 let fields = try self.members(body, "\(key)", ["left", "right"])
@@ -137,12 +142,12 @@ enum PolicyJSON {
             }
             switch key {
             case "Value":
-                return make(.literal(try JSONValues.policyValue(body, file, "a value")))
+                return try make(.literal(try JSONValues.policyValue(body, file, "a value")))
             case "Var":
                 guard case .string(let name) = body.value, let variable = Variable(rawValue: name) else {
                     throw problem(body, "Var must be principal, action, resource or context")
                 }
-                return make(.variable(variable))
+                return try make(.variable(variable))
             case "Slot":
                 throw problem(value, "templates (slots) are not supported")
             case "!", "neg", "isEmpty":
@@ -150,22 +155,22 @@ enum PolicyJSON {
                 guard let argument = fields["arg"] else { throw problem(body, "\(key) needs arg") }
                 let operand = try expression(argument)
                 switch key {
-                case "!": return make(.not(operand))
-                case "neg": return make(.negate(operand))
-                default: return make(.method(operand, "isEmpty", []))
+                case "!": return try make(.not(operand))
+                case "neg": return try make(.negate(operand))
+                default: return try make(.method(operand, "isEmpty", []))
                 }
             case _ where Self.binary[key] != nil:
                 let (left, right) = try pair()
-                return make(.binary(Self.binary[key]!, left, right))
+                return try make(.binary(Self.binary[key]!, left, right))
             case _ where Self.setOperations.contains(key):
                 let (left, right) = try pair()
-                return make(.method(left, key, [right]))
+                return try make(.method(left, key, [right]))
             case ".", "has":
                 let fields = try self.members(body, key, ["left", "attr"])
                 guard let left = fields["left"] else { throw problem(body, "\(key) needs left") }
                 let attribute = try string(fields["attr"], "\(key)'s attr", in: body)
                 let base = try expression(left)
-                return make(key == "." ? .attribute(base, attribute) : .has(base, attribute))
+                return try make(key == "." ? .attribute(base, attribute) : .has(base, attribute))
             case "like":
                 let fields = try self.members(body, key, ["left", "pattern"])
                 guard let left = fields["left"], case .array(let items)? = fields["pattern"]?.value else { throw problem(body, "like needs left and a pattern array") }
@@ -179,41 +184,46 @@ enum PolicyJSON {
                     default: throw problem(item, "a pattern element must be \"Wildcard\" or {\"Literal\": \"…\"}")
                     }
                 }
-                return make(.like(try expression(left), pattern))
+                return try make(.like(try expression(left), pattern))
             case "is":
                 let fields = try self.members(body, key, ["left", "entity_type", "in"])
                 guard let left = fields["left"] else { throw problem(body, "is needs left") }
                 let type = try string(fields["entity_type"], "is's entity_type", in: body)
                 guard JSONValues.isTypeName(type) else { throw problem(body, "\(PolicyValue.quoted(type, escapingNonASCII: true)) is not a type name") }
-                return make(.isType(try expression(left), type, in: try fields["in"].map { (container: Located) throws(PolicyDiagnostic) -> Expression in try expression(container) }))
+                return try make(.isType(try expression(left), type, in: try fields["in"].map { (container: Located) throws(PolicyDiagnostic) -> Expression in try expression(container) }))
             case "if-then-else":
                 let fields = try self.members(body, key, ["if", "then", "else"])
                 guard let condition = fields["if"], let then = fields["then"], let otherwise = fields["else"] else {
                     throw problem(body, "if-then-else needs if, then and else")
                 }
-                return make(.ifThenElse(try expression(condition), try expression(then), try expression(otherwise)))
+                return try make(.ifThenElse(try expression(condition), try expression(then), try expression(otherwise)))
             case "Set":
-                return make(.set(try list()))
+                return try make(.set(try list()))
             case "Record":
                 guard case .object(let fields) = body.value else { throw problem(body, "Record takes an object") }
                 var out: [(String, Expression)] = []
                 for (name, item) in fields { out.append((name, try expression(item))) }
-                return make(.record(out))
+                return try make(.record(out))
             case _ where PolicyParser.extensionFunctions.contains(key):
-                return make(.call(key, try list()))
+                return try make(.call(key, try list()))
             case _ where Self.methods.contains(key):
                 let items = try list()
                 guard let receiver = items.first else { throw problem(body, "\(key) needs its receiver first") }
-                return make(.method(receiver, key, Array(items.dropFirst())))
+                return try make(.method(receiver, key, Array(items.dropFirst())))
             default:
                 throw problem(value, "unknown expression \(PolicyValue.quoted(key))")
             }
         }
     }
 
+    /// How deep a JSON policy document may nest: each level of an expression is two levels of
+    /// JSON (`{"||": {"left": …}}`), below a policy set's five, so that every policy the text
+    /// form holds (``PolicyParser/maximumDepth`` levels) is read back from its JSON form.
+    static let maximumDocumentDepth = 2 * PolicyParser.maximumDepth + 16
+
     /// Reads a policy set (`{"staticPolicies": …}`) or one policy.
     static func parse(_ bytes: [UInt8], file: String) throws(PolicyDiagnostics) -> [ParsedPolicy] {
-        let document = try JSONValues.document(bytes, file: file, kind: .syntax)
+        let document = try JSONValues.document(bytes, file: file, kind: .syntax, maximumDepth: maximumDocumentDepth)
         let reader = Reader(file: file)
         var problems: [PolicyDiagnostic] = []
         var policies: [ParsedPolicy] = []

@@ -54,10 +54,69 @@ struct Expression: Sendable {
         case record([(String, Expression)])
     }
 
-    var kind: Kind
-    var location: SourceLocation
-    /// The expression's text as written (for explanations).
-    var text: String
+    /// How an expression keeps its text. Not a string per expression: a chain of n terms
+    /// (`a || b || …`) is n expressions, each spanning the text of those before it, and copies
+    /// would take memory and time growing with the square of the chain's length.
+    enum Written: Sendable {
+        /// A slice of the policy file's text, sharing its storage.
+        case source(Substring.UnicodeScalarView)
+        /// Its own string (a clause's whole text, kept for explanations).
+        case text(String)
+        /// Printed when asked (expressions read from the JSON form).
+        case printed
+    }
+
+    let kind: Kind
+    let location: SourceLocation
+    private let written: Written
+    /// How many levels deep the expression is: 1 for a term, one more than its deepest operand
+    /// otherwise. Parsers refuse an expression deeper than ``PolicyParser/maximumDepth``, so
+    /// every walk over one (evaluating, checking, printing, releasing) recurses a bounded depth.
+    let height: Int
+
+    /// An expression whose text is kept as `written`.
+    init(kind: Kind, location: SourceLocation, written: Written) {
+        self.kind = kind
+        self.location = location
+        self.written = written
+        self.height = Self.deepestOperand(kind) + 1
+    }
+
+    /// An expression with its own text.
+    init(kind: Kind, location: SourceLocation, text: String) {
+        self.init(kind: kind, location: location, written: .text(text))
+    }
+
+    /// The expression's text as written (for explanations and errors).
+    var text: String {
+        switch written {
+        case .source(let scalars): String(Substring(scalars))
+        case .text(let text): text
+        case .printed: PolicyPrinter.print(self)
+        }
+    }
+
+    /// The same expression keeping its text as a string of its own (for a clause, whose text
+    /// every explanation shows).
+    func keepingText() -> Expression {
+        if case .text = written { return self }
+        return Expression(kind: kind, location: location, written: .text(text))
+    }
+
+    private static func deepestOperand(_ kind: Kind) -> Int {
+        func deepest(_ operands: [Expression]) -> Int { operands.reduce(0) { max($0, $1.height) } }
+        switch kind {
+        case .literal, .variable: return 0
+        case .not(let operand), .negate(let operand), .has(let operand, _), .like(let operand, _), .attribute(let operand, _):
+            return operand.height
+        case .binary(_, let left, let right): return max(left.height, right.height)
+        case .ifThenElse(let condition, let then, let otherwise): return max(condition.height, then.height, otherwise.height)
+        case .isType(let operand, _, let container): return max(operand.height, container?.height ?? 0)
+        case .method(let receiver, _, let arguments): return max(receiver.height, deepest(arguments))
+        case .call(_, let arguments), .set(let arguments): return deepest(arguments)
+        case .record(let fields): return deepest(fields.map(\.1))
+        }
+    }
 }
 
 /// How a policy's head constrains the principal or the resource.
