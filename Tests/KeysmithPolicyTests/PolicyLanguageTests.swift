@@ -246,6 +246,38 @@ struct PolicyLanguageNewsGroupsTests {
         #expect(!decide("write", at: granted.addingTimeInterval(7200)).isAllowed)
     }
 
+    @Test("datetimes and durations at the ends of the 64-bit range: toDate of the lowest instants overflows (an error, as in Cedar), toTime is their time of day, and -9223372036854775808ms is a duration")
+    func extremeInstants() throws {
+        let lowest = #"datetime("1970-01-01").offset(duration("-106751991167d7h12m55s807ms"))"#  // Int64.min + 1 ms
+        // Each condition and what it is: true, false, or (nil) an overflow error.
+        let cases: [(String, Bool?)] = [
+            ("\(lowest).toDate() < datetime(\"1970-01-01\")", nil),
+            ("\(lowest).toTime() == duration(\"16h47m4s193ms\")", true),
+            ("\(lowest).toTime() >= duration(\"0ms\")", true),
+            (#"datetime("1970-01-01").offset(duration("-1ms")).toTime() == duration("23h59m59s999ms")"#, true),
+            (#"datetime("1970-01-01").offset(duration("-1ms")).toDate() == datetime("1969-12-31")"#, true),
+            (#"duration("-9223372036854775808ms") < duration("0ms")"#, true),
+            (#"duration("-106751991167d7h12m55s808ms") == duration("-9223372036854775808ms")"#, true),
+            (#"duration("-9223372036854775808ms").toMilliseconds() == -9223372036854775808"#, true),
+            (#"duration("9223372036854775807ms").toMilliseconds() == 9223372036854775807"#, true),
+        ]
+        let request = AuthorizationRequest(principal: EntityUID(type: "U", id: "u"), action: EntityUID(type: "Action", id: "a"), resource: EntityUID(type: "R", id: "r"))
+        for (condition, expected) in cases {
+            let policies = try Policies(text: "@id(\"p\") permit (principal, action, resource) when { \(condition) };")
+            let decision = policies.isAuthorized(request, entities: try EntityStore())
+            if let expected {
+                #expect(decision.isAllowed == expected && decision.failures.isEmpty, "\(condition): \(decision)")
+            } else {
+                #expect(!decision.isAllowed && decision.failures.map(\.error.kind) == [.overflow], "\(condition): \(decision)")
+            }
+        }
+        // Out of range, one past either end, is not a duration.
+        for text in ["-9223372036854775809ms", "9223372036854775808ms", "-106751991167d7h12m55s809ms"] {
+            #expect(DateTimeText.parseDuration(text) == nil, "\(text)")
+        }
+        #expect(DateTimeText.format(milliseconds: .min) == "-292275055-05-16T16:47:04.192Z")
+    }
+
     @Test("the guide's example decides as the guide says, and follows a live revocation")
     func guideExample() throws {
         let policies = try NewsGroups.built()

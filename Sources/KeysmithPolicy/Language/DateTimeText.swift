@@ -46,7 +46,7 @@ enum DateTimeText {
     /// `2026-11-22T10:00:00.000Z`.
     static func format(milliseconds: Int64) -> String {
         let days = floorDivide(milliseconds, 86_400_000)
-        let rest = milliseconds - days * 86_400_000
+        let rest = floorModulo(milliseconds, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         func pad(_ value: Int64, _ width: Int) -> String {
             let text = String(value)
@@ -65,24 +65,26 @@ enum DateTimeText {
             rest = rest.dropFirst()
         }
         guard !rest.isEmpty else { return nil }
-        let units: [(String, Int64)] = [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)]
-        var total: Int64 = 0
+        let units: [(String, UInt64)] = [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)]
+        // The magnitude, up to 2^63 for a negative duration (the lowest Int64) and 2^63 - 1
+        // otherwise, so that `-9223372036854775808ms` is a duration as it is in Cedar.
+        let largest = negative ? Int64.min.magnitude : Int64.max.magnitude
+        var total: UInt64 = 0
         var nextUnit = 0
         while !rest.isEmpty {
             let digits = rest.prefix { $0.isASCII && $0.isNumber }
-            guard !digits.isEmpty, let amount = Int64(digits) else { return nil }
+            guard !digits.isEmpty, let amount = UInt64(digits) else { return nil }
             rest = rest.dropFirst(digits.count)
             let unitText = rest.hasPrefix("ms") ? "ms" : String(rest.prefix { $0.isLetter })
             guard let unitIndex = units.firstIndex(where: { $0.0 == unitText }), unitIndex >= nextUnit else { return nil }
             rest = rest.dropFirst(unitText.count)
             nextUnit = unitIndex + 1
             let (product, overflow) = amount.multipliedReportingOverflow(by: units[unitIndex].1)
-            guard !overflow else { return nil }
             let (sum, sumOverflow) = total.addingReportingOverflow(product)
-            guard !sumOverflow else { return nil }
+            guard !overflow, !sumOverflow, sum <= largest else { return nil }
             total = sum
         }
-        return negative ? -total : total
+        return negative ? Int64(truncatingIfNeeded: 0 &- total) : Int64(total)
     }
 
     /// `1d2h30m` (`0ms` for zero).
@@ -100,6 +102,13 @@ enum DateTimeText {
     static func floorDivide(_ value: Int64, _ divisor: Int64) -> Int64 {
         let quotient = value / divisor
         return value % divisor < 0 ? quotient - 1 : quotient
+    }
+
+    /// `value - floorDivide(value, divisor) * divisor` for a positive divisor, in `0..<divisor`,
+    /// without the product (which overflows near `Int64.min`).
+    static func floorModulo(_ value: Int64, _ divisor: Int64) -> Int64 {
+        let rest = value % divisor
+        return rest < 0 ? rest + divisor : rest
     }
 
     private static func isLeap(_ year: Int64) -> Bool { year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) }

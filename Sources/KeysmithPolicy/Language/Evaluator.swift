@@ -379,11 +379,14 @@ struct Evaluator: ~Copyable, Sendable {
         case "toDate":
             try arity(0)
             guard case .datetime(let instant) = receiver else { throw mismatch("is a method of datetime") }
-            return .datetime(DateTimeText.floorDivide(instant, 86_400_000) * 86_400_000)
+            // The day's start is before the lowest datetime for the lowest seven hours of the range.
+            let (day, overflow) = DateTimeText.floorDivide(instant, 86_400_000).multipliedReportingOverflow(by: 86_400_000)
+            guard !overflow else { throw fail(.overflow, "the date of \(instant) ms overflows", expression) }
+            return .datetime(day)
         case "toTime":
             try arity(0)
             guard case .datetime(let instant) = receiver else { throw mismatch("is a method of datetime") }
-            return .duration(instant - DateTimeText.floorDivide(instant, 86_400_000) * 86_400_000)
+            return .duration(DateTimeText.floorModulo(instant, 86_400_000))
         case "toMilliseconds", "toSeconds", "toMinutes", "toHours", "toDays":
             try arity(0)
             guard case .duration(let length) = receiver else { throw mismatch("is a method of duration") }
