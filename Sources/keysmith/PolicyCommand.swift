@@ -348,6 +348,8 @@ extension KeysmithCommand.PolicyCommand {
         var explain = false
 
         func run() throws {
+            // A service's long-running decider stops when asked, whoever started it.
+            Terminal.unblockTerminationSignals()
             let loaded = try inputs.load()
             var pending: [UInt8] = []
             var output: [UInt8] = []
@@ -374,30 +376,35 @@ extension KeysmithCommand.PolicyCommand {
                 }
                 output.append(UInt8(ascii: "\n"))
             }
+            // A line longer than 1 MiB is answered with an error and skipped to its end; the
+            // lines after it (in the same read or later ones) are answered as usual.
+            let longest = 1 << 20
+            var skipping = false
+            func tooLong() {
+                bad += 1
+                lineNumber += 1
+                output += Array("{\"line\":\(lineNumber),\"error\":\"the line is longer than 1 MiB\"}\n".utf8)
+            }
             while true {
                 let count = Terminal.read(fd: 0, into: &buffer)
                 if count <= 0 { break }
-                pending += buffer[0..<count]
+                var chunk = buffer[0..<count]
+                if skipping {
+                    guard let newline = chunk.firstIndex(of: UInt8(ascii: "\n")) else { continue }
+                    skipping = false
+                    chunk = chunk[(newline + 1)...]
+                }
+                pending += chunk
                 var start = pending.startIndex
                 while let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
-                    answer(pending[start..<newline])
+                    if newline - start > longest { tooLong() } else { answer(pending[start..<newline]) }
                     start = newline + 1
                 }
                 pending.removeSubrange(pending.startIndex..<start)
-                if pending.count > 1 << 20 {
-                    bad += 1
-                    lineNumber += 1
-                    output += Array("{\"line\":\(lineNumber),\"error\":\"the line is longer than 1 MiB\"}\n".utf8)
+                if pending.count > longest {
+                    tooLong()
                     pending.removeAll()
-                    // Skip to the end of the overlong line.
-                    while true {
-                        let more = Terminal.read(fd: 0, into: &buffer)
-                        if more <= 0 { break }
-                        if let newline = buffer[0..<more].firstIndex(of: UInt8(ascii: "\n")) {
-                            pending += buffer[(newline + 1)..<more]
-                            break
-                        }
-                    }
+                    skipping = true
                 }
                 Terminal.write(output, to: 1)
                 output.removeAll(keepingCapacity: true)

@@ -284,6 +284,46 @@ struct PolicyCommandTests {
         #expect(process.terminationStatus == 64)
     }
 
+    @Test("decide answers a line over 1 MiB with an error and goes on: the lines sent with it are answered at once, each with its own number; a line of exactly 1 MiB is decided")
+    func decideLongLines() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Keysmith.binary)
+        process.arguments = ["policy", "decide"] + Self.inputs
+        let input = Pipe(), output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // A command that stops answering fails the test instead of hanging it (SIGKILL: a
+        // process started from the test runner's threads may inherit SIGTERM blocked).
+        let watchdog = DispatchWorkItem { kill(process.processIdentifier, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: watchdog)
+        let visitor = #"{"principal":"Anonymous::\"visitor\"","action":"Action::\"browse\"","resource":"Group::\"g2\""}"#
+        let atLimit = visitor + String(repeating: " ", count: (1 << 20) - visitor.utf8.count)
+        let lines = [atLimit, atLimit + " ", String(repeating: "x", count: 2 << 20), visitor, visitor, visitor]
+        input.fileHandleForWriting.write(Data((lines.joined(separator: "\n") + "\n").utf8))
+        // Six answers while standard input stays open.
+        var received = Data()
+        while received.count(where: { $0 == 10 }) < 6 {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            received += chunk
+        }
+        try input.fileHandleForWriting.close()
+        received += output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        watchdog.cancel()
+        let answers = String(decoding: received, as: UTF8.self).split(separator: "\n").map(String.init)
+        #expect(answers.count == 6)
+        guard answers.count == 6 else { return }
+        for index in [0, 3, 4, 5] { #expect(answers[index].hasPrefix(#"{"decision":"allow","determining":[{"id":"browse-public""#), "\(index)") }
+        #expect(answers[1] == #"{"line":2,"error":"the line is longer than 1 MiB"}"#)
+        #expect(answers[2] == #"{"line":3,"error":"the line is longer than 1 MiB"}"#)
+        #expect(process.terminationStatus == 64)
+    }
+
     @Test("permitted lists what a principal may do, with the permits")
     func permitted() throws {
         let keysmith = try Keysmith()
