@@ -248,6 +248,16 @@ struct PolicyValidationTests {
         #expect(messages.contains { $0.contains("reserved") })
     }
 
+    @Test("entities that share one id under many types hash apart (hashing the id alone made a request or entity file of 20,000 of them take 42 s), and a store of them finds each")
+    func sameIDManyTypes() throws {
+        let uids = (0..<5_000).map { EntityUID(type: "T\($0)", id: "x") }
+        #expect(Set(uids.map(\.hashValue)).count > 4_990)
+        #expect(Set(uids).count == 5_000)
+        let store = try EntityStore(uids.map { Entity(uid: $0, attributes: ["n": .string($0.type)]) })
+        #expect(uids.allSatisfy { store[$0]?.attributes["n"] == .string($0.type) })
+        #expect(store[EntityUID(type: "T5000", id: "x")] == nil)
+    }
+
     @Test("typed entities: a role on Photo::\"42\" is not a role on Album::\"42\"")
     func typedEntities() throws {
         let policies = try Policies(text: """

@@ -57,9 +57,13 @@ public struct EntityUID: Hashable, Sendable, CustomStringConvertible, Comparable
         return PolicyValue.sameBytes(lhs.id, rhs.id) && PolicyValue.sameBytes(lhs.type, rhs.type)
     }
 
-    /// Hashes the id only: ids tell entities apart well enough, and a lookup hashes half as
-    /// many bytes (equality still compares the type too).
-    public func hash(into hasher: inout Hasher) { hasher.combine(id) }
+    /// Hashes the type and the id: hashing the id alone made every set or dictionary of
+    /// entities that share one id under many types (`T1::"x"`, `T2::"x"`, …, which a request or
+    /// an entity file may hold by the thousand) search in time growing with their square.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(type)
+        hasher.combine(id)
+    }
 
     /// Orders by type, then id, byte by byte (for stable output).
     public static func < (lhs: EntityUID, rhs: EntityUID) -> Bool {
