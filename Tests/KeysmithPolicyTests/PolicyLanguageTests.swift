@@ -139,6 +139,24 @@ struct PolicyLanguageNewsGroupsTests {
         #expect(policies.remedies(for: request, entities: entities) == [.grant(["posts:delete"])])
     }
 
+    @Test("remedies try at most remedyBudget changes: 200 permits needing two scopes each (80,000 pairs, 22 s) stop after the first 1,000 tries with what they found")
+    func remediesAreBounded() throws {
+        let policies = try Policies(text: (0..<200).map {
+            "@id(\"p\($0)\") permit (principal, action, resource) when { context has token && context.token.granted.containsAll([\"s\($0)\", \"t\($0)\"]) };"
+        }.joined(separator: "\n"))
+        let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "u"), action: EntityUID(type: "Action", id: "a"),
+                                           resource: EntityUID(type: "R", id: "r"), token: .granted([]))
+        #expect(Policies.remedyBudget == 1_000)
+        // 400 single scopes are tried, then pairs in order: (s0, t0) is the first pair; the next
+        // pair that allows, (s1, t1), would be try 1,198.
+        #expect(policies.remedies(for: request, entities: try EntityStore()) == [.grant(["s0", "t0"])])
+        // With fewer policies every pair is within the budget.
+        let few = try Policies(text: (0..<10).map {
+            "@id(\"p\($0)\") permit (principal, action, resource) when { context has token && context.token.granted.containsAll([\"s\($0)\", \"t\($0)\"]) };"
+        }.joined(separator: "\n"))
+        #expect(few.remedies(for: request, entities: try EntityStore()) == (0..<10).map { .grant(["s\($0)", "t\($0)"]) })
+    }
+
     @Test("scope tests with literals (contains, containsAll, containsAny) answer from the token view's own sets as the evaluator answers, for every kind of view")
     func tokenSetTestsAgreeWithTheEvaluator() throws {
         let tests = [
