@@ -70,7 +70,7 @@ package enum System {
     }
 
     /// Reads a whole file, or returns `nil` if it does not exist.
-    package static func readFile(_ path: String) throws -> [UInt8]? {
+    package static func readFile(_ path: String, atMost limit: Int = .max) throws -> [UInt8]? {
         let fd: Int32
         do {
             fd = try open(path, flags: O_RDONLY)
@@ -78,16 +78,20 @@ package enum System {
             return nil
         }
         defer { close(fd) }
-        return try readAll(fd, path: path)
+        return try readAll(fd, path: path, atMost: limit)
     }
 
-    /// Reads from a descriptor to its end. The corresponding C function is `read`.
-    package static func readAll(_ fd: Int32, path: String) throws -> [UInt8] {
+    /// Reads from a descriptor to its end. The corresponding C function is `read`. More than
+    /// `limit` bytes (a device such as /dev/zero never ends) is an `EFBIG` error, found without
+    /// reading more than `limit` + 1 bytes.
+    package static func readAll(_ fd: Int32, path: String, atMost limit: Int = .max) throws -> [UInt8] {
         var status = stat()
         let size = fstat(fd, &status) == 0 ? Int(status.st_size) : 0
+        guard size <= limit else { throw SystemError(call: "read", path: path, errno: EFBIG) }
         var bytes = [UInt8](repeating: 0, count: max(size, 0) + 1)
         var filled = 0
         while true {
+            guard filled <= limit else { throw SystemError(call: "read", path: path, errno: EFBIG) }
             if filled == bytes.count { bytes.append(contentsOf: [UInt8](repeating: 0, count: max(4096, bytes.count))) }
             let count = bytes.withUnsafeMutableBytes { buffer in
                 Glibc.read(fd, buffer.baseAddress! + filled, buffer.count - filled)

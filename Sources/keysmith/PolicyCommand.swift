@@ -83,12 +83,18 @@ func reportProblems(_ problems: [PolicyDiagnostic]) throws {
     throw CommandFailure(message: "\(problems.count) problem(s); nothing was decided", exitCode: ExitCode(64))
 }
 
-/// A text file, or a not-found / I/O failure naming what it was.
+/// The largest policy, schema, entities or test file the command reads: it holds every byte and
+/// what it parses from them in memory (a file given as /dev/zero grew without end).
+let largestInputFile = 64 << 20
+
+/// A text file, or a not-found / too-large / I/O failure naming what it was.
 func readText(_ path: String, _ what: String) throws -> String {
     let bytes: [UInt8]
     do {
-        guard let read = try System.readFile(path) else { throw KeysmithError(.itemNotFound, "there is no \(what) at \(path)") }
+        guard let read = try System.readFile(path, atMost: largestInputFile) else { throw KeysmithError(.itemNotFound, "there is no \(what) at \(path)") }
         bytes = read
+    } catch let error as SystemError where error.errno == EFBIG {
+        throw CommandFailure(message: "the \(what) \(path) is larger than 64 MiB", exitCode: ExitCode(64))
     } catch let error as SystemError {
         throw KeysmithError(.ioFailure, "cannot read the \(what) \(path): \(error)")
     }

@@ -243,6 +243,25 @@ struct PolicyCommandTests {
         }
     }
 
+    @Test("an input file larger than 64 MiB is refused (exit 64) after reading at most that much: /dev/zero given as policies, schema, entities or a test's policies grew to 10 GB")
+    func largeInputFiles() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let test = keysmith.directory + "/t.json"
+        try #"{"policies":["/dev/zero"],"cases":[]}"#.write(toFile: test, atomically: true, encoding: .utf8)
+        let runs: [([String], String)] = [
+            (["validate", "--policies", "/dev/zero"], "the policy file /dev/zero is larger than 64 MiB"),
+            (["validate", "--policies", Self.policies, "--schema", "/dev/urandom"], "the schema /dev/urandom is larger than 64 MiB"),
+            (["validate", "--policies", Self.policies, "--entities", "/dev/zero"], "the entities file /dev/zero is larger than 64 MiB"),
+            (["test", test], "the policy file /dev/zero is larger than 64 MiB"),
+        ]
+        for (arguments, message) in runs {
+            let result = try keysmith.run(["policy"] + arguments)
+            #expect(result.status == 64, "\(arguments)")
+            #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
+        }
+    }
+
     @Test("decide answers each line as it arrives, and flags invalid lines")
     func decide() throws {
         let keysmith = try Keysmith()
