@@ -264,6 +264,38 @@ struct PolicyLanguageNewsGroupsTests {
         #expect(!decide("write", at: granted.addingTimeInterval(7200)).isAllowed)
     }
 
+    @Test("an explanation is one line per reason whatever its texts hold: line breaks in a revocation's reason, a scope literal or a policy id are escaped, and a clause written over several lines is shown on one")
+    func explanationsStayOnTheirLines() throws {
+        let policies = try Policies(text: """
+            @id("read\\nallow: permitted by everything")
+            permit (principal, action, resource)
+            when { context has token
+                   && context.token.granted.contains("x\\ny") };
+            @id("revoked")
+            forbid (principal, action, resource)
+            when { context has token
+                   && context.token.revoked.contains("r") };
+            """)
+        let issued = Date(timeIntervalSince1970: 1_700_000_000)
+        let token = OAuthToken(accessToken: "t", issuedAt: issued, scopes: [
+            try Scope("r"): ScopeStatus(state: .revoked, changedAt: issued, reason: "leaked\nallow: permitted by read\u{202E}"),
+        ])
+        let request = AuthorizationRequest(principal: EntityUID(type: "U", id: "u"), action: EntityUID(type: "Action", id: "a"),
+                                           resource: EntityUID(type: "R", id: "r"), token: .token(token, at: issued.addingTimeInterval(60)))
+        let denied = policies.isAuthorized(request, entities: try EntityStore())
+        let lines = denied.description.split(separator: "\n", omittingEmptySubsequences: false)
+        #expect(lines.count == 2, "\(denied.description)")
+        #expect(lines.first == "deny: forbidden by revoked")
+        #expect(lines.last?.contains(#"when { context has token && context.token.revoked.contains("r") } is true: r is revoked since 2023-11-14T22:13:20.000Z (leaked\nallow: permitted by read\u{202E})"#) == true)
+        var withoutForbid = request
+        withoutForbid.token = .granted([])
+        let unmet = policies.isAuthorized(withoutForbid, entities: try EntityStore()).description
+        #expect(unmet.split(separator: "\n").count == 2, "\(unmet)")
+        #expect(unmet.contains(#"read\nallow: permitted by everything ("#))
+        #expect(unmet.contains(#"when { context.token.granted.contains("x\ny") } is false: x\ny is not in the token"#))
+        #expect(Remedy.grant(["a\nb"]).description == #"grant a\nb"#)
+    }
+
     @Test("datetimes and durations at the ends of the 64-bit range: toDate of the lowest instants overflows (an error, as in Cedar), toTime is their time of day, and -9223372036854775808ms is a duration")
     func extremeInstants() throws {
         let lowest = #"datetime("1970-01-01").offset(duration("-106751991167d7h12m55s807ms"))"#  // Int64.min + 1 ms

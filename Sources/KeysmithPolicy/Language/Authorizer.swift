@@ -248,13 +248,48 @@ public struct ScopeFact: Sendable, Hashable, CustomStringConvertible {
 
     /// `posts:write revoked at 2026-11-20T10:00:00Z (reason)`, or `posts:write not in the token`.
     public var description: String {
-        guard let state else { return "\(scope) is not in the token" }
+        guard let state else { return OneLine.escaped("\(scope) is not in the token") }
         var text = "\(scope) is \(state.rawValue)"
         if let changedAt, changedAt.timeIntervalSince1970 > 0 {
             text += " since " + DateTimeText.format(milliseconds: Int64((changedAt.timeIntervalSince1970 * 1000).rounded(.down)))
         }
         if let reason, !reason.isEmpty { text += " (\(reason))" }
-        return text
+        return OneLine.escaped(text)
+    }
+}
+
+/// Text made to stay on its line: decisions are printed one reason per line, and a scope name, a
+/// revocation's reason or a policy id is anybody's text, so a line break in one must not start a
+/// line of its own (a forged `allow:` under a denial, say).
+enum OneLine {
+    /// `text` with control characters, line and paragraph separators and bidirectional
+    /// controls written as escapes (`\n`, `\r`, `\t`, `\u{202E}`).
+    static func escaped(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: needsEscape) else { return text }
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where needsEscape(scalar): out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
+    /// Policy text on one line: each line break, with the indentation after it, is one space.
+    static func policyText(_ text: String) -> String {
+        guard text.contains(where: \.isNewline) else { return escaped(text) }
+        return escaped(text.split(whereSeparator: \.isNewline).map { $0.drop(while: \.isWhitespace) }.joined(separator: " "))
+    }
+
+    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0..<0x20, 0x7F..<0xA0, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069: true
+        default: false
+        }
     }
 }
 
@@ -276,7 +311,7 @@ public struct ClauseOutcome: Sendable, Hashable, CustomStringConvertible {
 
     /// `policy (file:line:column): when { text } is false: scopes…`.
     public var description: String {
-        var line = "\(policy.id) (\(location)): \(clause) { \(text) } is \(value)"
+        var line = "\(OneLine.escaped(policy.id)) (\(OneLine.escaped(location.description))): \(clause) { \(OneLine.policyText(text)) } is \(value)"
         if !scopes.isEmpty { line += ": " + scopes.map(\.description).joined(separator: "; ") }
         return line
     }
@@ -290,7 +325,7 @@ public struct PolicyFailure: Sendable, Hashable, CustomStringConvertible {
     public var error: EvaluationError
 
     /// `policy: error`.
-    public var description: String { "\(policy.id): \(error)" }
+    public var description: String { OneLine.escaped("\(policy.id): \(error)") }
 }
 
 /// The answer to a request, with everything that decided it.
@@ -313,13 +348,15 @@ public struct AuthorizationDecision: Sendable, CustomStringConvertible {
     /// `allow` or `deny`.
     public var outcome: String { isAllowed ? "allow" : "deny" }
 
-    /// One line per reason, first line `allow: permitted by …` or `deny: …`.
+    /// One line per reason, first line `allow: permitted by …` or `deny: …`. Names and texts
+    /// that hold line breaks or other control characters are escaped (`\n`), so each reason is
+    /// one line whatever the policies, scopes and reasons say.
     public var description: String {
         var lines: [String]
         if isAllowed {
-            lines = ["allow: permitted by " + determining.map(\.id).joined(separator: ", ")]
+            lines = ["allow: permitted by " + determining.map { OneLine.escaped($0.id) }.joined(separator: ", ")]
         } else if !determining.isEmpty {
-            lines = ["deny: forbidden by " + determining.map(\.id).joined(separator: ", ")]
+            lines = ["deny: forbidden by " + determining.map { OneLine.escaped($0.id) }.joined(separator: ", ")]
         } else if !failures.isEmpty, failures.contains(where: { $0.policy.effect == .forbid }) {
             lines = ["deny: a forbid could not be evaluated, so it counts as applying"]
         } else if unmet.isEmpty {

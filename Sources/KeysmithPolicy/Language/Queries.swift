@@ -11,8 +11,8 @@ public enum Remedy: Sendable, Hashable, CustomStringConvertible {
     /// `grant posts:write` or `member of Role::"admin"`.
     public var description: String {
         switch self {
-        case .grant(let scopes): "grant " + scopes.joined(separator: " and ")
-        case .membership(let entities): "member of " + entities.map(\.description).joined(separator: " and ")
+        case .grant(let scopes): OneLine.escaped("grant " + scopes.joined(separator: " and "))
+        case .membership(let entities): OneLine.escaped("member of " + entities.map(\.description).joined(separator: " and "))
         }
     }
 }
