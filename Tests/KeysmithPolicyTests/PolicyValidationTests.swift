@@ -275,6 +275,39 @@ struct PolicyValidationTests {
         #expect(!decide(album.uid))
     }
 
+    @Test("attribute and field names compare by bytes, as in Cedar: a context key or attribute written cafe + combining accent is not café, a Kelvin-sign K is not K (Swift dictionaries found them)")
+    func attributeNamesCompareByBytes() throws {
+        let decomposed = "cafe\u{301}", kelvin = "\u{212A}ey"
+        let user = Entity(uid: EntityUID(type: "User", id: "u"), attributes: [decomposed: .bool(true), "Key": .bool(true)])
+        let entities = try EntityStore([user])
+        let request = AuthorizationRequest(principal: user.uid, action: EntityUID(type: "Action", id: "a"), resource: user.uid,
+                                           context: [decomposed: .bool(true)])
+        // Each condition, and what it is: true, false, or (nil) a missing-attribute error.
+        let cases: [(String, Bool?)] = [
+            (#"context has "café""#, false), ("context has \"\(decomposed)\"", true),
+            (#"context["café"]"#, nil), ("context[\"\(decomposed)\"]", true),
+            (#"principal has "café""#, false), ("principal has \"\(decomposed)\"", true),
+            (#"principal["café"]"#, nil), ("principal[\"\(decomposed)\"]", true),
+            ("principal has \"\(kelvin)\"", false), (#"principal has "Key""#, true), ("principal[\"\(kelvin)\"]", nil),
+            ("resource has \"\(kelvin)\"", false), ("resource[\"\(kelvin)\"]", nil),
+            ("{\"\(decomposed)\": 1} has \"café\"", false), ("{\"\(decomposed)\": 1}[\"\(decomposed)\"] == 1", true),
+            ("{\"\(decomposed)\": 1}[\"café\"] == 1", nil),
+        ]
+        for (condition, expected) in cases {
+            let policies = try Policies(text: "@id(\"p\") permit (principal, action, resource) when { \(condition) };")
+            let decision = policies.isAuthorized(request, entities: entities)
+            if let expected {
+                #expect(decision.isAllowed == expected && decision.failures.isEmpty, "\(condition): \(decision)")
+            } else {
+                #expect(!decision.isAllowed && decision.failures.map(\.error.kind) == [.missingAttribute], "\(condition): \(decision)")
+            }
+            // The evaluator's general path (explanations, errors) answers the same.
+            let evaluator = Evaluator(request, entities: entities)
+            let general = Result { () throws(EvaluationError) -> Bool in try evaluator.bool(policies.policies[0].conditions[0].body) }
+            #expect((try? general.get()) == expected, "\(condition)")
+        }
+    }
+
     @Test("types, enumerated ids and applies-to lists compare by bytes: a Kelvin-sign K or a decomposed é is not the declared name")
     func schemaNamesCompareByBytes() throws {
         // U+212A KELVIN SIGN is canonically equivalent to K, so Swift's == and a Swift dictionary

@@ -272,8 +272,8 @@ final class HasNode: Node, @unchecked Sendable {
     override func bool(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> Bool {
         if let record = try base.record(evaluator) { return record.attribute(name, hash: hash) != nil }
         switch try base.value(evaluator) {
-        case .record(let fields): return fields[name] != nil
-        case .entity(let uid): return evaluator.entity(uid, base.source)?.attributes[name] != nil
+        case .record(let fields): return fields.exactly(name) != nil
+        case .entity(let uid): return evaluator.entity(uid, base.source)?.attributes.exactly(name) != nil
         default: return try evaluator.bool(source)
         }
     }
@@ -328,8 +328,8 @@ final class AttributeNode: Node, @unchecked Sendable {
     override func value(_ evaluator: borrowing Evaluator) throws(EvaluationError) -> PolicyValue {
         if let record = try base.record(evaluator), let found = record.attribute(name, hash: hash) { return found.value }
         let found: PolicyValue? = switch try base.value(evaluator) {
-        case .record(let fields): fields[name]
-        case .entity(let uid): evaluator.entities[uid]?.attributes[name]
+        case .record(let fields): fields.exactly(name)
+        case .entity(let uid): evaluator.entities[uid]?.attributes.exactly(name)
         default: nil
         }
         guard let found else { return try evaluator.evaluate(source) }

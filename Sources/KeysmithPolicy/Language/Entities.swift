@@ -272,6 +272,9 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
     let values: [PolicyValue]
     /// Each name's hash value, compared before the name.
     let nameHashes: [Int]
+    /// Whether every name is ASCII (then a name of the same length that Swift calls equal has
+    /// the same bytes: a look-alike of an ASCII name, such as a Kelvin sign for K, is longer).
+    let namesAreASCII: Bool
     /// For each value that refers to an entity of the same store, that entity's place in the
     /// store's list of records, or -1 (so `resource.list.owner` follows a reference without
     /// hashing; places, not references, so records never keep each other alive). Set once by
@@ -298,6 +301,14 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
             values = []
         }
         nameHashes = names.map(\.hashValue)
+        namesAreASCII = names.allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } }
+    }
+
+    /// Whether the attribute name at `index` is `name`, byte for byte (as Cedar compares names).
+    @inline(__always)
+    private func nameIs(_ index: Int, _ name: String) -> Bool {
+        let stored = names[index]
+        return namesAreASCII ? stored.utf8.count == name.utf8.count && stored == name : PolicyValue.sameBytes(stored, name)
     }
 
     /// The attribute `name` (whose hash value the caller, a compiled node, worked out once),
@@ -306,9 +317,9 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
     @inline(__always)
     func attribute(_ name: String, hash: Int) -> (value: PolicyValue, linked: Int)? {
         if names.isEmpty {
-            return entity.attributes[name].map { ($0, -1) }
+            return entity.attributes.exactly(name).map { ($0, -1) }
         }
-        for index in nameHashes.indices where nameHashes[index] == hash && names[index] == name {
+        for index in nameHashes.indices where nameHashes[index] == hash && nameIs(index, name) {
             return (values[index], linked[index])
         }
         return nil
@@ -329,7 +340,7 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
     /// computes the value.
     @inline(__always)
     func setHolds(_ name: String, hash: Int, _ member: EntityRecord, container: Bool) -> Bool? {
-        for index in nameHashes.indices where nameHashes[index] == hash && names[index] == name {
+        for index in nameHashes.indices where nameHashes[index] == hash && nameIs(index, name) {
             guard let places = placeSets[index] else {
                 return container && linked[index] >= 0 ? member.isIn(place: linked[index]) : nil
             }
@@ -353,6 +364,18 @@ final class EntityRecord: @unchecked Sendable {  // `linked` is written only whi
     func isIn(_ container: EntityUID) -> Bool {
         if let ancestorSet { return ancestorSet.contains(container) }
         return ancestors.contains(container)
+    }
+}
+
+extension Dictionary where Key == String {
+    /// The value of the key with exactly `name`'s bytes. A Swift dictionary finds keys by
+    /// canonical equivalence (a precomposed `café` finds `cafe` with a combining accent, a
+    /// Kelvin sign finds K); the language compares attribute and field names by bytes, as Cedar
+    /// does, so a key found that way is only the same key when its bytes are.
+    func exactly(_ name: String) -> Value? {
+        guard let index = index(forKey: name) else { return nil }
+        let entry = self[index]
+        return PolicyValue.sameBytes(entry.key, name) ? entry.value : nil
     }
 }
 

@@ -56,11 +56,11 @@ struct Evaluator: ~Copyable, Sendable {
     /// `context.token`: the token view's record; without a token, the context's own `token`
     /// field, if it has one (which a schema refuses).
     var token: PolicyValue? {
-        guard let view = request.token else { return request.context["token"] }
+        guard let view = request.token else { return request.context.exactly("token") }
         return view.fixedRecord ?? readRecord
     }
     /// Whether there is a `context.token` (`token != nil`, without copying the record).
-    var hasToken: Bool { request.token != nil || request.context["token"] != nil }
+    var hasToken: Bool { request.token != nil || request.context.exactly("token") != nil }
     /// Whether the token view's field (its place in ``TokenField`` order) holds every one of
     /// `members` (`all`: `containsAll`, and `contains` of one) or at least one, when the view
     /// keeps its fields and that field is a set; `nil` otherwise (then the field is read as a
@@ -152,7 +152,7 @@ struct Evaluator: ~Copyable, Sendable {
     }
 
     /// `context.name` without building the whole record.
-    func contextField(_ name: String) -> PolicyValue? { name == "token" ? token : request.context[name] }
+    func contextField(_ name: String) -> PolicyValue? { name == "token" ? token : request.context.exactly(name) }
 
     private func fail(_ kind: EvaluationError.Kind, _ message: String, _ expression: Expression) -> EvaluationError {
         EvaluationError(kind: kind, message: message, location: expression.location)
@@ -188,8 +188,8 @@ struct Evaluator: ~Copyable, Sendable {
         case .has(let base, let name):
             if case .variable(.context) = base.kind { return .bool(contextField(name) != nil) }
             switch try evaluate(base) {
-            case .record(let fields): return .bool(fields[name] != nil)
-            case .entity(let uid): return .bool(entity(uid, base)?.attributes[name] != nil)
+            case .record(let fields): return .bool(fields.exactly(name) != nil)
+            case .entity(let uid): return .bool(entity(uid, base)?.attributes.exactly(name) != nil)
             case let other: throw fail(.typeMismatch, "'has' needs an entity or a record, not \(other.typeName)", expression)
             }
         case .like(let base, let pattern):
@@ -211,7 +211,7 @@ struct Evaluator: ~Copyable, Sendable {
             }
             switch try evaluate(base) {
             case .record(let fields):
-                guard let value = fields[name] else {
+                guard let value = fields.exactly(name) else {
                     throw fail(.missingAttribute, "the record has no attribute \(PolicyValue.quoted(name)) (test it with 'has' first)", expression)
                 }
                 return value
@@ -219,7 +219,7 @@ struct Evaluator: ~Copyable, Sendable {
                 guard let entity = entity(uid, base) else {
                     throw fail(.missingEntity, "\(uid) is not among the entities, so it has no attribute \(PolicyValue.quoted(name))", expression)
                 }
-                guard let value = entity.attributes[name] else {
+                guard let value = entity.attributes.exactly(name) else {
                     throw fail(.missingAttribute, "\(uid) has no attribute \(PolicyValue.quoted(name)) (test it with 'has' first)", expression)
                 }
                 return value
