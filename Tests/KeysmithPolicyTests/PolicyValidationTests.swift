@@ -389,6 +389,24 @@ struct PolicyValidationTests {
         #expect(denied.unmet == [], "\(denied)")
     }
 
+    @Test("a store's entities have at most ten million ancestors in all (a chain of 4,000 parents took 1 GB, a cycle of 100,000 ran out of time); a large cycle is reported as its first ten members and how many more")
+    func hierarchiesAreBounded() throws {
+        #expect(EntityStore.maximumAncestorLinks == 10_000_000)
+        // A chain u0 -> u1 -> ... -> u99: u_i is in 99 - i others, 4,950 in all.
+        let chain = (0..<100).map { Entity(uid: EntityUID(type: "U", id: "u\($0)"), parents: $0 < 99 ? [EntityUID(type: "U", id: "u\($0 + 1)")] : []) }
+        let store = try EntityStore(chain, ancestorLinks: 4_950)
+        #expect(store.isDescendant(EntityUID(type: "U", id: "u0"), of: EntityUID(type: "U", id: "u99")))
+        let refused = Self.diagnostics { _ = try EntityStore(chain, ancestorLinks: 4_949) }
+        #expect(refused?.kind == .input)
+        #expect(refused?.problems.count == 1)
+        #expect(refused?.problems.first?.message.contains("more than 4949 ancestors in all") == true)
+        // A cycle of 30 (each its own ancestor): ten named, then how many more.
+        let cycle = (0..<30).map { Entity(uid: EntityUID(type: "U", id: "c\($0)"), parents: [EntityUID(type: "U", id: "c\(($0 + 1) % 30)")]) }
+        let cyclic = Self.diagnostics { _ = try EntityStore(cycle) }
+        #expect(cyclic?.problems.count == 11)
+        #expect(cyclic?.problems.last?.message == "and 20 more entities are their own ancestors (the first ten are listed)")
+    }
+
     @Test("a cycle of parents is an error naming the entities' lines")
     func parentCycle() {
         let json = """

@@ -73,7 +73,14 @@ public struct EntityStore: Sendable {
         try self.init(entities, locations: [:])
     }
 
-    private init(_ entities: [Entity], locations: [EntityUID: SourceLocation]) throws(PolicyDiagnostics) {
+    /// A store whose entities may have at most `ancestorLinks` ancestors in all (tests use a
+    /// smaller bound than ``maximumAncestorLinks``).
+    init(_ entities: [Entity], ancestorLinks: Int) throws(PolicyDiagnostics) {
+        try self.init(entities, locations: [:], ancestorLinks: ancestorLinks)
+    }
+
+    private init(_ entities: [Entity], locations: [EntityUID: SourceLocation],
+                 ancestorLinks: Int = EntityStore.maximumAncestorLinks) throws(PolicyDiagnostics) {
         var byUID: [EntityUID: Entity] = [:]
         var problems: [PolicyDiagnostic] = []
         for entity in entities {
@@ -83,7 +90,7 @@ public struct EntityStore: Sendable {
             }
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .input, problems: problems) }
-        storage = try Self.build(byUID, locations: locations)
+        storage = try Self.build(byUID, locations: locations, ancestorLinks: ancestorLinks)
     }
 
     /// Adds entities (action entities from a schema, say); a uid already present is an error.
@@ -102,8 +109,10 @@ public struct EntityStore: Sendable {
 
     /// Every entity's record and ancestors; an entity that is its own ancestor (a cycle of
     /// parents) is an error, as in Cedar: membership must be a hierarchy.
-    private static func build(_ entities: [EntityUID: Entity], locations: [EntityUID: SourceLocation]) throws(PolicyDiagnostics) -> Storage {
+    private static func build(_ entities: [EntityUID: Entity], locations: [EntityUID: SourceLocation],
+                              ancestorLinks: Int = maximumAncestorLinks) throws(PolicyDiagnostics) -> Storage {
         var result: [EntityUID: EntityRecord] = [:]
+        var links = 0
         for (uid, entity) in entities {
             var seen: Set<EntityUID> = []
             var order: [EntityUID] = []
@@ -112,6 +121,13 @@ public struct EntityStore: Sendable {
                 guard seen.insert(next).inserted else { continue }
                 order.append(next)
                 pending.append(contentsOf: entities[next]?.parents ?? [])
+                links += 1
+                guard links <= ancestorLinks else {
+                    throw PolicyDiagnostics(kind: .input, problems: [PolicyDiagnostic(
+                        location: locations[uid] ?? SourceLocation(file: "<entities>", line: 1, column: 1),
+                        message: "the entities have more than \(ancestorLinks) ancestors in all (each entity counts once for every entity it is in, "
+                            + "directly or through its parents): a chain of parents this long, or a cycle this large, is refused")])
+                }
             }
             result[uid] = EntityRecord(entity: entity, ancestors: order, ancestorSet: seen)
         }
@@ -135,12 +151,22 @@ public struct EntityStore: Sendable {
         let cyclic = result.filter { $0.value.isIn($0.key) }.keys.sorted()
         if !cyclic.isEmpty {
             let store = EntityStore(storage: storage)
-            throw PolicyDiagnostics(kind: .input, problems: cyclic.prefix(10).map {
+            var problems = cyclic.prefix(10).map {
                 PolicyDiagnostic(location: store.location(of: $0), message: "\($0) is its own ancestor: the parents form a cycle")
-            })
+            }
+            if cyclic.count > 10 {
+                problems.append(PolicyDiagnostic(location: store.location(of: cyclic[10]),
+                                                 message: "and \(cyclic.count - 10) more entities are their own ancestors (the first ten are listed)"))
+            }
+            throw PolicyDiagnostics(kind: .input, problems: problems)
         }
         return storage
     }
+
+    /// How many ancestors all the entities of a store may have together (an entity counts once
+    /// for each entity it is in). Each is kept with its entity, so a chain of n parents keeps
+    /// n²/2 of them: 4,000 entities in one chain took 1 GB; ten million is about 800 MB.
+    public static let maximumAncestorLinks = 10_000_000
 
     /// The entity, if the store holds it.
     public subscript(uid: EntityUID) -> Entity? { storage.entities[uid] }
