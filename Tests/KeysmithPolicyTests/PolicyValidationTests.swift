@@ -248,6 +248,16 @@ struct PolicyValidationTests {
         #expect(messages.contains { $0.contains("reserved") })
     }
 
+    @Test("a common type cannot take a built-in type's name: type Long = String silently made every Long a String")
+    func builtInTypeNamesAreReserved() {
+        for name in ["Long", "String", "Bool", "Boolean", "Set", "Record", "Entity", "Extension", "ipaddr", "decimal", "datetime", "duration"] {
+            let error = Self.diagnostics { _ = try Schema(text: "type \(name) = String;\nentity U { a: Long };", file: "s") }
+            #expect(error?.problems.map(\.message) == ["the type \(name) is built in and cannot be declared"], "\(name)")
+            #expect(error?.problems.first?.location.line == 1)
+        }
+        #expect((try? Schema(text: "type Name = String;\nentity U { a: Name };")) != nil)
+    }
+
     @Test("entities that share one id under many types hash apart (hashing the id alone made a request or entity file of 20,000 of them take 42 s), and a store of them finds each")
     func sameIDManyTypes() throws {
         let uids = (0..<5_000).map { EntityUID(type: "T\($0)", id: "x") }

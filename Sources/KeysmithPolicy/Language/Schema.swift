@@ -354,6 +354,10 @@ struct SchemaParser {
                     let definition = try type()
                     try expect(";", "at the end of the type declaration")
                     if commonTypes[typeName] != nil { throw PolicyDiagnostic(location: location, message: "the type \(typeName) is declared twice") }
+                    // A common type named Long (say) would silently redefine the built-in one.
+                    if ["Bool", "Boolean", "Long", "String", "Set", "Record", "Entity", "Extension"].contains(typeName) || Schema.extensionTypes.contains(typeName) {
+                        throw PolicyDiagnostic(location: location, message: "the type \(typeName) is built in and cannot be declared")
+                    }
                     commonTypes[typeName] = (definition, location)
                 } else {
                     throw problem("expected 'entity', 'action' or 'type'")
