@@ -248,6 +248,15 @@ struct PolicyValidationTests {
         #expect(messages.contains { $0.contains("reserved") })
     }
 
+    @Test("a policy test naming a deciding policy twice is an error (the ids are compared as a set, so the repeat went unnoticed)")
+    func testCasesListEachPolicyOnce() {
+        let text = #"{"policies": ["p.cedar"], "cases": [{"name": "c", "request": {"principal": "User::\"a\"", "action": "Action::\"x\"", "resource": "R::\"r\""}, "expect": "deny", "determining": ["scope-post", "scope-post"]}]}"#
+        let error = Self.diagnostics { _ = try PolicyTestSuite(json: Array(text.utf8), file: "t.json") }
+        #expect(error?.problems.map(\.message) == [#"the policy id "scope-post" is listed twice"#])
+        let once = text.replacingOccurrences(of: #"["scope-post", "scope-post"]"#, with: #"["scope-post"]"#)
+        #expect((try? PolicyTestSuite(json: Array(once.utf8), file: "t.json"))?.cases.first?.determining == ["scope-post"])
+    }
+
     @Test("a common type cannot take a built-in type's name: type Long = String silently made every Long a String")
     func builtInTypeNamesAreReserved() {
         for name in ["Long", "String", "Bool", "Boolean", "Set", "Record", "Entity", "Extension", "ipaddr", "decimal", "datetime", "duration"] {

@@ -84,8 +84,12 @@ public struct PolicyTestSuite: Sendable {
                     var determining: [String]?
                     if let list = caseFields["determining"] {
                         guard case .array(let ids) = list.value else { throw JSONValues.problem(list, file, "determining must be an array of policy ids") }
+                        var listed: Set<String> = []
                         determining = try ids.map { (id: Located) throws(PolicyDiagnostic) -> String in
-                            try JSONValues.string(id, file, "a policy id", in: list)
+                            let text = try JSONValues.string(id, file, "a policy id", in: list)
+                            // Compared as a set with the deciding policies: a repeated id would pass unnoticed.
+                            guard listed.insert(text).inserted else { throw JSONValues.problem(id, file, "the policy id \(PolicyValue.quoted(text)) is listed twice") }
+                            return text
                         }
                     }
                     cases.append(Case(name: name, line: item.line, request: request, expectAllow: expect == "allow", determining: determining))
