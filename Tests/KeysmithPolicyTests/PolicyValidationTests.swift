@@ -257,6 +257,23 @@ struct PolicyValidationTests {
         #expect((try? PolicyTestSuite(json: Array(once.utf8), file: "t.json"))?.cases.first?.determining == ["scope-post"])
     }
 
+    @Test("action groups that form a cycle are a schema error at the action's declaration (they were reported at <entities>:1:1)")
+    func actionGroupCycles() {
+        let text = """
+            entity User;
+            action a in [b] appliesTo { principal: [User], resource: [User] };
+            action b in [c] appliesTo { principal: [User], resource: [User] };
+            action c in [a] appliesTo { principal: [User], resource: [User] };
+            action d in [d];
+            action e in [a];
+            """
+        let error = Self.diagnostics { _ = try Schema(text: text, file: "s.cedarschema") }
+        #expect(error?.problems.map(\.description) == [
+            #"s.cedarschema:2:1: Action::"a" is in itself through its action groups: they form a cycle"#,
+            #"s.cedarschema:5:1: Action::"d" is in itself through its action groups: they form a cycle"#,
+        ])
+    }
+
     @Test("a common type cannot take a built-in type's name: type Long = String silently made every Long a String")
     func builtInTypeNamesAreReserved() {
         for name in ["Long", "String", "Bool", "Boolean", "Set", "Record", "Entity", "Extension", "ipaddr", "decimal", "datetime", "duration"] {

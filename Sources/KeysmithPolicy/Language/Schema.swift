@@ -414,6 +414,33 @@ struct SchemaParser {
                 problems.append(PolicyDiagnostic(location: action.location, message: "\(action.uid) is in \(group), which is not a declared action"))
             }
         }
+        // Action groups form a hierarchy: an action in itself through its groups is an error
+        // here, where the declaration is (depth-first, each action visited once).
+        var state: [EntityUID: Bool] = [:]  // false: on the current path; true: done
+        for action in actions where state[action.uid] == nil {
+            var stack: [(uid: EntityUID, next: Int)] = [(action.uid, 0)]
+            state[action.uid] = false
+            while let top = stack.last {
+                let groups = declared[top.uid]?.memberOf ?? []
+                guard top.next < groups.count else {
+                    state[top.uid] = true
+                    stack.removeLast()
+                    continue
+                }
+                stack[stack.count - 1].next += 1
+                let group = groups[top.next]
+                switch state[group] {
+                case nil where declared[group] != nil:
+                    state[group] = false
+                    stack.append((group, 0))
+                case false?:
+                    problems.append(PolicyDiagnostic(location: declared[group]?.location ?? action.location,
+                                                     message: "\(group) is in itself through its action groups: they form a cycle"))
+                default:
+                    break
+                }
+            }
+        }
         return (entityTypes, declared, problems)
     }
 
