@@ -56,8 +56,8 @@ struct JSONReader {
     /// otherwise.
     static let maximumDepth = 256
 
-    /// The document's value; an error for anything else, or for values nested `maximumDepth`
-    /// levels or more.
+    /// The document's value; an error for anything else, or for values nested more than
+    /// `maximumDepth` levels (a top-level scalar is one level).
     static func parse(_ bytes: [UInt8], maximumDepth: Int = JSONReader.maximumDepth) throws(JSONSyntaxError) -> Located {
         var reader = JSONReader(bytes: bytes, maximumDepth: maximumDepth)
         reader.skipSpace()
@@ -112,7 +112,7 @@ struct JSONReader {
         let startColumn = column
         depth += 1
         defer { depth -= 1 }
-        guard depth < maximumDepth else { throw error("nesting is deeper than \(maximumDepth) levels") }
+        guard depth <= maximumDepth else { throw error("nesting is deeper than \(maximumDepth) levels") }
         switch bytes[offset] {
         case UInt8(ascii: "{"):
             offset += 1
@@ -128,7 +128,7 @@ struct JSONReader {
                 let keyLine = line, keyColumn = column
                 let key = try string()
                 if members.contains(where: { $0.key == key }) {
-                    throw JSONSyntaxError(line: keyLine, column: keyColumn, message: "the key \"\(key)\" appears twice in one object")
+                    throw JSONSyntaxError(line: keyLine, column: keyColumn, message: "the key \(PolicyValue.quoted(key)) appears twice in one object")
                 }
                 skipSpace()
                 try expect(":")

@@ -93,8 +93,11 @@ package enum System {
         while true {
             guard filled <= limit else { throw SystemError(call: "read", path: path, errno: EFBIG) }
             if filled == bytes.count { bytes.append(contentsOf: [UInt8](repeating: 0, count: max(4096, bytes.count))) }
+            // Never more than one byte past the limit, so that an endless file is found out
+            // after reading `limit` + 1 bytes.
+            let room = limit == .max ? bytes.count - filled : min(bytes.count - filled, limit - filled + 1)
             let count = bytes.withUnsafeMutableBytes { buffer in
-                Glibc.read(fd, buffer.baseAddress! + filled, buffer.count - filled)
+                Glibc.read(fd, buffer.baseAddress! + filled, room)
             }
             if count < 0 {
                 if errno == EINTR { continue }

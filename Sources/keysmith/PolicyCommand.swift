@@ -457,7 +457,9 @@ extension KeysmithCommand.PolicyCommand {
                 print("\(who) may do nothing to these entities")
             } else {
                 for permission in permissions {
-                    print("\(permission.action.id)\t\(permission.resource)\t(\(permission.policies.joined(separator: ", ")))")
+                    // Each field escaped on its own: ids are anybody's text, tabs separate the fields.
+                    print("\(OneLine.escaped(permission.action.id))\t\(OneLine.escaped(permission.resource.description))\t"
+                          + "(\(OneLine.escaped(permission.policies.joined(separator: ", "))))")
                 }
             }
         }
@@ -497,7 +499,7 @@ extension KeysmithCommand.PolicyCommand {
                     "{\"name\":\(jsonString($0.name)),\"line\":\($0.line),\"failure\":\(jsonString($0.failure!))}"
                 }.joined(separator: ",") + "]}")
             } else {
-                for outcome in failed { print("FAIL \(outcome.name) (\(file):\(outcome.line)): \(outcome.failure!)") }
+                for outcome in failed { print(OneLine.escaped("FAIL \(outcome.name) (\(file):\(outcome.line)): \(outcome.failure!)")) }
                 print("\(outcomes.count - failed.count) passed, \(failed.count) failed")
             }
             if !failed.isEmpty { throw CommandFailure(message: "\(failed.count) policy test(s) failed", exitCode: ExitCode(3)) }

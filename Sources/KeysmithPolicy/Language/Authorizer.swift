@@ -250,7 +250,8 @@ public struct ScopeFact: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         guard let state else { return OneLine.escaped("\(scope) is not in the token") }
         var text = "\(scope) is \(state.rawValue)"
-        if let changedAt, changedAt.timeIntervalSince1970 > 0 {
+        // Times up to 9999-12-31 (as `ScopeStatus.knownMilliseconds`): a later one would not fit the conversion.
+        if let changedAt, changedAt.timeIntervalSince1970 > 0, changedAt.timeIntervalSince1970 < 253_402_300_800 {
             text += " since " + DateTimeText.format(milliseconds: Int64((changedAt.timeIntervalSince1970 * 1000).rounded(.down)))
         }
         if let reason, !reason.isEmpty { text += " (\(reason))" }
@@ -261,10 +262,10 @@ public struct ScopeFact: Sendable, Hashable, CustomStringConvertible {
 /// Text made to stay on its line: decisions are printed one reason per line, and a scope name, a
 /// revocation's reason or a policy id is anybody's text, so a line break in one must not start a
 /// line of its own (a forged `allow:` under a denial, say).
-enum OneLine {
+package enum OneLine {
     /// `text` with control characters, line and paragraph separators and bidirectional
     /// controls written as escapes (`\n`, `\r`, `\t`, `\u{202E}`).
-    static func escaped(_ text: String) -> String {
+    package static func escaped(_ text: String) -> String {
         guard text.unicodeScalars.contains(where: needsEscape) else { return text }
         var out = ""
         for scalar in text.unicodeScalars {
@@ -285,9 +286,9 @@ enum OneLine {
         return escaped(text.split(whereSeparator: \.isNewline).map { $0.drop(while: \.isWhitespace) }.joined(separator: " "))
     }
 
-    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+    static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
-        case 0..<0x20, 0x7F..<0xA0, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069: true
+        case 0..<0x20, 0x7F..<0xA0, 0x061C, 0x200E, 0x200F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069: true
         default: false
         }
     }

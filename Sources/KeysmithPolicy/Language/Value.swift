@@ -57,12 +57,14 @@ public struct EntityUID: Hashable, Sendable, CustomStringConvertible, Comparable
         return PolicyValue.sameBytes(lhs.id, rhs.id) && PolicyValue.sameBytes(lhs.type, rhs.type)
     }
 
-    /// Hashes the type and the id: hashing the id alone made every set or dictionary of
-    /// entities that share one id under many types (`T1::"x"`, `T2::"x"`, …, which a request or
-    /// an entity file may hold by the thousand) search in time growing with their square.
+    /// Hashes the type's and the id's bytes: hashing the id alone made every set or dictionary
+    /// of entities that share one id under many types (`T1::"x"`, `T2::"x"`, …, which a request
+    /// or an entity file may hold by the thousand) search in time growing with their square, and
+    /// Swift's string hash (by canonical equivalence) did the same for ids spelled in equivalent
+    /// ways (`a` + U+0323 + U+0301 and `a` + U+0301 + U+0323, …), which are different ids here.
     public func hash(into hasher: inout Hasher) {
-        hasher.combine(type)
-        hasher.combine(id)
+        PolicyValue.hashBytes(type, into: &hasher)
+        PolicyValue.hashBytes(id, into: &hasher)
     }
 
     /// Orders by type, then id, byte by byte (for stable output).
@@ -117,12 +119,29 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
         return false
     }
 
+    /// A string's UTF-8 bytes, eight at a time, then its length (strings are equal here when
+    /// their bytes are, so their hash must not be Swift's, which is the same for every
+    /// canonically equivalent spelling).
+    static func hashBytes(_ text: String, into hasher: inout Hasher) {
+        var word: UInt64 = 0, shift: UInt64 = 0
+        for byte in text.utf8 {
+            word |= UInt64(byte) << shift
+            shift += 8
+            if shift == 64 {
+                hasher.combine(word)
+                (word, shift) = (0, 0)
+            }
+        }
+        hasher.combine(word)
+        hasher.combine(text.utf8.count)
+    }
+
     /// Hashes the kind and the value (consistent with ``==``: values equal byte by byte hash alike).
     public func hash(into hasher: inout Hasher) {
         switch self {
         case .bool(let value): hasher.combine(0); hasher.combine(value)
         case .long(let value): hasher.combine(1); hasher.combine(value)
-        case .string(let value): hasher.combine(2); hasher.combine(value)
+        case .string(let value): hasher.combine(2); Self.hashBytes(value, into: &hasher)
         case .entity(let value): hasher.combine(3); hasher.combine(value)
         case .set(let value): hasher.combine(4); hasher.combine(value)
         case .record(let value): hasher.combine(5); hasher.combine(value)
@@ -214,7 +233,7 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
             case "\t": out += "\\t"
             case "\0": out += "\\0"
             default:
-                if scalar.value < 0x20 || scalar.value == 0x7F || (escapingNonASCII && !scalar.isASCII) {
+                if scalar.value < 0x20 || scalar.value == 0x7F || OneLine.needsEscape(scalar) || (escapingNonASCII && !scalar.isASCII) {
                     out += "\\u{" + String(scalar.value, radix: 16, uppercase: escapingNonASCII) + "}"
                 } else {
                     out.unicodeScalars.append(scalar)
