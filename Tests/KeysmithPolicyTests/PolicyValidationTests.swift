@@ -352,6 +352,29 @@ struct PolicyValidationTests {
         }
     }
 
+    @Test("validation compares attribute names by bytes as decisions do: what validates never meets a missing attribute for a Kelvin-sign name")
+    func validationComparesAttributeNamesByBytes() throws {
+        let schema = try Schema(text: """
+            entity User { Key: Bool };
+            action view appliesTo { principal: [User], resource: [User], context: { Key: Bool } };
+            """, file: "s")
+        let kelvin = "\u{212A}ey"
+        // An entity whose attribute is spelled with a Kelvin sign does not have Key.
+        let entity = Self.diagnostics {
+            try schema.validate(try EntityStore([Entity(uid: EntityUID(type: "User", id: "u"), attributes: [kelvin: .bool(true)])]))
+        }
+        #expect(entity?.kind == .validation)
+        #expect(entity?.problems.count == 2, "\(entity?.description ?? "")")  // Key missing, the look-alike undeclared
+        // A policy reading the look-alike name reads no declared attribute.
+        for condition in ["principal[\"\(kelvin)\"]", "context[\"\(kelvin)\"]",
+                          "if context has \"\(kelvin)\" then true else 1 + \"x\" == 2"] {
+            let policies = try Policies(text: "permit (principal, action == Action::\"view\", resource) when { \(condition) };", file: "p")
+            #expect(Self.diagnostics { try schema.validate(policies) }?.kind == .validation, "\(condition)")
+        }
+        let plain = try Policies(text: "permit (principal, action == Action::\"view\", resource) when { principal.Key && context.Key };", file: "p")
+        try schema.validate(plain)
+    }
+
     @Test("types, enumerated ids and applies-to lists compare by bytes: a Kelvin-sign K or a decomposed é is not the declared name")
     func schemaNamesCompareByBytes() throws {
         // U+212A KELVIN SIGN is canonically equivalent to K, so Swift's == and a Swift dictionary

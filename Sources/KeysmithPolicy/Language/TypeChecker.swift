@@ -312,10 +312,10 @@ struct TypeChecker {
             guard let type = check(base, known: known).type else { return plain(.bool) }
             switch type {
             case .entity(let types):
-                if types.allSatisfy({ schema.entityType(named: $0)?.attributes[name] == nil }) { return plain(.alwaysFalse) }
+                if types.allSatisfy({ schema.entityType(named: $0)?.attributes.exactly(name) == nil }) { return plain(.alwaysFalse) }
             case .record(let fields):
-                if fields[name] == nil { return plain(.alwaysFalse) }
-                if fields[name]?.required == true { return plain(.alwaysTrue) }
+                if fields.exactly(name) == nil { return plain(.alwaysFalse) }
+                if fields.exactly(name)?.required == true { return plain(.alwaysTrue) }
             case .openRecord: break
             default: report(expression, "'has' needs an entity or a record, not \(type)")
             }
@@ -362,7 +362,7 @@ struct TypeChecker {
                 report(expression, "only entities and records have attributes, and this is \(type)")
                 return plain(nil)
             }
-            guard let attribute = fields[name] else {
+            guard let attribute = fields.exactly(name) else {
                 report(expression, "\(owner) has no attribute \(name)\(Schema.suggestion(name, fields.keys))")
                 return plain(nil)
             }

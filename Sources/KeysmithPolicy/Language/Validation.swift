@@ -112,13 +112,13 @@ extension Schema {
             var problems: [String] = []
             func qualified(_ name: String) -> String { path == "attributes" ? "the attribute \(name)" : "\(path).\(name)" }
             for (name, attribute) in fields.sorted(by: { $0.key < $1.key }) {
-                if let member = record[name] {
+                if let member = record.exactly(name) {
                     problems += check(member, against: attribute.type, path: path == "attributes" ? name : "\(path).\(name)")
                 } else if attribute.required {
                     problems.append("\(qualified(name)) is missing (it is required, of type \(attribute.type))")
                 }
             }
-            for name in record.keys.sorted() where fields[name] == nil {
+            for name in record.keys.sorted() where fields.exactly(name) == nil {
                 problems.append("\(qualified(name)) is not declared\(Schema.suggestion(name, fields.keys))")
             }
             return problems
