@@ -400,11 +400,16 @@ extension KeysmithCommand.PolicyCommand {
                     skipping = false
                     chunk = chunk[(newline + 1)...]
                 }
+                // The bytes kept from earlier reads hold no newline: search only the new ones
+                // (a line arriving a few bytes at a time is not searched again and again).
+                let searched = pending.count
                 pending += chunk
                 var start = pending.startIndex
-                while let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                var from = pending.startIndex + searched
+                while let newline = pending[from...].firstIndex(of: UInt8(ascii: "\n")) {
                     if newline - start > longest { tooLong() } else { answer(pending[start..<newline]) }
                     start = newline + 1
+                    from = start
                 }
                 pending.removeSubrange(pending.startIndex..<start)
                 if pending.count > longest {

@@ -343,6 +343,34 @@ struct PolicyCommandTests {
         #expect(process.terminationStatus == 64)
     }
 
+    @Test("decide stops on SIGTERM while it waits for input, even started from a thread that blocks SIGTERM (the test runner's do)")
+    func decideStopsOnSIGTERM() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Keysmith.binary)
+        process.arguments = ["policy", "decide"] + Self.inputs
+        let input = Pipe(), output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let watchdog = DispatchWorkItem { kill(process.processIdentifier, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: watchdog)
+        // One answer first: it is reading, with its policies loaded.
+        input.fileHandleForWriting.write(Data(#"{"principal":"Anonymous::\"visitor\"","action":"Action::\"browse\"","resource":"Group::\"g2\""}"#.utf8 + [10]))
+        var first = Data()
+        while !first.contains(10) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            first += chunk
+        }
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        watchdog.cancel()
+        #expect(process.terminationReason == .uncaughtSignal)
+        #expect(process.terminationStatus == SIGTERM)
+        try? input.fileHandleForWriting.close()
+    }
+
     @Test("permitted lists what a principal may do, with the permits")
     func permitted() throws {
         let keysmith = try Keysmith()
