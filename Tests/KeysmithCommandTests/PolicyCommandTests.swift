@@ -303,33 +303,44 @@ struct PolicyCommandTests {
         #expect(process.terminationStatus == 64)
     }
 
-    @Test("decide answers a line over 1 MiB with an error and goes on: the lines sent with it are answered at once, each with its own number; a line of exactly 1 MiB is decided")
-    func decideLongLines() throws {
-        let keysmith = try Keysmith()
-        defer { keysmith.cleanup() }
+    /// `keysmith policy decide` on the news-groups example, its standard input and output piped,
+    /// with a watchdog that SIGKILLs it after 60 s (a command that stops answering fails the
+    /// test instead of hanging it; SIGKILL because a process started from the test runner's
+    /// threads may inherit SIGTERM blocked). Cancel the watchdog when done.
+    static func startDecide() throws -> (process: Process, input: Pipe, output: Pipe, watchdog: DispatchWorkItem) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Keysmith.binary)
-        process.arguments = ["policy", "decide"] + Self.inputs
+        process.arguments = ["policy", "decide"] + inputs
         let input = Pipe(), output = Pipe()
         process.standardInput = input
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         try process.run()
-        // A command that stops answering fails the test instead of hanging it (SIGKILL: a
-        // process started from the test runner's threads may inherit SIGTERM blocked).
         let watchdog = DispatchWorkItem { kill(process.processIdentifier, SIGKILL) }
         DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: watchdog)
+        return (process, input, output, watchdog)
+    }
+
+    /// Reads until `lines` newlines have come (or the output ends).
+    static func read(lines: Int, from output: Pipe) -> Data {
+        var received = Data()
+        while received.count(where: { $0 == 10 }) < lines {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            received += chunk
+        }
+        return received
+    }
+
+    @Test("decide answers a line over 1 MiB with an error and goes on: the lines sent with it are answered at once, each with its own number; a line of exactly 1 MiB is decided")
+    func decideLongLines() throws {
+        let (process, input, output, watchdog) = try Self.startDecide()
         let visitor = #"{"principal":"Anonymous::\"visitor\"","action":"Action::\"browse\"","resource":"Group::\"g2\""}"#
         let atLimit = visitor + String(repeating: " ", count: (1 << 20) - visitor.utf8.count)
         let lines = [atLimit, atLimit + " ", String(repeating: "x", count: 2 << 20), visitor, visitor, visitor]
         input.fileHandleForWriting.write(Data((lines.joined(separator: "\n") + "\n").utf8))
         // Six answers while standard input stays open.
-        var received = Data()
-        while received.count(where: { $0 == 10 }) < 6 {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            received += chunk
-        }
+        var received = Self.read(lines: 6, from: output)
         try input.fileHandleForWriting.close()
         received += output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
@@ -345,24 +356,10 @@ struct PolicyCommandTests {
 
     @Test("decide stops on SIGTERM while it waits for input, even started from a thread that blocks SIGTERM (the test runner's do)")
     func decideStopsOnSIGTERM() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Keysmith.binary)
-        process.arguments = ["policy", "decide"] + Self.inputs
-        let input = Pipe(), output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let watchdog = DispatchWorkItem { kill(process.processIdentifier, SIGKILL) }
-        DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: watchdog)
+        let (process, input, output, watchdog) = try Self.startDecide()
         // One answer first: it is reading, with its policies loaded.
         input.fileHandleForWriting.write(Data(#"{"principal":"Anonymous::\"visitor\"","action":"Action::\"browse\"","resource":"Group::\"g2\""}"#.utf8 + [10]))
-        var first = Data()
-        while !first.contains(10) {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            first += chunk
-        }
+        #expect(!Self.read(lines: 1, from: output).isEmpty)
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()
         watchdog.cancel()
