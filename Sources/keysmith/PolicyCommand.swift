@@ -94,7 +94,7 @@ func readText(_ path: String, _ what: String) throws -> String {
         guard let read = try System.readFile(path, atMost: largestInputFile) else { throw KeysmithError(.itemNotFound, "there is no \(what) at \(path)") }
         bytes = read
     } catch let error as SystemError where error.errno == EFBIG {
-        throw CommandFailure(message: "the \(what) \(path) is larger than 64 MiB", exitCode: ExitCode(64))
+        throw CommandFailure(message: "the \(what) \(path) is larger than \(largestInputFile >> 20) MiB", exitCode: ExitCode(64))
     } catch let error as SystemError {
         throw KeysmithError(.ioFailure, "cannot read the \(what) \(path): \(error)")
     }

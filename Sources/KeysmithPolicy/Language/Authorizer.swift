@@ -182,8 +182,12 @@ enum TokenField: String, CaseIterable {
 extension ScopeStatus {
     /// When the scope entered its state, in milliseconds since 1970 (rounded down), or `nil` when
     /// the time is not known (views built from bare scope names carry the time 0).
-    var knownMilliseconds: Int64? {
-        let seconds = changedAt.timeIntervalSince1970
+    var knownMilliseconds: Int64? { Self.knownMilliseconds(of: changedAt) }
+
+    /// `date` in milliseconds since 1970 (rounded down), or `nil` when it is not after 1970 or
+    /// is after 9999-12-31 (a later one would not fit the conversion).
+    static func knownMilliseconds(of date: Date) -> Int64? {
+        let seconds = date.timeIntervalSince1970
         guard seconds > 0, seconds < 253_402_300_800 else { return nil }  // up to 9999-12-31
         return Int64((seconds * 1000).rounded(.down))
     }
@@ -250,9 +254,8 @@ public struct ScopeFact: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         guard let state else { return OneLine.escaped("\(scope) is not in the token") }
         var text = "\(scope) is \(state.rawValue)"
-        // Times up to 9999-12-31 (as `ScopeStatus.knownMilliseconds`): a later one would not fit the conversion.
-        if let changedAt, changedAt.timeIntervalSince1970 > 0, changedAt.timeIntervalSince1970 < 253_402_300_800 {
-            text += " since " + DateTimeText.format(milliseconds: Int64((changedAt.timeIntervalSince1970 * 1000).rounded(.down)))
+        if let milliseconds = changedAt.flatMap(ScopeStatus.knownMilliseconds(of:)) {
+            text += " since " + DateTimeText.format(milliseconds: milliseconds)
         }
         if let reason, !reason.isEmpty { text += " (\(reason))" }
         return OneLine.escaped(text)

@@ -233,7 +233,7 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
             case "\t": out += "\\t"
             case "\0": out += "\\0"
             default:
-                if scalar.value < 0x20 || scalar.value == 0x7F || OneLine.needsEscape(scalar) || (escapingNonASCII && !scalar.isASCII) {
+                if OneLine.needsEscape(scalar) || (escapingNonASCII && !scalar.isASCII) {
                     out += "\\u{" + String(scalar.value, radix: 16, uppercase: escapingNonASCII) + "}"
                 } else {
                     out.unicodeScalars.append(scalar)
