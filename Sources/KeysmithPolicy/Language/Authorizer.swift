@@ -20,13 +20,17 @@ public struct TokenView: Sendable {
 
     /// What the view holds, in one object: copying a view (with each request) is one reference.
     final class Storage: Sendable {
+        /// Whether `fixedRecord` is there (asked once per decision, without copying it). First,
+        /// with `few` after it: the bytes a decision reads are at the start of the object.
+        let keepsRecord: Bool
+        /// The scope names and their sets, in this object itself, when the sets hold at most
+        /// ``FewScopes/capacity`` names in all (most tokens do): a test then reads no other memory.
+        private let few: FewScopes
         let source: Source
         /// `context.token` for a view that does not change (all but live ones), built once.
         let fixedRecord: PolicyValue?
         /// That record's five fields in ``TokenField`` order, for conditions that read one.
         let fixedFields: [PolicyValue]?
-        /// Whether `fixedRecord` is there (asked once per decision, without copying it).
-        let keepsRecord: Bool
         /// `fixedFields` that are sets, as sets (`nil` for the others): the four scope sets, kept
         /// in this object itself (not in an array of their own), so testing one reads this
         /// object, then the set's elements.
@@ -36,7 +40,8 @@ public struct TokenView: Sendable {
         /// (`all`) or at least one, when the view keeps its fields and that field is a set;
         /// `nil` otherwise. Tested in place: nothing of the set is copied.
         func field(_ index: Int, holds members: [PolicyValue], all: Bool) -> Bool? {
-            switch index {
+            if let answer = few.field(index, holds: members, all: all) { return answer }
+            return switch index {
             case 0: Self.holds(granted, members, all: all)
             case 1: Self.holds(declined, members, all: all)
             case 2: Self.holds(expired, members, all: all)
@@ -67,6 +72,7 @@ public struct TokenView: Sendable {
             self.fixedFields = fields
             self.keepsRecord = true
             (granted, declined, expired, revoked) = Self.sets(fields)
+            few = FewScopes(granted, declined, expired, revoked)
         }
 
         init(source: Source, fixedRecord: PolicyValue?) {
@@ -80,6 +86,61 @@ public struct TokenView: Sendable {
                 self.fixedFields = nil
             }
             (granted, declined, expired, revoked) = Self.sets(fixedFields)
+            few = FewScopes(granted, declined, expired, revoked)
+        }
+    }
+
+    /// A token's scope names with the set each is in (its place in ``TokenField`` order), held
+    /// in place when there are at most ``capacity`` of them, all strings: four strings and a
+    /// few bytes, where the sets would be four arrays elsewhere in memory.
+    struct FewScopes: Sendable {
+        /// The most names held in place.
+        static let capacity = 4
+        /// How many names, or `UInt8.max` when they are not held here (more than
+        /// ``capacity``, an element that is not a string, or a field that is not a set).
+        private var count: UInt8 = .max
+        /// The set of each name: byte `i` (from the lowest) for name `i`.
+        private var sets: UInt32 = 0
+        private var names: (String, String, String, String) = ("", "", "", "")
+
+        /// The names of these sets (in ``TokenField`` order), when they fit.
+        init(_ sets: PolicyValueSet?...) {
+            guard sets.allSatisfy({ $0 != nil }),
+                  sets.reduce(0, { $0 + $1!.count }) <= Self.capacity else { return }
+            var count: UInt8 = 0
+            for (place, set) in sets.enumerated() {
+                for element in set!.elements {
+                    guard case .string(let name) = element else { return }
+                    switch count {
+                    case 0: names.0 = name
+                    case 1: names.1 = name
+                    case 2: names.2 = name
+                    default: names.3 = name
+                    }
+                    self.sets |= UInt32(place) << (8 * UInt32(count))
+                    count += 1
+                }
+            }
+            self.count = count
+        }
+
+        /// Whether the set at `index` holds every one of `members` (`all`) or at least one;
+        /// `nil` when the names are not held here or the field is not one of the four sets
+        /// (`since` is a record).
+        @inline(__always)
+        func field(_ index: Int, holds members: [PolicyValue], all: Bool) -> Bool? {
+            guard count != .max, (0..<4).contains(index) else { return nil }
+            for member in members where holds(index, member) != all { return !all }
+            return all
+        }
+
+        private func holds(_ index: Int, _ member: PolicyValue) -> Bool {
+            guard case .string(let text) = member else { return false }  // the sets hold strings only
+            for place in 0..<Int(count) where Int(truncatingIfNeeded: sets >> (8 * UInt32(place))) & 0xFF == index {
+                let name = switch place { case 0: names.0; case 1: names.1; case 2: names.2; default: names.3 }
+                if PolicyValue.sameBytes(name, text) { return true }
+            }
+            return false
         }
     }
 

@@ -73,8 +73,8 @@ struct Evaluator: ~Copyable, Sendable {
 
     /// The evaluator for a request.
     init(_ request: consuming AuthorizationRequest, entities: EntityStore) {
-        (principalRecord, resourceRecord) = Self.records(request, entities)
         readRecord = Self.tokenRecord(request)
+        (principalRecord, resourceRecord) = Self.records(request, entities)
         self.entities = entities
         self.request = request
     }
