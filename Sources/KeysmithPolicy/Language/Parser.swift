@@ -66,6 +66,11 @@ struct PolicyParser {
         "permit", "forbid", "when", "unless",
     ]
     static let extensionFunctions: Set<String> = ["ip", "decimal", "datetime", "duration"]
+    /// Words that cannot name an attribute or a record field unquoted (`context.if`,
+    /// `context has true`, `{in: 1}`), as in Cedar: write them as strings (`context["if"]`,
+    /// `context has "true"`, `{"in": 1}`). `principal`, `when` and the other words in
+    /// ``reserved`` are attribute names like any other.
+    static let reservedAttributeNames: Set<String> = ["true", "false", "if", "then", "else", "in", "is", "like", "has", "__cedar"]
 
     /// Parses every policy, reporting every policy that does not parse (each problem stops only
     /// its own policy).
@@ -200,7 +205,7 @@ struct PolicyParser {
             if accept("[") {
                 var list: [EntityUID] = []
                 if !accept("]") {
-                    repeat { list.append(try entityReference()) } while accept(",")
+                    repeat { list.append(try entityReference()) } while accept(",") && current.token != .symbol("]")
                     try expect("]", "to close the list of actions")
                 }
                 action = .within(list)
@@ -212,6 +217,7 @@ struct PolicyParser {
         let resourceLocation = current.location
         guard keyword("resource") else { throw problem("the head's third element must be 'resource'") }
         let resource = try entityConstraint("resource")
+        _ = accept(",")  // a trailing comma, as in Cedar
         try expect(")", "to close the policy's head")
         var conditions: [(Bool, Expression)] = []
         while case .identifier(let word) = current.token, word == "when" || word == "unless" {
@@ -341,9 +347,26 @@ struct PolicyParser {
         }
         if keyword("has") {
             switch current.token {
-            case .identifier(let name), .string(let name, _):
+            case .string(let name, _):
                 position += 1
+                if current.token == .symbol(".") {
+                    throw problem("a quoted name after 'has' takes no path: write the names unquoted (context has a.b)")
+                }
                 return try make(.has(left, name))
+            case .identifier(let name):
+                try attributeIdentifier(name, "an attribute")
+                position += 1
+                var path = [name]
+                while accept(".") {
+                    guard case .identifier(let next) = current.token else {
+                        throw problem("expected an attribute name after '.' in the path after 'has'")
+                    }
+                    try attributeIdentifier(next, "an attribute")
+                    position += 1
+                    path.append(next)
+                }
+                if current.token == .symbol("(") { throw problem("a path after 'has' names attributes only, not a method call") }
+                return path.count == 1 ? try make(.has(left, name)) : try hasPath(left, path, from: start)
             default:
                 throw problem("expected an attribute name after 'has'")
             }
@@ -429,6 +452,7 @@ struct PolicyParser {
                     let arguments = try expressionList(closing: ")")
                     value = try node(.method(value, name, arguments), from: start)
                 } else {
+                    try attributeIdentifier(name, "an attribute", at: tokens[position - 1])
                     value = try node(.attribute(value, name), from: start)
                 }
             } else if current.token == .symbol("[") {
@@ -443,10 +467,35 @@ struct PolicyParser {
         }
     }
 
+    /// `base has a.b.c`, as Cedar reads it: `base has a && base.a has b && base.a.b has c` (each
+    /// test reads an attribute only when the ones before it are there). The parts print
+    /// themselves; the whole keeps its text as written.
+    private func hasPath(_ base: Expression, _ path: [String], from start: Lexer.Located) throws(PolicyDiagnostic) -> Expression {
+        func part(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Expression {
+            let expression = Expression(kind: kind, location: start.location, written: .printed)
+            guard expression.height <= Self.maximumDepth else { throw problem("the expression nests deeper than \(Self.maximumDepth) levels") }
+            return expression
+        }
+        var owner = base
+        var tests = try part(.has(base, path[0]))
+        for (index, name) in path.enumerated().dropFirst() {
+            owner = try part(.attribute(owner, path[index - 1]))
+            tests = try part(.binary(.and, tests, try part(.has(owner, name))))
+        }
+        return try node(tests.kind, from: start)
+    }
+
+    /// Refuses a word Cedar reserves (``reservedAttributeNames``) as an unquoted attribute or
+    /// field name.
+    private func attributeIdentifier(_ name: String, _ what: String, at token: Lexer.Located? = nil) throws(PolicyDiagnostic) {
+        guard Self.reservedAttributeNames.contains(name) else { return }
+        throw problem("'\(name)' is a reserved word and cannot name \(what) unquoted: write it as a string, \(PolicyValue.quoted(name))", at: token)
+    }
+
     private mutating func expressionList(closing: String) throws(PolicyDiagnostic) -> [Expression] {
         var items: [Expression] = []
         if accept(closing) { return items }
-        repeat { items.append(try expression()) } while accept(",")
+        repeat { items.append(try expression()) } while accept(",") && current.token != .symbol(closing)
         try expect(closing, "to close the list")
         return items
     }
@@ -477,14 +526,17 @@ struct PolicyParser {
                 repeat {
                     let name: String
                     switch current.token {
-                    case .identifier(let identifier), .string(let identifier, _): name = identifier
+                    case .identifier(let identifier):
+                        try attributeIdentifier(identifier, "a record's field")
+                        name = identifier
+                    case .string(let identifier, _): name = identifier
                     default: throw problem("expected a field name in the record")
                     }
                     position += 1
                     if fields.contains(where: { $0.0 == name }) { throw problem("the field \(PolicyValue.quoted(name)) appears twice in the record") }
                     try expect(":", "after the field name")
                     fields.append((name, try expression()))
-                } while accept(",")
+                } while accept(",") && current.token != .symbol("}")
                 try expect("}", "to close the record")
             }
             return try make(.record(fields))

@@ -58,8 +58,11 @@ enum PolicyJSON {
                 guard case .object(let items) = annotationsValue.value else { throw problem(annotationsValue, "annotations must be an object") }
                 for (key, item) in items {
                     guard PolicyPrinter.isIdentifier(key) else { throw problem(item, "the annotation name \(PolicyValue.quoted(key)) is not an identifier") }
-                    guard case .string(let text) = item.value else { throw problem(item, "an annotation's value must be a string") }
-                    annotations[key] = text
+                    switch item.value {
+                    case .string(let text): annotations[key] = text
+                    case .null: annotations[key] = ""  // `@name` with no value, written `""` (as `@name` in text reads)
+                    default: throw problem(item, "an annotation's value must be a string or null")
+                    }
                 }
             }
             var conditions: [(isWhen: Bool, body: Expression)] = []

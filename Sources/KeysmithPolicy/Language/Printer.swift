@@ -76,7 +76,7 @@ enum PolicyPrinter {
     static func isIdentifier(_ name: String) -> Bool {
         guard let first = name.unicodeScalars.first, first == "_" || ("a"..."z").contains(first) || ("A"..."Z").contains(first) else { return false }
         return name.unicodeScalars.allSatisfy { $0 == "_" || ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) }
-            && !PolicyParser.reserved.contains(name)
+            && !PolicyParser.reserved.contains(name) && !PolicyParser.reservedAttributeNames.contains(name)
     }
 
     static func identifierOrString(_ name: String) -> String { isIdentifier(name) ? name : PolicyValue.quoted(name) }

@@ -253,7 +253,8 @@ struct Lexer {
                 }
                 token = .integer(digits)
             } else if scalar == "\"" {
-                token = try string()
+                // `\*` (a literal star) is an escape of `like` patterns only, as in Cedar.
+                token = try string(patternFollows: out.last?.token == .identifier("like"))
             } else if scalar == "@" {
                 advance()
                 token = .annotationStart
@@ -286,9 +287,9 @@ struct Lexer {
         }
     }
 
-    /// A string literal: `\n \r \t \0 \\ \" \' \*` and `\u{hex}`; `\*` is a literal star in a
-    /// `like` pattern, `*` a wildcard.
-    private mutating func string() throws(PolicyDiagnostic) -> Token {
+    /// A string literal: `\n \r \t \0 \\ \" \' \x7f \u{hex}`, and in a `like` pattern (when
+    /// `patternFollows`) `\*`, a literal star; any other star is a wildcard.
+    private mutating func string(patternFollows: Bool) throws(PolicyDiagnostic) -> Token {
         let start = location
         advance()
         var value = String.UnicodeScalarView()
@@ -307,8 +308,25 @@ struct Lexer {
                 case "r": decoded = "\r"
                 case "t": decoded = "\t"
                 case "0": decoded = "\0"
+                case "x":
+                    // Two hex digits naming an ASCII character (at most 7F), as in Cedar.
+                    var code: UInt8 = 0
+                    for _ in 0..<2 {
+                        guard let digit = peek(), digit.properties.isASCIIHexDigit, let value = UInt8(String(digit), radix: 16) else {
+                            throw PolicyDiagnostic(location: escapeLocation, message: "\\x must be followed by two hex digits")
+                        }
+                        code = code &* 16 &+ value
+                        advance()
+                    }
+                    guard code <= 0x7F else {
+                        throw PolicyDiagnostic(location: escapeLocation, message: "\\x escapes only ASCII characters (at most \\x7f): write \\u{…} for others")
+                    }
+                    decoded = Unicode.Scalar(code)
                 case "\\", "\"", "'": decoded = escape
                 case "*":
+                    guard patternFollows else {
+                        throw PolicyDiagnostic(location: escapeLocation, message: "\\* is an escape of 'like' patterns only: write * in other strings")
+                    }
                     value.append("*")
                     pattern.append(.literal("*"))
                     continue
@@ -329,7 +347,9 @@ struct Lexer {
                     throw PolicyDiagnostic(location: escapeLocation, message: "an unknown escape \\\(escape) in a string")
                 }
                 value.append(decoded)
-                pattern.append(.literal(decoded))
+                // Only `\*` is a literal star in a pattern: a star written any other way
+                // (`\u{2a}`, `\x2a`) is a wildcard, as in Cedar.
+                pattern.append(decoded == "*" ? .wildcard : .literal(decoded))
                 continue
             }
             value.append(scalar)

@@ -86,7 +86,14 @@ class Gen:
         return c
 
     def string(self, d):
-        return self.pick([q(self.pick(STRINGS)), "principal.name", "resource.title", "context.s"])
+        # Besides JSON-style escapes (q), Cedar's own: \x hex escapes and \u{…}.
+        return self.pick([q(self.pick(STRINGS)), "principal.name", "resource.title", "context.s",
+                          '"\\x61lice"', '"b\\u{65}ach"'])
+
+    def comma(self, items):
+        """Items joined by commas, sometimes with a trailing comma (Cedar accepts one after a
+        non-empty list: sets, records, arguments, action lists, the head)."""
+        return ", ".join(items) + ("," if items and self.r.random() < 0.25 else "")
 
     def entity(self, d):
         return self.pick(["principal", "resource", "action", self.ref(), self.ref("User"), "resource.owner", "principal.manager"])
@@ -96,9 +103,9 @@ class Gen:
         if c == "lit":
             n = self.r.randint(0, 3)
             maker = self.pick([self.string, self.long, self.entity])
-            return "[" + ", ".join(maker(max(d - 1, 0)) for _ in range(n)) + "]"
+            return "[" + self.comma([maker(max(d - 1, 0)) for _ in range(n)]) + "]"
         if c == "entities":
-            return "[" + ", ".join(self.ref() for _ in range(self.r.randint(0, 2))) + "]"
+            return "[" + self.comma([self.ref() for _ in range(self.r.randint(0, 2))]) + "]"
         return {"tags": "principal.tags", "labels": "resource.labels", "granted": "context.token.granted",
                 "groups": "principal.groups"}[c]
 
@@ -117,12 +124,15 @@ class Gen:
         if c == "in":
             return f"{self.entity(d - 1)} in {self.pick([self.entity(d - 1), self.set(d - 1)])}"
         if c == "has":
-            return f"{self.pick(['principal', 'resource', 'context', 'resource.owner', 'context.token'])} has {self.pick(['level', 'name', 'owner', 'granted', 'flag', 'missing', 'tags', 'size'])}"
+            # A path (`has a.b`) tests each step; a step into a value that is not a record or
+            # an entity (level.x) is an error, as an attribute read would be.
+            return f"{self.pick(['principal', 'resource', 'context', 'resource.owner', 'context.token'])} has {self.pick(['level', 'name', 'owner', 'granted', 'flag', 'missing', 'tags', 'size', 'owner.name', 'manager.level', 'owner.manager.active', 'token.since', 'missing.x', 'level.x', 'since.x'])}"
         if c == "like":
-            pattern = self.pick(['"*"', '"a*"', '"*e*"', '"b\\*ch"', '"x\\\\y"', '"alice"', '""', '"É*"'])
+            # \* is a literal star; a star written \u{2a} or \x2a is a wildcard.
+            pattern = self.pick(['"*"', '"a*"', '"*e*"', '"b\\*ch"', '"x\\\\y"', '"alice"', '""', '"É*"', '"b\\u{2a}h"', '"\\x61\\x2a"'])
             return f"{self.string(d - 1)} like {pattern}"
         if c == "contains":
-            return f"{self.set(d - 1)}.contains({self.pick([self.string, self.entity, self.long])(d - 1)})"
+            return f"{self.set(d - 1)}.contains({self.comma([self.pick([self.string, self.entity, self.long])(d - 1)])})"
         if c == "containsAll":
             return f"{self.set(d - 1)}.{self.pick(['containsAll', 'containsAny'])}({self.set(d - 1)})"
         if c == "isEmpty":
@@ -183,12 +193,12 @@ class Gen:
             group = self.pick(['Action::"write"', self.ref('Action')])
             return f"action in {group}"
         if c == "inlist":
-            return "action in [" + ", ".join(self.ref("Action") for _ in range(self.r.randint(0, 2))) + "]"
+            return "action in [" + self.comma([self.ref("Action") for _ in range(self.r.randint(0, 2))]) + "]"
         return "action"
 
     def policy(self):
         effect = self.pick(["permit", "permit", "forbid"])
-        text = f"{effect} ({self.head_entity('principal', ['User', 'Group'])}, {self.head_action()}, {self.head_entity('resource', ['Photo', 'Album'])})"
+        text = f"{effect} ({self.comma([self.head_entity('principal', ['User', 'Group']), self.head_action(), self.head_entity('resource', ['Photo', 'Album'])])})"
         for _ in range(self.r.choice([0, 1, 1, 2])):
             text += f"\n{self.pick(['when', 'unless'])} {{ {self.bool(self.r.randint(0, 3))} }}"
         return text + ";"

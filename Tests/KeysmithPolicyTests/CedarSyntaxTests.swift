@@ -1,0 +1,155 @@
+import Foundation
+@testable import KeysmithPolicy
+import Testing
+
+/// Syntax Cedar accepts is accepted and means what it means in Cedar; syntax Cedar refuses is a
+/// syntax error with where. (The random policies of the oracle suite use these forms too, and
+/// are decided by Cedar itself.)
+@Suite("Policy language: Cedar's syntax")
+struct CedarSyntaxTests {
+    static func decide(_ condition: String, context: [String: PolicyValue] = [:]) throws -> AuthorizationDecision {
+        let policies = try Policies(text: "@id(\"p\") permit (principal, action, resource) when { \(condition) };")
+        return policies.isAuthorized(AuthorizationRequest(principal: EntityUID(type: "User", id: "a"), action: EntityUID(type: "Action", id: "view"),
+                                                          resource: EntityUID(type: "Doc", id: "d"), context: context), entities: .empty)
+    }
+
+    /// The one syntax problem of `text`, as `line:column: message`, or nil when it parses.
+    static func syntaxProblem(_ text: String) -> String? {
+        do {
+            _ = try Policies(text: text, file: "p.cedar")
+            return nil
+        } catch {
+            guard error.kind == .syntax, error.problems.count == 1, let problem = error.problems.first else { return "\(error)" }
+            return "\(problem.location.line):\(problem.location.column): \(problem.message)"
+        }
+    }
+
+    @Test("a trailing comma is accepted after a policy's head, in sets, records, arguments and action lists, and changes nothing",
+          arguments: [
+              ("permit (principal, action, resource,);", "permit (principal, action, resource);"),
+              ("permit (principal, action in [Action::\"view\", Action::\"edit\",], resource);",
+               "permit (principal, action in [Action::\"view\", Action::\"edit\"], resource);"),
+              ("permit (principal, action, resource) when { [1, 2,].contains(2,) && {a: 1, \"b\": 2,}.b == 2 && ip(\"10.0.0.1\",).isIpv4() };",
+               "permit (principal, action, resource) when { [1, 2].contains(2) && {a: 1, \"b\": 2}.b == 2 && ip(\"10.0.0.1\").isIpv4() };"),
+          ])
+    func trailingCommas(_ written: String, _ plain: String) throws {
+        let policies = try Policies(text: written)
+        let expected = try Policies(text: plain)
+        #expect(PolicyPrinter.print(policies.policies[0]) == PolicyPrinter.print(expected.policies[0]))
+        let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "a"), action: EntityUID(type: "Action", id: "view"),
+                                           resource: EntityUID(type: "Doc", id: "d"))
+        #expect(policies.isAllowed(request, entities: .empty))
+    }
+
+    @Test("only one trailing comma, and only after an item: two commas, or a comma alone, are syntax errors with where",
+          arguments: [
+              ("permit (principal, action, resource,,);", "1:37: expected ')' to close the policy's head, found ','"),
+              ("permit (principal, action, resource) when { [1,,2].isEmpty() };", "1:48: expected an expression, found ','"),
+              ("permit (principal, action, resource) when { [1,2,,].isEmpty() };", "1:50: expected an expression, found ','"),
+              ("permit (principal, action, resource) when { [,].isEmpty() };", "1:46: expected an expression, found ','"),
+              ("permit (principal, action, resource) when { {,} == {} };", "1:46: expected a field name in the record"),
+              ("permit (principal, action, resource) when { [].isEmpty(,) };", "1:56: expected an expression, found ','"),
+              ("permit (principal, action in [,], resource);", "1:31: expected an entity such as User::\"alice\", found ','"),
+              ("permit (principal, action in [Action::\"a\",,], resource);", "1:43: expected an entity such as User::\"alice\", found ','"),
+          ])
+    func extraCommas(_ text: String, _ expected: String) {
+        #expect(Self.syntaxProblem(text) == expected)
+    }
+
+    @Test("`e has a.b.c` tests each step as Cedar does: e has a && e.a has b && e.a.b has c")
+    func hasPath() throws {
+        func record(_ fields: [String: PolicyValue]) -> PolicyValue { .record(fields) }
+        let full: [String: PolicyValue] = ["a": record(["b": record(["c": .long(1)])])]
+        #expect(try Self.decide("context has a.b.c", context: full).isAllowed)
+        #expect(try Self.decide("context has a .b", context: full).isAllowed)
+        #expect(try !Self.decide("context has a.b.d", context: full).isAllowed)
+        #expect(try !Self.decide("context has x.b.c", context: full).isAllowed)
+        #expect(try Self.decide("!(context has x.b)", context: full).isAllowed)  // false, not an error: `has a` fails first
+        // A step into a value that is neither a record nor an entity is an error (the policy
+        // does not apply, and says why), as `context.a.b.c has d` would be.
+        let error = try Self.decide("context has a.b.c.d", context: full)
+        #expect(!error.isAllowed)
+        #expect(error.failures.map(\.policy.id) == ["p"])
+        // The JSON form is Cedar's: the steps joined by &&.
+        let policies = try Policies(text: "permit (principal, action, resource) when { context has a.b.c };")
+        let printed = PolicyPrinter.print(try Policies(json: Array(policies.json.utf8)).policies[0])
+        #expect(printed.contains("context has a && context.a has b && context.a.b has c"), "\(printed)")
+    }
+
+    @Test("a path after `has` is attribute names only: no quoted step, no trailing dot, no method call",
+          arguments: [
+              ("permit (principal, action, resource) when { context has \"a\".b };",
+               "1:60: a quoted name after 'has' takes no path: write the names unquoted (context has a.b)"),
+              ("permit (principal, action, resource) when { context has a. };", "1:60: expected an attribute name after '.' in the path after 'has'"),
+              ("permit (principal, action, resource) when { context has a.\"b\" };", "1:59: expected an attribute name after '.' in the path after 'has'"),
+              ("permit (principal, action, resource) when { context has a.b.contains(1) };", "1:69: a path after 'has' names attributes only, not a method call"),
+          ])
+    func hasPathErrors(_ text: String, _ expected: String) {
+        #expect(Self.syntaxProblem(text) == expected)
+    }
+
+    @Test("a path after `has` nests like the attribute reads it stands for: 100,000 steps are one syntax error")
+    func longHasPath() {
+        let text = "permit (principal, action, resource) when { context has a" + String(repeating: ".a", count: 100_000) + " };"
+        let problem = Self.syntaxProblem(text)
+        #expect(problem?.hasSuffix("the expression nests deeper than 200 levels") == true, "\(String(describing: problem))")
+    }
+
+    @Test("words Cedar reserves cannot name an attribute or a field unquoted; quoted, they can; other keywords can",
+          arguments: ["true", "false", "if", "then", "else", "in", "is", "like", "has", "__cedar"])
+    func reservedAttributeNames(_ word: String) throws {
+        let message = "'\(word)' is a reserved word and cannot name an attribute unquoted: write it as a string, \"\(word)\""
+        #expect(Self.syntaxProblem("permit (principal, action, resource) when { context has \(word) };")
+                == "1:57: \(message)")
+        #expect(Self.syntaxProblem("permit (principal, action, resource) when { context has a.\(word) };")
+                == "1:59: \(message)")
+        #expect(Self.syntaxProblem("permit (principal, action, resource) when { context.\(word) == 1 };")
+                == "1:53: \(message)")
+        #expect(Self.syntaxProblem("permit (principal, action, resource) when { {\(word): 1} == {} };")
+                == "1:46: '\(word)' is a reserved word and cannot name a record's field unquoted: write it as a string, \"\(word)\"")
+        // Quoted, the word is a name like any other; printed, it stays quoted.
+        let context: [String: PolicyValue] = [word: .long(1)]
+        #expect(try Self.decide("context has \"\(word)\" && context[\"\(word)\"] == 1 && {\"\(word)\": 1} has \"\(word)\"", context: context).isAllowed)
+        let policies = try Policies(json: Array(try Policies(text: "permit (principal, action, resource) when { context[\"\(word)\"] == 1 };").json.utf8))
+        let printed = PolicyPrinter.print(policies.policies[0])
+        #expect(try Policies(text: printed).policies.count == 1, "\(printed)")
+        // Keywords Cedar does not reserve name attributes unquoted.
+        #expect(try Self.decide("context has principal.when && context.principal.when", context: ["principal": .record(["when": .bool(true)])]).isAllowed)
+    }
+
+    @Test("\\x escapes: two hex digits naming an ASCII character; \\* only in a like pattern",
+          arguments: [
+              (#""\x41\x7a\x7F" == "Az\u{7f}""#, nil),
+              (#""\x4" == "A""#, #"1:47: \x must be followed by two hex digits"#),
+              (#""\x4g" == "A""#, #"1:47: \x must be followed by two hex digits"#),
+              (#""\x80" == "A""#, #"1:47: \x escapes only ASCII characters (at most \x7f): write \u{…} for others"#),
+              (#""a\*" == "a*""#, #"1:48: \* is an escape of 'like' patterns only: write * in other strings"#),
+              (#"context has "\*""#, #"1:59: \* is an escape of 'like' patterns only: write * in other strings"#),
+              (#""a*" like "a\*""#, nil),
+          ] as [(String, String?)])
+    func stringEscapes(_ condition: String, _ expected: String?) throws {
+        let text = "permit (principal, action, resource) when { \(condition) };"
+        #expect(Self.syntaxProblem(text) == expected)
+        if expected == nil { #expect(try Self.decide(condition).isAllowed) }
+    }
+
+    @Test("in a like pattern only \\* is a literal star: a star written \\u{2a} or \\x2a is a wildcard, as in Cedar")
+    func escapedStarsAreWildcards() throws {
+        #expect(try Self.decide(#""axb" like "a\u{2a}b""#).isAllowed)
+        #expect(try Self.decide(#""axb" like "a\x2ab""#).isAllowed)
+        #expect(try !Self.decide(#""axb" like "a\*b""#).isAllowed)
+        #expect(try Self.decide(#""a*b" like "a\*b""#).isAllowed)
+        // Printed, the wildcard is a star and the literal star stays escaped.
+        let policies = try Policies(text: #"permit (principal, action, resource) when { context.s like "\u{2a}\*" };"#)
+        #expect(PolicyPrinter.print(policies.policies[0]).contains(#"like "*\*""#))
+    }
+
+    @Test("a null annotation in the JSON form is an annotation with no value (@name in text), as in Cedar")
+    func nullAnnotations() throws {
+        let json = #"{"staticPolicies": {"p0": {"effect": "permit", "principal": {"op": "All"}, "action": {"op": "All"}, "resource": {"op": "All"}, "conditions": [], "annotations": {"id": "p0", "reviewed": null}}}}"#
+        let policies = try Policies(json: Array(json.utf8))
+        #expect(policies.policies[0].annotations == ["id": "p0", "reviewed": ""])
+        let wrong = #"{"staticPolicies": {"p0": {"effect": "permit", "principal": {"op": "All"}, "action": {"op": "All"}, "resource": {"op": "All"}, "conditions": [], "annotations": {"reviewed": 1}}}}"#
+        #expect(throws: PolicyDiagnostics.self) { try Policies(json: Array(wrong.utf8)) }
+    }
+}
