@@ -275,7 +275,7 @@ struct PolicyValidationTests {
         ])
     }
 
-    @Test("a common type cannot take a built-in type's name: type Long = String silently made every Long a String")
+    @Test("a common type cannot take a built-in type's name (type Long = String silently made every Long a String), nor can an entity type take an attribute type's name")
     func builtInTypeNamesAreReserved() {
         for name in ["Long", "String", "Bool", "Boolean", "Set", "Record", "Entity", "Extension", "ipaddr", "decimal", "datetime", "duration"] {
             let error = Self.diagnostics { _ = try Schema(text: "type \(name) = String;\nentity U { a: Long };", file: "s") }
@@ -283,6 +283,16 @@ struct PolicyValidationTests {
             #expect(error?.problems.first?.location.line == 1)
         }
         #expect((try? Schema(text: "type Name = String;\nentity U { a: Name };")) != nil)
+        // An entity type may not take the name of a type an attribute can have (the name would be
+        // ambiguous); Boolean, Record, Entity and Extension are not such names and may be taken.
+        for name in ["Long", "String", "Bool", "Set", "ipaddr", "decimal", "datetime", "duration"] {
+            let error = Self.diagnostics { _ = try Schema(text: "entity U;\nentity \(name);", file: "s") }
+            #expect(error?.problems.map(\.message) == ["the entity type \(name) is declared twice or names a built-in type"], "\(name)")
+            #expect(error?.problems.first?.location.line == 2)
+        }
+        for name in ["Boolean", "Record", "Entity", "Extension"] {
+            #expect((try? Schema(text: "entity \(name);\nentity U { a: \(name) };")) != nil, "\(name)")
+        }
     }
 
     @Test("entities that share one id under many types hash apart (hashing the id alone made a request or entity file of 20,000 of them take 42 s), and a store of them finds each")
