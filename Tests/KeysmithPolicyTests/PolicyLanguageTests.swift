@@ -202,6 +202,41 @@ struct PolicyLanguageNewsGroupsTests {
         #expect(answers["granted five"] == [true, false, false, true, false, true, true, true, false, false, false, false, false, nil, nil, true, true])
     }
 
+    @Test("a token view holds up to four scope names in place, each with its set, and answers as the sets do; more names, or one that is not a string, are answered from the sets")
+    func fewScopesAnswerAsTheSets() {
+        let names = ["a", "b", "c", "d", "e"]
+        let memberLists: [[PolicyValue]] = [[], [.string("a")], [.string("z")], [.string("a"), .string("b")], [.string("e"), .string("a")], [.long(1)],
+                                            [.string("a\u{301}")], [.string("b"), .string("c"), .string("d")]]
+        var inPlace = 0
+        for count in 0...5 {
+            // Every way of putting the first `count` names into the four sets.
+            for assignment in 0..<(1 << (2 * count)) {
+                var members: [[PolicyValue]] = [[], [], [], []]
+                for index in 0..<count { members[(assignment >> (2 * index)) & 3].append(.string(names[index])) }
+                let sets = members.map { PolicyValueSet($0) }
+                let few = TokenView.FewScopes(sets[0], sets[1], sets[2], sets[3])
+                for field in 0...4 {
+                    for list in memberLists {
+                        for all in [true, false] {
+                            let answer = few.field(field, holds: list, all: all)
+                            if count > TokenView.FewScopes.capacity || field == 4 {
+                                #expect(answer == nil)
+                                continue
+                            }
+                            let expected = all ? list.allSatisfy(sets[field].contains) : list.contains(where: sets[field].contains)
+                            #expect(answer == expected, "\(members) field \(field) \(list) all \(all)")
+                            inPlace += 1
+                        }
+                    }
+                }
+            }
+        }
+        #expect(inPlace == (1 + 4 + 16 + 64 + 256) * 4 * 8 * 2)
+        // Not held in place: an element that is not a string, or a field that is not a set.
+        #expect(TokenView.FewScopes(PolicyValueSet([.long(1)]), PolicyValueSet([]), PolicyValueSet([]), PolicyValueSet([])).field(0, holds: [.long(1)], all: true) == nil)
+        #expect(TokenView.FewScopes(nil, PolicyValueSet([]), PolicyValueSet([]), PolicyValueSet([])).field(1, holds: [], all: true) == nil)
+    }
+
     @Test("an expired or revoked token's scopes are expired or revoked in context.token, with their time")
     func expiredAndRevokedTokens() throws {
         let policies = try Policies(text: """

@@ -71,6 +71,19 @@ struct PolicyParser {
     /// `context has "true"`, `{"in": 1}`). `principal`, `when` and the other words in
     /// ``reserved`` are attribute names like any other.
     static let reservedAttributeNames: Set<String> = ["true", "false", "if", "then", "else", "in", "is", "like", "has", "__cedar"]
+    /// The methods (`receiver.name(…)`), and how many arguments the set methods take (Cedar
+    /// checks theirs when it parses; the others' at evaluation).
+    static let methods: [String: Int?] = [
+        "contains": 1, "containsAll": 1, "containsAny": 1, "isEmpty": 0,
+        "isIpv4": nil, "isIpv6": nil, "isLoopback": nil, "isMulticast": nil, "isInRange": nil,
+        "lessThan": nil, "lessThanOrEqual": nil, "greaterThan": nil, "greaterThanOrEqual": nil,
+        "offset": nil, "durationSince": nil, "toDate": nil, "toTime": nil,
+        "toMilliseconds": nil, "toSeconds": nil, "toMinutes": nil, "toHours": nil, "toDays": nil,
+    ]
+    /// The most expressions a path after `has` may repeat: `e has a.b.c` tests `e` once per
+    /// step, so without a bound a `has` path on a `has` path (on a `has` path…) grows
+    /// exponentially with its length in the text.
+    static let maximumHasPathCopies = 1_000
 
     /// Parses every policy, reporting every policy that does not parse (each problem stops only
     /// its own policy).
@@ -253,23 +266,31 @@ struct PolicyParser {
 
     /// `Name` or `Name::Name…` (a type path).
     private mutating func path() throws(PolicyDiagnostic) -> String {
-        var name = try identifier("an entity type")
+        let first = try identifier("an entity type")
+        var name = try typeName(first)
         while current.token == .symbol("::"), case .identifier(let next) = tokens[position + 1].token {
             position += 2
-            name += "::" + next
+            name += "::" + (try typeName(next))
         }
         return name
+    }
+
+    /// `name`, the part of a type's name just read, unless Cedar reserves it (``reservedAttributeNames``).
+    private func typeName(_ name: String) throws(PolicyDiagnostic) -> String {
+        guard Self.reservedAttributeNames.contains(name) else { return name }
+        throw problem("'\(name)' is a reserved word and cannot be part of a type's name", at: tokens[position - 1])
     }
 
     /// `Type::"id"` or `Name::Space::Type::"id"`.
     private mutating func entityReference() throws(PolicyDiagnostic) -> EntityUID {
         let start = current
-        var parts = [try identifier("an entity such as User::\"alice\"")]
+        let first = try identifier("an entity such as User::\"alice\"")
+        var parts = [try typeName(first)]
         while accept("::") {
             switch current.token {
             case .identifier(let name):
                 position += 1
-                parts.append(name)
+                parts.append(try typeName(name))
             case .string(let id, _):
                 position += 1
                 return EntityUID(type: parts.joined(separator: "::"), id: id)
@@ -449,7 +470,15 @@ struct PolicyParser {
             if accept(".") {
                 let name = try identifier("an attribute or method name after '.'")
                 if accept("(") {
+                    let nameToken = tokens[position - 2]
+                    guard let arity = Self.methods[name] else {
+                        throw problem(name == "getTag" || name == "hasTag" ? "entity tags (.\(name)()) are not supported"
+                                      : "there is no method .\(name)(): the methods are \(Self.methods.keys.sorted().joined(separator: ", "))", at: nameToken)
+                    }
                     let arguments = try expressionList(closing: ")")
+                    if let arity, arguments.count != arity {
+                        throw problem(".\(name)() takes \(arity == 0 ? "no arguments" : "one argument"), not \(arguments.count)", at: nameToken)
+                    }
                     value = try node(.method(value, name, arguments), from: start)
                 } else {
                     try attributeIdentifier(name, "an attribute", at: tokens[position - 1])
@@ -475,6 +504,11 @@ struct PolicyParser {
             let expression = Expression(kind: kind, location: start.location, written: .printed)
             guard expression.height <= Self.maximumDepth else { throw problem("the expression nests deeper than \(Self.maximumDepth) levels") }
             return expression
+        }
+        guard base.height + path.count <= Self.maximumDepth else { throw problem("the expression nests deeper than \(Self.maximumDepth) levels") }
+        let copies = base.count(upTo: Self.maximumHasPathCopies) * (path.count - 1)
+        guard copies <= Self.maximumHasPathCopies else {
+            throw problem("the path after 'has' would repeat the expression before it \(path.count) times, more than \(Self.maximumHasPathCopies) expressions in all: test each step with its own 'has'", at: start)
         }
         var owner = base
         var tests = try part(.has(base, path[0]))

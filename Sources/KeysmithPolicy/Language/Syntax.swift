@@ -103,6 +103,31 @@ struct Expression: Sendable {
         return Expression(kind: kind, location: location, written: .text(text))
     }
 
+    /// The expressions directly inside `kind`, in order.
+    static func operands(_ kind: Kind) -> [Expression] {
+        switch kind {
+        case .literal, .variable: []
+        case .not(let operand), .negate(let operand), .has(let operand, _), .like(let operand, _), .attribute(let operand, _): [operand]
+        case .binary(_, let left, let right): [left, right]
+        case .ifThenElse(let condition, let then, let otherwise): [condition, then, otherwise]
+        case .isType(let operand, _, let container): [operand] + (container.map { [$0] } ?? [])
+        case .method(let receiver, _, let arguments): [receiver] + arguments
+        case .call(_, let arguments), .set(let arguments): arguments
+        case .record(let fields): fields.map(\.1)
+        }
+    }
+
+    /// How many expressions this one is made of (itself included), counting at most `limit + 1`.
+    func count(upTo limit: Int) -> Int {
+        var count = 0
+        var pending = [self]
+        while let next = pending.popLast(), count <= limit {
+            count += 1
+            pending += Self.operands(next.kind)
+        }
+        return count
+    }
+
     private static func deepestOperand(_ kind: Kind) -> Int {
         func deepest(_ operands: [Expression]) -> Int { operands.reduce(0) { max($0, $1.height) } }
         switch kind {
@@ -280,7 +305,9 @@ struct Lexer {
             if scalar == " " || scalar == "\t" || scalar == "\n" || scalar == "\r" {
                 advance()
             } else if scalar == "/", peek(1) == "/" {
-                while let next = peek(), next != "\n" { advance() }
+                // To the end of the line: a line feed or a carriage return, as in Cedar (a
+                // comment ended only by a line feed hid what followed a lone \r).
+                while let next = peek(), next != "\n", next != "\r" { advance() }
             } else {
                 return
             }
