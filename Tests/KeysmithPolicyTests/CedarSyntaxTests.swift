@@ -178,6 +178,33 @@ struct CedarSyntaxTests {
         if expected == nil { #expect(try Self.decide(condition).isAllowed) }
     }
 
+    @Test("any Unicode white space separates tokens, as in Cedar (a form feed, a no-break space, U+2028, U+3000); a zero-width space or a byte order mark does not",
+          arguments: ["\u{0B}", "\u{0C}", "\u{A0}", "\u{85}", "\u{2028}", "\u{2029}", "\u{2003}", "\u{3000}", "\u{200B}", "\u{FEFF}"])
+    func whiteSpace(_ space: String) {
+        let problem = Self.syntaxProblem("permit (principal,\(space)action, resource);")
+        if space == "\u{200B}" || space == "\u{FEFF}" {
+            #expect(problem?.hasPrefix("1:19: unexpected character") == true, "\(String(describing: problem))")
+        } else {
+            #expect(problem == nil)
+        }
+    }
+
+    @Test("\\u{…} takes up to six hex digits with underscores after the first, as in Cedar; a raw carriage return in a string is refused",
+          arguments: [
+              (#""\u{1_0}" == "\u{10}" && "\u{4_1_}" == "A" && "\u{10_FFFF}" == "\u{10FFFF}""#, nil),
+              (#""\u{_41}" == "A""#, #"1:47: an invalid \u{…} escape"#),
+              (#""\u{}" == "A""#, #"1:47: an invalid \u{…} escape"#),
+              (#""\u{1_0_0_0_0_0_0}" == "A""#, #"1:47: an invalid \u{…} escape"#),
+              (#""\u{0000041}" == "A""#, #"1:47: an invalid \u{…} escape"#),
+              (#""\u{D800}" == "A""#, #"1:47: an invalid \u{…} escape"#),
+              ("\"a\rb\" == \"a\\rb\"", #"1:47: a string cannot hold a raw carriage return: write \r"#),
+              ("\"a\nb\" == \"a\\nb\"", nil),
+          ] as [(String, String?)])
+    func unicodeEscapes(_ condition: String, _ expected: String?) throws {
+        #expect(Self.syntaxProblem("permit (principal, action, resource) when { \(condition) };") == expected)
+        if expected == nil { #expect(try Self.decide(condition).isAllowed) }
+    }
+
     @Test("in a like pattern only \\* is a literal star: a star written \\u{2a} or \\x2a is a wildcard, as in Cedar")
     func escapedStarsAreWildcards() throws {
         #expect(try Self.decide(#""axb" like "a\u{2a}b""#).isAllowed)

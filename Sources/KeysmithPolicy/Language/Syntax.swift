@@ -302,7 +302,8 @@ struct Lexer {
 
     private mutating func skipSpaceAndComments() {
         while let scalar = peek() {
-            if scalar == " " || scalar == "\t" || scalar == "\n" || scalar == "\r" {
+            if scalar.properties.isWhitespace {
+                // Any Unicode white space (a form feed, U+3000, …) separates tokens, as in Cedar.
                 advance()
             } else if scalar == "/", peek(1) == "/" {
                 // To the end of the line: a line feed or a carriage return, as in Cedar (a
@@ -323,6 +324,10 @@ struct Lexer {
         var pattern: [PatternElement] = []
         while true {
             guard let scalar = peek() else { throw PolicyDiagnostic(location: start, message: "a string is not closed") }
+            if scalar == "\r" {
+                // As in Cedar: a raw carriage return is not kept in a string (write \r).
+                throw PolicyDiagnostic(location: location, message: "a string cannot hold a raw carriage return: write \\r")
+            }
             advance()
             if scalar == "\"" { break }
             if scalar == "\\" {
@@ -361,8 +366,9 @@ struct Lexer {
                     guard peek() == "{" else { throw PolicyDiagnostic(location: escapeLocation, message: "\\u must be followed by {hex digits}") }
                     advance()
                     var hex = ""
-                    while let digit = peek(), digit.properties.isASCIIHexDigit, hex.count < 6 {
-                        hex.unicodeScalars.append(digit)
+                    // Up to six hex digits; an underscore may follow a digit (`\u{1_F600}`), as in Cedar.
+                    while let digit = peek(), digit.properties.isASCIIHexDigit || (digit == "_" && !hex.isEmpty), hex.count < 6 || digit == "_" {
+                        if digit != "_" { hex.unicodeScalars.append(digit) }
                         advance()
                     }
                     guard peek() == "}", !hex.isEmpty, let code = UInt32(hex, radix: 16), let scalar = Unicode.Scalar(code) else {
