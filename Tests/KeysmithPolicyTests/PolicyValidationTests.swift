@@ -149,6 +149,21 @@ struct PolicyValidationTests {
         #expect(error.description.contains(#"context.token.since["photos:read"] is optional: test it first (context.token.since has "photos:read""#), "\(error)")
     }
 
+    @Test("what `has` proves crosses `||` when both sides prove it, or when the other side is always false (as in Cedar); otherwise reading the optional attribute is an error",
+          arguments: [
+              ("(principal has suspended || false) && principal.suspended", true),
+              ("(false || principal has suspended) && principal.suspended", true),
+              ("(principal has suspended && principal.level > 1 || principal has suspended && principal.level < -1) && principal.suspended", true),
+              ("(principal has suspended || principal.level > 1) && principal.suspended", false),
+              ("(principal has suspended || true) && principal.suspended", false),
+          ])
+    func hasAcrossOr(_ condition: String, _ valid: Bool) throws {
+        let policies = try Policies(text: "permit (principal, action == Action::\"view\", resource) when { \(condition) };", file: "p.cedar")
+        let error = Self.diagnostics { try Self.schema().validate(policies) }
+        #expect((error == nil) == valid, "\(String(describing: error))")
+        if let error { #expect(error.problems.allSatisfy { $0.message.contains("suspended") }, "\(error)") }
+    }
+
     @Test("syntax errors in several policies are all reported, with their lines")
     func syntaxErrors() {
         let text = """

@@ -246,6 +246,8 @@ struct TypeChecker {
             let rightResult = check(right, known: known)
             if let type = rightResult.type, !type.isBoolean { report(right, "'||' needs true or false, and this is \(type)") }
             if leftResult.type == .alwaysFalse { return (rightResult.type == nil ? .bool : rightResult.type!, rightResult.whenTrue) }
+            // Likewise `e || false` is true only when `e` is, and proves what `e` proves (as in Cedar).
+            if rightResult.type == .alwaysFalse { return (leftResult.type ?? .bool, leftResult.whenTrue) }
             let type: StaticType = rightResult.type == .alwaysTrue ? .alwaysTrue : .bool
             return (type, leftResult.whenTrue.intersection(rightResult.whenTrue))
         case .binary(let op, let left, let right):
