@@ -199,6 +199,11 @@ struct CedarSyntaxTests {
               (#""\u{D800}" == "A""#, #"1:47: an invalid \u{…} escape"#),
               ("\"a\rb\" == \"a\\rb\"", #"1:47: a string cannot hold a raw carriage return: write \r"#),
               ("\"a\nb\" == \"a\\nb\"", nil),
+              (#""\u{10FFFF_}" == "\u{10FFFF}" && "\u{1_0_0_0_0_0}" == "\u{100000}""#, nil),
+              // The character after a backslash is shown escaped: raw, a carriage return would
+              // send the terminal back to the start of the message's line.
+              ("\"a\\\rb\" == \"a\"", #"1:48: an unknown escape \ followed by "\r" in a string"#),
+              ("\"a\\\u{202E}b\" == \"a\"", #"1:48: an unknown escape \ followed by "\u{202E}" in a string"#),
           ] as [(String, String?)])
     func unicodeEscapes(_ condition: String, _ expected: String?) throws {
         #expect(Self.syntaxProblem("permit (principal, action, resource) when { \(condition) };") == expected)

@@ -153,6 +153,7 @@ struct PolicyValidationTests {
           arguments: [
               ("(principal has suspended || false) && principal.suspended", true),
               ("(false || principal has suspended) && principal.suspended", true),
+              ("(principal has suspended || principal is Photo) && principal.suspended", true),  // always false: a User is not a Photo
               ("(principal has suspended && principal.level > 1 || principal has suspended && principal.level < -1) && principal.suspended", true),
               ("(principal has suspended || principal.level > 1) && principal.suspended", false),
               ("(principal has suspended || true) && principal.suspended", false),

@@ -505,7 +505,10 @@ enum JSONValues {
         let type = String(text[..<separator.lowerBound])
         guard isTypeName(type) else { return nil }
         var lexer = Lexer(text: String(text[text.index(separator.lowerBound, offsetBy: 2)...]), file: "")
-        guard let tokens = try? lexer.tokens(), tokens.count == 2, case .string(let id, _) = tokens[0].token else { return nil }
+        // The quoted id and nothing after it: no white space, no `//` comment (as in Cedar, whose
+        // entity text must be in its normal form).
+        guard let tokens = try? lexer.tokens(), tokens.count == 2, case .string(let id, _) = tokens[0].token,
+              tokens[1].start == tokens[0].end else { return nil }
         return EntityUID(type: type, id: id)
     }
 

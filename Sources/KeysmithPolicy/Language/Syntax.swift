@@ -377,7 +377,9 @@ struct Lexer {
                     advance()
                     decoded = scalar
                 default:
-                    throw PolicyDiagnostic(location: escapeLocation, message: "an unknown escape \\\(escape) in a string")
+                    // The character shown escaped: a raw carriage return or a bidirectional control
+                    // would otherwise rewrite the line the message is printed on.
+                    throw PolicyDiagnostic(location: escapeLocation, message: "an unknown escape \\ followed by \(PolicyValue.quoted(String(escape), escapingNonASCII: true)) in a string")
                 }
                 value.append(decoded)
                 // Only `\*` is a literal star in a pattern: a star written any other way
