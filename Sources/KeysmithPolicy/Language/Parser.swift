@@ -66,20 +66,15 @@ struct PolicyParser {
         "permit", "forbid", "when", "unless",
     ]
     static let extensionFunctions: Set<String> = ["ip", "decimal", "datetime", "duration"]
-    /// Words that cannot name an attribute or a record field unquoted (`context.if`,
-    /// `context has true`, `{in: 1}`), as in Cedar: write them as strings (`context["if"]`,
-    /// `context has "true"`, `{"in": 1}`). `principal`, `when` and the other words in
-    /// ``reserved`` are attribute names like any other.
-    static let reservedAttributeNames: Set<String> = ["true", "false", "if", "then", "else", "in", "is", "like", "has", "__cedar"]
-    /// The methods (`receiver.name(…)`), and how many arguments the set methods take (Cedar
-    /// checks theirs when it parses; the others' at evaluation).
-    static let methods: [String: Int?] = [
-        "contains": 1, "containsAll": 1, "containsAny": 1, "isEmpty": 0,
-        "isIpv4": nil, "isIpv6": nil, "isLoopback": nil, "isMulticast": nil, "isInRange": nil,
-        "lessThan": nil, "lessThanOrEqual": nil, "greaterThan": nil, "greaterThanOrEqual": nil,
-        "offset": nil, "durationSince": nil, "toDate": nil, "toTime": nil,
-        "toMilliseconds": nil, "toSeconds": nil, "toMinutes": nil, "toHours": nil, "toDays": nil,
-    ]
+    /// Words Cedar reserves: none may be part of a type's name, nor name an attribute or a
+    /// record field unquoted (`context.if`, `context has true`, `{in: 1}`; write them as
+    /// strings: `context["if"]`, `context has "true"`, `{"in": 1}`). `principal`, `when` and the
+    /// other words in ``reserved`` are attribute names like any other.
+    static let cedarReserved: Set<String> = ["true", "false", "if", "then", "else", "in", "is", "like", "has", "__cedar"]
+    /// The methods (`receiver.name(…)`, the ones the JSON form reads), and how many arguments
+    /// the set methods take (Cedar checks theirs when it parses; the others' at evaluation).
+    static let methods: [String: Int?] = Dictionary(uniqueKeysWithValues:
+        PolicyJSON.Reader.setOperations.map { ($0, Int?.some(1)) } + [("isEmpty", 0)] + PolicyJSON.Reader.methods.map { ($0, Int?.none) })
     /// The most expressions a path after `has` may repeat: `e has a.b.c` tests `e` once per
     /// step, so without a bound a `has` path on a `has` path (on a `has` path…) grows
     /// exponentially with its length in the text.
@@ -275,10 +270,10 @@ struct PolicyParser {
         return name
     }
 
-    /// `name`, the part of a type's name just read, unless Cedar reserves it (``reservedAttributeNames``).
+    /// `name`, the part of a type's name just read, unless Cedar reserves it (``cedarReserved``).
     private func typeName(_ name: String) throws(PolicyDiagnostic) -> String {
-        guard Self.reservedAttributeNames.contains(name) else { return name }
-        throw problem("'\(name)' is a reserved word and cannot be part of a type's name", at: tokens[position - 1])
+        try refuseReserved(name, "cannot be part of a type's name", at: tokens[position - 1])
+        return name
     }
 
     /// `Type::"id"` or `Name::Space::Type::"id"`.
@@ -311,8 +306,10 @@ struct PolicyParser {
     /// The expression from `start` to the last token read; an error when it would nest deeper
     /// than ``maximumDepth`` (a chain of one operator, or of members, deepens the expression
     /// without the parser nesting its calls, so depth is counted on the expression too).
-    private func node(_ kind: Expression.Kind, from start: Lexer.Located) throws(PolicyDiagnostic) -> Expression {
-        let expression = Expression(kind: kind, location: start.location, written: written(from: start))
+    /// `written` replaces the source text for an expression that was not written as such (the
+    /// steps of a `has` path).
+    private func node(_ kind: Expression.Kind, from start: Lexer.Located, written: Expression.Written? = nil) throws(PolicyDiagnostic) -> Expression {
+        let expression = Expression(kind: kind, location: start.location, written: written ?? self.written(from: start))
         guard expression.height <= Self.maximumDepth else { throw problem("the expression nests deeper than \(Self.maximumDepth) levels") }
         return expression
     }
@@ -500,11 +497,7 @@ struct PolicyParser {
     /// test reads an attribute only when the ones before it are there). The parts print
     /// themselves; the whole keeps its text as written.
     private func hasPath(_ base: Expression, _ path: [String], from start: Lexer.Located) throws(PolicyDiagnostic) -> Expression {
-        func part(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Expression {
-            let expression = Expression(kind: kind, location: start.location, written: .printed)
-            guard expression.height <= Self.maximumDepth else { throw problem("the expression nests deeper than \(Self.maximumDepth) levels") }
-            return expression
-        }
+        func part(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Expression { try node(kind, from: start, written: .printed) }
         guard base.height + path.count <= Self.maximumDepth else { throw problem("the expression nests deeper than \(Self.maximumDepth) levels") }
         let copies = base.count(upTo: Self.maximumHasPathCopies) * (path.count - 1)
         guard copies <= Self.maximumHasPathCopies else {
@@ -519,11 +512,16 @@ struct PolicyParser {
         return try node(tests.kind, from: start)
     }
 
-    /// Refuses a word Cedar reserves (``reservedAttributeNames``) as an unquoted attribute or
-    /// field name.
+    /// Refuses a word Cedar reserves (``cedarReserved``) as an unquoted attribute or field name.
     private func attributeIdentifier(_ name: String, _ what: String, at token: Lexer.Located? = nil) throws(PolicyDiagnostic) {
-        guard Self.reservedAttributeNames.contains(name) else { return }
-        throw problem("'\(name)' is a reserved word and cannot name \(what) unquoted: write it as a string, \(PolicyValue.quoted(name))", at: token)
+        try refuseReserved(name, "cannot name \(what) unquoted: write it as a string, \(PolicyValue.quoted(name))", at: token)
+    }
+
+    /// Refuses `name` when Cedar reserves it (``cedarReserved``): "'name' is a reserved word"
+    /// and why it cannot stand where it is.
+    private func refuseReserved(_ name: String, _ why: String, at token: Lexer.Located?) throws(PolicyDiagnostic) {
+        guard Self.cedarReserved.contains(name) else { return }
+        throw problem("'\(name)' is a reserved word and \(why)", at: token)
     }
 
     private mutating func expressionList(closing: String) throws(PolicyDiagnostic) -> [Expression] {

@@ -57,7 +57,7 @@ enum PolicyJSON {
             if let annotationsValue = fields["annotations"] {
                 guard case .object(let items) = annotationsValue.value else { throw problem(annotationsValue, "annotations must be an object") }
                 for (key, item) in items {
-                    guard PolicyPrinter.isAnnotationName(key) else { throw problem(item, "the annotation name \(PolicyValue.quoted(key)) is not an identifier") }
+                    guard PolicyPrinter.hasIdentifierShape(key) else { throw problem(item, "the annotation name \(PolicyValue.quoted(key)) is not an identifier") }
                     switch item.value {
                     case .string(let text): annotations[key] = text
                     case .null: annotations[key] = ""  // `@name` with no value, written `""` (as `@name` in text reads)

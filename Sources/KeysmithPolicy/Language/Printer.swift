@@ -74,12 +74,13 @@ enum PolicyPrinter {
     }
 
     static func isIdentifier(_ name: String) -> Bool {
-        isAnnotationName(name) && !PolicyParser.reserved.contains(name) && !PolicyParser.reservedAttributeNames.contains(name)
+        hasIdentifierShape(name) && !PolicyParser.reserved.contains(name) && !PolicyParser.cedarReserved.contains(name)
     }
 
-    /// Whether `name` can name an annotation: any identifier, reserved words included (`@if`,
-    /// `@when`, `@__cedar`), as in Cedar and in the text form.
-    static func isAnnotationName(_ name: String) -> Bool {
+    /// Whether `name` is shaped as an identifier (ASCII letters, digits and `_`, not starting with
+    /// a digit), reserved words included: what may name an annotation (`@if`, `@when`,
+    /// `@__cedar`), as in Cedar and in the text form.
+    static func hasIdentifierShape(_ name: String) -> Bool {
         guard let first = name.unicodeScalars.first, first == "_" || ("a"..."z").contains(first) || ("A"..."Z").contains(first) else { return false }
         return name.unicodeScalars.allSatisfy { $0 == "_" || ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) }
     }
