@@ -333,15 +333,26 @@ package enum OneLine {
         guard text.unicodeScalars.contains(where: needsEscape) else { return text }
         var out = ""
         for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where needsEscape(scalar): out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
-            default: out.unicodeScalars.append(scalar)
-            }
+            if let escape = escape(scalar, uppercase: true) { out += escape } else { out.unicodeScalars.append(scalar) }
         }
         return out
+    }
+
+    /// How `scalar` is written when it must not appear raw (``needsEscape(_:)``): `\n`, `\r`,
+    /// `\t`, else `\u{hex}` (hex digits in `uppercase` or not); `nil` for any other scalar.
+    static func escape(_ scalar: Unicode.Scalar, uppercase: Bool) -> String? {
+        switch scalar {
+        case "\n": "\\n"
+        case "\r": "\\r"
+        case "\t": "\\t"
+        case _ where needsEscape(scalar): unicodeEscape(scalar, uppercase: uppercase)
+        default: nil
+        }
+    }
+
+    /// `\u{hex}`, the policy language's escape of any scalar.
+    static func unicodeEscape(_ scalar: Unicode.Scalar, uppercase: Bool) -> String {
+        "\\u{" + String(scalar.value, radix: 16, uppercase: uppercase) + "}"
     }
 
     /// Policy text on one line: each line break, with the indentation after it, is one space.

@@ -316,8 +316,8 @@ struct TypeChecker {
             case .entity(let types):
                 if types.allSatisfy({ schema.entityType(named: $0)?.attributes.exactly(name) == nil }) { return plain(.alwaysFalse) }
             case .record(let fields):
-                if fields.exactly(name) == nil { return plain(.alwaysFalse) }
-                if fields.exactly(name)?.required == true { return plain(.alwaysTrue) }
+                guard let field = fields.exactly(name) else { return plain(.alwaysFalse) }
+                if field.required { return plain(.alwaysTrue) }
             case .openRecord: break
             default: report(expression, "'has' needs an entity or a record, not \(type)")
             }

@@ -228,13 +228,12 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
             switch scalar {
             case "\"": out += "\\\""
             case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
             case "\0": out += "\\0"
             default:
-                if OneLine.needsEscape(scalar) || (escapingNonASCII && !scalar.isASCII) {
-                    out += "\\u{" + String(scalar.value, radix: 16, uppercase: escapingNonASCII) + "}"
+                if let escape = OneLine.escape(scalar, uppercase: escapingNonASCII) {
+                    out += escape
+                } else if escapingNonASCII && !scalar.isASCII {
+                    out += OneLine.unicodeEscape(scalar, uppercase: true)
                 } else {
                     out.unicodeScalars.append(scalar)
                 }
