@@ -14,19 +14,35 @@ let entities = try! EntityStore([
            parents: [EntityUID(type: "Group", id: "g")]),
 ] + schema.actionEntities)
 
-/// Every reader of the policy language gets the same bytes: policies, schemas, entities, requests,
-/// decide lines and test files. Policies that parse are validated and evaluated.
+/// Every reader of the policy language gets the same bytes: policies (as text and as Cedar's JSON
+/// policy format), schemas, entities, requests, decide lines and test files. Policies that parse,
+/// in either form, are validated, evaluated and printed.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
     let text = String(decoding: bytes, as: UTF8.self)
-    if let policies = try? Policies(text: text) {
+    for case let policies? in [try? Policies(text: text), try? Policies(json: bytes)] {
         _ = try? schema.validate(policies)
         let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "u"), action: EntityUID(type: "Action", id: "view"),
                                            resource: EntityUID(type: "Group", id: "g"),
                                            context: ["ip": .ip(IPAddress("10.0.0.1")!), "now": .datetime(0)])
-        _ = policies.isAuthorized(request, entities: entities).description
+        let decision = policies.isAuthorized(request, entities: entities)
+        _ = decision.description
         _ = policies.remedies(for: request, entities: entities)
+        // What `policy format` prints reads back as policies that decide the same, and prints
+        // the same from then on: the text at once; the JSON form once its ids have become `@id`
+        // annotations (reading a policy set keeps each key as `@id`).
+        func same(_ other: Policies) -> Bool {
+            let again = other.isAuthorized(request, entities: entities)
+            return again.isAllowed == decision.isAllowed && again.determining.map(\.id) == decision.determining.map(\.id)
+                && again.failures.map(\.policy.id) == decision.failures.map(\.policy.id)
+        }
+        let formatted = policies.formatted
+        guard let reread = try? Policies(text: formatted), reread.formatted == formatted, same(reread),
+              let keyed = try? Policies(json: Array(policies.json.utf8)), same(keyed),
+              (try? Policies(json: Array(keyed.json.utf8)).json) == keyed.json else {
+            fatalError("printed policies do not read back as the same policies")
+        }
     }
     _ = try? Schema(text: text)
     _ = try? EntityStore(json: bytes)

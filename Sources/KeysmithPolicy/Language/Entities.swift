@@ -464,16 +464,17 @@ enum JSONValues {
     }
 
     static func isTypeName(_ text: String) -> Bool {
-        // Identifiers (ASCII letters, digits, `_`; not starting with a digit; not reserved)
-        // separated by `::`, read byte by byte.
+        // Identifiers (ASCII letters, digits, `_`; not starting with a digit; not a word Cedar
+        // reserves, as in policy text: `when::"a"` is an entity, `if::"a"` is not) separated by
+        // `::`, read byte by byte.
         let bytes = Array(text.utf8)
         func isIdentifier(_ range: Range<Int>) -> Bool {
             func letter(_ byte: UInt8) -> Bool { byte == 0x5F || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte) }
             guard let first = range.first, letter(bytes[first]) else { return false }
             guard range.allSatisfy({ letter(bytes[$0]) || (0x30...0x39).contains(bytes[$0]) }) else { return false }
-            // Every reserved word starts with a lowercase letter (type names seldom do).
-            guard (0x61...0x7A).contains(bytes[first]) else { return true }
-            return !PolicyParser.reserved.contains(String(decoding: bytes[range], as: UTF8.self))
+            // Every reserved word starts with a lowercase letter or `_` (type names seldom do).
+            guard (0x61...0x7A).contains(bytes[first]) || bytes[first] == 0x5F else { return true }
+            return !PolicyParser.cedarReserved.contains(String(decoding: bytes[range], as: UTF8.self))
         }
         var start = 0, index = 0
         while index + 1 < bytes.count {
@@ -547,9 +548,10 @@ enum JSONValues {
         case .object(let members):
             if members.count == 1, members[0].key == "__entity" { return .entity(try uid(value, file, what)) }
             if members.count == 1, members[0].key == "__extn" {
-                let fields = try self.members(members[0].value, file, what, allowed: ["fn", "arg"])
-                let function = try string(fields["fn"], file, "\(what)'s fn", in: value)
-                let argument = try string(fields["arg"], file, "\(what)'s arg", in: value)
+                let (function, arguments) = try extensionCall(members[0].value, file, what, in: value)
+                guard arguments.count == 1, case .string(let argument) = arguments[0].value else {
+                    throw problem(value, file, "\(what): \(function)() takes one string argument")
+                }
                 do {
                     return try Evaluator.extensionValue(function, argument)
                 } catch {
@@ -559,6 +561,30 @@ enum JSONValues {
             var record: [String: PolicyValue] = [:]
             for (key, member) in members { record[key] = try policyValue(member, file, "\(what).\(key)") }
             return .record(record)
+        }
+    }
+
+    /// An extension value's parts, `{"fn": "ip", "arg": "10.0.0.1"}` or, as Cedar also writes it,
+    /// `{"fn": "ip", "args": ["10.0.0.1"]}`: the function (one of the language's constructors)
+    /// and its arguments, not yet read.
+    static func extensionCall(_ value: Located, _ file: String, _ what: String, in parent: Located) throws(PolicyDiagnostic)
+        -> (function: String, arguments: [Located])
+    {
+        let fields = try members(value, file, what, allowed: ["fn", "arg", "args"])
+        let function = try string(fields["fn"], file, "\(what)'s fn", in: parent)
+        guard PolicyParser.extensionFunctions.contains(function) else {
+            throw problem(value, file, "\(what): \(PolicyValue.quoted(function, escapingNonASCII: true)) is not an extension function (ip, decimal, datetime, duration)")
+        }
+        switch (fields["arg"], fields["args"]) {
+        case (let argument?, nil):
+            return (function, [argument])
+        case (nil, let list?):
+            guard case .array(let items) = list.value else { throw problem(list, file, "\(what)'s args must be an array") }
+            return (function, items)
+        case (nil, nil):
+            throw problem(value, file, "\(what)'s arg is missing")
+        case (_?, _?):
+            throw problem(value, file, "\(what) has both arg and args: write one")
         }
     }
 

@@ -303,13 +303,16 @@ struct Evaluator: ~Copyable, Sendable {
             case .entity(let container):
                 return .bool(isIn(uid, container))
             case .set(let set):
+                // Every element must be an entity, wherever the match is (as in Cedar): `principal
+                // in [principal, 1]` is an error, not true because the match comes first.
+                var found = false
                 for element in set.elements {
                     guard case .entity(let container) = element else {
                         throw fail(.typeMismatch, "'in' needs a set of entities on its right, and it holds \(element.typeName)", expression)
                     }
-                    if isIn(uid, container) { return .bool(true) }
+                    if !found && isIn(uid, container) { found = true }
                 }
-                return .bool(false)
+                return .bool(found)
             default:
                 throw fail(.typeMismatch, "'in' needs an entity or a set of entities on its right, not \(right.typeName)", expression)
             }

@@ -59,8 +59,8 @@ struct PolicyParser {
     /// Expressions nest at most this deep (a hostile file cannot exhaust the stack).
     static let maximumDepth = 200
 
-    /// Words that are not identifiers. All start with a lowercase letter (``JSONValues/isTypeName(_:)``
-    /// relies on it).
+    /// Words that are not identifiers where an expression or a policy's head is read (type
+    /// names may be any but ``cedarReserved``: `when::"a"` is an entity).
     static let reserved: Set<String> = [
         "true", "false", "if", "then", "else", "in", "is", "like", "has", "principal", "action", "resource", "context",
         "permit", "forbid", "when", "unless",
@@ -69,7 +69,8 @@ struct PolicyParser {
     /// Words Cedar reserves: none may be part of a type's name, nor name an attribute or a
     /// record field unquoted (`context.if`, `context has true`, `{in: 1}`; write them as
     /// strings: `context["if"]`, `context has "true"`, `{"in": 1}`). `principal`, `when` and the
-    /// other words in ``reserved`` are attribute names like any other.
+    /// other words in ``reserved`` are attribute and type names like any other. All start with a
+    /// lowercase letter or `_` (``JSONValues/isTypeName(_:)`` relies on it).
     static let cedarReserved: Set<String> = ["true", "false", "if", "then", "else", "in", "is", "like", "has", "__cedar"]
     /// The methods (`receiver.name(…)`, the ones the JSON form reads), and how many arguments
     /// the set methods take (Cedar checks theirs when it parses; the others' at evaluation).

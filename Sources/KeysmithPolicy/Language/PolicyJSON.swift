@@ -115,6 +115,40 @@ enum PolicyJSON {
             "greaterThanOrEqual", "offset", "durationSince", "toDate", "toTime", "toMilliseconds", "toSeconds", "toMinutes", "toHours", "toDays",
         ]
 
+        /// A `Value`: a literal, unless it holds an extension value (`__extn`) that is not one
+        /// (`ip("bogus")`, a wrong number of arguments); then, as in Cedar, the constructor's
+        /// call and the sets and records around it, so that it is this policy's evaluation error
+        /// (as the same text is), not a refused file.
+        mutating func literal(_ body: Located) throws(PolicyDiagnostic) -> Expression {
+            func make(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Expression {
+                let expression = Expression(kind: kind, location: location(body), written: .printed)
+                guard expression.height <= PolicyParser.maximumDepth else {
+                    throw problem(body, "the expression nests deeper than \(PolicyParser.maximumDepth) levels")
+                }
+                return expression
+            }
+            if let value = try? JSONValues.policyValue(body, file, "a value") { return try make(.literal(value)) }
+            // Some part is not a value: the same walk, keeping calls where the values are not ones;
+            // any other problem is thrown where it is.
+            switch body.value {
+            case .array(let items):
+                var elements: [Expression] = []
+                for item in items { elements.append(try literal(item)) }
+                return try make(.set(elements))
+            case .object(let members) where members.count == 1 && members[0].key == "__extn":
+                let (function, arguments) = try JSONValues.extensionCall(members[0].value, file, "a value", in: body)
+                var items: [Expression] = []
+                for argument in arguments { items.append(try literal(argument)) }
+                return try make(.call(function, items))
+            case .object(let members) where !(members.count == 1 && members[0].key == "__entity"):
+                var fields: [(String, Expression)] = []
+                for (name, member) in members { fields.append((name, try literal(member))) }
+                return try make(.record(fields))
+            default:
+                return try make(.literal(try JSONValues.policyValue(body, file, "a value")))
+            }
+        }
+
         mutating func expression(_ value: Located) throws(PolicyDiagnostic) -> Expression {
             depth += 1
             defer { depth -= 1 }
@@ -145,7 +179,7 @@ enum PolicyJSON {
             }
             switch key {
             case "Value":
-                return try make(.literal(try JSONValues.policyValue(body, file, "a value")))
+                return try literal(body)
             case "Var":
                 guard case .string(let name) = body.value, let variable = Variable(rawValue: name) else {
                     throw problem(body, "Var must be principal, action, resource or context")

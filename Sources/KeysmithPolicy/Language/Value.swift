@@ -333,7 +333,8 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
             guard parts.count == 4 else { return nil }
             var value: UInt64 = 0
             for part in parts {
-                guard !part.isEmpty, part.count <= 3, part.allSatisfy(\.isASCII), let octet = UInt64(part), octet <= 255,
+                // ASCII digits only: `UInt64("+3")` is 3, and Cedar refuses `10.1.2.+3`.
+                guard !part.isEmpty, part.count <= 3, part.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let octet = UInt64(part), octet <= 255,
                       part.count == 1 || part.first != "0"
                 else { return nil }
                 value = value << 8 | octet
@@ -344,7 +345,7 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
             self.prefix = 32
         }
         if let prefixText {
-            guard !prefixText.isEmpty, prefixText.count <= 3, prefixText.allSatisfy({ $0.isASCII && $0.isNumber }),
+            guard !prefixText.isEmpty, prefixText.count <= 3, prefixText.utf8.allSatisfy({ (0x30...0x39).contains($0) }),
                   prefixText.count == 1 || prefixText.first != "0",
                   let length = Int(prefixText), length <= (isV6 ? 128 : 32)
             else { return nil }

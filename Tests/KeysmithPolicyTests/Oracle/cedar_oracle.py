@@ -99,7 +99,13 @@ class Gen:
         return self.pick(["principal", "resource", "action", self.ref(), self.ref("User"), "resource.owner", "principal.manager"])
 
     def set(self, d):
-        c = self.pick(["lit", "tags", "labels", "granted", "groups", "entities"])
+        c = self.pick(["lit", "tags", "labels", "granted", "groups", "entities", "mixed"])
+        if c == "mixed":
+            # Entities and one stray value anywhere: `e in` such a set is an error in Cedar
+            # wherever the match is.
+            items = [self.entity(max(d - 1, 0)) for _ in range(self.r.randint(1, 2))]
+            items.insert(self.r.randint(0, len(items)), self.pick([self.long, self.string])(0))
+            return "[" + self.comma(items) + "]"
         if c == "lit":
             n = self.r.randint(0, 3)
             maker = self.pick([self.string, self.long, self.entity])
@@ -122,6 +128,13 @@ class Gen:
         if c == "eq":
             return f"{self.any(d - 1)} {self.pick(['==', '!='])} {self.any(d - 1)}"
         if c == "in":
+            if self.r.random() < 0.25:
+                # A set that holds the entity itself (a match) and a value that is not an
+                # entity, before or after it: an error in Cedar either way.
+                left = self.entity(d - 1)
+                items = [left, self.pick(["1", '"x"', "true"])]
+                self.r.shuffle(items)
+                return f"{left} in [{', '.join(items)}]"
             return f"{self.entity(d - 1)} in {self.pick([self.entity(d - 1), self.set(d - 1)])}"
         if c == "has":
             # A path (`has a.b`) tests each step; a step into a value that is not a record or
@@ -150,7 +163,7 @@ class Gen:
             return f"{self.entity(d - 1)} is {self.pick(['User', 'Group', 'Photo', 'Album'])}{tail}"
         if c == "ip":
             test = self.pick(['isInRange(ip("10.0.0.0/8"))', 'isInRange(ip("192.168.1.0/24"))', 'isLoopback()', 'isIpv4()',
-                              'isIpv6()', 'isMulticast()', 'isInRange(ip("::/0"))'])
+                              'isIpv6()', 'isMulticast()', 'isInRange(ip("::/0"))', 'isInRange(ip("+10.0.0.0/8"))'])
             return f"context.addr.{test}"
         if c == "datetime":
             other = self.pick(['resource.expires', 'datetime("2026-01-01")', 'resource.expires.offset(duration("1d"))',
