@@ -19,6 +19,14 @@ struct VaultPaths: Sendable {
         let digits = String(value, radix: 16)
         return String(repeating: "0", count: max(0, 16 - digits.count)) + digits
     }
+
+    /// The sequence number a log's file name gives, when the name is exactly how ``hex16(_:)``
+    /// writes one: `UInt64(_:radix:)` alone also reads `+00000000000000a` and upper-case digits,
+    /// names no writer makes (a stray file, kept for `verify` to report, never taken for a log).
+    static func logSequence(_ name: String) -> UInt64? {
+        guard name.utf8.count == 16, let number = UInt64(name, radix: 16), hex16(number) == name else { return nil }
+        return number
+    }
 }
 
 /// Atomic, durable file replacement: temporary file (mode 0600, created exclusively), write,

@@ -180,8 +180,7 @@ final class Engine2 {
         }
         for name in names {
             if name.hasPrefix(Durable.temporaryPrefix) { continue }
-            guard name.count == 16, let number = UInt64(name, radix: 16), VaultPaths.hex16(number) == name,
-                  number >= 1, number < Format2.maximumSequence
+            guard let number = VaultPaths.logSequence(name), number >= 1, number < Format2.maximumSequence
             else {
                 fileDamage.append(VaultDamage(file: Format2.dataDirectory + "/log/" + name, offset: 0, recordID: nil, key: nil,
                                               reason: "a file that is not a log sits among the logs (ignored)", isSuperseded: true))
@@ -1306,7 +1305,7 @@ final class Engine2 {
         for name in try io({ try System.listDirectory(paths.logDirectory) }) {
             if name.hasPrefix(Durable.temporaryPrefix) {
                 try io { try System.unlink(paths.logDirectory + "/" + name) }
-            } else if name.count == 16, let number = UInt64(name, radix: 16), number <= sequence {
+            } else if let number = VaultPaths.logSequence(name), number <= sequence {
                 try FaultInjection.step()
                 try io { try System.unlink(paths.logDirectory + "/" + name) }
             }

@@ -544,7 +544,7 @@ struct VaultEngine: ~Copyable {
         for name in names {
             if name.hasPrefix(Durable.temporaryPrefix) {
                 try io { try System.unlink(paths.logDirectory + "/" + name) }
-            } else if let number = UInt64(name, radix: 16), name.count == 16, number <= sequence {
+            } else if let number = VaultPaths.logSequence(name), number <= sequence {
                 try io { try System.unlink(paths.logDirectory + "/" + name) }
             }
         }
