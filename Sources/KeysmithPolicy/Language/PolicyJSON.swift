@@ -119,7 +119,16 @@ enum PolicyJSON {
         /// (`ip("bogus")`, a wrong number of arguments); then, as in Cedar, the constructor's
         /// call and the sets and records around it, so that it is this policy's evaluation error
         /// (as the same text is), not a refused file.
-        mutating func literal(_ body: Located) throws(PolicyDiagnostic) -> Expression {
+        func literal(_ body: Located) throws(PolicyDiagnostic) -> Expression {
+            if let value = try? JSONValues.policyValue(body, file, "a value") { return Expression(kind: .literal(value), location: location(body), written: .printed) }
+            return try valueOrCalls(body)
+        }
+
+        /// One pass over a `Value` that is not a value: the parts that are values stay literals,
+        /// the others become calls and the sets and records around them (no part is read twice,
+        /// so a deep value costs its size, not its size times its depth); any other problem is
+        /// thrown where it is.
+        private func valueOrCalls(_ body: Located) throws(PolicyDiagnostic) -> Expression {
             func make(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Expression {
                 let expression = Expression(kind: kind, location: location(body), written: .printed)
                 guard expression.height <= PolicyParser.maximumDepth else {
@@ -127,23 +136,31 @@ enum PolicyJSON {
                 }
                 return expression
             }
-            if let value = try? JSONValues.policyValue(body, file, "a value") { return try make(.literal(value)) }
-            // Some part is not a value: the same walk, keeping calls where the values are not ones;
-            // any other problem is thrown where it is.
+            func constant(_ expression: Expression) -> PolicyValue? {
+                if case .literal(let value) = expression.kind { value } else { nil }
+            }
             switch body.value {
             case .array(let items):
                 var elements: [Expression] = []
-                for item in items { elements.append(try literal(item)) }
-                return try make(.set(elements))
+                for item in items { elements.append(try valueOrCalls(item)) }
+                let values = elements.compactMap(constant)
+                return try make(values.count == elements.count ? .literal(.set(PolicyValueSet(values))) : .set(elements))
             case .object(let members) where members.count == 1 && members[0].key == "__extn":
                 let (function, arguments) = try JSONValues.extensionCall(members[0].value, file, "a value", in: body)
+                if arguments.count == 1, case .string(let argument) = arguments[0].value,
+                   let value = try? Evaluator.extensionValue(function, argument) {
+                    return try make(.literal(value))
+                }
                 var items: [Expression] = []
-                for argument in arguments { items.append(try literal(argument)) }
+                for argument in arguments { items.append(try valueOrCalls(argument)) }
                 return try make(.call(function, items))
             case .object(let members) where !(members.count == 1 && members[0].key == "__entity"):
                 var fields: [(String, Expression)] = []
-                for (name, member) in members { fields.append((name, try literal(member))) }
-                return try make(.record(fields))
+                for (name, member) in members { fields.append((name, try valueOrCalls(member))) }
+                guard fields.allSatisfy({ constant($0.1) != nil }) else { return try make(.record(fields)) }
+                var record: [String: PolicyValue] = [:]
+                for (name, field) in fields { record[name] = constant(field) }
+                return try make(.literal(.record(record)))
             default:
                 return try make(.literal(try JSONValues.policyValue(body, file, "a value")))
             }
