@@ -201,7 +201,9 @@ struct JSONReader {
             guard digits() > 0 else { throw error("a number has no digits in its exponent") }
         }
         let text = String(decoding: bytes[start..<offset], as: UTF8.self)
-        if isInteger, let value = Int64(text) { return .integer(value) }
+        // `-0` is the float -0.0, not the integer 0, as Cedar's reader (serde) takes it: a Long
+        // written `-0` is refused there.
+        if isInteger, text != "-0", let value = Int64(text) { return .integer(value) }
         guard let value = Double(text), value.isFinite else { throw error("a number is out of range") }
         return .number(value)
     }

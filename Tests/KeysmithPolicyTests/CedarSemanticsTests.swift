@@ -130,3 +130,147 @@ struct CedarSemanticsTests {
         }
     }
 }
+
+/// With a schema, data that does not conform is refused, as Cedar refuses it (a second
+/// differential run against cedarpy, session 16).
+@Suite("Policy language: schemas agree with Cedar")
+struct SchemaAgreementTests {
+    static let schema = """
+        entity User; entity Doc; action read;
+        action view in [read] appliesTo { principal: [User], resource: [Doc] };
+        action ping appliesTo { principal: [User], resource: [Doc] };
+        """
+
+    static func entities(_ json: String) throws -> EntityStore { try EntityStore(json: Array(json.utf8)) }
+
+    @Test("action entities in the data must be the schema's own: an entities file cannot put an action in a group, take it out of one, give it attributes or name an undeclared action")
+    func actionEntitiesMatchTheSchema() throws {
+        let schema = try Schema(text: Self.schema)
+        let policies = try Policies(text: #"permit (principal, action in Action::"read", resource);"#)
+        try schema.validate(policies)
+        func request(_ action: String) -> AuthorizationRequest {
+            AuthorizationRequest(principal: EntityUID(type: "User", id: "u"), action: EntityUID(type: "Action", id: action), resource: EntityUID(type: "Doc", id: "d"))
+        }
+        // Given exactly as declared (Cedar accepts them), they change nothing.
+        for json in [#"[{"uid": {"type": "Action", "id": "view"}, "attrs": {}, "parents": [{"type": "Action", "id": "read"}]}]"#,
+                     #"[{"uid": {"type": "Action", "id": "read"}, "attrs": {}, "parents": []}]"#] {
+            var store = try Self.entities(json)
+            try schema.validate(store)
+            try store.add(schema.actionEntities.filter { store[$0.uid] == nil })
+            #expect(policies.isAllowed(request("view"), entities: store))
+            #expect(!policies.isAllowed(request("ping"), entities: store))
+        }
+        // Otherwise each is an error naming the action (ping was allowed, view denied).
+        for (json, says) in [
+            (#"[{"uid": {"type": "Action", "id": "ping"}, "attrs": {}, "parents": [{"type": "Action", "id": "read"}]}]"#, #"Action::"ping""#),
+            (#"[{"uid": {"type": "Action", "id": "view"}, "attrs": {}, "parents": []}]"#, #"Action::"view""#),
+            (#"[{"uid": {"type": "Action", "id": "view"}, "attrs": {"x": 1}, "parents": [{"type": "Action", "id": "read"}]}]"#, #"Action::"view""#),
+            (#"[{"uid": {"type": "Action", "id": "ping"}, "attrs": {}, "parents": [{"type": "Group", "id": "g"}]}]"#, #"Action::"ping""#),
+            (#"[{"uid": {"type": "Action", "id": "nope"}, "attrs": {}, "parents": []}]"#, "not declared"),
+        ] {
+            let store = try Self.entities(json)
+            let error = #expect(throws: PolicyDiagnostics.self, "\(json)") { try schema.validate(store) }
+            #expect(error?.kind == .validation)
+            #expect(error?.problems.first?.message.contains(says) == true, "\(error?.problems.first?.message ?? "")")
+        }
+    }
+
+    @Test("a value of the wrong type in a request or an entity is named by its path and type, never repeated: it may be a secret")
+    func dataErrorsDoNotEchoValues() throws {
+        let schema = try Schema(text: "entity User { level: Long, home: ipaddr }; entity Doc; action view appliesTo { principal: [User], resource: [Doc], context: { depth: Long, src: ipaddr } };")
+        let secret = "sk_live_" + String(repeating: "Q", count: 64)
+        var messages: [String] = []
+        for context in [#"{"depth": "\#(secret)", "src": {"__extn": {"fn": "ip", "arg": "10.0.0.1"}}}"#,
+                        #"{"depth": 1, "src": {"__extn": {"fn": "ip", "arg": "\#(secret)"}}}"#,
+                        #"{"depth": {"pw": "\#(secret)"}, "src": "\#(secret)"}"#] {
+            do {
+                let request = try AuthorizationRequest(json: Array(#"{"principal": "User::\"u\"", "action": "Action::\"view\"", "resource": "Doc::\"d\"", "context": \#(context)}"#.utf8))
+                try schema.validate(request)
+                Issue.record("accepted \(context)")
+            } catch {
+                messages += error.problems.map(\.message)
+            }
+        }
+        do {
+            try schema.validate(EntityStore(json: Array(#"[{"uid": "User::\"u\"", "attrs": {"level": "\#(secret)", "home": {"__extn": {"fn": "ip", "arg": "\#(secret)"}}}, "parents": []}]"#.utf8)))
+            Issue.record("accepted the entity")
+        } catch {
+            messages += error.problems.map(\.message)
+        }
+        do {
+            try schema.validate(EntityStore(json: Array(#"[{"uid": "User::\"u\"", "attrs": {"level": "\#(secret)", "home": "\#(secret)"}, "parents": []}]"#.utf8)))
+            Issue.record("accepted the entity")
+        } catch {
+            messages += error.problems.map(\.message)
+        }
+        #expect(messages.count >= 6, "\(messages)")
+        for message in messages { #expect(!message.contains("QQQQ"), "\(message)") }
+        #expect(messages.contains("context.depth must be Long, not String"), "\(messages)")
+        #expect(messages.contains { $0.contains("is not an IP address or range") }, "\(messages)")
+    }
+
+    @Test("refusals say what is wrong: an undeclared type, an action that applies to nothing, a parent given twice reported once")
+    func refusalMessages() throws {
+        let schema = try Schema(text: Self.schema + " action lone; entity Team; entity Member in [Team];")
+        func problems(_ principal: String, _ action: String) -> [String] {
+            do {
+                try schema.validate(AuthorizationRequest(principal: EntityUID(type: principal, id: "u"), action: EntityUID(type: "Action", id: action),
+                                                         resource: EntityUID(type: "Doc", id: "d")))
+                return []
+            } catch { return error.problems.map(\.message) }
+        }
+        #expect(problems("Nope", "view") == [#"Action::"view" does not apply to a principal of type Nope, a type the schema does not declare (it applies to User)"#])
+        #expect(problems("User", "lone") == [#"Action::"lone" does not apply to a principal of type User (it applies to no principal: it has no appliesTo)"#,
+                                             #"Action::"lone" does not apply to a resource of type Doc (it applies to no resource: it has no appliesTo)"#])
+        let twice = #expect(throws: PolicyDiagnostics.self) {
+            try schema.validate(Self.entities(#"[{"uid": "Member::\"m\"", "attrs": {}, "parents": ["Doc::\"d\"", "Doc::\"d\""]}]"#))
+        }
+        #expect(twice?.problems.count == 1, "\(twice?.problems ?? [])")
+        let cycle = #expect(throws: PolicyDiagnostics.self) { try Schema(text: "type A = { a: A }; entity U { x: A, y: A };") }
+        #expect(cycle?.problems.map(\.message).filter { $0.contains("refers to itself") }.count == 1, "\(cycle?.problems ?? [])")
+    }
+
+    @Test("-0 is not a Long in JSON data (Cedar refuses it), and 0 is")
+    func negativeZero() throws {
+        for json in [#"[{"uid": "User::\"u\"", "attrs": {"level": -0}, "parents": []}]"#, #"[{"uid": "User::\"u\"", "attrs": {"level": [1, -0]}, "parents": []}]"#] {
+            #expect(throws: PolicyDiagnostics.self, "\(json)") { try EntityStore(json: Array(json.utf8)) }
+        }
+        #expect(throws: PolicyDiagnostics.self) {
+            try AuthorizationRequest(json: Array(#"{"principal": "User::\"u\"", "action": "Action::\"view\"", "resource": "Doc::\"d\"", "context": {"depth": -0}}"#.utf8))
+        }
+        let store = try EntityStore(json: Array(#"[{"uid": "User::\"u\"", "attrs": {"level": 0, "low": -1}, "parents": []}]"#.utf8))
+        #expect(store[EntityUID(type: "User", id: "u")]?.attributes == ["level": .long(0), "low": .long(-1)])
+    }
+
+    @Test("a schema cannot use a word Cedar reserves unquoted: attribute, type or action names (quoted, an attribute or action may)",
+          arguments: ["entity U { if: Long };", "entity in;", "entity U; action in appliesTo { principal: U, resource: U };",
+                      "entity U; action a appliesTo { principal: U, resource: U, context: { then: Long } };", "type if = Long; entity U;",
+                      "entity U { true: Bool };", "entity U { has: Bool };", "entity __cedar;", "entity U in [like];", "entity A::is;"])
+    func schemaReservedWords(_ text: String) {
+        let error = #expect(throws: PolicyDiagnostics.self) { try Schema(text: text) }
+        #expect(error?.problems.first?.message.contains("reserved") == true, "\(error?.problems.first?.message ?? "")")
+    }
+
+    @Test("quoted, reserved words name attributes and actions; other keywords name anything", arguments: [
+        #"entity U { "if": Long };"#, #"entity U; action "in" appliesTo { principal: U, resource: U };"#,
+        "entity U; type T = { principal: Long, when: Bool };", "entity when { __cedar: Bool };", "entity U { a: __cedar::Long };",
+    ])
+    func schemaQuotedReservedWords(_ text: String) throws {
+        _ = try Schema(text: text)
+    }
+
+    @Test("an entity's parent may be of any type its declared parent types are in, transitively, as in Cedar (User in Group in Org: a User may be in an Org)")
+    func transitiveParentTypes() throws {
+        let schema = try Schema(text: "entity Org; entity Group in [Org]; entity User in [Group]; entity Doc;")
+        try schema.validate(Self.entities(#"[{"uid": {"type": "User", "id": "u"}, "attrs": {}, "parents": [{"type": "Org", "id": "o"}]}]"#))
+        // A type the declared parents are not in stays an error; so does a child type.
+        for parent in ["Doc", "User"] {
+            #expect(throws: PolicyDiagnostics.self, "\(parent)") {
+                try schema.validate(Self.entities(#"[{"uid": {"type": "User", "id": "u"}, "attrs": {}, "parents": [{"type": "\#(parent)", "id": "o"}]}]"#))
+            }
+        }
+        #expect(throws: PolicyDiagnostics.self) {
+            try schema.validate(Self.entities(#"[{"uid": {"type": "Org", "id": "o"}, "attrs": {}, "parents": [{"type": "Group", "id": "g"}]}]"#))
+        }
+    }
+}

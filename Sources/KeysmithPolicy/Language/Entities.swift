@@ -553,7 +553,8 @@ enum JSONValues {
                     throw problem(value, file, "\(what): \(function)() takes one string argument")
                 }
                 do {
-                    return try Evaluator.extensionValue(function, argument)
+                    // Data is not echoed: a value in the wrong place may be a secret.
+                    return try Evaluator.extensionValue(function, argument, quoting: false)
                 } catch {
                     throw problem(value, file, "\(what): \(error.message)")
                 }

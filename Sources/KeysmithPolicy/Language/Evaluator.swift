@@ -406,10 +406,11 @@ struct Evaluator: ~Copyable, Sendable {
         }
     }
 
-    /// The value of `ip("…")`, `decimal("…")`, `datetime("…")` or `duration("…")`.
-    static func extensionValue(_ function: String, _ text: String) throws(EvaluationError) -> PolicyValue {
+    /// The value of `ip("…")`, `decimal("…")`, `datetime("…")` or `duration("…")`. The error
+    /// quotes `text` when `quoting` (a policy's own literal); data's text is not repeated.
+    static func extensionValue(_ function: String, _ text: String, quoting: Bool = true) throws(EvaluationError) -> PolicyValue {
         func invalid(_ what: String) -> EvaluationError {
-            EvaluationError(kind: .invalidExtensionValue, message: "\(PolicyValue.quoted(text)) is not \(what)", location: nil)
+            EvaluationError(kind: .invalidExtensionValue, message: "\(quoting ? PolicyValue.quoted(text) : "its text") is not \(what)", location: nil)
         }
         switch function {
         case "ip":

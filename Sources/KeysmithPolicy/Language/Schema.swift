@@ -196,14 +196,27 @@ struct SchemaParser {
         return true
     }
 
-    private mutating func name(_ what: String) throws(PolicyDiagnostic) -> String {
+    /// A type's name, `Name` or `Space::Name`. None of its parts may be a word Cedar reserves
+    /// (`if`, `in`, …); a name being declared may not use `__cedar` either (a reference may:
+    /// `__cedar::Long` is the built-in `Long`).
+    private mutating func name(_ what: String, declaring: Bool = false) throws(PolicyDiagnostic) -> String {
         guard case .identifier(var name) = current.token else { throw problem("expected \(what)") }
+        try refuseReserved(name, "cannot be part of a type's name", declaring: declaring)
         position += 1
         while current.token == .symbol("::"), case .identifier(let next) = tokens[position + 1].token {
-            position += 2
+            position += 1
+            try refuseReserved(next, "cannot be part of a type's name", declaring: declaring)
+            position += 1
             name += "::" + next
         }
         return name
+    }
+
+    /// Refuses the current token's word when Cedar reserves it where it stands unquoted (as
+    /// Cedar's schema reader does); `__cedar` only where a name is declared.
+    private func refuseReserved(_ word: String, _ why: String, declaring: Bool = true) throws(PolicyDiagnostic) {
+        guard PolicyParser.cedarReserved.contains(word), declaring || word != "__cedar" else { return }
+        throw problem("'\(word)' is a reserved word and \(why)")
     }
 
     private mutating func locatedName() throws(PolicyDiagnostic) -> (String, SourceLocation) {
@@ -218,6 +231,9 @@ struct SchemaParser {
             position += 1
             return EntityUID(type: "Action", id: id)
         case .identifier(let id):
+            if tokens[position + 1].token != .symbol("::") {
+                try refuseReserved(id, "cannot name an action unquoted: write it as a string, \(PolicyValue.quoted(id))")
+            }
             position += 1
             if current.token == .symbol("::") {
                 var type = id
@@ -267,8 +283,8 @@ struct SchemaParser {
                 if keyword("namespace") {
                     throw problem("namespaces are not supported yet: declare types at the top level")
                 } else if keyword("entity") {
-                    var names = [try name("an entity type name")]
-                    while accept(",") { names.append(try name("an entity type name")) }
+                    var names = [try name("an entity type name", declaring: true)]
+                    while accept(",") { names.append(try name("an entity type name", declaring: true)) }
                     var parents: [(String, SourceLocation)] = []
                     if keyword("in") {
                         if accept("[") {
@@ -349,7 +365,7 @@ struct SchemaParser {
                     try expect(";", "at the end of the action declaration")
                     for uid in uids { actions.append((uid, groups, principals, resources, context, location)) }
                 } else if keyword("type") {
-                    let typeName = try name("a type name")
+                    let typeName = try name("a type name", declaring: true)
                     try expect("=", "after the type name")
                     let definition = try type()
                     try expect(";", "at the end of the type declaration")
@@ -441,7 +457,10 @@ struct SchemaParser {
                 }
             }
         }
-        return (entityTypes, declared, problems)
+        // A problem found twice (a common type reached from two places) is reported once.
+        var seen: Set<String> = []
+        let distinct = problems.filter { seen.insert("\($0.location.line):\($0.location.column):\($0.message)").inserted }
+        return (entityTypes, declared, distinct)
     }
 
     private mutating func recordType() throws(PolicyDiagnostic) -> TypeSyntax {
@@ -451,6 +470,10 @@ struct SchemaParser {
             let location = current.location
             let field: String
             switch current.token {
+            case .identifier(let name) where name != "__cedar":
+                try refuseReserved(name, "cannot name an attribute unquoted: write it as a string, \(PolicyValue.quoted(name))")
+                position += 1
+                field = name
             case .identifier(let name), .string(let name, _):
                 position += 1
                 field = name

@@ -1,14 +1,28 @@
 extension Schema {
     /// Checks every entity against the schema: its type is declared, it has every required
     /// attribute and no undeclared one, every value has its declared type, and every parent's
-    /// type is one the schema allows. Action entities come from the schema, not from data.
+    /// type is one the schema allows. Action entities come from the schema: one in the data
+    /// must be declared, have no attributes and be in exactly the groups its declaration names
+    /// (an entities file cannot move an action into or out of a group), as in Cedar.
     public func validate(_ entities: EntityStore) throws(PolicyDiagnostics) {
         var problems: [PolicyDiagnostic] = []
+        var parentTypeCache: [String: Set<String>] = [:]
         for uid in entities.entities.keys.sorted() {
             let entity = entities.entities[uid]!
             let location = entities.location(of: uid)
             func report(_ message: String) { problems.append(PolicyDiagnostic(location: location, message: "\(uid): \(message)")) }
-            if actions[uid] != nil { continue }
+            if let action = actions[uid] {
+                if !entity.attributes.isEmpty || Set(entity.parents) != Set(action.memberOf) {
+                    let groups = action.memberOf.isEmpty ? "in no group" : "in " + action.memberOf.sorted().map(\.description).joined(separator: ", ")
+                    report("does not match its declaration in the schema (no attributes, \(groups)): leave it out, actions come from the schema")
+                }
+                continue
+            }
+            if entityType(named: uid.type) == nil, actions.keys.contains(where: { $0.type == uid.type }) {
+                let names = actions.keys.filter { $0.type == uid.type }.map(\.id)
+                report("the action \(uid) is not declared in the schema\(Self.suggestion(uid.id, names))")
+                continue
+            }
             guard let declaration = entityType(named: uid.type) else {
                 report("the entity type \(uid.type) is not declared in the schema\(Self.suggestion(uid.type, entityTypes.keys))")
                 continue
@@ -20,11 +34,28 @@ extension Schema {
             for problem in check(.record(entity.attributes), against: .record(declaration.attributes), path: "attributes") {
                 report(problem)
             }
-            for parent in entity.parents where !Self.names(declaration.memberOf, holdExactly: parent.type) {
-                report("a \(uid.type) cannot be in \(parent) (the schema allows \(declaration.memberOf.isEmpty ? "no parents" : declaration.memberOf.sorted().joined(separator: ", ")))\(Self.lookAlike(parent.type, declaration.memberOf))")
+            let allowed = parentTypes(of: declaration, &parentTypeCache)
+            var reported: Set<EntityUID> = []
+            for parent in entity.parents where !Self.names(allowed, holdExactly: parent.type) && reported.insert(parent).inserted {
+                report("a \(uid.type) cannot be in \(parent) (the schema allows \(allowed.isEmpty ? "no parents" : allowed.sorted().joined(separator: ", ")))\(Self.lookAlike(parent.type, allowed))")
             }
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .validation, problems: problems) }
+    }
+
+    /// The types an entity of `declaration`'s type may be in: its declared parent types and
+    /// theirs, transitively (User in Group in Org: a User may be in an Org directly, as in
+    /// Cedar). Found once per type and kept in `cache`.
+    private func parentTypes(of declaration: EntityTypeDeclaration, _ cache: inout [String: Set<String>]) -> Set<String> {
+        if let known = cache[declaration.name] { return known }
+        var seen: Set<String> = []
+        var pending = Array(declaration.memberOf)
+        while let next = pending.popLast() {
+            guard seen.insert(next).inserted else { continue }
+            pending += entityType(named: next)?.memberOf ?? []
+        }
+        cache[declaration.name] = seen
+        return seen
     }
 
     /// Checks a request: its action is declared, its principal's and resource's types are ones
@@ -34,12 +65,14 @@ extension Schema {
     {
         var problems: [String] = []
         if let action = actions[request.action] {
-            if !Self.names(action.principals, holdExactly: request.principal.type) {
-                problems.append("\(request.action) does not apply to a principal of type \(request.principal.type) (it applies to \(action.principals.sorted().joined(separator: ", ")))\(Self.lookAlike(request.principal.type, action.principals))")
+            func appliesTo(_ role: String, _ type: String, _ types: Set<String>) {
+                guard !Self.names(types, holdExactly: type) else { return }
+                let undeclared = entityType(named: type) == nil ? ", a type the schema does not declare" : ""
+                let list = types.isEmpty ? "no \(role): it has no appliesTo" : types.sorted().joined(separator: ", ")
+                problems.append("\(request.action) does not apply to a \(role) of type \(type)\(undeclared) (it applies to \(list))\(Self.lookAlike(type, types))")
             }
-            if !Self.names(action.resources, holdExactly: request.resource.type) {
-                problems.append("\(request.action) does not apply to a resource of type \(request.resource.type) (it applies to \(action.resources.sorted().joined(separator: ", ")))\(Self.lookAlike(request.resource.type, action.resources))")
-            }
+            appliesTo("principal", request.principal.type, action.principals)
+            appliesTo("resource", request.resource.type, action.resources)
             if request.context["token"] != nil {
                 problems.append("context.token is reserved: it is the principal's token, given by Keysmith")
             }
@@ -129,7 +162,8 @@ extension Schema {
         case (.extension(let name), .datetime) where name == "datetime": return []
         case (.extension(let name), .duration) where name == "duration": return []
         default:
-            return ["\(path) must be \(type), not \(value.typeName) \(value)"]
+            // The type only, not the value: a value in the wrong place may be a secret.
+            return ["\(path) must be \(type), not \(value.typeName)"]
         }
     }
 }
