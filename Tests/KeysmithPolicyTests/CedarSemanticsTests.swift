@@ -69,6 +69,12 @@ struct CedarSemanticsTests {
                 #expect(try Policies(text: reread.formatted).json == reread.json)
                 let request = AuthorizationRequest(principal: uid, action: EntityUID(type: "Action", id: "view"), resource: EntityUID(type: "Doc", id: "d"))
                 #expect(reread.isAllowed(request, entities: .empty))
+                // In a condition too (`principal::"a"` was read as the variable, then a syntax error),
+                // and what `policy format` prints of it reads back.
+                let condition = try Policies(text: #"permit (principal, action, resource) when { principal == \#(type)::"a" && [\#(type)::"a"].contains(principal) };"#)
+                #expect(condition.isAllowed(request, entities: .empty))
+                #expect(try Policies(text: condition.formatted).formatted == condition.formatted)
+                #expect(try Policies(text: Policies(json: Array(condition.json.utf8)).formatted).isAllowed(request, entities: .empty))
                 #expect(try AuthorizationRequest(json: Array(#"{"principal": {"type": "\#(type)", "id": "a"}, "action": "Action::\"view\"", "resource": "Doc::\"d\""}"#.utf8)).principal == uid)
             }
         }
@@ -254,6 +260,7 @@ struct SchemaAgreementTests {
     @Test("quoted, reserved words name attributes and actions; other keywords name anything", arguments: [
         #"entity U { "if": Long };"#, #"entity U; action "in" appliesTo { principal: U, resource: U };"#,
         "entity U; type T = { principal: Long, when: Bool };", "entity when { __cedar: Bool };", "entity U { a: __cedar::Long };",
+        "entity U; action __cedar appliesTo { principal: U, resource: U };",
     ])
     func schemaQuotedReservedWords(_ text: String) throws {
         _ = try Schema(text: text)

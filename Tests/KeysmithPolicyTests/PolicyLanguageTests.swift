@@ -567,7 +567,8 @@ struct EntityTextTests {
             }
             // Only the exact word is reserved: other cases of letters and longer words are names.
             let capitalized = word.prefix(1).uppercased() + word.dropFirst()
-            for type in [capitalized, word.uppercased(), word + "s", "_" + word, "App::" + capitalized] where capitalized != word {
+            // (`__cedar` has no capital: its `capitalized` is itself, still reserved.)
+            for type in [capitalized, word.uppercased(), word + "s", "_" + word, "App::" + capitalized] where type != word && type != "App::" + word {
                 #expect(EntityUID(parsing: type + #"::"x""#)?.type == type, "\(type)")
             }
         }

@@ -388,11 +388,11 @@ struct TamperTests {
         #expect(failed <= head.entriesPerPage && failed > 0 && readable + failed == 200)
     }
 
-    @Test("compaction deletes only the logs it wrote: a stray file whose name reads as a covered log's number (a sign, upper-case digits) is kept and reported")
+    @Test("compaction deletes only the logs it wrote: a stray file whose name reads as a covered log's number (with a sign, or zero) is kept and reported")
     func compactionKeepsStrayFiles() throws {
         let history = try HistoryVault()
         // `UInt64(_:radix:)` reads "+000000000000001" as 1: compaction through 5 deleted it.
-        let strays = ["+000000000000001", "+000000000000003", "-000000000000000"]
+        let strays = ["+000000000000001", "+000000000000003", "-000000000000000", "0000000000000000"]
         for name in strays { FileManager.default.createFile(atPath: history.path + "/data/log/" + name, contents: Data([1, 2, 3])) }
         let vault = try history.open()
         try vault.upsert(ItemAttributes(key: genericKey("w")), secret: Data("w1".utf8))

@@ -578,6 +578,10 @@ struct PolicyParser {
             case "true", "false":
                 position += 1
                 return try make(.literal(.bool(name == "true")))
+            case _ where tokens[position + 1].token == .symbol("::"):
+                // An entity, whatever its type's name: `principal::"a"` and `when::"a"` are
+                // entities in Cedar (only the words it reserves cannot name a type).
+                return try make(.literal(.entity(try entityReference())))
             case "principal", "action", "resource", "context":
                 position += 1
                 return try make(.variable(Variable(rawValue: name)!))
@@ -588,9 +592,6 @@ struct PolicyParser {
                 position += 2
                 let arguments = try expressionList(closing: ")")
                 return try make(.call(name, arguments))
-            }
-            if tokens[position + 1].token == .symbol("::") {
-                return try make(.literal(.entity(try entityReference())))
             }
             if tokens[position + 1].token == .symbol("(") {
                 throw problem("unknown function '\(name)': the functions are ip, decimal, datetime and duration")

@@ -232,7 +232,8 @@ struct SchemaParser {
             return EntityUID(type: "Action", id: id)
         case .identifier(let id):
             if tokens[position + 1].token != .symbol("::") {
-                try refuseReserved(id, "cannot name an action unquoted: write it as a string, \(PolicyValue.quoted(id))")
+                // `__cedar` may name an action (Cedar accepts `action __cedar`).
+                try refuseReserved(id, "cannot name an action unquoted: write it as a string, \(PolicyValue.quoted(id))", declaring: false)
             }
             position += 1
             if current.token == .symbol("::") {

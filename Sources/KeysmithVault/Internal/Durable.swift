@@ -21,10 +21,11 @@ struct VaultPaths: Sendable {
     }
 
     /// The sequence number a log's file name gives, when the name is exactly how ``hex16(_:)``
-    /// writes one: `UInt64(_:radix:)` alone also reads `+00000000000000a` and upper-case digits,
-    /// names no writer makes (a stray file, kept for `verify` to report, never taken for a log).
+    /// writes one and the number is one a log can have (1 or more): `UInt64(_:radix:)` alone
+    /// also reads `+00000000000000a` and upper-case digits, and no log is numbered 0 — names no
+    /// writer makes (a stray file, kept for `verify` to report, never taken for a log).
     static func logSequence(_ name: String) -> UInt64? {
-        guard name.utf8.count == 16, let number = UInt64(name, radix: 16), hex16(number) == name else { return nil }
+        guard name.utf8.count == 16, let number = UInt64(name, radix: 16), number >= 1, hex16(number) == name else { return nil }
         return number
     }
 }

@@ -180,7 +180,7 @@ final class Engine2 {
         }
         for name in names {
             if name.hasPrefix(Durable.temporaryPrefix) { continue }
-            guard let number = VaultPaths.logSequence(name), number >= 1, number < Format2.maximumSequence
+            guard let number = VaultPaths.logSequence(name), number < Format2.maximumSequence
             else {
                 fileDamage.append(VaultDamage(file: Format2.dataDirectory + "/log/" + name, offset: 0, recordID: nil, key: nil,
                                               reason: "a file that is not a log sits among the logs (ignored)", isSuperseded: true))
