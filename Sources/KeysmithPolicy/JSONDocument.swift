@@ -117,6 +117,9 @@ struct JSONReader {
         case UInt8(ascii: "{"):
             offset += 1
             var members: [(key: String, value: Located)] = []
+            // A repeated key is looked for in place while the object is small, then in a set
+            // (a scan per key made 20,000 attributes take 12 s).
+            var keys: Set<String>?
             skipSpace()
             if offset < bytes.count, bytes[offset] == UInt8(ascii: "}") {
                 offset += 1
@@ -127,7 +130,14 @@ struct JSONReader {
                 guard offset < bytes.count, bytes[offset] == UInt8(ascii: "\"") else { throw error("expected a quoted key") }
                 let keyLine = line, keyColumn = column
                 let key = try string()
-                if members.contains(where: { $0.key == key }) {
+                let repeated: Bool
+                if members.count < 16 {
+                    repeated = members.contains { $0.key == key }
+                } else {
+                    if keys == nil { keys = Set(members.map(\.key)) }
+                    repeated = !keys!.insert(key).inserted
+                }
+                if repeated {
                     throw JSONSyntaxError(line: keyLine, column: keyColumn, message: "the key \(PolicyValue.quoted(key)) appears twice in one object")
                 }
                 skipSpace()

@@ -179,16 +179,30 @@ struct SchemaAgreementTests {
             #expect(error?.kind == .validation)
             #expect(error?.problems.first?.message.contains(says) == true, "\(error?.problems.first?.message ?? "")")
         }
+        // Groups compare transitively, as in Cedar: with read in [rw] and rw in [all], data giving
+        // read in [rw] alone is refused (its ancestors in the data are rw only); read in [rw, all],
+        // or rw given in all beside it, is accepted.
+        let groups = try Schema(text: "entity User; entity Doc; action all; action rw in [all]; action read in [rw] appliesTo { principal: [User], resource: [Doc] };")
+        func action(_ id: String, _ parents: [String]) -> String {
+            #"{"uid": {"type": "Action", "id": "\#(id)"}, "attrs": {}, "parents": [\#(parents.map { #"{"type": "Action", "id": "\#($0)"}"# }.joined(separator: ", "))]}"#
+        }
+        #expect(throws: PolicyDiagnostics.self) { try groups.validate(Self.entities("[\(action("read", ["rw"]))]")) }
+        try groups.validate(Self.entities("[\(action("read", ["rw", "all"]))]"))
+        try groups.validate(Self.entities("[\(action("read", ["rw"])), \(action("rw", ["all"]))]"))
+        #expect(throws: PolicyDiagnostics.self) { try groups.validate(Self.entities("[\(action("read", ["rw", "all"])), \(action("rw", []))]")) }
     }
 
     @Test("a value of the wrong type in a request or an entity is named by its path and type, never repeated: it may be a secret")
     func dataErrorsDoNotEchoValues() throws {
-        let schema = try Schema(text: "entity User { level: Long, home: ipaddr }; entity Doc; action view appliesTo { principal: [User], resource: [Doc], context: { depth: Long, src: ipaddr } };")
+        let schema = try Schema(text: #"entity Role enum ["admin"]; entity G; entity User { level: Long, home: ipaddr }; entity Doc; action view appliesTo { principal: [User], resource: [Doc], context: { depth: Long, src: ipaddr, g: G, r: Role } };"#)
         let secret = "sk_live_" + String(repeating: "Q", count: 64)
         var messages: [String] = []
-        for context in [#"{"depth": "\#(secret)", "src": {"__extn": {"fn": "ip", "arg": "10.0.0.1"}}}"#,
-                        #"{"depth": 1, "src": {"__extn": {"fn": "ip", "arg": "\#(secret)"}}}"#,
-                        #"{"depth": {"pw": "\#(secret)"}, "src": "\#(secret)"}"#] {
+        let rest = #""g": {"__entity": {"type": "G", "id": "g"}}, "r": {"__entity": {"type": "Role", "id": "admin"}}"#
+        for context in [#"{"depth": 1, "src": {"__extn": {"fn": "ip", "arg": "10.0.0.1"}}, "g": {"__entity": {"type": "Role", "id": "\#(secret)"}}, "r": {"__entity": {"type": "Role", "id": "\#(secret)"}}}"#,
+                        #"{"depth": 1, "src": {"__extn": {"fn": "\#(secret)", "arg": "10.0.0.1"}}, \#(rest)}"#,
+                        #"{"depth": "\#(secret)", "src": {"__extn": {"fn": "ip", "arg": "10.0.0.1"}}, \#(rest)}"#,
+                        #"{"depth": 1, "src": {"__extn": {"fn": "ip", "arg": "\#(secret)"}}, \#(rest)}"#,
+                        #"{"depth": {"pw": "\#(secret)"}, "src": "\#(secret)", \#(rest)}"#] {
             do {
                 let request = try AuthorizationRequest(json: Array(#"{"principal": "User::\"u\"", "action": "Action::\"view\"", "resource": "Doc::\"d\"", "context": \#(context)}"#.utf8))
                 try schema.validate(request)
@@ -209,7 +223,8 @@ struct SchemaAgreementTests {
         } catch {
             messages += error.problems.map(\.message)
         }
-        #expect(messages.count >= 6, "\(messages)")
+        #expect(messages.count >= 9, "\(messages)")
+        #expect(messages.contains("context.g must be an entity of type G, not one of type Role"), "\(messages)")
         for message in messages { #expect(!message.contains("QQQQ"), "\(message)") }
         #expect(messages.contains("context.depth must be Long, not String"), "\(messages)")
         #expect(messages.contains { $0.contains("is not an IP address or range") }, "\(messages)")

@@ -574,7 +574,7 @@ enum JSONValues {
         let fields = try members(value, file, what, allowed: ["fn", "arg", "args"])
         let function = try string(fields["fn"], file, "\(what)'s fn", in: parent)
         guard PolicyParser.extensionFunctions.contains(function) else {
-            throw problem(value, file, "\(what): \(PolicyValue.quoted(function, escapingNonASCII: true)) is not an extension function (ip, decimal, datetime, duration)")
+            throw problem(value, file, "\(what): its fn is not an extension function (ip, decimal, datetime, duration)")
         }
         switch (fields["arg"], fields["args"]) {
         case (let argument?, nil):

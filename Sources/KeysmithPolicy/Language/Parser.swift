@@ -554,7 +554,7 @@ struct PolicyParser {
             return try make(.set(try expressionList(closing: "]")))
         case .symbol("{"):
             position += 1
-            var fields: [(String, Expression)] = []
+            var fields: [(String, Expression)] = [], names: Set<String> = []
             if !accept("}") {
                 repeat {
                     let name: String
@@ -566,7 +566,7 @@ struct PolicyParser {
                     default: throw problem("expected a field name in the record")
                     }
                     position += 1
-                    if fields.contains(where: { $0.0 == name }) { throw problem("the field \(PolicyValue.quoted(name)) appears twice in the record") }
+                    guard names.insert(name).inserted else { throw problem("the field \(PolicyValue.quoted(name)) appears twice in the record") }
                     try expect(":", "after the field name")
                     fields.append((name, try expression()))
                 } while accept(",") && current.token != .symbol("}")

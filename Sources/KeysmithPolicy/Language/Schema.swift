@@ -301,10 +301,10 @@ struct SchemaParser {
                     var enumeration: [String]?
                     if keyword("enum") {
                         try expect("[", "after enum")
-                        var ids: [String] = []
+                        var ids: [String] = [], seen: Set<String> = []
                         repeat {
                             guard case .string(let id, _) = current.token else { throw problem("expected a quoted id in the enum") }
-                            guard !ids.contains(id) else { throw problem("the id \(PolicyValue.quoted(id)) appears twice in the enum") }
+                            guard seen.insert(id).inserted else { throw problem("the id \(PolicyValue.quoted(id)) appears twice in the enum") }
                             position += 1
                             ids.append(id)
                         } while accept(",")
@@ -466,7 +466,7 @@ struct SchemaParser {
 
     private mutating func recordType() throws(PolicyDiagnostic) -> TypeSyntax {
         try expect("{", "to open a record type")
-        var fields: [(String, Bool, TypeSyntax, SourceLocation)] = []
+        var fields: [(String, Bool, TypeSyntax, SourceLocation)] = [], names: Set<String> = []
         while !accept("}") {
             let location = current.location
             let field: String
@@ -481,7 +481,7 @@ struct SchemaParser {
             default:
                 throw problem("expected an attribute name")
             }
-            guard !fields.contains(where: { $0.0 == field }) else { throw PolicyDiagnostic(location: location, message: "the attribute \(field) is declared twice") }
+            guard names.insert(field).inserted else { throw PolicyDiagnostic(location: location, message: "the attribute \(field) is declared twice") }
             let optional = accept("?")
             try expect(":", "after the attribute name")
             fields.append((field, !optional, try type(), location))

@@ -164,12 +164,13 @@ extension Schema {
         }
     }
 
-    /// Whether an entity of type `type` may have an ancestor of type `ancestor`.
+    /// Whether an entity of type `type` may have an ancestor of type `ancestor` (names
+    /// compared by their bytes).
     func typeCanBeIn(_ type: String, _ ancestor: String) -> Bool {
         var seen: Set<String> = []
         var pending = Array(entityType(named: type)?.memberOf ?? [])
         while let next = pending.popLast() {
-            if next == ancestor { return true }
+            if PolicyValue.sameBytes(next, ancestor) { return true }
             guard seen.insert(next).inserted else { continue }
             pending += entityType(named: next)?.memberOf ?? []
         }

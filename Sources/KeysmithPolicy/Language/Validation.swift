@@ -6,25 +6,34 @@ extension Schema {
     /// (an entities file cannot move an action into or out of a group), as in Cedar.
     public func validate(_ entities: EntityStore) throws(PolicyDiagnostics) {
         var problems: [PolicyDiagnostic] = []
-        var parentTypeCache: [String: Set<String>] = [:]
+        var reachable: [TypePair: Bool] = [:]
+        let actionTypes = Set(actions.keys.map(\.type))
+        // "Did you mean" for the first problems only: a file of thousands of undeclared
+        // names, each compared with thousands of declared ones, would take minutes.
+        func suggest(_ name: String, _ known: some Sequence<String>) -> String {
+            problems.count < Self.suggestedProblems ? Self.suggestion(name, known) : ""
+        }
         for uid in entities.entities.keys.sorted() {
             let entity = entities.entities[uid]!
             let location = entities.location(of: uid)
             func report(_ message: String) { problems.append(PolicyDiagnostic(location: location, message: "\(uid): \(message)")) }
             if let action = actions[uid] {
-                if !entity.attributes.isEmpty || Set(entity.parents) != Set(action.memberOf) {
+                // Its groups, transitively through the data, must be the schema's, transitively
+                // (as Cedar compares them): `read in [rw]` given where the schema says `read in
+                // [rw]` and `rw in [all]` is refused unless `rw` is given in `all` too.
+                if !entity.attributes.isEmpty || Set(entities.record(uid)?.ancestors ?? entity.parents) != actionAncestors(uid) {
                     let groups = action.memberOf.isEmpty ? "in no group" : "in " + action.memberOf.sorted().map(\.description).joined(separator: ", ")
                     report("does not match its declaration in the schema (no attributes, \(groups)): leave it out, actions come from the schema")
                 }
                 continue
             }
-            if entityType(named: uid.type) == nil, actions.keys.contains(where: { $0.type == uid.type }) {
-                let names = actions.keys.filter { $0.type == uid.type }.map(\.id)
-                report("the action \(uid) is not declared in the schema\(Self.suggestion(uid.id, names))")
+            if entityType(named: uid.type) == nil, actionTypes.contains(uid.type) {
+                let suggestion = problems.count < Self.suggestedProblems ? Self.suggestion(uid.id, actions.keys.filter { $0.type == uid.type }.map(\.id)) : ""
+                report("the action \(uid) is not declared in the schema\(suggestion)")
                 continue
             }
             guard let declaration = entityType(named: uid.type) else {
-                report("the entity type \(uid.type) is not declared in the schema\(Self.suggestion(uid.type, entityTypes.keys))")
+                report("the entity type \(uid.type) is not declared in the schema\(suggest(uid.type, entityTypes.keys))")
                 continue
             }
             if let problem = enumerationProblem(uid) { report(problem) }
@@ -34,28 +43,30 @@ extension Schema {
             for problem in check(.record(entity.attributes), against: .record(declaration.attributes), path: "attributes") {
                 report(problem)
             }
-            let allowed = parentTypes(of: declaration, &parentTypeCache)
+            // A declared parent type, or (as in Cedar) a type one of those is in, transitively:
+            // with User in [Team] and Team in [Org], a User may be in an Org directly. Each pair
+            // of types is walked once.
             var reported: Set<EntityUID> = []
-            for parent in entity.parents where !Self.names(allowed, holdExactly: parent.type) && reported.insert(parent).inserted {
-                report("a \(uid.type) cannot be in \(parent) (the schema allows \(allowed.isEmpty ? "no parents" : allowed.sorted().joined(separator: ", ")))\(Self.lookAlike(parent.type, allowed))")
+            for parent in entity.parents where !Self.names(declaration.memberOf, holdExactly: parent.type) && reported.insert(parent).inserted {
+                let pair = TypePair(type: declaration.name, ancestor: parent.type)
+                let allowed = reachable[pair] ?? typeCanBeIn(declaration.name, parent.type)
+                reachable[pair] = allowed
+                guard !allowed else { continue }
+                let declared = declaration.memberOf.isEmpty ? "no parents" : declaration.memberOf.sorted().joined(separator: ", ") + ", or a type they are in"
+                report("a \(uid.type) cannot be in \(parent) (the schema allows \(declared))\(Self.lookAlike(parent.type, declaration.memberOf))")
             }
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .validation, problems: problems) }
     }
 
-    /// The types an entity of `declaration`'s type may be in: its declared parent types and
-    /// theirs, transitively (User in Group in Org: a User may be in an Org directly, as in
-    /// Cedar). Found once per type and kept in `cache`.
-    private func parentTypes(of declaration: EntityTypeDeclaration, _ cache: inout [String: Set<String>]) -> Set<String> {
-        if let known = cache[declaration.name] { return known }
-        var seen: Set<String> = []
-        var pending = Array(declaration.memberOf)
-        while let next = pending.popLast() {
-            guard seen.insert(next).inserted else { continue }
-            pending += entityType(named: next)?.memberOf ?? []
+    /// Two type names, by their bytes (for remembering whether one may be in the other).
+    private struct TypePair: Hashable {
+        let type: String, ancestor: String
+        static func == (a: TypePair, b: TypePair) -> Bool { PolicyValue.sameBytes(a.type, b.type) && PolicyValue.sameBytes(a.ancestor, b.ancestor) }
+        func hash(into hasher: inout Hasher) {
+            PolicyValue.hashBytes(type, into: &hasher)
+            PolicyValue.hashBytes(ancestor, into: &hasher)
         }
-        cache[declaration.name] = seen
-        return seen
     }
 
     /// Checks a request: its action is declared, its principal's and resource's types are ones
@@ -99,11 +110,30 @@ extension Schema {
         let known = Array(known)
         let alike = lookAlike(name, known)
         if !alike.isEmpty { return alike }
+        // Bounded work, whatever the input: a long name gets no suggestion, and only the
+        // candidates within reach (by length) are compared, until about 20,000 character
+        // pairs have been.
+        let count = name.count, reach = max(1, count / 3)
+        guard count <= Self.suggestedNameLength else { return "" }
         let lowered = name.lowercased()
-        let best = known.map { ($0, editDistance(lowered, $0.lowercased())) }.min { $0.1 < $1.1 || ($0.1 == $1.1 && $0.0 < $1.0) }
-        guard let best, best.1 <= max(1, name.count / 3) else { return "" }
-        return " (did you mean \(best.0)?)"
+        var best: (String, Int)?, work = 0
+        for candidate in known {
+            // Its UTF-8 length bounds its length in characters (1 to 4 bytes each) without counting them.
+            let bytes = candidate.utf8.count
+            guard bytes >= count - reach, bytes <= (count + reach) * 4, abs(candidate.count - count) <= reach else { continue }
+            work += count * candidate.count
+            guard work <= 20_000 else { break }
+            let distance = editDistance(lowered, candidate.lowercased())
+            if distance <= reach, best.map({ distance < $0.1 || (distance == $0.1 && candidate < $0.0) }) ?? true { best = (candidate, distance) }
+        }
+        return best.map { " (did you mean \($0.0)?)" } ?? ""
     }
+
+    /// How many problems of one entity file get a "did you mean".
+    static let suggestedProblems = 100
+
+    /// Names longer than this get no "did you mean".
+    static let suggestedNameLength = 64
 
     /// ` (written "\u{212A}ey": not the bytes of Key)` when `name` has the letters of one of
     /// `known` in other bytes (Swift would call them equal, Cedar does not), else "".
@@ -127,9 +157,14 @@ extension Schema {
     }
 
     /// Why `uid` is not a value of its enumerated type, if it is not.
-    func enumerationProblem(_ uid: EntityUID) -> String? {
+    /// `naming` the entity (a request's principal or resource, an entity's own uid or parent)
+    /// or not (an attribute's value, which is data: neither it nor a "did you mean" from it is
+    /// repeated).
+    func enumerationProblem(_ uid: EntityUID, naming: Bool = true) -> String? {
         guard let ids = entityType(named: uid.type)?.enumeration, !ids.contains(where: { PolicyValue.sameBytes($0, uid.id) }) else { return nil }
-        return "\(uid) is not one of the declared \(uid.type) ids (\(ids.map(PolicyValue.quoted).joined(separator: ", ")))\(Schema.suggestion(uid.id, ids))"
+        let declared = ids.map(PolicyValue.quoted).joined(separator: ", ")
+        guard naming else { return "it is not one of the declared \(uid.type) ids (\(declared))" }
+        return "\(uid) is not one of the declared \(uid.type) ids (\(declared))\(Schema.suggestion(uid.id, ids))"
     }
 
     /// Every way `value` differs from `type`, as sentences naming the path.
@@ -137,8 +172,9 @@ extension Schema {
         switch (type, value) {
         case (.bool, .bool), (.long, .long), (.string, .string): return []
         case (.entity(let name), .entity(let uid)):
-            guard PolicyValue.sameBytes(uid.type, name) else { return ["\(path) must be an entity of type \(name), not \(uid)\(Schema.lookAlike(uid.type, [name]))"] }
-            return enumerationProblem(uid).map { ["\(path): \($0)"] } ?? []
+            // The type, not the entity: the value is data.
+            guard PolicyValue.sameBytes(uid.type, name) else { return ["\(path) must be an entity of type \(name), not one of type \(uid.type)\(Schema.lookAlike(uid.type, [name]))"] }
+            return enumerationProblem(uid, naming: false).map { ["\(path): \($0)"] } ?? []
         case (.set(let element), .set(let set)):
             return set.elements.flatMap { check($0, against: element, path: "an element of \(path)") }
         case (.record(let fields), .record(let record)):
