@@ -1,9 +1,10 @@
 extension Schema {
     /// Checks every entity against the schema: its type is declared, it has every required
     /// attribute and no undeclared one, every value has its declared type, and every parent's
-    /// type is one the schema allows. Action entities come from the schema: one in the data
-    /// must be declared, have no attributes and be in exactly the groups its declaration names
-    /// (an entities file cannot move an action into or out of a group), as in Cedar.
+    /// type is one the schema allows (a declared parent type or one it is in, transitively).
+    /// Action entities come from the schema: one in the data must be declared, have no
+    /// attributes, and be in exactly the groups the schema puts it in, transitively on both
+    /// sides (an entities file cannot move an action into or out of a group), as in Cedar.
     public func validate(_ entities: EntityStore) throws(PolicyDiagnostics) {
         var problems: [PolicyDiagnostic] = []
         var reachable: [TypePair: Bool] = [:]
@@ -28,8 +29,7 @@ extension Schema {
                 continue
             }
             if entityType(named: uid.type) == nil, actionTypes.contains(uid.type) {
-                let suggestion = problems.count < Self.suggestedProblems ? Self.suggestion(uid.id, actions.keys.filter { $0.type == uid.type }.map(\.id)) : ""
-                report("the action \(uid) is not declared in the schema\(suggestion)")
+                report("the action \(uid) is not declared in the schema\(suggest(uid.id, actions.keys.lazy.filter { $0.type == uid.type }.map(\.id)))")
                 continue
             }
             guard let declaration = entityType(named: uid.type) else {
