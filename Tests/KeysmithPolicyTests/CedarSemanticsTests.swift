@@ -296,3 +296,28 @@ struct SchemaAgreementTests {
         }
     }
 }
+
+extension CedarSemanticsTests {
+    @Test("a literal in the JSON form is as deep as the text it prints as: a value nested past the limit is refused there as in text, and one within it prints text that reads back")
+    func deepJSONLiteralsRoundTrip() throws {
+        func nested(_ depth: Int, _ inner: String) -> String { String(repeating: "[", count: depth) + inner + String(repeating: "]", count: depth) }
+        let request = AuthorizationRequest(principal: Self.principal, action: EntityUID(type: "Action", id: "view"), resource: EntityUID(type: "Doc", id: "d"))
+        // Within the limit (the == and the literal's levels), valid or with a bad ip() inside: prints, reads back, decides the same.
+        for inner in ["1", #"{"__extn": {"fn": "ip", "arg": "10.0.0.1"}}"#, #"{"__extn": {"fn": "ip", "arg": "bogus"}}"#] {
+            for depth in [1, 150, 197] {
+                let body = #"{"==": {"left": {"Value": \#(nested(depth, inner))}, "right": {"Value": 1}}}"#
+                let policies = try Policies(json: Self.jsonPolicy(body))
+                let reread = try Policies(text: policies.formatted)
+                #expect(reread.formatted == policies.formatted, "\(depth)")
+                #expect(reread.isAuthorized(request, entities: .empty).failures.count == policies.isAuthorized(request, entities: .empty).failures.count)
+            }
+            // Past it: the same error text gives (it was accepted, and printed text the reader refused).
+            let deep = #"{"==": {"left": {"Value": \#(nested(205, inner))}, "right": {"Value": 1}}}"#
+            let error = #expect(throws: PolicyDiagnostics.self) { try Policies(json: Self.jsonPolicy(deep)) }
+            #expect(error?.problems.first?.message.contains("nests deeper than 200 levels") == true, "\(error?.problems.first?.message ?? "")")
+            #expect(throws: PolicyDiagnostics.self) {
+                try Policies(text: "permit (principal, action, resource) when { \(nested(205, inner.hasPrefix("{") ? #"ip("10.0.0.1")"# : inner)) == 1 };")
+            }
+        }
+    }
+}

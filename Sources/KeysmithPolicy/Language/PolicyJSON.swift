@@ -118,51 +118,80 @@ enum PolicyJSON {
         /// A `Value`: a literal, unless it holds an extension value (`__extn`) that is not one
         /// (`ip("bogus")`, a wrong number of arguments); then, as in Cedar, the constructor's
         /// call and the sets and records around it, so that it is this policy's evaluation error
-        /// (as the same text is), not a refused file.
+        /// (as the same text is), not a refused file. A literal is as many levels deep as the
+        /// text it prints as (`[[1]]` three, `ip("…")` two), so what `policy format` prints of it
+        /// reads back: the same bound applies to both.
         func literal(_ body: Located) throws(PolicyDiagnostic) -> Expression {
-            if let value = try? JSONValues.policyValue(body, file, "a value") { return Expression(kind: .literal(value), location: location(body), written: .printed) }
-            return try valueOrCalls(body)
+            let expression: Expression
+            if let value = try? JSONValues.policyValue(body, file, "a value") {
+                expression = Expression(literal: value, height: Self.printedDepth(value), location: location(body))
+            } else {
+                expression = try valueOrCalls(body).expression
+            }
+            guard expression.height <= PolicyParser.maximumDepth else {
+                throw problem(body, "the expression nests deeper than \(PolicyParser.maximumDepth) levels")
+            }
+            return expression
+        }
+
+        /// How many levels deep a literal value's text is: a term one, a set or record one more
+        /// than its deepest member, an extension value two (`ip("…")`, a call of a string).
+        static func printedDepth(_ value: PolicyValue) -> Int {
+            switch value {
+            case .set(let set): 1 + set.elements.reduce(0) { max($0, printedDepth($1)) }
+            case .record(let fields): 1 + fields.values.reduce(0) { max($0, printedDepth($1)) }
+            case .ip, .decimal, .datetime, .duration: 2
+            default: 1
+            }
+        }
+
+        /// A part of a `Value` being walked: a value (with how deep it prints) or, where some
+        /// value inside it is not one, an expression.
+        private struct Part {
+            let value: PolicyValue?, depth: Int, call: Expression?, location: SourceLocation
+            var expression: Expression {
+                call ?? Expression(literal: value!, height: depth, location: location)
+            }
         }
 
         /// One pass over a `Value` that is not a value: the parts that are values stay literals,
         /// the others become calls and the sets and records around them (no part is read twice,
         /// so a deep value costs its size, not its size times its depth); any other problem is
         /// thrown where it is.
-        private func valueOrCalls(_ body: Located) throws(PolicyDiagnostic) -> Expression {
-            func make(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Expression {
-                let expression = Expression(kind: kind, location: location(body), written: .printed)
+        private func valueOrCalls(_ body: Located) throws(PolicyDiagnostic) -> Part {
+            let at = location(body)
+            func make(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Part {
+                let expression = Expression(kind: kind, location: at, written: .printed)
                 guard expression.height <= PolicyParser.maximumDepth else {
                     throw problem(body, "the expression nests deeper than \(PolicyParser.maximumDepth) levels")
                 }
-                return expression
+                return Part(value: nil, depth: expression.height, call: expression, location: at)
             }
-            func constant(_ expression: Expression) -> PolicyValue? {
-                if case .literal(let value) = expression.kind { value } else { nil }
-            }
+            func value(_ value: PolicyValue, _ depth: Int) -> Part { Part(value: value, depth: depth, call: nil, location: at) }
             switch body.value {
             case .array(let items):
-                var elements: [Expression] = []
+                var elements: [Part] = []
                 for item in items { elements.append(try valueOrCalls(item)) }
-                let values = elements.compactMap(constant)
-                return try make(values.count == elements.count ? .literal(.set(PolicyValueSet(values))) : .set(elements))
+                guard elements.allSatisfy({ $0.value != nil }) else { return try make(.set(elements.map(\.expression))) }
+                return value(.set(PolicyValueSet(elements.map { $0.value! })), 1 + elements.reduce(0) { max($0, $1.depth) })
             case .object(let members) where members.count == 1 && members[0].key == "__extn":
                 let (function, arguments) = try JSONValues.extensionCall(members[0].value, file, "a value", in: body)
                 if arguments.count == 1, case .string(let argument) = arguments[0].value,
-                   let value = try? Evaluator.extensionValue(function, argument) {
-                    return try make(.literal(value))
+                   let constant = try? Evaluator.extensionValue(function, argument) {
+                    return value(constant, 2)
                 }
                 var items: [Expression] = []
-                for argument in arguments { items.append(try valueOrCalls(argument)) }
+                for argument in arguments { items.append(try valueOrCalls(argument).expression) }
                 return try make(.call(function, items))
             case .object(let members) where !(members.count == 1 && members[0].key == "__entity"):
-                var fields: [(String, Expression)] = []
+                var fields: [(String, Part)] = []
                 for (name, member) in members { fields.append((name, try valueOrCalls(member))) }
-                guard fields.allSatisfy({ constant($0.1) != nil }) else { return try make(.record(fields)) }
+                guard fields.allSatisfy({ $0.1.value != nil }) else { return try make(.record(fields.map { ($0.0, $0.1.expression) })) }
                 var record: [String: PolicyValue] = [:]
-                for (name, field) in fields { record[name] = constant(field) }
-                return try make(.literal(.record(record)))
+                for (name, field) in fields { record[name] = field.value }
+                return value(.record(record), 1 + fields.reduce(0) { max($0, $1.1.depth) })
             default:
-                return try make(.literal(try JSONValues.policyValue(body, file, "a value")))
+                return value(try JSONValues.policyValue(body, file, "a value"), 1)
             }
         }
 

@@ -82,6 +82,19 @@ struct Expression: Sendable {
         self.height = Self.deepestOperand(kind) + 1
     }
 
+    /// A literal from the JSON form, as many levels deep as the text it prints as (a set of
+    /// sets is deeper than one term there), printed when asked.
+    init(literal value: PolicyValue, height: Int, location: SourceLocation) {
+        self.init(kind: .literal(value), location: location, written: .printed, height: height)
+    }
+
+    private init(kind: Kind, location: SourceLocation, written: Written, height: Int) {
+        self.kind = kind
+        self.location = location
+        self.written = written
+        self.height = height
+    }
+
     /// An expression with its own text.
     init(kind: Kind, location: SourceLocation, text: String) {
         self.init(kind: kind, location: location, written: .text(text))
@@ -100,7 +113,7 @@ struct Expression: Sendable {
     /// every explanation shows).
     func keepingText() -> Expression {
         if case .text = written { return self }
-        return Expression(kind: kind, location: location, written: .text(text))
+        return Expression(kind: kind, location: location, written: .text(text), height: height)
     }
 
     /// The expressions directly inside `kind`, in order.
