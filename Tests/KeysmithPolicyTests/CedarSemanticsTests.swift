@@ -223,7 +223,14 @@ struct SchemaAgreementTests {
         } catch {
             messages += error.problems.map(\.message)
         }
-        #expect(messages.count >= 9, "\(messages)")
+        // An entity value whose type is not a name at all is data too.
+        do {
+            _ = try AuthorizationRequest(json: Array(#"{"principal": "User::\"u\"", "action": "Action::\"view\"", "resource": "Doc::\"d\"", "context": {"g": {"__entity": {"type": "\#(secret) x", "id": "a"}}}}"#.utf8))
+            Issue.record("accepted a malformed type")
+        } catch {
+            messages += error.problems.map(\.message)
+        }
+        #expect(messages.count >= 10, "\(messages)")
         #expect(messages.contains("context.g must be an entity of type G, not one of type Role"), "\(messages)")
         for message in messages { #expect(!message.contains("QQQQ"), "\(message)") }
         #expect(messages.contains("context.depth must be Long, not String"), "\(messages)")
@@ -249,6 +256,27 @@ struct SchemaAgreementTests {
         #expect(twice?.problems.count == 1, "\(twice?.problems ?? [])")
         let cycle = #expect(throws: PolicyDiagnostics.self) { try Schema(text: "type A = { a: A }; entity U { x: A, y: A };") }
         #expect(cycle?.problems.map(\.message).filter { $0.contains("refers to itself") }.count == 1, "\(cycle?.problems ?? [])")
+    }
+
+    @Test("refusing large bad data stays linear: 'did you mean' for the first 100 problems only, at most ten enum ids listed, a parent type reached through a long chain found in one walk")
+    func largeBadData() throws {
+        // 2,000 undeclared attributes against 300 declared: each gets its problem, the first 100 a suggestion.
+        let fields = (0..<300).map { "f\($0)?: Long" }.joined(separator: ", ")
+        let schema = try Schema(text: #"entity Role enum [\#((0..<50).map { "\"r\($0)\"" }.joined(separator: ", "))]; entity User in [Role] { \#(fields) };"#)
+        let attributes = (0..<2_000).map { #""g\#($0)": 1"# }.joined(separator: ", ")
+        let error = #expect(throws: PolicyDiagnostics.self) {
+            try schema.validate(EntityStore(json: Array(#"[{"uid": "User::\"u\"", "attrs": {\#(attributes)}, "parents": ["Role::\"zz\""]}]"#.utf8)))
+        }
+        let messages = error?.problems.map(\.message) ?? []
+        #expect(messages.count == 2_001)
+        #expect(messages.filter { $0.contains("did you mean") }.count <= Schema.suggestedProblems)
+        #expect(messages.contains { $0.contains(#"is not one of the declared Role ids ("r0", "#) && $0.contains("… 40 more") }, "\(messages.first ?? "")")
+        // A chain of 3,000 types, each entity directly in the last one (allowed: it is an ancestor type).
+        let chain = (0..<3_000).map { "entity T\($0) in [T\($0 + 1)];" }.joined(separator: " ") + " entity T3000;"
+        let long = try Schema(text: chain)
+        let entities = (0..<3_000).map { #"{"uid": "T\#($0)::\"x\"", "attrs": {}, "parents": ["T3000::\"top\""]}"# }.joined(separator: ", ")
+        try long.validate(EntityStore(json: Array("[\(entities)]".utf8)))
+        #expect(throws: PolicyDiagnostics.self) { try long.validate(EntityStore(json: Array(#"[{"uid": "T5::\"x\"", "attrs": {}, "parents": ["T2::\"x\""]}]"#.utf8))) }
     }
 
     @Test("-0 is not a Long in JSON data (Cedar refuses it), and 0 is")

@@ -447,9 +447,12 @@ enum JSONValues {
     }
 
     /// `{"type": "User", "id": "alice"}`, or `{"__entity": {…}}`, or `User::"alice"`.
-    static func uid(_ value: Located, _ file: String, _ what: String) throws(PolicyDiagnostic) -> EntityUID {
+    static func uid(_ value: Located, _ file: String, _ what: String, naming: Bool = true) throws(PolicyDiagnostic) -> EntityUID {
         if case .string(let text) = value.value {
-            guard let uid = parseUID(text) else { throw problem(value, file, "\(what) \(EntityUID.problem(parsing: text) ?? ""): an entity is written User::\"alice\"") }
+            guard let uid = parseUID(text) else {
+                let why = naming ? EntityUID.problem(parsing: text) ?? "" : "is not an entity"
+                throw problem(value, file, "\(what) \(why): an entity is written User::\"alice\"")
+            }
             return uid
         }
         var fields = try members(value, file, what, allowed: ["type", "id", "__entity"])
@@ -459,7 +462,10 @@ enum JSONValues {
         }
         let type = try string(fields["type"], file, "\(what)'s type", in: value)
         let id = try string(fields["id"], file, "\(what)'s id", in: value)
-        guard isTypeName(type) else { throw problem(value, file, "\(what)'s type \(PolicyValue.quoted(type, escapingNonASCII: true)) is not a type name (Name or Namespace::Name)") }
+        // Named (escaped, so a look-alike shows) where it names an entity: an entity's uid or
+        // parent, a request's principal, action or resource; not in a value, which is data.
+        let shown = naming ? " " + PolicyValue.quoted(type, escapingNonASCII: true) : ""
+        guard isTypeName(type) else { throw problem(value, file, "\(what)'s type\(shown) is not a type name (Name or Namespace::Name, not a reserved word)") }
         return EntityUID(type: type, id: id)
     }
 
@@ -546,7 +552,7 @@ enum JSONValues {
             for item in items { values.append(try policyValue(item, file, what)) }
             return .set(PolicyValueSet(values))
         case .object(let members):
-            if members.count == 1, members[0].key == "__entity" { return .entity(try uid(value, file, what)) }
+            if members.count == 1, members[0].key == "__entity" { return .entity(try uid(value, file, what, naming: false)) }
             if members.count == 1, members[0].key == "__extn" {
                 let (function, arguments) = try extensionCall(members[0].value, file, what, in: value)
                 guard arguments.count == 1, case .string(let argument) = arguments[0].value else {

@@ -7,12 +7,29 @@ extension Schema {
     /// sides (an entities file cannot move an action into or out of a group), as in Cedar.
     public func validate(_ entities: EntityStore) throws(PolicyDiagnostics) {
         var problems: [PolicyDiagnostic] = []
-        var reachable: [TypePair: Bool] = [:]
+        // For each ancestor type asked about, every type that may be in it (one walk down the
+        // declarations per ancestor type, whatever the number of entities).
+        var children: [String: [String]] = [:]
+        for (name, declaration) in entityTypes { for parent in declaration.memberOf { children[parent, default: []].append(name) } }
+        var descendants: [String: Set<String>] = [:]
+        func mayBeIn(_ type: String, _ ancestor: String) -> Bool {
+            guard let declared = entityType(named: ancestor)?.name else { return false }
+            if descendants[declared] == nil {
+                var seen: Set<String> = [], pending = [declared]
+                while let next = pending.popLast() {
+                    for child in children[next] ?? [] where seen.insert(child).inserted { pending.append(child) }
+                }
+                descendants[declared] = seen
+            }
+            return descendants[declared]!.contains(type)
+        }
         let actionTypes = Set(actions.keys.map(\.type))
         // "Did you mean" for the first problems only: a file of thousands of undeclared
         // names, each compared with thousands of declared ones, would take minutes.
+        var suggestions = Self.suggestedProblems
         func suggest(_ name: String, _ known: some Sequence<String>) -> String {
-            problems.count < Self.suggestedProblems ? Self.suggestion(name, known) : ""
+            suggestions -= 1
+            return suggestions >= 0 ? Self.suggestion(name, known) : ""
         }
         for uid in entities.entities.keys.sorted() {
             let entity = entities.entities[uid]!
@@ -36,37 +53,25 @@ extension Schema {
                 report("the entity type \(uid.type) is not declared in the schema\(suggest(uid.type, entityTypes.keys))")
                 continue
             }
-            if let problem = enumerationProblem(uid) { report(problem) }
-            for parent in entity.parents {
-                if let problem = enumerationProblem(parent) { report(problem) }
+            for named in [uid] + entity.parents {
+                if let problem = enumerationProblem(named, suggesting: suggestions > 0) {
+                    suggestions -= 1
+                    report(problem)
+                }
             }
-            for problem in check(.record(entity.attributes), against: .record(declaration.attributes), path: "attributes") {
+            for problem in check(.record(entity.attributes), against: .record(declaration.attributes), path: "attributes", suggestions: &suggestions) {
                 report(problem)
             }
             // A declared parent type, or (as in Cedar) a type one of those is in, transitively:
-            // with User in [Team] and Team in [Org], a User may be in an Org directly. Each pair
-            // of types is walked once.
+            // with User in [Team] and Team in [Org], a User may be in an Org directly.
             var reported: Set<EntityUID> = []
             for parent in entity.parents where !Self.names(declaration.memberOf, holdExactly: parent.type) && reported.insert(parent).inserted {
-                let pair = TypePair(type: declaration.name, ancestor: parent.type)
-                let allowed = reachable[pair] ?? typeCanBeIn(declaration.name, parent.type)
-                reachable[pair] = allowed
-                guard !allowed else { continue }
+                guard !mayBeIn(declaration.name, parent.type) else { continue }
                 let declared = declaration.memberOf.isEmpty ? "no parents" : declaration.memberOf.sorted().joined(separator: ", ") + ", or a type they are in"
                 report("a \(uid.type) cannot be in \(parent) (the schema allows \(declared))\(Self.lookAlike(parent.type, declaration.memberOf))")
             }
         }
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .validation, problems: problems) }
-    }
-
-    /// Two type names, by their bytes (for remembering whether one may be in the other).
-    private struct TypePair: Hashable {
-        let type: String, ancestor: String
-        static func == (a: TypePair, b: TypePair) -> Bool { PolicyValue.sameBytes(a.type, b.type) && PolicyValue.sameBytes(a.ancestor, b.ancestor) }
-        func hash(into hasher: inout Hasher) {
-            PolicyValue.hashBytes(type, into: &hasher)
-            PolicyValue.hashBytes(ancestor, into: &hasher)
-        }
     }
 
     /// Checks a request: its action is declared, its principal's and resource's types are ones
@@ -129,7 +134,7 @@ extension Schema {
         return best.map { " (did you mean \($0.0)?)" } ?? ""
     }
 
-    /// How many problems of one entity file get a "did you mean".
+    /// How many problems of one entity file or request get a "did you mean".
     static let suggestedProblems = 100
 
     /// Names longer than this get no "did you mean".
@@ -160,15 +165,24 @@ extension Schema {
     /// `naming` the entity (a request's principal or resource, an entity's own uid or parent)
     /// or not (an attribute's value, which is data: neither it nor a "did you mean" from it is
     /// repeated).
-    func enumerationProblem(_ uid: EntityUID, naming: Bool = true) -> String? {
+    func enumerationProblem(_ uid: EntityUID, naming: Bool = true, suggesting: Bool = true) -> String? {
         guard let ids = entityType(named: uid.type)?.enumeration, !ids.contains(where: { PolicyValue.sameBytes($0, uid.id) }) else { return nil }
-        let declared = ids.map(PolicyValue.quoted).joined(separator: ", ")
+        // At most ten ids listed: an enum of thousands, repeated in each of thousands of
+        // problems, printed hundreds of megabytes.
+        let declared = ids.prefix(10).map(PolicyValue.quoted).joined(separator: ", ") + (ids.count > 10 ? ", … \(ids.count - 10) more" : "")
         guard naming else { return "it is not one of the declared \(uid.type) ids (\(declared))" }
-        return "\(uid) is not one of the declared \(uid.type) ids (\(declared))\(Schema.suggestion(uid.id, ids))"
+        return "\(uid) is not one of the declared \(uid.type) ids (\(declared))\(suggesting ? Schema.suggestion(uid.id, ids) : "")"
     }
 
-    /// Every way `value` differs from `type`, as sentences naming the path.
+    /// Every way `value` differs from `type`, as sentences naming the path; a "did you mean"
+    /// for at most `suggestions` of them (a record of thousands of undeclared names, each
+    /// compared with hundreds of declared ones, would take minutes).
     func check(_ value: PolicyValue, against type: SchemaType, path: String) -> [String] {
+        var suggestions = Self.suggestedProblems
+        return check(value, against: type, path: path, suggestions: &suggestions)
+    }
+
+    private func check(_ value: PolicyValue, against type: SchemaType, path: String, suggestions: inout Int) -> [String] {
         switch (type, value) {
         case (.bool, .bool), (.long, .long), (.string, .string): return []
         case (.entity(let name), .entity(let uid)):
@@ -176,23 +190,30 @@ extension Schema {
             guard PolicyValue.sameBytes(uid.type, name) else { return ["\(path) must be an entity of type \(name), not one of type \(uid.type)\(Schema.lookAlike(uid.type, [name]))"] }
             return enumerationProblem(uid, naming: false).map { ["\(path): \($0)"] } ?? []
         case (.set(let element), .set(let set)):
-            return set.elements.flatMap { check($0, against: element, path: "an element of \(path)") }
+            var problems: [String] = []
+            for member in set.elements { problems += check(member, against: element, path: "an element of \(path)", suggestions: &suggestions) }
+            return problems
         case (.record(let fields), .record(let record)):
             var problems: [String] = []
             func qualified(_ name: String) -> String { path == "attributes" ? "the attribute \(name)" : "\(path).\(name)" }
             for (name, attribute) in fields.sorted(by: { $0.key < $1.key }) {
                 if let member = record.exactly(name) {
-                    problems += check(member, against: attribute.type, path: path == "attributes" ? name : "\(path).\(name)")
+                    problems += check(member, against: attribute.type, path: path == "attributes" ? name : "\(path).\(name)", suggestions: &suggestions)
                 } else if attribute.required {
                     problems.append("\(qualified(name)) is missing (it is required, of type \(attribute.type))")
                 }
             }
             for name in record.keys.sorted() where fields.exactly(name) == nil {
-                problems.append("\(qualified(name)) is not declared\(Schema.suggestion(name, fields.keys))")
+                suggestions -= 1
+                problems.append("\(qualified(name)) is not declared\(suggestions >= 0 ? Schema.suggestion(name, fields.keys) : "")")
             }
             return problems
         case (.openRecord(let element), .record(let record)):
-            return record.sorted(by: { $0.key < $1.key }).flatMap { check($0.value, against: element, path: "\(path)[\(PolicyValue.quoted($0.key))]") }
+            var problems: [String] = []
+            for (key, member) in record.sorted(by: { $0.key < $1.key }) {
+                problems += check(member, against: element, path: "\(path)[\(PolicyValue.quoted(key))]", suggestions: &suggestions)
+            }
+            return problems
         case (.extension(let name), .ip) where name == "ipaddr": return []
         case (.extension(let name), .decimal) where name == "decimal": return []
         case (.extension(let name), .datetime) where name == "datetime": return []
