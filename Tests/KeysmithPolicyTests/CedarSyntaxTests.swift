@@ -221,6 +221,21 @@ struct CedarSyntaxTests {
         #expect(PolicyPrinter.print(policies.policies[0]).contains(#"like "*\*""#))
     }
 
+    @Test("an action in a policy's head is of type Action or Namespace::Action, in text and in the JSON form, as in Cedar",
+          arguments: [#"action == User::"x""#, #"action in [Action::"a", User::"x"]"#, #"action in Group::"g""#, #"action == ActionX::"x""#, #"action == My::NsAction::"x""#])
+    func actionHeadsAreActions(_ head: String) throws {
+        let problem = Self.syntaxProblem("permit (principal, \(head), resource);")
+        #expect(problem?.contains("an action in a policy's head is of type Action (or Namespace::Action)") == true, "\(problem ?? "accepted")")
+        // The JSON form of the same head is refused too.
+        let entity = head.contains("User") ? #"{"type": "User", "id": "x"}"# : head.contains("Group") ? #"{"type": "Group", "id": "g"}"# : head.contains("ActionX") ? #"{"type": "ActionX", "id": "x"}"# : #"{"type": "My::NsAction", "id": "x"}"#
+        #expect(throws: PolicyDiagnostics.self) {
+            try Policies(json: Array(#"{"effect": "permit", "principal": {"op": "All"}, "action": {"op": "in", "entities": [\#(entity)]}, "resource": {"op": "All"}, "conditions": []}"#.utf8))
+        }
+        for accepted in [#"action == Action::"x""#, #"action == Ns::Action::"x""#, #"action in [Action::"a", Ns::Action::"b"]"#] {
+            #expect(Self.syntaxProblem("permit (principal, \(accepted), resource);") == nil, "\(accepted)")
+        }
+    }
+
     @Test("a null annotation in the JSON form is an annotation with no value (@name in text), as in Cedar")
     func nullAnnotations() throws {
         let json = #"{"staticPolicies": {"p0": {"effect": "permit", "principal": {"op": "All"}, "action": {"op": "All"}, "resource": {"op": "All"}, "conditions": [], "annotations": {"id": "p0", "reviewed": null}}}}"#

@@ -209,17 +209,17 @@ struct PolicyParser {
         guard keyword("action") else { throw problem("the head's second element must be 'action'") }
         var action = ActionConstraint.any
         if accept("==") {
-            action = .equal(try entityReference())
+            action = .equal(try actionReference())
         } else if keyword("in") {
             if accept("[") {
                 var list: [EntityUID] = []
                 if !accept("]") {
-                    repeat { list.append(try entityReference()) } while accept(",") && current.token != .symbol("]")
+                    repeat { list.append(try actionReference()) } while accept(",") && current.token != .symbol("]")
                     try expect("]", "to close the list of actions")
                 }
                 action = .within(list)
             } else {
-                action = .within([try entityReference()])
+                action = .within([try actionReference()])
             }
         }
         try expect(",", "after the action constraint")
@@ -275,6 +275,22 @@ struct PolicyParser {
     private func typeName(_ name: String) throws(PolicyDiagnostic) -> String {
         try refuseReserved(name, "cannot be part of a type's name", at: tokens[position - 1])
         return name
+    }
+
+    /// An action entity in a policy's head: of type `Action` or `Namespace::Action`, as Cedar
+    /// requires (`action == User::"x"` is refused there).
+    private mutating func actionReference() throws(PolicyDiagnostic) -> EntityUID {
+        let start = current
+        let uid = try entityReference()
+        guard PolicyParser.isActionType(uid.type) else {
+            throw problem("an action in a policy's head is of type Action (or Namespace::Action), not \(uid.type)", at: start)
+        }
+        return uid
+    }
+
+    /// Whether `type` is `Action` or `Namespace::Action`.
+    static func isActionType(_ type: String) -> Bool {
+        type.utf8.elementsEqual("Action".utf8) || (type.utf8.count > 8 && type.utf8.suffix(8).elementsEqual("::Action".utf8))
     }
 
     /// `Type::"id"` or `Name::Space::Type::"id"`.

@@ -53,6 +53,14 @@ enum PolicyJSON {
                 }
             case let other: throw problem(actionValue, "the action's op \(PolicyValue.quoted(other)) is not All, == or in")
             }
+            let named: [EntityUID] = switch action {
+            case .any: []
+            case .equal(let uid): [uid]
+            case .within(let list): list
+            }
+            if let other = named.first(where: { !PolicyParser.isActionType($0.type) }) {
+                throw problem(actionValue, "an action in a policy's head is of type Action (or Namespace::Action), not \(other.type)")
+            }
             var annotations: [String: String] = [:]
             if let annotationsValue = fields["annotations"] {
                 guard case .object(let items) = annotationsValue.value else { throw problem(annotationsValue, "annotations must be an object") }
