@@ -136,11 +136,16 @@ enum PolicyJSON {
             } else {
                 expression = try valueOrCalls(body).expression
             }
-            guard expression.height <= PolicyParser.maximumDepth else {
-                throw problem(body, "the expression nests deeper than \(PolicyParser.maximumDepth) levels")
-            }
+            return try bounded(expression, body)
+        }
+
+        /// `expression`, unless it nests deeper than the language allows (the text's limit).
+        func bounded(_ expression: Expression, _ at: Located) throws(PolicyDiagnostic) -> Expression {
+            guard expression.height <= PolicyParser.maximumDepth else { throw tooDeep(at) }
             return expression
         }
+
+        func tooDeep(_ at: Located) -> PolicyDiagnostic { problem(at, "the expression nests deeper than \(PolicyParser.maximumDepth) levels") }
 
         /// How many levels deep a literal value's text is: a term one, a set or record one more
         /// than its deepest member, an extension value two (`ip("…")`, a call of a string).
@@ -169,10 +174,7 @@ enum PolicyJSON {
         private func valueOrCalls(_ body: Located) throws(PolicyDiagnostic) -> Part {
             let at = location(body)
             func make(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Part {
-                let expression = Expression(kind: kind, location: at, written: .printed)
-                guard expression.height <= PolicyParser.maximumDepth else {
-                    throw problem(body, "the expression nests deeper than \(PolicyParser.maximumDepth) levels")
-                }
+                let expression = try bounded(Expression(kind: kind, location: at, written: .printed), body)
                 return Part(value: nil, depth: expression.height, call: expression, location: at)
             }
             func value(_ value: PolicyValue, _ depth: Int) -> Part { Part(value: value, depth: depth, call: nil, location: at) }
@@ -206,7 +208,7 @@ enum PolicyJSON {
         mutating func expression(_ value: Located) throws(PolicyDiagnostic) -> Expression {
             depth += 1
             defer { depth -= 1 }
-            guard depth <= PolicyParser.maximumDepth else { throw problem(value, "the expression nests deeper than \(PolicyParser.maximumDepth) levels") }
+            guard depth <= PolicyParser.maximumDepth else { throw tooDeep(value) }
             guard case .object(let members) = value.value, members.count == 1 else {
                 throw problem(value, "an expression must be an object with one key, such as {\"Var\": \"principal\"}")
             }
@@ -214,11 +216,7 @@ enum PolicyJSON {
             // The text is printed when asked: printing every sub-expression here would take time
             // and memory growing with the square of the expression's depth.
             func make(_ kind: Expression.Kind) throws(PolicyDiagnostic) -> Expression {
-                let expression = Expression(kind: kind, location: location(value), written: .printed)
-                guard expression.height <= PolicyParser.maximumDepth else {
-                    throw problem(value, "the expression nests deeper than \(PolicyParser.maximumDepth) levels")
-                }
-                return expression
+                try bounded(Expression(kind: kind, location: location(value), written: .printed), value)
             }
             func pair() throws(PolicyDiagnostic) -> (Expression, Expression) {
                 let fields = try self.members(body, "\(key)", ["left", "right"])

@@ -157,10 +157,10 @@ extension Policies {
         if let schema {
             actions = schema.actions.values.filter { Schema.names($0.principals, holdExactly: principal.type) }.map { ($0.uid, $0.resources) }
         } else {
-            actions = entities.entities.keys.filter { $0.type == "Action" || $0.type.hasSuffix("::Action") }.map { ($0, nil) }
+            actions = entities.entities.keys.filter { PolicyParser.isActionType($0.type) }.map { ($0, nil) }
         }
         var out: [PermittedAction] = []
-        let resources = entities.entities.keys.filter { !($0.type == "Action" || $0.type.hasSuffix("::Action")) }.sorted()
+        let resources = entities.entities.keys.filter { !PolicyParser.isActionType($0.type) }.sorted()
         for (action, types) in actions.sorted(by: { $0.0 < $1.0 }) {
             for resource in resources where types.map({ Schema.names($0, holdExactly: resource.type) }) ?? true {
                 let decision = isAuthorized(AuthorizationRequest(principal: principal, action: action, resource: resource, context: context,

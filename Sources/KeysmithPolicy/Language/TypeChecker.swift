@@ -441,7 +441,7 @@ struct TypeChecker {
         case .string: return .string
         case .entity(let uid):
             if schema.actions[uid] != nil { return .entity([uid.type]) }
-            if uid.type == "Action" || uid.type.hasSuffix("::Action") {
+            if PolicyParser.isActionType(uid.type) {
                 report(expression, "the action \(uid) is not declared in the schema\(Schema.suggestion(uid.id, schema.actions.keys.map(\.id)))")
                 return nil
             }
