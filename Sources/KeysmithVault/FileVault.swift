@@ -244,18 +244,38 @@ public final class FileVault: SecureStore {
     }
 
     /// Lists matching items; secrets are decrypted only to be dropped. A format 2 vault streams
-    /// its records, so memory follows the matches, not the vault. Damaged records are left out
-    /// (``verify()`` lists them).
+    /// its records, so memory follows the matches, not the vault.
+    ///
+    /// - Throws: ``KeysmithError/Code/corruptData`` when the vault has damage, known when it
+    ///   was opened or found while listing (a missing or damaged file, a damaged record, a
+    ///   rollback): a listing that left out what it cannot read would look whole. Superseded
+    ///   damage (a record written again since) and a damaged header copy do not count.
+    ///   ``verify()`` lists the damage; writing a damaged item again repairs it.
     public func search(_ query: ItemQuery) throws -> [ItemInfo] {
         try backend.withLock { backend in
             try backend.refresh()
-            return try backend.search(query)
+            try Self.requireWhole(backend)
+            let found = try backend.search(query)
+            try Self.requireWhole(backend)
+            return found
         }
+    }
+
+    /// Throws when the vault has damage that could hide or change records (what a listing
+    /// must not leave out silently).
+    private static func requireWhole(_ backend: any VaultBackend) throws {
+        guard backend.isDamaged else { return }
+        throw KeysmithError(.corruptData, "the vault has damage, so a listing could be missing items; run `keysmith vault verify`")
     }
 
     /// Reads every matching item a chunk at a time, each record decrypted once. A format 2
     /// vault walks its index in record-id order, catching up with other processes before each
     /// chunk; memory follows the chunk, not the vault.
+    ///
+    /// - Throws: ``KeysmithError/Code/corruptData`` when the vault has damage (as
+    ///   ``search(_:)``): before the first chunk when it is known, else after the walk that
+    ///   found it, so a caller that applies what it read only once this returns (a bulk
+    ///   revocation) applies nothing.
     public func forEachRecord(
         matching query: ItemQuery, chunkSize: Int, _ body: (_ records: [SecureRecord], _ progress: ScanProgress) throws -> Void
     ) throws {
@@ -264,7 +284,10 @@ public final class FileVault: SecureStore {
         repeat {
             let chunk = try backend.withLock { backend in
                 try backend.refresh()
-                return try backend.records(matching: query, after: after, limit: chunkSize)
+                try Self.requireWhole(backend)
+                let chunk = try backend.records(matching: query, after: after, limit: chunkSize)
+                try Self.requireWhole(backend)
+                return chunk
             }
             examined += chunk.examined
             // The total is an estimate (the overlay may replace snapshot records) until the end.
@@ -332,20 +355,41 @@ public final class FileVault: SecureStore {
     /// written into a new snapshot under it, the old key is removed. A crash between steps
     /// leaves a vault that opens with every record.
     ///
+    /// Every record is read and authenticated first (as ``verify()`` does): a vault with damage
+    /// is refused before the header changes.
+    ///
     /// - Throws: ``KeysmithError/Code/corruptData`` if the vault has damage (repair it first);
-    ///   ``KeysmithError/Code/storeLocked`` if another process changed the credential since
-    ///   this handle opened the vault.
+    ///   nothing changes then. ``KeysmithError/Code/storeLocked`` if another process changed
+    ///   the credential since this handle opened the vault.
     public func rekey() throws {
-        try withWriteLock { backend in try backend.rekey() }
+        try withWriteLock { backend in
+            try Self.requireVerified(backend)
+            try backend.rekey()
+        }
         logger.debug("re-keyed", metadata: ["path": "\(path)"])
     }
 
     /// Writes every record into one snapshot and removes the logs it covers. Writes do this by
-    /// themselves when logs pile up; call it to do it now.
+    /// themselves when logs pile up; call it to do it now. It first reads and authenticates
+    /// every record (as ``verify()`` does), so it never folds a damaged record into the
+    /// snapshot and removes the log that showed where the damage was.
     ///
-    /// - Throws: ``KeysmithError/Code/corruptData`` if the vault has damage.
+    /// - Throws: ``KeysmithError/Code/corruptData`` if the vault has damage; nothing changes then.
     public func compact() throws {
-        try withWriteLock { backend in try backend.compact(reseal: false) }
+        try withWriteLock { backend in
+            try Self.requireVerified(backend)
+            try backend.compact(reseal: false)
+        }
+    }
+
+    /// Reads and authenticates every file and record, under the write lock, and throws when
+    /// anything is damaged (superseded damage and a damaged header copy aside): what
+    /// maintenance checks before it changes anything. Damage a read has not met yet (a byte
+    /// flipped in a record nobody asked for) is found here, not half-way through.
+    private static func requireVerified(_ backend: any VaultBackend) throws {
+        _ = try backend.verify()
+        guard backend.isDamaged else { return }
+        throw KeysmithError(.corruptData, "the vault has damage (run `keysmith vault verify`); repair it before compacting or re-keying; nothing was changed")
     }
 
     /// Checks every file and every record and lists what is damaged; an empty list (or one of

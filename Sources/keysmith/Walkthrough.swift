@@ -12,14 +12,19 @@ extension KeysmithCommand {
             abstract: "Show what Keysmith does, step by step, on a throwaway vault that is removed afterwards."
         )
 
-        @Option(help: ArgumentHelp("Where to make the throwaway vault (default: a new directory under $TMPDIR).", valueName: "dir"))
+        @Option(help: ArgumentHelp("A directory that does not exist yet, to make, hold the throwaway vault and remove afterwards "
+                                   + "(default: a new one under $TMPDIR). Exit 7 if something is already there.", valueName: "dir"))
         var directory: String?
 
         func run() throws {
             let base = directory ?? ((System.environment("TMPDIR") ?? "/tmp") + "/keysmith-walkthrough-\(System.processID)")
             let path = base + "/vault"
             let keyfile = base + "/keyfile"
-            try System.mkdir(base, mode: 0o700)
+            // Only a directory made here is removed afterwards: never one that was already there.
+            guard try System.mkdir(base, mode: 0o700) else {
+                throw CommandFailure(message: "\(base) already exists; the walkthrough makes its own directory and removes it afterwards, "
+                                     + "so give a path that does not exist yet", exitCode: ExitCode(7))
+            }
             defer { try? System.removeTree(base) }
 
             step(1, "Create a keyfile and a vault unlocked by it: \(path)")
@@ -67,8 +72,17 @@ extension KeysmithCommand {
             print("   the internet password is unaffected: \(try damaged.read(web)?.secret == Data("hunter2".utf8))")
             print("   verify reports: \(try damaged.verify().map(\.description).joined(separator: "; "))")
 
-            step(9, "Delete the internet password; reading it now finds nothing.")
-            try? damaged.delete(web)
+            step(9, "Repair: write the mail password again. Until then a listing refuses the vault, since it would leave the item out:")
+            do {
+                _ = try damaged.search(ItemQuery())
+            } catch let error as KeysmithError {
+                print("   list: \(error.code): \(error.message)")
+            }
+            try damaged.perform([.upsert(ItemAttributes(key: .genericPassword(service: "mail", account: "bob")), secret: Data("tr0ub4dor&3".utf8))])
+            print("   the mail password reads back: \(try damaged.read(.genericPassword(service: "mail", account: "bob"))?.secret == Data("tr0ub4dor&3".utf8)); "
+                  + "verify now calls the damage superseded: \(try damaged.verify().allSatisfy(\.isSuperseded))")
+            print("   then delete the internet password; reading it finds nothing:")
+            try damaged.delete(web)
             print("   read returned \(try damaged.read(web) == nil ? "nil" : "a value")")
 
             step(10, "Import an OAuth token for bob at news: requested groups:read posts:write posts:delete.")

@@ -288,7 +288,9 @@ struct CommandTests {
         defer { keysmith.cleanup() }
         let result = try keysmith.run(["walkthrough", "--directory", keysmith.directory + "/walk"])
         #expect(result.status == 0, "\(result.output)")
-        #expect(result.stdout.contains("9. Delete"))
+        #expect(result.stdout.contains("9. Repair"))
+        #expect(result.stdout.contains("verify now calls the damage superseded: true"))
+        #expect(result.stdout.contains("read returned nil"))
         #expect(result.stdout.contains("allow: permitted by member-browse-post"))
         #expect(result.stdout.contains("posts:write is revoked since"))
         #expect(result.stdout.contains("deny: forbidden by scope-post"))

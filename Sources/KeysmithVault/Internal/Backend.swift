@@ -25,6 +25,9 @@ protocol VaultBackend: AnyObject, Sendable {
     func statistics() throws -> (items: Int, logFiles: Int)
     func acceptRollback() throws
     var damage: [VaultDamage] { get }
+    /// Whether damage is known that could hide or change records (superseded damage and
+    /// header copies do not count): then a listing could be missing items.
+    var isDamaged: Bool { get }
 }
 
 /// What a commit did.
@@ -153,6 +156,7 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
     func statistics() throws -> (items: Int, logFiles: Int) { (engine.entries.count, engine.logsSinceSnapshot) }
     func acceptRollback() throws {}
     var damage: [VaultDamage] { engine.damage }
+    var isDamaged: Bool { engine.isDamaged }
 
     /// Every record with the commit that last wrote it, decrypted: the input of an upgrade.
     func allRecords() throws -> [(record: SecureRecord, version: UInt64)] {

@@ -43,6 +43,8 @@ final class Engine2 {
     private var damagedPages: [Int: VaultDamage] = [:]
     /// Whether the snapshot verified; when it did not, only logs chained from the genesis count.
     private(set) var snapshotUsable = false
+    /// Whether `data/log` is gone: commits after the snapshot may have been lost with it.
+    private var logDirectoryMissing = false
     /// Whether the snapshot names another vault: the header and the records do not belong together.
     private(set) var foreignSnapshot = false
 
@@ -147,6 +149,7 @@ final class Engine2 {
         pageCache = [:]
         damagedPages = [:]
         snapshotUsable = false
+        logDirectoryMissing = false
         foreignSnapshot = false
         logMACs = [:]
         lastSequence = 0
@@ -173,8 +176,14 @@ final class Engine2 {
             names = try System.listDirectory(paths.logDirectory)
         } catch let error as SystemError where error.isNotFound {
             names = []
-            fileDamage.append(VaultDamage(file: Format2.dataDirectory + "/log", offset: 0, recordID: nil, key: nil,
-                                          reason: "the log directory is missing", hidesRecords: true))
+            logDirectoryMissing = true
+            let damage = VaultDamage(file: Format2.dataDirectory + "/log", offset: 0, recordID: nil, key: nil,
+                                     reason: "the log directory is missing", hidesRecords: true)
+            fileDamage.append(damage)
+            // Commits after the snapshot may have been lost with it: which records they
+            // changed or created cannot be told, so every record, and every absent one, is in
+            // doubt.
+            markUncertain(before: base + 1, damage)
         } catch let error as SystemError {
             throw KeysmithError(.ioFailure, "cannot list the vault's logs: \(error)")
         }
@@ -1021,6 +1030,12 @@ final class Engine2 {
     /// commit either way: a crash during the compaction leaves the batch committed.
     func commit(_ operations: [StoreOperation]) throws -> CommitOutcome {
         if let rollback { throw KeysmithError(.corruptData, "\(rollback.reason)") }
+        guard !logDirectoryMissing else {
+            throw KeysmithError(
+                .corruptData,
+                "the vault's log directory is missing, so commits may have been lost with it; restore the vault from a backup "
+                    + "(run `keysmith vault verify` for details)")
+        }
         guard snapshotUsable || uncertainBefore == nil else {
             throw KeysmithError(
                 .corruptData,

@@ -1,0 +1,146 @@
+import Foundation
+import KeysmithTestSupport
+import Testing
+
+/// What a reader of docs/cli.md, docs/format.md and docs/threat-model.md was promised, tried
+/// through the built command (found by a session-17 audit from the docs alone): a damaged vault
+/// never answers with a listing that may be missing items, maintenance never runs on damage,
+/// and nothing is lost or silently done on a mistyped command line.
+@Suite("the keysmith command: damage is refused and mistakes lose nothing")
+struct DamageAndRefusalTests {
+    /// A vault with a keyfile and the secrets `s1`…`s5` (service `sN`, account `a`), one commit each.
+    static func vaultWithFiveSecrets() throws -> Keysmith {
+        var keysmith = try Keysmith()
+        try keysmith.run(["init", "--keyfile", keysmith.keyfile])
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        for index in 1...5 {
+            let set = try keysmith.run(["secret", "set", "--service", "s\(index)", "--account", "a"], stdin: "secret-\(index)")
+            #expect(set.status == 0, "\(set.output)")
+        }
+        return keysmith
+    }
+
+    /// Another machine's view: an anchor directory that has never seen this vault, so what is
+    /// found is found by the vault's own structure.
+    static func freshMachine(_ keysmith: Keysmith) throws -> [String: String] {
+        let anchors = keysmith.directory + "/anchors-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: anchors, withIntermediateDirectories: true)
+        return ["KEYSMITH_ANCHOR_DIR": anchors]
+    }
+
+    static func flipLastByte(_ path: String) throws {
+        var bytes = try #require(FileManager.default.contents(atPath: path))
+        bytes[bytes.count - 1] ^= 1
+        try bytes.write(to: URL(fileURLWithPath: path))
+    }
+
+    @Test("a listing of a vault with damage exits 6 instead of printing what is left: a missing snapshot, a missing log, a damaged record")
+    func listingsOfDamagedVaultsFail() throws {
+        // The snapshot removed after a compaction: every item was in it.
+        do {
+            let keysmith = try Self.vaultWithFiveSecrets()
+            defer { keysmith.cleanup() }
+            #expect(try keysmith.run(["vault", "compact"]).status == 0)
+            try FileManager.default.removeItem(atPath: keysmith.vault + "/data/snapshot")
+            let list = try keysmith.run(["secret", "list", "--json"], environment: try Self.freshMachine(keysmith))
+            #expect(list.status == 6, "\(list.output)")
+            #expect(list.stdout.isEmpty, "\(list.stdout)")
+            #expect(list.stderr.contains("vault verify"), "\(list.stderr)")
+        }
+        // A log in the middle removed: the items it may have changed are in doubt.
+        do {
+            let keysmith = try Self.vaultWithFiveSecrets()
+            defer { keysmith.cleanup() }
+            try FileManager.default.removeItem(atPath: keysmith.vault + "/data/log/0000000000000003")
+            let list = try keysmith.run(["secret", "list", "--json"], environment: try Self.freshMachine(keysmith))
+            #expect(list.status == 6, "\(list.output)")
+            #expect(list.stdout.isEmpty, "\(list.stdout)")
+        }
+        // One record's byte flipped: the listing would leave that item out.
+        do {
+            let keysmith = try Self.vaultWithFiveSecrets()
+            defer { keysmith.cleanup() }
+            try Self.flipLastByte(keysmith.vault + "/data/log/0000000000000004")
+            let list = try keysmith.run(["secret", "list", "--json"])
+            #expect(list.status == 6, "\(list.output)")
+            // Writing the damaged item again repairs it, and the listing is whole again.
+            #expect(try keysmith.run(["secret", "set", "--service", "s4", "--account", "a"], stdin: "again").status == 0)
+            let repaired = try keysmith.run(["secret", "list", "--json"])
+            #expect(repaired.status == 0, "\(repaired.output)")
+            #expect(try listedItems(repaired).count == 5)
+        }
+        // Tokens are listed from the same records: `token list` refuses too.
+        do {
+            let keysmith = try Self.vaultWithFiveSecrets()
+            defer { keysmith.cleanup() }
+            let imported = try keysmith.run(["token", "import", "--service", "news", "--account", "bob"],
+                                            stdin: #"{"access_token":"A","token_type":"Bearer","scope":"read write","expires_in":3600}"#)
+            #expect(imported.status == 0, "\(imported.output)")
+            #expect(try keysmith.run(["vault", "compact"]).status == 0)
+            try FileManager.default.removeItem(atPath: keysmith.vault + "/data/snapshot")
+            let list = try keysmith.run(["token", "list", "--expiring-within", "1d", "--json"], environment: try Self.freshMachine(keysmith))
+            #expect(list.status == 6, "\(list.output)")
+            #expect(list.stdout.isEmpty, "\(list.stdout)")
+        }
+    }
+
+    @Test("a missing log directory is damage: reads and writes exit 6, not 'does not exist' or an I/O error")
+    func missingLogDirectoryIsDamage() throws {
+        let keysmith = try Self.vaultWithFiveSecrets()
+        defer { keysmith.cleanup() }
+        try FileManager.default.removeItem(atPath: keysmith.vault + "/data/log")
+        let machine = try Self.freshMachine(keysmith)
+        let get = try keysmith.run(["secret", "get", "--service", "s2", "--account", "a"], environment: machine)
+        #expect(get.status == 6, "\(get.output)")
+        let absent = try keysmith.run(["secret", "get", "--service", "never", "--account", "a"], environment: machine)
+        #expect(absent.status == 6, "an absent item may have been written in a lost log: \(absent.output)")
+        let set = try keysmith.run(["secret", "set", "--service", "s1", "--account", "a"], stdin: "x", environment: machine)
+        #expect(set.status == 6, "\(set.output)")
+        #expect(try keysmith.run(["vault", "verify"], environment: machine).status == 6)
+    }
+
+    @Test("rekey and compact on a vault with a damaged record exit 6 and change nothing")
+    func maintenanceRefusesDamage() throws {
+        let keysmith = try Self.vaultWithFiveSecrets()
+        defer { keysmith.cleanup() }
+        try Self.flipLastByte(keysmith.vault + "/data/log/0000000000000004")
+        let files = { () throws -> [String: Data] in
+            var out: [String: Data] = [:]
+            for name in ["header", "header.backup", "data/snapshot"] + (try FileManager.default.contentsOfDirectory(atPath: keysmith.vault + "/data/log")).map({ "data/log/" + $0 }) {
+                out[name] = FileManager.default.contents(atPath: keysmith.vault + "/" + name)
+            }
+            return out
+        }
+        let before = try files()
+        let rekey = try keysmith.run(["vault", "rekey"])
+        #expect(rekey.status == 6, "\(rekey.output)")
+        #expect(rekey.stderr.contains("vault verify"), "\(rekey.stderr)")
+        let compact = try keysmith.run(["vault", "compact"])
+        #expect(compact.status == 6, "\(compact.output)")
+        #expect(try files() == before, "the header, the snapshot and the logs are as they were")
+        // The other items still read.
+        #expect(try keysmith.run(["secret", "get", "--service", "s5", "--account", "a"]).stdout == "secret-5\n")
+    }
+
+    @Test("the walkthrough never removes a directory it did not make")
+    func walkthroughKeepsExistingDirectories() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let existing = keysmith.directory + "/mine"
+        try FileManager.default.createDirectory(atPath: existing, withIntermediateDirectories: true)
+        try "precious".write(toFile: existing + "/precious.txt", atomically: true, encoding: .utf8)
+        let refused = try keysmith.run(["walkthrough", "--directory", existing])
+        #expect(refused.status == 7, "\(refused.output)")
+        #expect(FileManager.default.contents(atPath: existing + "/precious.txt") == Data("precious".utf8))
+        // An empty directory that exists is not the walkthrough's either.
+        let empty = keysmith.directory + "/empty"
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+        #expect(try keysmith.run(["walkthrough", "--directory", empty]).status == 7)
+        #expect(FileManager.default.fileExists(atPath: empty))
+        // A path that does not exist yet is made, used and removed.
+        let fresh = keysmith.directory + "/fresh"
+        let ran = try keysmith.run(["walkthrough", "--directory", fresh])
+        #expect(ran.status == 0, "\(ran.output)")
+        #expect(!FileManager.default.fileExists(atPath: fresh))
+    }
+}
