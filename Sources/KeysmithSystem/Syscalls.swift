@@ -22,6 +22,8 @@ package struct SystemError: Error, Sendable, Equatable, CustomStringConvertible 
     package var isPermissionDenied: Bool { errno == EACCES || errno == EPERM }
     /// Whether the target already exists.
     package var isAlreadyExists: Bool { errno == EEXIST }
+    /// Whether a read found more than the limit it was given (``System/readAll(_:path:atMost:)``).
+    package var isOverLimit: Bool { errno == EFBIG }
     /// Whether the file system is mounted read-only.
     package var isReadOnlyFileSystem: Bool { errno == EROFS }
     /// Whether the path names something that is not a usable regular file (a symbolic link, a

@@ -55,9 +55,25 @@ package enum Terminal {
         return answer == "y" || answer == "yes"
     }
 
-    /// Reads a descriptor to its end (standard input, or `--passphrase-fd N`).
-    package static func readAll(fd: Int32) throws -> [UInt8] {
-        try System.readAll(fd, path: "fd \(fd)")
+    /// Reads a descriptor to its end (standard input, or `--passphrase-fd N`), at most `limit`
+    /// bytes: more is a ``SystemError`` whose ``SystemError/isOverLimit`` is true, found after
+    /// reading `limit` + 1 bytes (an input that never ends is refused, not read until memory
+    /// runs out).
+    package static func readAll(fd: Int32, atMost limit: Int) throws -> [UInt8] {
+        try System.readAll(fd, path: "fd \(fd)", atMost: limit)
+    }
+
+    /// The index (from 1) of the first command-line argument that is not valid UTF-8, or `nil`.
+    /// Swift's `CommandLine.arguments` repairs such bytes into U+FFFD, so two different byte
+    /// strings would read as one name; the command refuses them instead.
+    package static func firstNonUTF8Argument() -> Int? {
+        for index in 1..<Int(CommandLine.argc) {
+            // argv[index] is a NUL-terminated C string owned by the process for its lifetime.
+            guard let pointer = CommandLine.unsafeArgv[index] else { continue }
+            let bytes = UnsafeBufferPointer(start: pointer, count: strlen(pointer)).map { UInt8(bitPattern: $0) }
+            if String(validating: bytes, as: UTF8.self) == nil { return index }
+        }
+        return nil
     }
 
     /// Reads what is available from a descriptor into `buffer` (at most its size), waiting for

@@ -44,7 +44,14 @@ struct TokenResponse {
         func scopes() throws -> Set<Scope> {
             switch self {
             case .list(let list): try Scope.parseList(list)
-            case .array(let items): Set(try items.map { try Scope.parseList($0) }.joined())
+            // Each element is one scope: a space (or a comma) inside one is refused as the
+            // scope's own character error, never split into two.
+            case .array(let items): Set(try items.map { item in
+                guard !item.contains(",") else {
+                    throw KeysmithError(.invalidScope, "a scope in the response's scope array holds a comma; each scope must be its own element")
+                }
+                return try Scope(item)
+            })
             }
         }
     }

@@ -85,14 +85,21 @@ public final class FileVault: SecureStore {
     ///   - logger: Where the vault reports what it does (``defaultLogger()`` if omitted).
     /// - Returns: The open vault.
     /// - Throws: ``KeysmithError/Code/duplicateItem`` if a vault or other files are already
-    ///   there; ``KeysmithError/Code/invalidArgument`` for scrypt parameters out of bounds;
+    ///   there, or `path` is a file; ``KeysmithError/Code/invalidArgument`` for scrypt
+    ///   parameters out of bounds or an empty passphrase;
     ///   ``KeysmithError/Code/ioFailure`` if the directory cannot be made.
     public static func create(
         at path: String, credential: VaultCredential, scrypt: ScryptParameters = .default,
         clock: @escaping @Sendable () -> Date = { Date() }, anchorDirectory: String? = FileVault.defaultAnchorDirectory,
         logger: Logger = FileVault.defaultLogger()
     ) throws -> FileVault {
+        guard !credential.isEmptyPassphrase else {
+            throw KeysmithError.invalidArgument("the passphrase is empty, which protects nothing; nothing was created")
+        }
         try io {
+            if let status = try System.status(path), !status.isDirectory {
+                throw KeysmithError(.duplicateItem, "\(path) exists and is not a directory; choose an empty or new directory")
+            }
             try makeDirectories(path)
             let existing = try System.listDirectory(path)
             if !existing.isEmpty {
@@ -341,10 +348,14 @@ public final class FileVault: SecureStore {
     /// - Parameters:
     ///   - credential: The new passphrase or keyfile.
     ///   - scrypt: scrypt's cost for a new passphrase.
-    /// - Throws: ``KeysmithError/Code/storeLocked`` if another process changed the credential
+    /// - Throws: ``KeysmithError/Code/invalidArgument`` for an empty passphrase;
+    ///   ``KeysmithError/Code/storeLocked`` if another process changed the credential
     ///   since this handle opened the vault; ``KeysmithError/Code/ioFailure`` if the header
     ///   cannot be written.
     public func changeCredential(to credential: VaultCredential, scrypt: ScryptParameters = .default) throws {
+        guard !credential.isEmptyPassphrase else {
+            throw KeysmithError.invalidArgument("the new passphrase is empty, which protects nothing; nothing was changed")
+        }
         try withWriteLock { backend in try backend.changeCredential(to: credential, scrypt: scrypt) }
         logger.debug("changed the credential", metadata: ["path": "\(path)"])
     }

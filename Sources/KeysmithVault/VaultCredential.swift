@@ -32,6 +32,13 @@ public struct VaultCredential: Sendable, CustomStringConvertible {
         VaultCredential(source: .passphrase(SecretBytes(copying: passphrase.utf8)))
     }
 
+    /// Whether this is a passphrase of no bytes: it protects nothing, so no vault is created
+    /// with one nor changed to one (a script whose `$PASSPHRASE` is unset would make one).
+    var isEmptyPassphrase: Bool {
+        if case .passphrase(let bytes) = source { return bytes.count == 0 }
+        return false
+    }
+
     /// A passphrase, from bytes that the caller wipes after this call.
     ///
     /// - Parameter bytes: The passphrase bytes.

@@ -14,7 +14,10 @@ extension KeysmithCommand {
                 "service" and "account" for a generic password, or "server", "protocol", "account" and \
                 optionally "port", "authType", "securityDomain", "path" for an internet password; \
                 "secret" (a UTF-8 string) or "secretBase64" for set and create; optional "label" and \
-                "comment". Nothing is applied if any line is invalid or any operation fails.
+                "comment". The other fields of `secret list --json` are accepted and ignored, so a \
+                listing can be edited into a batch; any other field is an error. An empty secret is \
+                refused unless --allow-empty. Nothing is applied if any line is invalid or any \
+                operation fails.
                 """
         )
 
@@ -26,6 +29,9 @@ extension KeysmithCommand {
         @Flag(help: "Print one JSON document: {operations, applied, dry_run}.")
         var json = false
 
+        @Flag(name: .customLong("allow-empty"), help: "Store empty secrets (refused otherwise, as by `secret set`).")
+        var allowEmpty = false
+
         /// A line: the operation and its secret, beside the item's fields (``ItemJSON``).
         struct Line: Decodable {
             var op: String
@@ -33,9 +39,25 @@ extension KeysmithCommand {
             var secretBase64: String?
             var item: ItemJSON
 
+            /// Fields the line has that no line may have (a typo such as `labl` would otherwise
+            /// be dropped without a word).
+            var unknownFields: [String]
+
             private enum CodingKeys: String, CodingKey { case op, secret, secretBase64 }
+            private struct AnyKey: CodingKey {
+                var stringValue: String
+                init(stringValue: String) { self.stringValue = stringValue }
+                var intValue: Int? { nil }
+                init?(intValue: Int) { nil }
+            }
+            /// What a line may hold: the operation, the secret, and the fields of
+            /// `secret list --json` (the item's, and those a listing adds, which are ignored).
+            static let fields: Set<String> = ["op", "secret", "secretBase64", "kind", "service", "account", "server", "port", "protocol",
+                                              "authType", "securityDomain", "path", "recordType", "label", "comment", "description",
+                                              "type", "created", "modified"]
 
             init(from decoder: any Decoder) throws {
+                unknownFields = try decoder.container(keyedBy: AnyKey.self).allKeys.map(\.stringValue).filter { !Self.fields.contains($0) }.sorted()
                 let container = try decoder.container(keyedBy: CodingKeys.self)
                 op = try container.decode(String.self, forKey: .op)
                 secret = try container.decodeIfPresent(String.self, forKey: .secret)
@@ -56,7 +78,7 @@ extension KeysmithCommand {
         }
 
         func run() throws {
-            var input = try Terminal.readAll(fd: 0)
+            var input = try InputLimit.read(limit: InputLimit.batch, what: "standard input (the batch)")
             defer { cleanse(&input) }
             var operations: [StoreOperation] = []
             for (index, raw) in input.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
@@ -92,16 +114,29 @@ extension KeysmithCommand {
             } catch let error as KeysmithError {
                 throw KeysmithError.invalidArgument("line \(line): \(error.message)")
             }
+            if let field = decoded.unknownFields.first {
+                throw KeysmithError.invalidArgument("line \(line): unknown field \"\(escaped(String(field.prefix(64))))\"; nothing was applied (see `keysmith batch --help`)")
+            }
+            if decoded.secret != nil && decoded.secretBase64 != nil {
+                throw KeysmithError.invalidArgument("line \(line): give \"secret\" or \"secretBase64\", not both; nothing was applied")
+            }
             let attributes = ItemAttributes(key: key, label: decoded.item.label, comment: decoded.item.comment)
             func secret() throws -> Data {
-                if let text = decoded.secret { return Data(text.utf8) }
-                if let encoded = decoded.secretBase64 {
-                    guard let data = Data(base64Encoded: encoded) else {
+                let data: Data
+                if let text = decoded.secret {
+                    data = Data(text.utf8)
+                } else if let encoded = decoded.secretBase64 {
+                    guard let decodedData = Data(base64Encoded: encoded) else {
                         throw KeysmithError.invalidArgument("line \(line): \"secretBase64\" is not base64")
                     }
-                    return data
+                    data = decodedData
+                } else {
+                    throw KeysmithError.invalidArgument("line \(line): \"\(decoded.op)\" needs \"secret\" or \"secretBase64\"")
                 }
-                throw KeysmithError.invalidArgument("line \(line): \"\(decoded.op)\" needs \"secret\" or \"secretBase64\"")
+                guard !data.isEmpty || allowEmpty else {
+                    throw KeysmithError.invalidArgument("line \(line): the secret is empty; nothing was applied (--allow-empty stores empty secrets)")
+                }
+                return data
             }
             switch decoded.op {
             case "set": return .upsert(attributes, secret: try secret())

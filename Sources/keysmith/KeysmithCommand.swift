@@ -34,13 +34,20 @@ struct KeysmithCommand: ParsableCommand {
     /// Runs the command, turning every error into one line on stderr and a stable exit code.
     static func main() {
         bootstrapLogging()
+        if let index = Terminal.firstNonUTF8Argument() {
+            // Swift would read the bytes as U+FFFD, and two different names as one.
+            fail("argument \(index) is not UTF-8 text; names and options must be UTF-8 (a secret of any bytes goes on standard input, "
+                 + "or in `batch` as secretBase64)", code: ExitCode(64))
+        }
         checkCommandName(Array(CommandLine.arguments.dropFirst()))
+        checkShortOptions(Array(CommandLine.arguments.dropFirst()))
         do {
             var command = try parseAsRoot()
             try command.run()
         } catch let error as KeysmithError {
             fail(error.message, code: ExitCode(exitCode(for: error.code)))
         } catch let error as CommandFailure {
+            if error.message.isEmpty { Self.exit(withError: error.exitCode) }
             fail(error.message, code: error.exitCode)
         } catch {
             // --help and --version print as the parser prints them; every other parse or
@@ -51,11 +58,20 @@ struct KeysmithCommand: ParsableCommand {
                 String(line.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
             }.filter { !$0.isEmpty }.joined(separator: "; ")
             // The parser quotes the arguments it rejects; one of them may be a secret typed in
-            // the wrong place, so none is repeated (option names are).
-            for argument in CommandLine.arguments.dropFirst() where !argument.hasPrefix("-") && !argument.isEmpty {
+            // the wrong place (`--hunter2`, `--label=s3cret`), so none is repeated: only the
+            // names of options the command has are.
+            let path = commandPath(Array(CommandLine.arguments.dropFirst()))
+            let known = knownOptions(path)
+            for argument in CommandLine.arguments.dropFirst() where !argument.isEmpty {
+                let name = argument.split(separator: "=", maxSplits: 1).first.map(String.init) ?? argument
+                if argument.contains("="), let value = argument.split(separator: "=", maxSplits: 1).last, !value.isEmpty {
+                    message = message.replacing("'\(value)'", with: "'…'")
+                }
+                if !known.contains(name) { message = message.replacing("'\(name)'", with: "'…'") }
+                guard !known.contains(name) || argument != name else { continue }
                 message = message.replacing("'\(argument)'", with: "'…'")
             }
-            let help = (["keysmith"] + commandPath(Array(CommandLine.arguments.dropFirst())) + ["--help"]).joined(separator: " ")
+            let help = (["keysmith"] + path + ["--help"]).joined(separator: " ")
             fail("\(message) (see `\(help)`)", code: code == .failure ? ExitCode(1) : ExitCode(64))
         }
     }
@@ -90,6 +106,39 @@ struct KeysmithCommand: ParsableCommand {
         let closest = names.min { distance($0, first) < distance($1, first) }
         let suggestion = closest.flatMap { distance($0, first) <= 2 ? "; did you mean `\($0)`?" : nil } ?? ""
         fail("unknown command '\(first)'\(suggestion) (see `keysmith --help`)", code: ExitCode(64))
+    }
+
+    /// Keysmith has no short options but `-h`: an argument such as `-shell` is a cluster the
+    /// parser would read as `-s -h -e -l -l`, print help for and exit 0, doing nothing. Any
+    /// argument that starts with one `-` and is longer than two characters (and is not a
+    /// number) is a usage error instead, never repeated (it could be a secret). Arguments
+    /// after `--` are not options.
+    static func checkShortOptions(_ arguments: [String]) {
+        for argument in arguments {
+            if argument == "--" { return }
+            guard argument.hasPrefix("-"), !argument.hasPrefix("--"), argument.count > 2, Int(argument) == nil else { continue }
+            let help = (["keysmith"] + commandPath(arguments) + ["--help"]).joined(separator: " ")
+            fail("an argument starting with a single '-' is not an option (options are spelled --name; only -h is short); "
+                 + "it is not repeated, as it could be a secret (see `\(help)`)", code: ExitCode(64))
+        }
+    }
+
+    /// The option names (`--service`, …) the command at `path` takes, read from its help.
+    static func knownOptions(_ path: [String]) -> Set<String> {
+        var command: any ParsableCommand.Type = KeysmithCommand.self
+        for name in path {
+            guard let next = command.configuration.subcommands.first(where: { $0._commandName == name }) else { break }
+            command = next
+        }
+        let help = KeysmithCommand.helpMessage(for: command)
+        var names: Set<String> = ["--help"]
+        var rest = Substring(help)
+        while let range = rest.range(of: "--") {
+            let name = rest[range.lowerBound...].prefix { $0 == "-" || $0.isLetter || $0.isNumber }
+            if name.count > 2 { names.insert(String(name)) }
+            rest = rest[range.upperBound...]
+        }
+        return names
     }
 
     /// Edit distance between two short words, for suggestions.
@@ -147,4 +196,6 @@ struct CommandFailure: Error {
 
     static func notFound(_ message: String) -> CommandFailure { CommandFailure(message: message, exitCode: ExitCode(2)) }
     static func denied(_ message: String) -> CommandFailure { CommandFailure(message: message, exitCode: ExitCode(3)) }
+    /// An answer given by the exit code alone (`--quiet`): nothing is printed.
+    static func silent(_ code: ExitCode) -> CommandFailure { CommandFailure(message: "", exitCode: code) }
 }

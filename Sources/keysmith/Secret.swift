@@ -72,7 +72,7 @@ extension KeysmithCommand.Secret {
                 }
                 return first
             }
-            var bytes = try Terminal.readAll(fd: 0)
+            var bytes = try InputLimit.read(limit: InputLimit.secret, what: "standard input (the secret)")
             if !keepNewline, bytes.last == UInt8(ascii: "\n") {
                 bytes.removeLast()
                 if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }

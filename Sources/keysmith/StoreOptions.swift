@@ -124,11 +124,34 @@ struct StoreOptions: ParsableArguments {
     }
 }
 
+/// How much of standard input (or a descriptor) each command reads at most: more is refused
+/// with exit 64 and nothing is changed, so an input that never ends cannot exhaust memory.
+enum InputLimit {
+    /// A secret (`secret set`): the largest a store takes (the vault's 32 MiB), and room for
+    /// the trailing `\r\n` that is removed.
+    static let secret = StoreLimits.standard.maximumSecretSize + 2
+    /// JSON lines of `batch` and `token import --batch`.
+    static let batch = 256 << 20
+    /// One token response (`token import`).
+    static let tokenResponse = 1 << 20
+    /// A passphrase (`--passphrase-fd`, `--new-passphrase-fd`).
+    static let passphrase = 1 << 20
+
+    /// Reads `fd` to its end, at most `limit` bytes; more is a usage error naming `what`.
+    static func read(fd: Int32 = 0, limit: Int, what: String) throws -> [UInt8] {
+        do {
+            return try Terminal.readAll(fd: fd, atMost: limit)
+        } catch let error as SystemError where error.isOverLimit {
+            throw KeysmithError.invalidArgument("\(what) is over \(limit >> 20) MiB, the most this command reads; nothing was changed")
+        }
+    }
+}
+
 /// Reads a passphrase from a descriptor: everything up to the first newline.
 func readPassphrase(fd: Int32) throws -> [UInt8] {
     var bytes: [UInt8]
     do {
-        bytes = try Terminal.readAll(fd: fd)
+        bytes = try InputLimit.read(fd: fd, limit: InputLimit.passphrase, what: "the passphrase on file descriptor \(fd)")
     } catch {
         throw KeysmithError.invalidArgument("cannot read a passphrase from file descriptor \(fd): \(error)")
     }
@@ -169,6 +192,7 @@ struct ItemOptions: ParsableArguments {
     var path: String = ""
 
     func validate() throws {
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be between 0 and 65535") }
         if service != nil && server != nil {
             throw ValidationError("give --service (a generic password) or --server (an internet password), not both")
         }

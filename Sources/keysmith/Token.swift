@@ -92,7 +92,7 @@ extension KeysmithCommand.Token {
             if Terminal.isTerminal(0) {
                 Terminal.write(Array("keysmith: reading a token response (JSON) from standard input; end it with Ctrl-D\n".utf8), to: 2)
             }
-            let body = Data(try Terminal.readAll(fd: 0))
+            let body = Data(try InputLimit.read(limit: InputLimit.tokenResponse, what: "standard input (the token response)"))
             let keeper = makeKeeper(try store.openStore())
             if !replace, let existing = try keeper.token(service: location.service, account: location.account) {
                 // A token kept here already: a refresh or an incremental grant, history kept.
@@ -216,7 +216,7 @@ extension KeysmithCommand.Token {
         @OptionGroup var store: StoreOptions
         @OptionGroup var location: TokenLocation
 
-        @Flag(help: "Say nothing; only the exit code answers.")
+        @Flag(help: "Print nothing for the answer, on either stream; only the exit code answers (errors, such as no such token, still print).")
         var quiet = false
 
         @Argument(help: "The scopes that must be granted.")
@@ -249,6 +249,7 @@ extension KeysmithCommand.Token {
                 if !quiet && !json { print("granted: \(Scope.formatList(needed))") }
                 return
             }
+            if quiet { throw CommandFailure.silent(ExitCode(3)) }
             let why = missing.map { scope in "\(scope) is \(token.state(of: scope, at: now)?.rawValue ?? "unknown to the token")" }
             let inactive = token.isActive(at: now) ? "" : " (the token is not active)"
             throw CommandFailure.denied("not granted: \(why.joined(separator: ", "))\(inactive)")
@@ -608,7 +609,7 @@ extension KeysmithCommand.Token.Import {
     }
 
     func runBatch() throws {
-        let input = try Terminal.readAll(fd: 0)
+        let input = try InputLimit.read(limit: InputLimit.batch, what: "standard input (the token responses)")
         var imports: [TokenImport] = []
         for (index, line) in input.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
             let text = line.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }

@@ -110,6 +110,9 @@ extension KeysmithCommand.Vault {
 
         func validate() throws {
             guard (14...20).contains(scryptLogN) else { throw ValidationError("--scrypt-log-n must be between 14 and 20") }
+            guard newKeyfile == nil || newPassphraseFD == nil else {
+                throw ValidationError("give --new-keyfile or --new-passphrase-fd, not both: a vault has one credential")
+            }
         }
 
         func run() throws {

@@ -1,0 +1,171 @@
+import Foundation
+import KeysmithTestSupport
+import Testing
+
+/// Mistakes at the command line get a usage error (exit 64) and change nothing, as docs/cli.md
+/// promises; found by a session-17 audit from the docs alone, each failed before its fix.
+@Suite("the keysmith command: a mistyped command line changes nothing")
+struct CommandLineMistakesTests {
+    static func vault() throws -> Keysmith {
+        var keysmith = try Keysmith()
+        try keysmith.run(["init", "--keyfile", keysmith.keyfile])
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        return keysmith
+    }
+
+    /// Runs `script` with `sh -c`, `$KS` being the built binary.
+    static func shell(_ keysmith: Keysmith, _ script: String, deadline: TimeInterval = 120) throws -> Keysmith.Result {
+        let result = try spawnAndWait("/bin/sh", ["-c", script], environment: keysmith.environment.merging(["KS": Keysmith.binary]) { $1 },
+                                      directory: keysmith.directory, deadline: deadline)
+        return Keysmith.Result(status: result.status, stdout: String(decoding: result.stdout, as: UTF8.self),
+                               stderr: String(decoding: result.stderr, as: UTF8.self))
+    }
+
+    @Test("a cluster of short options is a usage error, not help: `-shell` would have printed help, exited 0 and stored nothing")
+    func shortOptionClustersAreUsageErrors() throws {
+        let keysmith = try Self.vault()
+        defer { keysmith.cleanup() }
+        #expect(try keysmith.run(["secret", "set", "--service", "s", "--account", "a"], stdin: "kept").status == 0)
+        for cluster in ["-shell", "-ch", "-hx", "-vh"] {
+            let set = try keysmith.run(["secret", "set", "--service", "s", "--account", "a", cluster], stdin: "new")
+            #expect(set.status == 64, "\(cluster): \(set.output)")
+            #expect(set.stdout.isEmpty, "no help printed: \(set.stdout)")
+            #expect(!set.stderr.contains(cluster), "\(set.stderr)")
+            let delete = try keysmith.run(["secret", "delete", "--service", "s", "--account", "a", cluster])
+            #expect(delete.status == 64, "\(cluster): \(delete.output)")
+        }
+        #expect(try keysmith.run(["secret", "get", "--service", "s", "--account", "a"]).stdout == "kept\n")
+        // -h and --help themselves still print help.
+        #expect(try keysmith.run(["secret", "set", "-h"]).status == 0)
+        #expect(try keysmith.run(["secret", "set", "--help"]).stdout.contains("--service"))
+    }
+
+    @Test("an option the parser does not know is never repeated (it could be a secret); a known one is named")
+    func unknownOptionsAreNotRepeated() throws {
+        let keysmith = try Self.vault()
+        defer { keysmith.cleanup() }
+        for argument in ["--Tr0ub4dor", "--hunter2=x", "--label=Tr0ub4dor-value"] {
+            let result = try keysmith.run(["secret", "get", "--service", "a", "--account", "b", argument])
+            #expect(result.status == 64, "\(result.output)")
+            #expect(!result.stderr.contains("Tr0ub4dor") && !result.stderr.contains("hunter2"), "\(result.stderr)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+        }
+        // A value the parser rejects is not repeated either (as a separate argument or after `=`).
+        let port = try keysmith.run(["secret", "get", "--server", "h", "--protocol", "https", "--account", "b", "--port=s3cr3t"])
+        #expect(port.status == 64 && !port.stderr.contains("s3cr3t"), "\(port.output)")
+        let missing = try keysmith.run(["secret", "get", "--service", "a", "--acount", "b"])
+        #expect(missing.status == 64 && missing.stderr.contains("--account"), "\(missing.output)")
+    }
+
+    @Test("arguments that are not UTF-8 are refused: two different byte strings were one item (both became U+FFFD)")
+    func argumentsMustBeUTF8() throws {
+        let keysmith = try Self.vault()
+        defer { keysmith.cleanup() }
+        let set = try Self.shell(keysmith, #"printf x | "$KS" secret set --service "$(printf '\377\376')" --account u"#)
+        #expect(set.status == 64, "\(set.output)")
+        #expect(set.stderr.contains("UTF-8"), "\(set.stderr)")
+        let get = try Self.shell(keysmith, #""$KS" secret get --service "$(printf '\200\200')" --account u"#)
+        #expect(get.status == 64, "\(get.output)")
+        #expect(try listedItems(try keysmith.run(["secret", "list", "--json"])).isEmpty)
+    }
+
+    @Test("batch refuses an empty secret unless --allow-empty, unknown fields, and both secret forms; nothing is applied")
+    func batchRefusesWhatSecretSetRefuses() throws {
+        let keysmith = try Self.vault()
+        defer { keysmith.cleanup() }
+        #expect(try keysmith.run(["secret", "set", "--service", "s1", "--account", "a"], stdin: "kept").status == 0)
+        let lines = [
+            #"{"op":"set","service":"s1","account":"a","secret":""}"#,
+            #"{"op":"set","service":"s1","account":"a","secretBase64":""}"#,
+            #"{"op":"set","service":"s1","account":"a","secret":"x","labl":"typo"}"#,
+            #"{"op":"set","service":"s1","account":"a","secret":"x","secretBase64":"eQ=="}"#,
+        ]
+        for line in lines {
+            let result = try keysmith.run(["batch"], stdin: #"{"op":"set","service":"s2","account":"a","secret":"fine"}"# + "\n" + line + "\n")
+            #expect(result.status == 64, "\(line): \(result.output)")
+            #expect(result.stderr.contains("line 2"), "\(result.stderr)")
+        }
+        #expect(try keysmith.run(["secret", "get", "--service", "s1", "--account", "a"]).stdout == "kept\n")
+        #expect(try keysmith.run(["secret", "get", "--service", "s2", "--account", "a"]).status == 2, "nothing applied")
+        let allowed = try keysmith.run(["batch", "--allow-empty"], stdin: lines[0] + "\n")
+        #expect(allowed.status == 0, "\(allowed.output)")
+        #expect(try keysmith.run(["secret", "get", "--service", "s1", "--account", "a"]).stdout == "\n")
+    }
+
+    @Test("an empty passphrase is refused by init and passwd, from the environment or a descriptor; both new credentials at once are a usage error")
+    func emptyPassphrasesAndTwoCredentials() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let fromEnvironment = try keysmith.run(["init", "--scrypt-log-n", "14"], environment: ["KEYSMITH_PASSPHRASE": ""])
+        #expect(fromEnvironment.status == 64, "\(fromEnvironment.output)")
+        #expect(!FileManager.default.fileExists(atPath: keysmith.vault + "/header"))
+        try Data().write(to: URL(fileURLWithPath: keysmith.directory + "/empty"))
+        let fromDescriptor = try Self.shell(keysmith, #""$KS" init --scrypt-log-n 14 --passphrase-fd 3 3<empty"#)
+        #expect(fromDescriptor.status == 64, "\(fromDescriptor.output)")
+        #expect(!FileManager.default.fileExists(atPath: keysmith.vault + "/header"))
+        // A vault with a passphrase: changing to an empty one is refused too.
+        #expect(try keysmith.run(["init", "--scrypt-log-n", "14"], environment: ["KEYSMITH_PASSPHRASE": "old pass"]).status == 0)
+        let passwd = try keysmith.run(["vault", "passwd", "--scrypt-log-n", "14"], environment: ["KEYSMITH_PASSPHRASE": "old pass", "KEYSMITH_NEW_PASSPHRASE": ""])
+        #expect(passwd.status == 64, "\(passwd.output)")
+        try "new pass\n".write(toFile: keysmith.directory + "/new", atomically: true, encoding: .utf8)
+        let both = try Self.shell(keysmith, #"KEYSMITH_PASSPHRASE='old pass' "$KS" vault passwd --new-keyfile k2 --new-passphrase-fd 3 3<new"#)
+        #expect(both.status == 64, "\(both.output)")
+        #expect(!FileManager.default.fileExists(atPath: keysmith.directory + "/k2"))
+        #expect(try keysmith.run(["secret", "list"], environment: ["KEYSMITH_PASSPHRASE": "old pass"]).status == 0, "the old passphrase still opens it")
+    }
+
+    @Test("init over a file that is not a directory exits 7, as over anything else already there")
+    func initOverAFile() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        try "mine".write(toFile: keysmith.vault, atomically: true, encoding: .utf8)
+        let result = try keysmith.run(["init", "--keyfile", keysmith.keyfile])
+        #expect(result.status == 7, "\(result.output)")
+        #expect(FileManager.default.contents(atPath: keysmith.vault) == Data("mine".utf8))
+    }
+
+    @Test("--port outside 0…65535 is a usage error for every secret command, not 'does not exist'")
+    func portsAreBounded() throws {
+        let keysmith = try Self.vault()
+        defer { keysmith.cleanup() }
+        for command in [["secret", "get"], ["secret", "delete"], ["secret", "set"]] {
+            let result = try keysmith.run(command + ["--server", "h", "--protocol", "https", "--account", "a", "--port", "70000"], stdin: "x")
+            #expect(result.status == 64, "\(command): \(result.output)")
+        }
+    }
+
+    @Test("a token response whose scope array holds an element with a space is refused, not split")
+    func scopeArrayElementsAreSingleScopes() throws {
+        let keysmith = try Self.vault()
+        defer { keysmith.cleanup() }
+        let result = try keysmith.run(["token", "import", "--service", "t", "--account", "a"],
+                                      stdin: #"{"access_token":"A","token_type":"Bearer","scope":["x","y z"]}"#)
+        #expect(result.status == 64, "\(result.output)")
+        #expect(try keysmith.run(["token", "list", "--json"]).stdout == #"{"tokens":[]}"# + "\n")
+    }
+
+    @Test("token check --quiet prints nothing, on either stream; the exit code answers")
+    func quietIsQuiet() throws {
+        let keysmith = try Self.vault()
+        defer { keysmith.cleanup() }
+        let imported = try keysmith.run(["token", "import", "--service", "news", "--account", "bob", "--requested", "posts:write posts:delete"],
+                                        stdin: #"{"access_token":"A","token_type":"Bearer","scope":"posts:write"}"#)
+        #expect(imported.status == 0, "\(imported.output)")
+        let declined = try keysmith.run(["token", "check", "--service", "news", "--account", "bob", "--quiet", "posts:delete"])
+        #expect(declined.status == 3 && declined.output.isEmpty, "\(declined.output)")
+        let granted = try keysmith.run(["token", "check", "--service", "news", "--account", "bob", "--quiet", "posts:write"])
+        #expect(granted.status == 0 && granted.output.isEmpty, "\(granted.output)")
+    }
+
+    @Test("standard input that never ends is refused at the store's limit, not read until memory runs out")
+    func endlessInputIsRefusedAtTheLimit() throws {
+        let keysmith = try Self.vault()
+        defer { keysmith.cleanup() }
+        let secret = try Self.shell(keysmith, #"yes | "$KS" secret set --service big --account a"#, deadline: 120)
+        #expect(secret.status == 64, "\(secret.output)")
+        #expect(secret.stderr.contains("32 MiB") || secret.stderr.contains("33554432"), "\(secret.stderr)")
+        let batch = try Self.shell(keysmith, #"yes '{"op":"delete","service":"s","account":"a"}' | "$KS" batch"#, deadline: 120)
+        #expect(batch.status == 64, "\(batch.output)")
+        #expect(try listedItems(try keysmith.run(["secret", "list", "--json"])).isEmpty)
+    }
+}
