@@ -20,8 +20,8 @@ struct KeysmithCommand: ParsableCommand {
             taken from the command line.
 
             Diagnostics go to standard error at the level KEYSMITH_LOG_LEVEL names (trace, debug, info, \
-            notice, warning, error, critical; warning by default). They never contain a secret, and name \
-            items only at trace.
+            notice, warning, error, critical; error by default, so that a failure is its one keysmith: \
+            line). They never contain a secret, and name items only at trace.
 
             Exit codes: 0 success, 1 other failure, 2 not found, 3 denied or not granted, \
             4 authentication failed, 5 store unavailable or locked, 6 corrupt data, \
@@ -155,17 +155,20 @@ struct KeysmithCommand: ParsableCommand {
         return a.isEmpty ? b.count : previous[b.count]
     }
 
-    /// Diagnostics on standard error, at the level `KEYSMITH_LOG_LEVEL` names (warning by default).
+    /// Diagnostics on standard error, at the level `KEYSMITH_LOG_LEVEL` names (`error` by
+    /// default: a failing command prints its one `keysmith:` line, not the stores' warnings
+    /// before it; `warning` shows what they notice on the way, such as damage elsewhere in a
+    /// vault a read succeeded in).
     static func bootstrapLogging() {
         let named = System.environment("KEYSMITH_LOG_LEVEL").flatMap { Logger.Level(rawValue: $0.lowercased()) }
-        let level = named ?? .warning
+        let level = named ?? .error
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler
         }
         if let raw = System.environment("KEYSMITH_LOG_LEVEL"), !raw.isEmpty, named == nil {
-            Logger(label: "keysmith").warning("KEYSMITH_LOG_LEVEL=\(raw) is not a level; using warning")
+            Logger(label: "keysmith").error("KEYSMITH_LOG_LEVEL is not one of trace, debug, info, notice, warning, error, critical; using error")
         }
     }
 

@@ -46,15 +46,24 @@ struct DamageAndRefusalTests {
             #expect(list.status == 6, "\(list.output)")
             #expect(list.stdout.isEmpty, "\(list.stdout)")
             #expect(list.stderr.contains("vault verify"), "\(list.stderr)")
+            #expect(list.stderr.split(separator: "\n").count == 1, "one keysmith: line, no log line before it: \(list.stderr)")
         }
         // A log in the middle removed: the items it may have changed are in doubt.
         do {
             let keysmith = try Self.vaultWithFiveSecrets()
             defer { keysmith.cleanup() }
             try FileManager.default.removeItem(atPath: keysmith.vault + "/data/log/0000000000000003")
-            let list = try keysmith.run(["secret", "list", "--json"], environment: try Self.freshMachine(keysmith))
+            let machine = try Self.freshMachine(keysmith)
+            let list = try keysmith.run(["secret", "list", "--json"], environment: machine)
             #expect(list.status == 6, "\(list.output)")
             #expect(list.stdout.isEmpty, "\(list.stdout)")
+            // An item written after the lost commit still reads, with nothing on standard error
+            // at the default level; KEYSMITH_LOG_LEVEL=warning shows the store's notice.
+            let read = try keysmith.run(["secret", "get", "--service", "s5", "--account", "a"], environment: machine)
+            #expect(read.status == 0 && read.stderr.isEmpty, "\(read.output)")
+            let noticed = try keysmith.run(["secret", "get", "--service", "s5", "--account", "a"],
+                                           environment: machine.merging(["KEYSMITH_LOG_LEVEL": "warning"]) { $1 })
+            #expect(noticed.status == 0 && noticed.stderr.contains("the vault has damage"), "\(noticed.output)")
         }
         // One record's byte flipped: the listing would leave that item out.
         do {
@@ -115,6 +124,10 @@ struct DamageAndRefusalTests {
         let rekey = try keysmith.run(["vault", "rekey"])
         #expect(rekey.status == 6, "\(rekey.output)")
         #expect(rekey.stderr.contains("vault verify"), "\(rekey.stderr)")
+        #expect(rekey.stderr.split(separator: "\n").count == 1 && rekey.stderr.hasPrefix("keysmith: "), "\(rekey.stderr)")
+        let damagedRead = try keysmith.run(["secret", "get", "--service", "s4", "--account", "a"])
+        #expect(damagedRead.status == 6 && damagedRead.stderr.split(separator: "\n").count == 1, "\(damagedRead.stderr)")
+
         let compact = try keysmith.run(["vault", "compact"])
         #expect(compact.status == 6, "\(compact.output)")
         #expect(try files() == before, "the header, the snapshot and the logs are as they were")
