@@ -208,7 +208,9 @@ public protocol SecureStore: AnyObject, Sendable {
     ///
     /// - Parameter query: Which items; ``ItemQuery/init(kind:service:account:server:port:internetProtocol:authenticationType:securityDomain:path:label:type:)`` with no arguments matches all.
     /// - Returns: The matching items in no particular order; empty when none match.
-    /// - Throws: ``KeysmithError`` when the store cannot answer.
+    /// - Throws: ``KeysmithError`` when the store cannot answer;
+    ///   ``KeysmithError/Code/corruptData`` when it holds a record it cannot read (damaged,
+    ///   tampered with, rolled back): a listing never looks whole while leaving one out.
     func search(_ query: ItemQuery) throws -> [ItemInfo]
 
     /// Reads every item that matches a query, secrets included, a chunk at a time: the way
@@ -217,7 +219,8 @@ public protocol SecureStore: AnyObject, Sendable {
     /// Each chunk is read at one instant; an item written between chunks may come at its old
     /// or its new version (make the writes that follow conditional on
     /// ``SecureRecord/version``). Every matching item that exists for the whole scan comes
-    /// exactly once. Damaged records are left out, as ``search(_:)`` leaves them out.
+    /// exactly once. A damaged record fails the scan with ``KeysmithError/Code/corruptData``,
+    /// as it fails ``search(_:)``: never left out silently.
     ///
     /// ```swift
     /// try store.forEachRecord(matching: ItemQuery(service: "mail"), chunkSize: 512) { records, progress in

@@ -343,10 +343,15 @@ public final class PostgresStore: SecureStore {
             examined += page.count
             var records: [SecureRecord] = []
             for row in page {
-                // A row that does not open is left out, as damaged records are by every store.
-                guard let record = try? keys.open(row, withSecret: withSecret) else {
-                    logger.warning("a row of \(storeDescription) does not open; it is left out")
-                    continue
+                // A row that does not open (edited, swapped, or put back from an older copy)
+                // fails the scan, as a damaged record fails a file vault's listing: a list that
+                // left it out would look whole. Reading the item names it; writing it repairs it.
+                let record: SecureRecord
+                do {
+                    record = try keys.open(row, withSecret: withSecret)
+                } catch {
+                    throw KeysmithError(.corruptData, "a row of \(storeDescription) does not open (edited or put back by hand), so a listing "
+                                        + "could be missing items; run `keysmith postgres verify`, and write the damaged item again to repair it")
                 }
                 if query.matches(record.attributes) { records.append(record) }
             }

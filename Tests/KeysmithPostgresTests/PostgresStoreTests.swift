@@ -85,10 +85,15 @@ struct PostgresStoreTests {
         try store.perform([.upsert(ItemAttributes(key: a), secret: Data("A2".utf8))])
         _ = try Self.sql("UPDATE keysmith_records SET version = version + 1 WHERE namespace_id = \(namespaceID) AND blind_index = \(index(a))")
         #expect(throws: KeysmithError.self) { try store.read(a) }
-        // Damaged rows are left out of searches, and a write repairs them.
-        #expect(try store.search(ItemQuery()).isEmpty)
+        // A search fails while a row does not open (a listing must not look whole without it),
+        // and writing the damaged items again repairs them.
+        let listing = #expect(throws: KeysmithError.self) { try store.search(ItemQuery()) }
+        #expect(listing?.code == .corruptData)
         try store.perform([.upsert(ItemAttributes(key: b), secret: Data("B2".utf8))])
         #expect(try store.read(b)?.secret == Data("B2".utf8))
+        #expect(throws: KeysmithError.self) { try store.search(ItemQuery()) }
+        try store.perform([.upsert(ItemAttributes(key: a), secret: Data("A3".utf8))])
+        #expect(try store.search(ItemQuery()).map(\.key).sorted { "\($0)" < "\($1)" } == [a, b])
     }
 
     @Test("a wrong master key is an authentication failure; an edited data key is corrupt data")
@@ -154,9 +159,11 @@ struct PostgresStoreTests {
         _ = try Self.sql("UPDATE keysmith_records SET version = \(saved[0][0]), sealed = decode('\(saved[0][1])', 'hex') WHERE namespace_id = \(namespaceID) AND blind_index = \(index)")
         let error = #expect(throws: KeysmithError.self) { try store.read(key) }
         #expect(error?.code == .corruptData)
-        #expect(try store.search(ItemQuery(service: "s")).isEmpty)
+        let listing = #expect(throws: KeysmithError.self) { try store.search(ItemQuery(service: "s", account: "rollback")) }
+        #expect(listing?.code == .corruptData)
         try store.perform([.upsert(ItemAttributes(key: key), secret: Data("repaired".utf8))])
         #expect(try store.read(key)?.secret == Data("repaired".utf8))
+        #expect(try store.search(ItemQuery(service: "s", account: "rollback")).map(\.key) == [key])
     }
 
     @Test("an owner who turns the triggers off and deletes, edits, renumbers or un-links change rows, or puts back an older row and deletes its newer changes, is caught by verifyChangeFeed and by a watcher reading past it")
