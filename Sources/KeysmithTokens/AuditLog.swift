@@ -98,8 +98,28 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     public var sequence: Int
     /// When the change happened.
     public var time: Date
-    /// What happened: `import`, `revoke`, `revoke-all`, `refresh`, `grant`, `delete`.
+    /// What happened: one of ``events``.
     public var event: String
+    /// Every event an entry can record: a token `import`ed, `replace`d (`--replace`) or
+    /// `update`d by a new response, an `import-batch`, a `revoke`, `revoke-all`, `refresh`
+    /// or incremental `grant`, a `delete`, and a `bulk-revoke`.
+    public static let events = ["import", "replace", "update", "import-batch", "revoke", "revoke-all", "refresh", "grant", "delete", "bulk-revoke"]
+
+    /// Whether the entry is about the token of `service` and `account` (either `nil`: any):
+    /// its own service and account, or, for a bulk change (service or account `*`), one of
+    /// the tokens it changed.
+    public func concerns(service: String?, account: String?) -> Bool {
+        if (service == nil || self.service == service) && (account == nil || self.account == account) { return true }
+        // Each token is `ACCOUNT at SERVICE`, matched from its ends.
+        return tokens.contains { token in
+            switch (service, account) {
+            case let (service?, account?): token == "\(account) at \(service)"
+            case let (service?, nil): token.hasSuffix(" at " + service)
+            case let (nil, account?): token.hasPrefix(account + " at ")
+            case (nil, nil): true
+            }
+        }
+    }
     /// The token's service.
     public var service: String
     /// The token's account.

@@ -92,20 +92,39 @@ struct KeysmithCommand: ParsableCommand {
         return path
     }
 
-    /// Catches two mistakes the parser reports poorly: store options before the subcommand, and
-    /// a misspelled subcommand (with a suggestion).
+    /// Catches mistakes the parser reports poorly: store options before the subcommand, and a
+    /// misspelled command at any depth (`secrt`, `secret lst`), with a suggestion; `help X`
+    /// for a command that does not exist is one too (the parser printed the top-level help and
+    /// exited 0).
     static func checkCommandName(_ arguments: [String]) {
         guard let first = arguments.first else { return }
         let names = configuration.subcommands.map { $0._commandName } + ["help"]  // the parser's own `help`
         if let option = first.split(separator: "=").first.map(String.init), storeOptions.contains(option) {
-            let words = arguments.drop { !names.contains($0) }.prefix { !$0.hasPrefix("-") }.joined(separator: " ")
+            // The subcommand's words come after the option's value (which may be a command's
+            // name: `--backend vault secret list`); only command names are repeated.
+            let rest = Array(arguments.dropFirst(first.contains("=") ? 1 : 2))
+            let words = commandPath(Array(rest.drop { !names.contains($0) })).joined(separator: " ")
             let subcommand = words.isEmpty ? "secret get" : words
             fail("\(option) goes after the subcommand, as in `keysmith \(subcommand) \(option) …`", code: ExitCode(64))
         }
-        guard !first.hasPrefix("-"), !names.contains(first) else { return }
-        let closest = names.min { distance($0, first) < distance($1, first) }
-        let suggestion = closest.flatMap { distance($0, first) <= 2 ? "; did you mean `\($0)`?" : nil } ?? ""
-        fail("unknown command '\(first)'\(suggestion) (see `keysmith --help`)", code: ExitCode(64))
+        let path = first == "help" ? Array(arguments.dropFirst()) : arguments
+        var level: [any ParsableCommand.Type] = configuration.subcommands
+        var walked = ["keysmith"]
+        for argument in path {
+            if argument.hasPrefix("-") { return }
+            guard !level.isEmpty else { return }  // a command's own arguments
+            if let next = level.first(where: { $0._commandName == argument }) {
+                walked.append(argument)
+                level = next.configuration.subcommands
+                continue
+            }
+            if walked.count == 1, argument == "help", first != "help" { return }
+            let candidates = level.map { $0._commandName }
+            let closest = candidates.min { distance($0, argument) < distance($1, argument) }
+            let suggestion = closest.flatMap { distance($0, argument) <= 2 ? "; did you mean `\($0)`?" : nil } ?? ""
+            // The word is not repeated: it could be a secret typed in the wrong place.
+            fail("unknown command after `\(walked.joined(separator: " "))`\(suggestion) (see `\(walked.joined(separator: " ")) --help`)", code: ExitCode(64))
+        }
     }
 
     /// Keysmith has no short options but `-h`: an argument such as `-shell` is a cluster the

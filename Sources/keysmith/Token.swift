@@ -155,7 +155,8 @@ extension KeysmithCommand.Token {
             for (scope, status) in statuses {
                 let padded = scope.rawValue + String(repeating: " ", count: width - scope.rawValue.count)
                 let state = status.state.rawValue + String(repeating: " ", count: 8 - status.state.rawValue.count)
-                print("  \(padded)  \(state)  \(iso8601(status.changedAt))  \(status.reason)")
+                // A reason is anyone's text: control characters are escaped, as in `audit show`.
+                print("  \(escaped(padded))  \(state)  \(iso8601(status.changedAt))  \(escaped(status.reason))")
             }
         }
     }
@@ -806,8 +807,11 @@ extension KeysmithCommand {
             static let configuration = CommandConfiguration(commandName: "show", 
                 abstract: "Print the audit log: one line per entry, or with --json one document.",
                 discussion: """
-                    Filters combine: --since and --until take an ISO 8601 time (2026-11-22T08:00:00Z) or a \
-                    duration back from now (12h, 1d); --event, --service and --account match exactly.
+                    Filters combine: --since and --until take an ISO 8601 time (2026-11-22T08:00:00Z), a \
+                    date (2026-11-22: its start for --since, its end for --until) or a duration back from \
+                    now (12h, 1d); --event, --service and --account match exactly, and a bulk change \
+                    (bulk-revoke, import-batch) matches --service and --account through the tokens it \
+                    changed.
                     """)
 
             @OptionGroup var store: StoreOptions
@@ -818,8 +822,14 @@ extension KeysmithCommand {
             @Option(help: "Only entries at or before this time (ISO 8601, or a duration back from now).")
             var until: String?
 
-            @Option(help: "Only entries of this event: import, update, revoke, revoke-all, refresh, grant, delete, bulk-revoke.")
+            @Option(help: "Only entries of this event: import, replace, update, import-batch, revoke, revoke-all, refresh, grant, delete, bulk-revoke.")
             var event: String?
+
+            func validate() throws {
+                if let event, !AuditEntry.events.contains(event) {
+                    throw ValidationError("--event must be one of \(AuditEntry.events.joined(separator: ", "))")
+                }
+            }
 
             @Option(help: "Only entries about this service.")
             var service: String?
@@ -833,23 +843,24 @@ extension KeysmithCommand {
             func run() throws {
                 let keeper = makeKeeper(try store.openStore())
                 let now = keeper.now
-                func instant(_ text: String) throws -> Date {
+                // A date alone is its first instant for --since and its last for --until.
+                func instant(_ text: String, endOfDay: Bool = false) throws -> Date {
                     if let date = try? Date(text, strategy: Date.ISO8601FormatStyle()) { return date }
-                    if let day = try? Date(text, strategy: Date.ISO8601FormatStyle().year().month().day()) { return day }
+                    if let day = try? Date(text, strategy: Date.ISO8601FormatStyle().year().month().day()) {
+                        return endOfDay ? day.addingTimeInterval(86_400 - 0.001) : day
+                    }
                     guard let duration = try? parseDuration(text) else {
                         throw ValidationError("'\(text)' is neither an ISO 8601 time (2026-11-22T08:00:00Z, 2026-11-22) nor a duration (12h, 1d)")
                     }
                     return now.addingTimeInterval(-duration)
                 }
-                let from = try since.map(instant), to = try until.map(instant)
+                let from = try since.map { try instant($0) }, to = try until.map { try instant($0, endOfDay: true) }
                 let entries = try keeper.auditEntries().filter { entry in
                     if let from, entry.time < from { return false }
                     // Times print in whole seconds: --until a printed time includes that entry.
                     if let to, entry.time.timeIntervalSince1970.rounded(.down) > to.timeIntervalSince1970 { return false }
                     if let event, entry.event != event { return false }
-                    if let service, entry.service != service { return false }
-                    if let account, entry.account != account { return false }
-                    return true
+                    return entry.concerns(service: service, account: account)
                 }
                 if json {
                     print(try jsonLine(AuditDocument(entries: entries.map(AuditDocument.Entry.init))))

@@ -76,7 +76,9 @@ struct CommandTests {
         expectOneLine(try keysmith.run(["--backend", "secret-service", "secret", "get", "--service", "s", "--account", "a"]), 64,
                       "--backend goes after the subcommand, as in `keysmith secret get --backend")
         expectOneLine(try keysmith.run(["secrt", "get"]), 64, "did you mean `secret`?")
-        expectOneLine(try keysmith.run(["zzzzzz"]), 64, "unknown command 'zzzzzz'")
+        expectOneLine(try keysmith.run(["zzzzzz"]), 64, "unknown command after `keysmith`")
+        #expect(try !keysmith.run(["zzzzzz"]).stderr.contains("zzzzzz"), "the word is not repeated: it could be a secret")
+        #expect(try !keysmith.run(["secret", "hunter2"]).stderr.contains("hunter2"))
         // A stray argument (perhaps a secret typed in the wrong place) is never repeated.
         let stray = try keysmith.run(["secret", "set", "--keyfile", keysmith.keyfile, "--service", "s", "--account", "a", "hunter2-SECRET"])
         expectOneLine(stray, 64, "Unexpected argument '…' (see `keysmith secret set --help`)")

@@ -1,0 +1,75 @@
+import Foundation
+import KeysmithTestSupport
+import Testing
+
+/// What docs/cli.md says the command prints, and the hints it gives, checked through the binary
+/// (found by a session-17 audit from the docs alone; each failed before its fix).
+@Suite("the keysmith command: hints and output as documented")
+struct CommandOutputPromisesTests {
+    static func vault() throws -> Keysmith {
+        var keysmith = try Keysmith()
+        try keysmith.run(["init", "--keyfile", keysmith.keyfile])
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        return keysmith
+    }
+
+    @Test("misspelled subcommands at any depth get a suggestion; help for an unknown command is a usage error; a store option before the command names the command")
+    func hints() throws {
+        let keysmith = try Self.vault()
+        defer { keysmith.cleanup() }
+        let nested = try keysmith.run(["secret", "lst"])
+        #expect(nested.status == 64, "\(nested.output)")
+        #expect(nested.stderr.contains("did you mean `list`?"), "\(nested.stderr)")
+        let deeper = try keysmith.run(["token", "scopse", "--service", "s", "--account", "a"])
+        #expect(deeper.status == 64 && deeper.stderr.contains("did you mean `scopes`?"), "\(deeper.output)")
+        let help = try keysmith.run(["help", "nosuch"])
+        #expect(help.status == 64, "\(help.output)")
+        #expect(help.stdout.isEmpty && help.stderr.contains("unknown command"), "\(help.output)")
+        #expect(try keysmith.run(["help", "secret"]).status == 0)
+        // The option's value is not taken for the subcommand, even when it is a command's name.
+        let misplaced = try keysmith.run(["--backend", "vault", "secret", "list"])
+        #expect(misplaced.status == 64, "\(misplaced.output)")
+        #expect(misplaced.stderr.contains("as in `keysmith secret list --backend …`"), "\(misplaced.stderr)")
+    }
+
+    @Test("audit show: --event must be an event; a date alone in --until includes that day; --account and --service find the bulk changes that touched the token")
+    func auditFilters() throws {
+        let keysmith = try Self.vault()
+        defer { keysmith.cleanup() }
+        #expect(try keysmith.run(["token", "import", "--service", "news", "--account", "bob"],
+                                 stdin: #"{"access_token":"A","token_type":"Bearer","scope":"read write"}"#).status == 0)
+        #expect(try keysmith.run(["token", "import", "--service", "news", "--account", "eve"],
+                                 stdin: #"{"access_token":"B","token_type":"Bearer","scope":"read"}"#).status == 0)
+        #expect(try keysmith.run(["revoke", "--service", "news", "--scope", "write", "--reason", "cleanup"]).status == 0)
+        let bogus = try keysmith.run(["audit", "show", "--event", "bogus"])
+        #expect(bogus.status == 64, "\(bogus.output)")
+        #expect(bogus.stderr.contains("bulk-revoke"), "names the events: \(bogus.stderr)")
+        let today = ISO8601DateFormatter().string(from: Date()).prefix(10)
+        let untilToday = try keysmith.run(["audit", "show", "--until", String(today), "--json"])
+        #expect(untilToday.status == 0)
+        let entries = try #require((try JSONSerialization.jsonObject(with: Data(untilToday.stdout.utf8)) as? [String: Any])?["entries"] as? [Any])
+        #expect(entries.count == 3, "a date alone means through the end of that day: \(untilToday.stdout)")
+        let bob = try keysmith.run(["audit", "show", "--account", "bob"])
+        #expect(bob.status == 0)
+        #expect(bob.stdout.contains("import") && bob.stdout.contains("bulk-revoke"), "bob's history includes the bulk change: \(bob.stdout)")
+        let eve = try keysmith.run(["audit", "show", "--account", "eve"])
+        #expect(!eve.stdout.contains("bulk-revoke"), "the bulk change did not touch eve's token (she had no write): \(eve.stdout)")
+        let news = try keysmith.run(["audit", "show", "--service", "news", "--event", "bulk-revoke"])
+        #expect(news.stdout.split(separator: "\n").count == 1, "\(news.stdout)")
+    }
+
+    @Test("token scopes escapes control characters in reasons, as audit show does: no reason can forge a line")
+    func scopeReasonsAreEscaped() throws {
+        let keysmith = try Self.vault()
+        defer { keysmith.cleanup() }
+        #expect(try keysmith.run(["token", "import", "--service", "news", "--account", "bob"],
+                                 stdin: #"{"access_token":"A","token_type":"Bearer","scope":"read write"}"#).status == 0)
+        let forged = "l1\n  admin  granted  2026-01-01T00:00:00Z  forged"
+        #expect(try keysmith.run(["token", "revoke", "--service", "news", "--account", "bob", "--reason", forged, "write"]).status == 0)
+        let scopes = try keysmith.run(["token", "scopes", "--service", "news", "--account", "bob"])
+        #expect(scopes.status == 0)
+        #expect(!scopes.stdout.contains("\n  admin"), "\(scopes.stdout)")
+        #expect(scopes.stdout.contains("l1\\u{a}"), "\(scopes.stdout)")
+        #expect(scopes.stdout.split(separator: "\n").count == 3, "a header and one line per scope: \(scopes.stdout)")
+    }
+}
