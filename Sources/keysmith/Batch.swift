@@ -54,7 +54,7 @@ extension KeysmithCommand {
             /// `secret list --json` (the item's, and those a listing adds, which are ignored).
             static let fields: Set<String> = ["op", "secret", "secretBase64", "kind", "service", "account", "server", "port", "protocol",
                                               "authType", "securityDomain", "path", "recordType", "label", "comment", "description",
-                                              "type", "created", "modified"]
+                                              "type", "created", "modified", "creator", "isInvisible", "isNegative", "genericBase64"]
 
             init(from decoder: any Decoder) throws {
                 unknownFields = try decoder.container(keyedBy: AnyKey.self).allKeys.map(\.stringValue).filter { !Self.fields.contains($0) }.sorted()
@@ -76,6 +76,8 @@ extension KeysmithCommand {
                 case dryRun = "dry_run"
             }
         }
+
+        func validate() throws { try store.requireStandardInputFree(for: "the batch") }
 
         func run() throws {
             var input = try InputLimit.read(limit: InputLimit.batch, what: "standard input (the batch)")

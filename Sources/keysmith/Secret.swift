@@ -47,6 +47,8 @@ extension KeysmithCommand.Secret {
         @Flag(name: .customLong("allow-empty"), help: "Store an empty secret (refused otherwise).")
         var allowEmpty = false
 
+        func validate() throws { try store.requireStandardInputFree(for: "the secret") }
+
         func run() throws {
             var secret = try readSecret()
             defer { cleanse(&secret) }
@@ -187,6 +189,11 @@ struct ItemJSON: Codable {
     var type: String?
     var created: String?
     var modified: String?
+    var creator: String?
+    var isInvisible: Bool?
+    var isNegative: Bool?
+    /// The item's generic data, in base64 (it is any bytes).
+    var genericBase64: String?
 
     init(_ info: ItemInfo) {
         let attributes = info.attributes
@@ -210,6 +217,10 @@ struct ItemJSON: Codable {
         comment = attributes.comment
         description = attributes.itemDescription
         type = attributes.type
+        creator = attributes.creator
+        isInvisible = attributes.isInvisible
+        isNegative = attributes.isNegative
+        genericBase64 = attributes.generic?.base64EncodedString()
         created = iso8601(info.created)
         modified = iso8601(info.modified)
     }

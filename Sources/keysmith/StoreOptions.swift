@@ -147,6 +147,17 @@ enum InputLimit {
     }
 }
 
+extension StoreOptions {
+    /// For a command that reads its data from standard input: `--passphrase-fd 0` would take
+    /// the passphrase from that same input (after the data was read, as a wrong passphrase),
+    /// so it is a usage error.
+    func requireStandardInputFree(for what: String) throws {
+        if passphraseFD == 0 {
+            throw ValidationError("--passphrase-fd 0 is standard input, which holds \(what); give the passphrase on another descriptor (--passphrase-fd 3 3<file)")
+        }
+    }
+}
+
 /// Reads a passphrase from a descriptor: everything up to the first newline.
 func readPassphrase(fd: Int32) throws -> [UInt8] {
     var bytes: [UInt8]

@@ -79,6 +79,8 @@ extension KeysmithCommand.Token {
         @Flag(help: "Print the token as stored afterwards as one JSON document (never the token itself).")
         var json = false
 
+        func validate() throws { try store.requireStandardInputFree(for: "the token response") }
+
         func run() throws {
             if batch {
                 guard service == nil, account == nil, client == nil, subject == nil, issuer == nil, requested.isEmpty, !allowRegrant else {

@@ -114,6 +114,18 @@ struct CommandLineMistakesTests {
         #expect(try keysmith.run(["secret", "list"], environment: ["KEYSMITH_PASSPHRASE": "old pass"]).status == 0, "the old passphrase still opens it")
     }
 
+    @Test("--passphrase-fd 0 is a usage error for commands whose data is standard input (it read the secret, then failed as a wrong passphrase)")
+    func passphraseOnStandardInput() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        #expect(try keysmith.run(["init", "--scrypt-log-n", "14"], environment: ["KEYSMITH_PASSPHRASE": "pass"]).status == 0)
+        for command in [["secret", "set", "--service", "s", "--account", "a"], ["batch"], ["token", "import", "--service", "t", "--account", "a"]] {
+            let result = try keysmith.run(command + ["--passphrase-fd", "0"], stdin: "pass\n")
+            #expect(result.status == 64, "\(command): \(result.output)")
+            #expect(result.stderr.contains("--passphrase-fd 0 is standard input"), "\(result.stderr)")
+        }
+    }
+
     @Test("init over a file that is not a directory exits 7, as over anything else already there")
     func initOverAFile() throws {
         let keysmith = try Keysmith()

@@ -58,6 +58,38 @@ struct CommandOutputPromisesTests {
         #expect(news.stdout.split(separator: "\n").count == 1, "\(news.stdout)")
     }
 
+    @Test("secret list --json shows every attribute an item has: creator, the flags and generic data too (the golden vault's items)")
+    func listingsShowEveryAttribute() throws {
+        var keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let keys = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path + "/Keys"
+        let copy = try spawnAndWait("/bin/cp", ["-a", keys + "/golden-v2-keyfile", keysmith.vault])
+        #expect(copy.status == 0)
+        keysmith.environment["KEYSMITH_KEYFILE"] = keys + "/test-keyfile"
+        let items = try listedItems(try keysmith.run(["secret", "list", "--json"]))
+        let bob = try #require(items.first { $0["account"] as? String == "bob" })
+        #expect(bob["creator"] as? String == "keysmith")
+        #expect(bob["description"] as? String == "Mail password")
+        #expect(bob["isInvisible"] as? Bool == false && bob["isNegative"] as? Bool == false)
+        #expect(bob["genericBase64"] as? String == "AQID")
+        let alice = try #require(items.first { $0["account"] as? String == "alice" })
+        #expect(alice["isInvisible"] as? Bool == true)
+        #expect(alice["genericBase64"] == nil, "fields absent from an item are left out")
+        // A listing edited into a batch still reads: the new fields are accepted (and ignored).
+        let line = String(decoding: try JSONSerialization.data(withJSONObject: bob.merging(["op": "set", "secret": "new"]) { $1 }), as: UTF8.self)
+        let batch = try keysmith.run(["batch", "--dry-run"], stdin: line + "\n")
+        #expect(batch.status == 0, "\(batch.output)")
+    }
+
+    @Test("backend opens the store it selects: no vault there exits 5 saying so")
+    func backendWithoutAVault() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let result = try keysmith.run(["backend", "--backend", "vault"])
+        #expect(result.status == 5, "\(result.output)")
+        #expect(result.stderr.contains("no vault at"), "\(result.stderr)")
+    }
+
     @Test("token scopes escapes control characters in reasons, as audit show does: no reason can forge a line")
     func scopeReasonsAreEscaped() throws {
         let keysmith = try Self.vault()
