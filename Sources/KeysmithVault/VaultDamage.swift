@@ -23,12 +23,19 @@ public struct VaultDamage: Sendable, Hashable, CustomStringConvertible {
     /// Whether the damage is only in an old version that a newer one replaced (the item was
     /// written again, which repairs it): nothing is lost, reads are unaffected, and the next
     /// compaction drops the damaged bytes. ``FileVault/verify()`` lists such damage; the vault
-    /// counts as intact when all its damage is superseded.
+    /// counts as intact when all its damage is superseded. Also `true` for an ignored file
+    /// (``isIgnored``): neither counts against the vault.
     public let isSuperseded: Bool
 
+    /// Whether this is not damage to the vault but a file that is not one of its own, among
+    /// its files (a stray name in `data/log`): reported, left alone (no compaction deletes it),
+    /// and not counted.
+    public let isIgnored: Bool
+
     init(file: String, offset: Int, recordID: String?, key: ItemKey?, reason: String, hidesRecords: Bool = false,
-         isSuperseded: Bool = false) {
-        self.isSuperseded = isSuperseded
+         isSuperseded: Bool = false, isIgnored: Bool = false) {
+        self.isSuperseded = isSuperseded || isIgnored
+        self.isIgnored = isIgnored
         self.file = file
         self.offset = offset
         self.recordID = recordID

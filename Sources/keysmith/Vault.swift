@@ -56,6 +56,7 @@ extension KeysmithCommand.Vault {
             if json {
                 struct Problem: Encodable {
                     var file: String; var offset: Int; var record: String?; var item: String?; var reason: String; var superseded: Bool
+                    var ignored: Bool
                 }
                 struct Report: Encodable {
                     var intact: Bool
@@ -72,18 +73,24 @@ extension KeysmithCommand.Vault {
                     intact: open.isEmpty, items: items, format: vault.formatVersion, newestCommit: sequence,
                     problems: damage.map {
                         Problem(file: $0.file, offset: $0.offset, record: $0.recordID, item: $0.key?.description, reason: $0.reason,
-                                superseded: $0.isSuperseded)
+                                superseded: $0.isSuperseded && !$0.isIgnored, ignored: $0.isIgnored)
                     })))
             } else if open.isEmpty {
                 print("The vault at \(vault.path) is intact: \(items ?? 0) item(s), format \(vault.formatVersion), newest commit \(sequence).")
-                for problem in damage { print("superseded (repaired): \(problem)") }
+                for problem in damage { print(Self.label(problem)) }
             } else {
-                for problem in damage { print(problem.isSuperseded ? "superseded (repaired): \(problem)" : "\(problem)") }
+                for problem in damage { print(Self.label(problem)) }
                 print("Newest commit: \(sequence).")
             }
             if !open.isEmpty {
                 throw CommandFailure(message: "the vault has \(open.count) problem(s)", exitCode: ExitCode(6))
             }
+        }
+
+        /// A line of the text report: what does not count says why.
+        static func label(_ problem: VaultDamage) -> String {
+            if problem.isIgnored { return "ignored (not the vault's): \(problem)" }
+            return problem.isSuperseded ? "superseded (repaired): \(problem)" : "\(problem)"
         }
     }
 

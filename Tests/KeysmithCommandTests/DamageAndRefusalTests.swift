@@ -135,6 +135,23 @@ struct DamageAndRefusalTests {
         #expect(try keysmith.run(["secret", "get", "--service", "s5", "--account", "a"]).stdout == "secret-5\n")
     }
 
+    @Test("vault verify reports a stray file among the logs as ignored, not as a repaired record; the vault is intact")
+    func strayFilesAreIgnored() throws {
+        let keysmith = try Self.vaultWithFiveSecrets()
+        defer { keysmith.cleanup() }
+        try "notes".write(toFile: keysmith.vault + "/data/log/README", atomically: true, encoding: .utf8)
+        let text = try keysmith.run(["vault", "verify"])
+        #expect(text.status == 0, "\(text.output)")
+        #expect(text.stdout.contains("ignored (not the vault's): data/log/README"), "\(text.stdout)")
+        #expect(!text.stdout.contains("superseded"), "\(text.stdout)")
+        let json = try keysmith.run(["vault", "verify", "--json"])
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        let problem = try #require((report["problems"] as? [[String: Any]])?.first)
+        #expect(report["intact"] as? Bool == true)
+        #expect(problem["ignored"] as? Bool == true && problem["superseded"] as? Bool == false, "\(json.stdout)")
+        #expect(report["items"] as? Int == 5)
+    }
+
     @Test("the walkthrough never removes a directory it did not make")
     func walkthroughKeepsExistingDirectories() throws {
         let keysmith = try Keysmith()

@@ -192,7 +192,7 @@ final class Engine2 {
             guard let number = VaultPaths.logSequence(name), number < Format2.maximumSequence
             else {
                 fileDamage.append(VaultDamage(file: Format2.dataDirectory + "/log/" + name, offset: 0, recordID: nil, key: nil,
-                                              reason: "a file that is not a log sits among the logs (ignored)", isSuperseded: true))
+                                              reason: "a file that is not a log sits among the logs (ignored)", isIgnored: true))
                 continue
             }
             if number > base { present.append(number) }
