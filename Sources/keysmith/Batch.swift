@@ -140,12 +140,25 @@ extension KeysmithCommand {
                 }
                 return data
             }
+            let operation: StoreOperation
             switch decoded.op {
-            case "set": return .upsert(attributes, secret: try secret())
-            case "create": return .create(attributes, secret: try secret())
-            case "delete": return .delete(key)
+            case "set": operation = .upsert(attributes, secret: try secret())
+            case "create": operation = .create(attributes, secret: try secret())
+            case "delete": operation = .delete(key)
             default: throw KeysmithError.invalidArgument("line \(line): unknown op \"\(decoded.op)\"; one of set, create, delete")
             }
+            // The names and sizes every store refuses, found here so the error names the line.
+            do {
+                try key.validate()
+                if case .upsert(let attributes, let secret) = operation {
+                    try StoreLimits.standard.check(attributes, secretSize: secret.count, in: "the batch")
+                } else if case .create(let attributes, let secret) = operation {
+                    try StoreLimits.standard.check(attributes, secretSize: secret.count, in: "the batch")
+                }
+            } catch let error as KeysmithError {
+                throw KeysmithError(error.code, "line \(line): \(error.message)")
+            }
+            return operation
         }
     }
 }

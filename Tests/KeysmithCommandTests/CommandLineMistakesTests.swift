@@ -79,6 +79,7 @@ struct CommandLineMistakesTests {
             #"{"op":"set","service":"s1","account":"a","secretBase64":""}"#,
             #"{"op":"set","service":"s1","account":"a","secret":"x","labl":"typo"}"#,
             #"{"op":"set","service":"s1","account":"a","secret":"x","secretBase64":"eQ=="}"#,
+            #"{"op":"set","service":"s\u0000x","account":"a","secret":"x"}"#,
         ]
         for line in lines {
             let result = try keysmith.run(["batch"], stdin: #"{"op":"set","service":"s2","account":"a","secret":"fine"}"# + "\n" + line + "\n")
