@@ -350,8 +350,9 @@ public final class PostgresStore: SecureStore {
                 do {
                     record = try keys.open(row, withSecret: withSecret)
                 } catch {
-                    throw KeysmithError(.corruptData, "a row of \(storeDescription) does not open (edited or put back by hand), so a listing "
-                                        + "could be missing items; run `keysmith postgres verify`, and write the damaged item again to repair it")
+                    let reason = (error as? KeysmithError)?.message ?? "\(error)"
+                    throw KeysmithError(.corruptData, "a row of \(storeDescription) does not open (\(reason)), so a listing could be missing items; "
+                                        + "run `keysmith postgres verify`, and write the damaged item again to repair it")
                 }
                 if query.matches(record.attributes) { records.append(record) }
             }

@@ -94,7 +94,8 @@ public enum StoreChoice: String, Sendable, CaseIterable {
     public static func parse(_ value: String, source: String) throws -> StoreChoice {
         guard let choice = StoreChoice(rawValue: value) else {
             throw KeysmithError.invalidArgument(
-                "\(source) says \"\(value)\"; the backend is one of: \(allCases.map(\.rawValue).joined(separator: ", "))")
+                "\(source) names no backend (its value is not repeated: it could be a secret typed in the wrong place); "
+                    + "the backend is one of: \(allCases.map(\.rawValue).joined(separator: ", "))")
         }
         return choice
     }

@@ -18,6 +18,8 @@ package struct SystemError: Error, Sendable, Equatable, CustomStringConvertible 
 
     /// Whether the call failed because the path does not exist.
     package var isNotFound: Bool { errno == ENOENT }
+    /// Whether the call failed because the path, or a directory on it, is not a directory.
+    package var isNotDirectory: Bool { errno == ENOTDIR }
     /// Whether the call failed for lack of permission.
     package var isPermissionDenied: Bool { errno == EACCES || errno == EPERM }
     /// Whether the target already exists.

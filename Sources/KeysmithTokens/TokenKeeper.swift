@@ -118,7 +118,8 @@ public final class TokenKeeper: Sendable {
     ///   - replacing: Whether a token already kept there may be replaced (its history, its
     ///     revocations and a log-out go with it; the audit entry is a `replace` naming the
     ///     scopes that were revoked). Without it, a kept token is an error: update it with
-    ///     ``update(with:requested:allowRegrant:service:account:)``.
+    ///     ``update(with:requested:allowRegrant:service:account:)``. A kept token whose record
+    ///     is damaged is replaced as it is: that repairs it.
     /// - Returns: The stored token.
     /// - Throws: ``KeysmithError/Code/malformedData`` or ``KeysmithError/Code/invalidScope`` for
     ///   a bad response (nothing is stored then); ``KeysmithError/Code/duplicateItem`` when a
@@ -136,7 +137,17 @@ public final class TokenKeeper: Sendable {
             let granted = token.scopes.filter { $0.value.state == .granted }.map(\.key.rawValue).sorted()
             let declined = token.scopes.filter { $0.value.state == .declined }.map(\.key.rawValue).sorted()
             let imported = "granted: \(granted.joined(separator: " ")); declined: \(declined.joined(separator: " "))"
-            guard let existing = try versionedToken(service: service, account: account) else {
+            let found: (token: OAuthToken, version: ItemVersion, record: SecureRecord)?
+            do {
+                found = try versionedToken(service: service, account: account)
+            } catch let error as KeysmithError where error.code == .corruptData && replacing {
+                // The stored token is damaged: replacing it is its repair (the new record
+                // supersedes the damaged one); nothing of the old one can be kept.
+                let stored = StoredToken(service: service, account: account, token: token)
+                return ([.upsert(stored.attributes, secret: stored.secret)],
+                        [Event("replace", service, account, granted + declined, "replaced a damaged token; " + imported)])
+            }
+            guard let existing = found else {
                 return ([Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: nil)],
                         [Event("import", service, account, granted + declined, "imported; " + imported)])
             }
@@ -288,12 +299,21 @@ public final class TokenKeeper: Sendable {
         return (token, outcome)
     }
 
-    /// Deletes a token (the audit log keeps its history).
+    /// Deletes a token (the audit log keeps its history). A token whose record is damaged is
+    /// deleted too: that repairs it (the audit entry says so).
     public func delete(service: String, account: String) throws {
         let key = Self.key(service: service, account: account)
         var deletion: [StoreOperation] = []
         try commit(at: now) { _ in
-            guard let current = try self.versionedToken(service: service, account: account) else {
+            let current: (token: OAuthToken, version: ItemVersion, record: SecureRecord)?
+            do {
+                current = try self.versionedToken(service: service, account: account)
+            } catch let error as KeysmithError where error.code == .corruptData {
+                // A damaged token is deleted as it is: deleting is its repair.
+                deletion = [.delete(key)]
+                return ([], [Event("delete", service, account, [], "deleted a damaged token")])
+            }
+            guard let current else {
                 throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
             }
             deletion = [.delete(key, ifVersion: current.version)]

@@ -400,7 +400,8 @@ public final class FileVault: SecureStore {
     private static func requireVerified(_ backend: any VaultBackend) throws {
         _ = try backend.verify()
         guard backend.isDamaged else { return }
-        throw KeysmithError(.corruptData, "the vault has damage (run `keysmith vault verify`); repair it before compacting or re-keying; nothing was changed")
+        let first = backend.damage.first { !$0.isSuperseded && !$0.isHeaderCopy }.map { ": \($0.reason)" } ?? ""
+        throw KeysmithError(.corruptData, "the vault has damage\(first) (run `keysmith vault verify`); repair it before compacting or re-keying; nothing was changed")
     }
 
     /// Checks every file and every record and lists what is damaged; an empty list (or one of

@@ -51,10 +51,9 @@ extension KeysmithCommand {
                 init?(intValue: Int) { nil }
             }
             /// What a line may hold: the operation, the secret, and the fields of
-            /// `secret list --json` (the item's, and those a listing adds, which are ignored).
-            static let fields: Set<String> = ["op", "secret", "secretBase64", "kind", "service", "account", "server", "port", "protocol",
-                                              "authType", "securityDomain", "path", "recordType", "label", "comment", "description",
-                                              "type", "created", "modified", "creator", "isInvisible", "isNegative", "genericBase64"]
+            /// `secret list --json` (``ItemJSON``: the item's, and those a listing adds, which
+            /// are ignored).
+            static let fields = Set(["op", "secret", "secretBase64"] + ItemJSON.CodingKeys.allCases.map(\.rawValue))
 
             init(from decoder: any Decoder) throws {
                 unknownFields = try decoder.container(keyedBy: AnyKey.self).allKeys.map(\.stringValue).filter { !Self.fields.contains($0) }.sorted()
@@ -122,6 +121,14 @@ extension KeysmithCommand {
             if decoded.secret != nil && decoded.secretBase64 != nil {
                 throw KeysmithError.invalidArgument("line \(line): give \"secret\" or \"secretBase64\", not both; nothing was applied")
             }
+            if decoded.op == "delete" && (decoded.secret != nil || decoded.secretBase64 != nil) {
+                throw KeysmithError.invalidArgument("line \(line): \"delete\" takes no secret; nothing was applied")
+            }
+            if decoded.item.service != nil, decoded.item.server != nil || decoded.item.port != nil || decoded.item.protocol != nil
+                || decoded.item.authType != nil || decoded.item.securityDomain != nil || decoded.item.path != nil {
+                throw KeysmithError.invalidArgument("line \(line): a generic password (\"service\") has no server, port, protocol, authType, "
+                                                    + "securityDomain or path; nothing was applied")
+            }
             let attributes = ItemAttributes(key: key, label: decoded.item.label, comment: decoded.item.comment)
             func secret() throws -> Data {
                 let data: Data
@@ -150,10 +157,11 @@ extension KeysmithCommand {
             // The names and sizes every store refuses, found here so the error names the line.
             do {
                 try key.validate()
-                if case .upsert(let attributes, let secret) = operation {
+                switch operation {
+                case .upsert(let attributes, let secret), .create(let attributes, let secret):
                     try StoreLimits.standard.check(attributes, secretSize: secret.count, in: "the batch")
-                } else if case .create(let attributes, let secret) = operation {
-                    try StoreLimits.standard.check(attributes, secretSize: secret.count, in: "the batch")
+                default:
+                    break
                 }
             } catch let error as KeysmithError {
                 throw KeysmithError(error.code, "line \(line): \(error.message)")

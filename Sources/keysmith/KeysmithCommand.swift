@@ -54,23 +54,12 @@ struct KeysmithCommand: ParsableCommand {
             // validation error is one `keysmith:` line, exit 64, pointing at the help.
             let code = exitCode(for: error)
             guard code != .success else { exit(withError: error) }
-            var message = Self.message(for: error).split(separator: "\n").map { line in
+            // The arguments are hidden before the message's lines are joined: an argument with
+            // a newline in it (a pasted key) would otherwise no longer be found.
+            let message = masked(Self.message(for: error), Array(CommandLine.arguments.dropFirst())).split(separator: "\n").map { line in
                 String(line.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
             }.filter { !$0.isEmpty }.joined(separator: "; ")
-            // The parser quotes the arguments it rejects; one of them may be a secret typed in
-            // the wrong place (`--hunter2`, `--label=s3cret`), so none is repeated: only the
-            // names of options the command has are.
             let path = commandPath(Array(CommandLine.arguments.dropFirst()))
-            let known = knownOptions(path)
-            for argument in CommandLine.arguments.dropFirst() where !argument.isEmpty {
-                let name = argument.split(separator: "=", maxSplits: 1).first.map(String.init) ?? argument
-                if argument.contains("="), let value = argument.split(separator: "=", maxSplits: 1).last, !value.isEmpty {
-                    message = message.replacing("'\(value)'", with: "'…'")
-                }
-                if !known.contains(name) { message = message.replacing("'\(name)'", with: "'…'") }
-                guard !known.contains(name) || argument != name else { continue }
-                message = message.replacing("'\(argument)'", with: "'…'")
-            }
             let help = (["keysmith"] + path + ["--help"]).joined(separator: " ")
             fail("\(message) (see `\(help)`)", code: code == .failure ? ExitCode(1) : ExitCode(64))
         }
@@ -107,10 +96,9 @@ struct KeysmithCommand: ParsableCommand {
             let subcommand = words.isEmpty ? "secret get" : words
             fail("\(option) goes after the subcommand, as in `keysmith \(subcommand) \(option) …`", code: ExitCode(64))
         }
-        let path = first == "help" ? Array(arguments.dropFirst()) : arguments
         var level: [any ParsableCommand.Type] = configuration.subcommands
         var walked = ["keysmith"]
-        for argument in path {
+        for argument in arguments {
             if argument.hasPrefix("-") { return }
             guard !level.isEmpty else { return }  // a command's own arguments
             if let next = level.first(where: { $0._commandName == argument }) {
@@ -118,7 +106,7 @@ struct KeysmithCommand: ParsableCommand {
                 level = next.configuration.subcommands
                 continue
             }
-            if walked.count == 1, argument == "help", first != "help" { return }
+            if argument == "help" { continue }  // the parser's own `help`, at any level: what follows is a path
             let candidates = level.map { $0._commandName }
             let closest = candidates.min { distance($0, argument) < distance($1, argument) }
             let suggestion = closest.flatMap { distance($0, argument) <= 2 ? "; did you mean `\($0)`?" : nil } ?? ""
@@ -142,23 +130,58 @@ struct KeysmithCommand: ParsableCommand {
         }
     }
 
-    /// The option names (`--service`, …) the command at `path` takes, read from its help.
-    static func knownOptions(_ path: [String]) -> Set<String> {
-        var command: any ParsableCommand.Type = KeysmithCommand.self
-        for name in path {
-            guard let next = command.configuration.subcommands.first(where: { $0._commandName == name }) else { break }
-            command = next
+    /// The parser's message with the arguments it may repeat hidden. It quotes what it rejects
+    /// (`Unexpected argument 'x'`, `The value 'x' is invalid`), or not (`Invalid option: ---x`),
+    /// and one of them may be a secret typed in the wrong place (`--hunter2`, `--label=s3cret`,
+    /// a pasted key over several lines), so none is repeated: only the names of options
+    /// Keysmith has. An argument, each of its lines, its value after `=` and its name before
+    /// it are each hidden wherever they appear, except short ones (under four characters,
+    /// hidden only when quoted) and words inside an option's name (`account` in `--account`).
+    static func masked(_ message: String, _ arguments: [String]) -> String {
+        let known = knownWords()
+        var pieces: Set<String> = []
+        for argument in arguments where !argument.isEmpty && !known.contains(argument) {
+            pieces.insert(argument)
+            let parts = argument.split(separator: "=", maxSplits: 1).map(String.init)
+            if parts.count == 2 {
+                pieces.insert(parts[1])
+                if !known.contains(parts[0]) { pieces.insert(parts[0]) }
+            }
+            for line in argument.split(whereSeparator: \.isNewline) {
+                pieces.insert(String(line.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed()))
+            }
         }
-        let help = KeysmithCommand.helpMessage(for: command)
-        var names: Set<String> = ["--help"]
-        var rest = Substring(help)
-        while let range = rest.range(of: "--") {
-            let name = rest[range.lowerBound...].prefix { $0 == "-" || $0.isLetter || $0.isNumber }
-            if name.count > 2 { names.insert(String(name)) }
-            rest = rest[range.upperBound...]
+        // Longest first, across all arguments: a shorter one inside a longer one must not
+        // leave the rest of the longer one behind.
+        var out = message
+        for piece in pieces.sorted(by: { $0.count > $1.count }) where !piece.isEmpty && !known.contains(piece) {
+            if piece.count >= 4, !known.contains(where: { $0.contains(piece) }) {
+                out = out.replacing(piece, with: "…")
+            } else {
+                out = out.replacing("'\(piece)'", with: "'…'")
+            }
+        }
+        return out
+    }
+
+    /// What the parser's messages may name and no secret is taken for: every option name
+    /// (`--service`, …) and command name of every command, read from their help once.
+    static func knownWords() -> Set<String> {
+        var names: Set<String> = ["--help", "--version", "help"]
+        var pending: [any ParsableCommand.Type] = [KeysmithCommand.self]
+        while let command = pending.popLast() {
+            pending += command.configuration.subcommands
+            names.insert(command._commandName)
+            var rest = Substring(KeysmithCommand.helpMessage(for: command))
+            while let range = rest.range(of: "--") {
+                let name = rest[range.lowerBound...].prefix { $0 == "-" || $0.isLetter || $0.isNumber }
+                if name.count > 2, name.dropFirst(2).first?.isLetter == true { names.insert(String(name)) }
+                rest = rest[range.upperBound...]
+            }
         }
         return names
     }
+
 
     /// Edit distance between two short words, for suggestions.
     static func distance(_ a: String, _ b: String) -> Int {

@@ -161,7 +161,7 @@ extension KeysmithCommand.Secret {
             }
             for info in items {
                 var line = info.key.namespace == .keysmith ? "[keysmith] " + info.key.description : info.key.description
-                if let label = info.attributes.label { line += "  label \"\(label)\"" }
+                if let label = info.attributes.label { line += "  label \"\(escaped(label))\"" }
                 line += "  modified \(iso8601(info.modified))"
                 print(line)
             }
@@ -194,6 +194,12 @@ struct ItemJSON: Codable {
     var isNegative: Bool?
     /// The item's generic data, in base64 (it is any bytes).
     var genericBase64: String?
+
+    /// Every field, by its JSON name (what a `batch` line may hold beside `op` and the secret).
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case kind, service, account, server, port, `protocol`, authType, securityDomain, path, recordType, label, comment,
+             description, type, created, modified, creator, isInvisible, isNegative, genericBase64
+    }
 
     init(_ info: ItemInfo) {
         let attributes = info.attributes

@@ -158,20 +158,31 @@ extension StoreOptions {
     }
 }
 
-/// Reads a passphrase from a descriptor: everything up to the first newline.
+/// Reads a passphrase from a descriptor: everything up to the first newline (a `\r` before
+/// it dropped), or to the end. Reading stops at the newline, so what follows it is never read;
+/// a first line over 1 MiB is refused.
 func readPassphrase(fd: Int32) throws -> [UInt8] {
-    var bytes: [UInt8]
-    do {
-        bytes = try InputLimit.read(fd: fd, limit: InputLimit.passphrase, what: "the passphrase on file descriptor \(fd)")
-    } catch {
-        throw KeysmithError.invalidArgument("cannot read a passphrase from file descriptor \(fd): \(error)")
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 4096)
+    defer { cleanse(&chunk) }
+    while true {
+        let count = Terminal.read(fd: fd, into: &chunk)
+        if count < 0 {
+            cleanse(&bytes)
+            throw KeysmithError.invalidArgument("cannot read a passphrase from file descriptor \(fd)")
+        }
+        if count == 0 { break }
+        if let newline = chunk[..<count].firstIndex(of: UInt8(ascii: "\n")) {
+            bytes += chunk[..<newline]
+            break
+        }
+        bytes += chunk[..<count]
+        guard bytes.count <= InputLimit.passphrase else {
+            cleanse(&bytes)
+            throw KeysmithError.invalidArgument("the passphrase on file descriptor \(fd) has no newline in its first \(InputLimit.passphrase >> 20) MiB")
+        }
     }
-    if let newline = bytes.firstIndex(of: UInt8(ascii: "\n")) {
-        var line = Array(bytes[..<newline])
-        cleanse(&bytes)
-        if line.last == UInt8(ascii: "\r") { line.removeLast() }
-        return line
-    }
+    if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
     return bytes
 }
 

@@ -102,14 +102,14 @@ extension KeysmithCommand.Token {
                                               ("--issuer", issuer, existing.issuer)] {
                     if let given, given != stored {
                         throw ValidationError(
-                            "the token kept for \(location.account) at \(location.service) has \(flag) \(stored ?? "(none)"), not \(given); "
+                            "the token kept for \(escaped(location.account)) at \(escaped(location.service)) has \(flag) \(stored ?? "(none)"), not \(given); "
                                 + "--replace replaces it (its history and revocations go with it)")
                     }
                 }
                 let (updated, outcome) = try keeper.update(with: body, requested: requestedScopes, allowRegrant: allowRegrant,
                                                            service: location.service, account: location.account)
                 if json { return try printTokenDocument(location, updated, at: keeper.now) }
-                var parts = ["Updated the \(existing.tokenType) token for \(location.account) at \(location.service)"]
+                var parts = ["Updated the \(existing.tokenType) token for \(escaped(location.account)) at \(escaped(location.service))"]
                 if !outcome.granted.isEmpty { parts.append("granted \(Scope.formatList(outcome.granted))") }
                 if !outcome.dropped.isEmpty { parts.append("dropped \(Scope.formatList(outcome.dropped))") }
                 if !outcome.keptRevoked.isEmpty {
@@ -118,19 +118,30 @@ extension KeysmithCommand.Token {
                 print(parts.joined(separator: "; ") + ".")
                 return
             }
-            let replacing = replace ? try keeper.token(service: location.service, account: location.account) : nil
+            // What --replace discards, to say so; a damaged token is replaced as it is (the repair).
+            var replacing: OAuthToken?
+            var replacingDamaged = false
+            if replace {
+                do {
+                    replacing = try keeper.token(service: location.service, account: location.account)
+                } catch let error as KeysmithError where error.code == .corruptData {
+                    replacingDamaged = true
+                }
+            }
             let token = try keeper.importResponse(
                 body, service: location.service, account: location.account, requested: requestedScopes,
                 clientID: client, subject: subject, issuer: issuer, replacing: replace)
             if json { return try printTokenDocument(location, token, at: keeper.now) }
             let granted = token.scopes(in: .granted, at: keeper.now)
             let declined = token.scopes(in: .declined, at: keeper.now)
-            if let replacing {
+            if replacingDamaged {
+                print("Replaced the damaged token for \(escaped(location.account)) at \(escaped(location.service)) (the repair).")
+            } else if let replacing {
                 let revoked = replacing.scopes(in: .revoked, at: keeper.now)
-                print("Replaced the token for \(location.account) at \(location.service)"
+                print("Replaced the token for \(escaped(location.account)) at \(escaped(location.service))"
                       + (revoked.isEmpty ? "" : "; the revocation of \(Scope.formatList(revoked)) is gone with the old token") + ".")
             }
-            print("Imported a \(token.tokenType) token for \(location.account) at \(location.service): granted \(Scope.formatList(granted).isEmpty ? "nothing" : Scope.formatList(granted))"
+            print("Imported a \(token.tokenType) token for \(escaped(location.account)) at \(escaped(location.service)): granted \(Scope.formatList(granted).isEmpty ? "nothing" : Scope.formatList(granted))"
                   + (declined.isEmpty ? "" : "; declined \(Scope.formatList(declined))") + ".")
         }
     }
@@ -152,7 +163,7 @@ extension KeysmithCommand.Token {
             let statuses = token.statuses(at: now).sorted { $0.key < $1.key }
             if json { return try printTokenDocument(location, token, at: now) }
             let active = token.isActive(at: now) ? "active" : (token.revokedAt != nil ? "revoked (logged out)" : "expired")
-            print("Token for \(location.account) at \(location.service): \(active)" + (token.expiresAt.map { ", expires \(iso8601($0))" } ?? ""))
+            print("Token for \(escaped(location.account)) at \(escaped(location.service)): \(active)" + (token.expiresAt.map { ", expires \(iso8601($0))" } ?? ""))
             let width = statuses.map { $0.key.rawValue.count }.max() ?? 0
             for (scope, status) in statuses {
                 let padded = scope.rawValue + String(repeating: " ", count: width - scope.rawValue.count)
@@ -185,7 +196,7 @@ extension KeysmithCommand.Token {
             let keeper = makeKeeper(try store.openStore())
             let token = try keeper.revoke(revoking, service: location.service, account: location.account, reason: reason)
             if json { return try printTokenDocument(location, token, at: keeper.now) }
-            print("Revoked \(Scope.formatList(revoking)) for \(location.account) at \(location.service).")
+            print("Revoked \(Scope.formatList(revoking)) for \(escaped(location.account)) at \(escaped(location.service)).")
         }
     }
 
@@ -207,7 +218,7 @@ extension KeysmithCommand.Token {
             let keeper = makeKeeper(try store.openStore())
             let token = try keeper.revokeAll(service: location.service, account: location.account, reason: reason)
             if json { return try printTokenDocument(location, token, at: keeper.now) }
-            print("Revoked every scope of the token for \(location.account) at \(location.service).")
+            print("Revoked every scope of the token for \(escaped(location.account)) at \(escaped(location.service)).")
         }
     }
 
@@ -227,6 +238,10 @@ extension KeysmithCommand.Token {
 
         @Flag(help: "Print the answer as one JSON document (the exit code still answers).")
         var json = false
+
+        func validate() throws {
+            guard !(quiet && json) else { throw ValidationError("give --quiet (the exit code answers) or --json (a document answers), not both") }
+        }
 
         func run() throws {
             let needed = try parseScopes(scopes)
@@ -366,7 +381,7 @@ extension KeysmithCommand.Token {
                 let state = token.isActive(at: now) ? "active" : (token.revokedAt != nil ? "revoked" : "expired")
                 let expiry = token.expiresAt.map { "expires \(iso8601($0))" } ?? "no expiry"
                 let granted = Scope.formatList(token.grantedScopes(at: now))
-                print("\(reference.service)\t\(reference.account)\t\(state)\t\(expiry)\t\(token.clientID ?? "-")\t\(granted.isEmpty ? "-" : granted)")
+                print("\(escaped(reference.service))\t\(escaped(reference.account))\t\(state)\t\(expiry)\t\(escaped(token.clientID ?? "-"))\t\(granted.isEmpty ? "-" : granted)")
             }
         }
     }
@@ -404,19 +419,19 @@ extension KeysmithCommand.Token {
             if let field {
                 guard let kept = token.additionalFields[field] else {
                     let known = token.additionalFields.keys.sorted()
-                    throw CommandFailure.notFound("the token for \(location.account) at \(location.service) has no response field \(field)"
+                    throw CommandFailure.notFound("the token for \(escaped(location.account)) at \(escaped(location.service)) has no response field \(field)"
                                                   + (known.isEmpty ? "" : " (it has \(known.joined(separator: ", ")))"))
                 }
                 value = kept
             } else if refresh {
                 guard let refreshToken = token.refreshToken else {
-                    throw CommandFailure.notFound("the token for \(location.account) at \(location.service) has no refresh token")
+                    throw CommandFailure.notFound("the token for \(escaped(location.account)) at \(escaped(location.service)) has no refresh token")
                 }
                 value = refreshToken
             } else {
                 guard token.isActive(at: keeper.now) else {
                     let why = token.revokedAt != nil ? "was logged out (revoke-all)" : "expired\(token.expiresAt.map { " at \(iso8601($0))" } ?? "")"
-                    throw CommandFailure.denied("the token for \(location.account) at \(location.service) \(why); refresh it, or use --refresh")
+                    throw CommandFailure.denied("the token for \(escaped(location.account)) at \(escaped(location.service)) \(why); refresh it, or use --refresh")
                 }
                 value = token.accessToken
             }
@@ -434,7 +449,7 @@ extension KeysmithCommand.Token {
 
         func run() throws {
             try makeKeeper(try store.openStore()).delete(service: location.service, account: location.account)
-            print("Deleted the token for \(location.account) at \(location.service).")
+            print("Deleted the token for \(escaped(location.account)) at \(escaped(location.service)).")
         }
     }
 }
@@ -651,7 +666,7 @@ extension KeysmithCommand.Token.Import {
 
 func loadToken(_ keeper: TokenKeeper, _ location: TokenLocation) throws -> OAuthToken {
     guard let token = try keeper.token(service: location.service, account: location.account) else {
-        throw KeysmithError(.itemNotFound, "there is no token for \(location.account) at \(location.service); import one with `keysmith token import`")
+        throw KeysmithError(.itemNotFound, "there is no token for \(escaped(location.account)) at \(escaped(location.service)); import one with `keysmith token import`")
     }
     return token
 }

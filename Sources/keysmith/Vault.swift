@@ -89,7 +89,7 @@ extension KeysmithCommand.Vault {
 
         /// A line of the text report: what does not count says why.
         static func label(_ problem: VaultDamage) -> String {
-            if problem.isIgnored { return "ignored (not the vault's): \(problem)" }
+            if problem.isIgnored { return "ignored (not named as a log): \(problem)" }
             return problem.isSuperseded ? "superseded (repaired): \(problem)" : "\(problem)"
         }
     }

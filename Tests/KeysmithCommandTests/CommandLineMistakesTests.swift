@@ -50,6 +50,14 @@ struct CommandLineMistakesTests {
             #expect(!result.stderr.contains("Tr0ub4dor") && !result.stderr.contains("hunter2"), "\(result.stderr)")
             #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
         }
+        // Nor when it spans lines (a pasted key), starts with three dashes, or is unquoted.
+        for argument in ["s3cr3tline1\nline2", "---hunter2", "-----BEGIN KEY-----\nMIIs3cr3tkey\n-----END KEY-----", "s3cr3t  \n "] {
+            let result = try keysmith.run(["secret", "get", "--service", "a", "--account", "b", argument])
+            #expect(result.status == 64, "\(result.output)")
+            #expect(!result.stderr.contains("s3cr3t") && !result.stderr.contains("hunter2") && !result.stderr.contains("MII"), "\(result.stderr)")
+        }
+        // An option Keysmith has, given where it does not belong, is named.
+        #expect(try keysmith.run(["--json", "secret", "list"]).stderr.contains("'--json'"))
         // A value the parser rejects is not repeated either (as a separate argument or after `=`).
         let port = try keysmith.run(["secret", "get", "--server", "h", "--protocol", "https", "--account", "b", "--port=s3cr3t"])
         #expect(port.status == 64 && !port.stderr.contains("s3cr3t"), "\(port.output)")
@@ -80,6 +88,8 @@ struct CommandLineMistakesTests {
             #"{"op":"set","service":"s1","account":"a","secret":"x","labl":"typo"}"#,
             #"{"op":"set","service":"s1","account":"a","secret":"x","secretBase64":"eQ=="}"#,
             #"{"op":"set","service":"s\u0000x","account":"a","secret":"x"}"#,
+            #"{"op":"delete","service":"s1","account":"a","secret":"x"}"#,
+            #"{"op":"set","service":"s1","account":"a","secret":"x","port":99999}"#,
         ]
         for line in lines {
             let result = try keysmith.run(["batch"], stdin: #"{"op":"set","service":"s2","account":"a","secret":"fine"}"# + "\n" + line + "\n")

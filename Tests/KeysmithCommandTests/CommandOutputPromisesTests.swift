@@ -103,5 +103,16 @@ struct CommandOutputPromisesTests {
         #expect(!scopes.stdout.contains("\n  admin"), "\(scopes.stdout)")
         #expect(scopes.stdout.contains("l1\\u{a}"), "\(scopes.stdout)")
         #expect(scopes.stdout.split(separator: "\n").count == 3, "a header and one line per scope: \(scopes.stdout)")
+        // Names are anyone's text too: in the header, in token list's lines and in labels.
+        let name = "ev\til\nforged\tline"
+        #expect(try keysmith.run(["token", "import", "--service", "zz", "--account", name],
+                                 stdin: #"{"access_token":"T","token_type":"Bearer","scope":"read"}"#).status == 0)
+        let header = try keysmith.run(["token", "scopes", "--service", "zz", "--account", name])
+        #expect(header.stdout.split(separator: "\n").count == 2 && !header.stdout.contains("\t"), "\(header.stdout)")
+        let list = try keysmith.run(["token", "list", "--service", "zz"])
+        #expect(list.stdout.split(separator: "\n").count == 1 && list.stdout.split(separator: "\t").count == 6, "\(list.stdout)")
+        #expect(try keysmith.run(["secret", "set", "--service", "s", "--account", "a", "--label", "x\nforged"], stdin: "v").status == 0)
+        let secrets = try keysmith.run(["secret", "list"])
+        #expect(secrets.stdout.split(separator: "\n").count == 1, "\(secrets.stdout)")
     }
 }

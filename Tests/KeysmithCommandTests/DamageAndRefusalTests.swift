@@ -106,6 +106,12 @@ struct DamageAndRefusalTests {
         let set = try keysmith.run(["secret", "set", "--service", "s1", "--account", "a"], stdin: "x", environment: machine)
         #expect(set.status == 6, "\(set.output)")
         #expect(try keysmith.run(["vault", "verify"], environment: machine).status == 6)
+        // A file in the directory's place is the same damage (it was an I/O error, exit 1).
+        try "x".write(toFile: keysmith.vault + "/data/log", atomically: false, encoding: .utf8)
+        for command in [["secret", "get", "--service", "s2", "--account", "a"], ["vault", "verify"], ["secret", "list"]] {
+            let result = try keysmith.run(command, environment: machine)
+            #expect(result.status == 6, "\(command): \(result.output)")
+        }
     }
 
     @Test("rekey and compact on a vault with a damaged record exit 6 and change nothing")
@@ -142,7 +148,7 @@ struct DamageAndRefusalTests {
         try "notes".write(toFile: keysmith.vault + "/data/log/README", atomically: true, encoding: .utf8)
         let text = try keysmith.run(["vault", "verify"])
         #expect(text.status == 0, "\(text.output)")
-        #expect(text.stdout.contains("ignored (not the vault's): data/log/README"), "\(text.stdout)")
+        #expect(text.stdout.contains("ignored (not named as a log): data/log/README"), "\(text.stdout)")
         #expect(!text.stdout.contains("superseded"), "\(text.stdout)")
         let json = try keysmith.run(["vault", "verify", "--json"])
         let report = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
@@ -150,6 +156,44 @@ struct DamageAndRefusalTests {
         #expect(report["intact"] as? Bool == true)
         #expect(problem["ignored"] as? Bool == true && problem["superseded"] as? Bool == false, "\(json.stdout)")
         #expect(report["items"] as? Int == 5)
+    }
+
+    @Test("a damaged token is repaired from the command: token delete, or token import --replace; the listings work again")
+    func damagedTokensCanBeRepaired() throws {
+        for repair in ["delete", "replace"] {
+            let keysmith = try Self.vaultWithFiveSecrets()
+            defer { keysmith.cleanup() }
+            let response = #"{"access_token":"A","token_type":"Bearer","scope":"read write"}"#
+            #expect(try keysmith.run(["token", "import", "--service", "news", "--account", "bob"], stdin: response).status == 0)
+            // Flip a byte inside the token's record: the import's log holds the token and the
+            // audit records, in record-id order, their bodies at the end of the file; try
+            // offsets from the end until the token itself reads as damaged.
+            let log = keysmith.vault + "/data/log/0000000000000006"
+            let original = try #require(FileManager.default.contents(atPath: log))
+            var damaged = false
+            for back in stride(from: 1, to: min(original.count, 3000), by: 24) {
+                var bytes = original
+                bytes[bytes.count - back] ^= 1
+                try bytes.write(to: URL(fileURLWithPath: log))
+                if try keysmith.run(["token", "scopes", "--service", "news", "--account", "bob"]).status == 6 {
+                    damaged = true
+                    break
+                }
+                try original.write(to: URL(fileURLWithPath: log))
+            }
+            try #require(damaged, "found a byte of the token's own record")
+            #expect(try keysmith.run(["secret", "list"]).status == 6)
+            let repaired = repair == "delete"
+                ? try keysmith.run(["token", "delete", "--service", "news", "--account", "bob"])
+                : try keysmith.run(["token", "import", "--service", "news", "--account", "bob", "--replace"], stdin: response)
+            #expect(repaired.status == 0, "\(repair): \(repaired.output)")
+            #expect(try keysmith.run(["secret", "list", "--json"]).status == 0)
+            #expect(try keysmith.run(["token", "list", "--json"]).status == 0)
+            #expect(try keysmith.run(["vault", "verify"]).status == 0, "the damage is superseded")
+            #expect(try keysmith.run(["audit", "verify"]).status == 0)
+            let audit = try keysmith.run(["audit", "show", "--account", "bob"])
+            #expect(audit.stdout.contains(repair == "delete" ? "deleted a damaged token" : "replaced a damaged token"), "\(audit.stdout)")
+        }
     }
 
     @Test("the walkthrough never removes a directory it did not make")

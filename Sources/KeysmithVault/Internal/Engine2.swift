@@ -174,11 +174,12 @@ final class Engine2 {
         let names: [String]
         do {
             names = try System.listDirectory(paths.logDirectory)
-        } catch let error as SystemError where error.isNotFound {
+        } catch let error as SystemError where error.isNotFound || error.isNotDirectory {
             names = []
             logDirectoryMissing = true
             let damage = VaultDamage(file: Format2.dataDirectory + "/log", offset: 0, recordID: nil, key: nil,
-                                     reason: "the log directory is missing", hidesRecords: true)
+                                     reason: error.isNotFound ? "the log directory is missing" : "the log directory is missing: something that is not a directory is in its place",
+                                     hidesRecords: true)
             fileDamage.append(damage)
             // Commits after the snapshot may have been lost with it: which records they
             // changed or created cannot be told, so every record, and every absent one, is in
@@ -337,6 +338,8 @@ final class Engine2 {
             lastSequence = max(lastSequence, sequence)
             logDamaged(sequence, name, "the log cannot be used (\(error)); it must be a regular file")
             return true
+        } catch let error as SystemError where error.isNotDirectory && logDirectoryMissing {
+            return false  // no log directory (a file in its place): already damage, no log here
         } catch let error as SystemError {
             // Not this one file's fault (permissions, the log directory gone or not a
             // directory): an error, never a loop over the next numbers.
