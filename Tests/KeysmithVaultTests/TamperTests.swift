@@ -415,12 +415,13 @@ struct TamperTests {
         history.expectNoStaleRead(vault, "huge log names")
         #expect(try vault.read(genericKey("x"))?.secret == Data("v2".utf8))
 
-        // The log directory replaced by a file: a clear I/O error, at once.
+        // The log directory replaced by a file: damage, as a missing directory is (its commits
+        // may be gone), at once.
         let other = try HistoryVault()
         try FileManager.default.removeItem(atPath: other.path + "/data/log")
         FileManager.default.createFile(atPath: other.path + "/data/log", contents: Data())
         let error = #expect(throws: KeysmithError.self) { _ = try other.open().read(genericKey("x")) }
-        #expect(error?.code == .ioFailure)
+        #expect(error?.code == .corruptData)
 
         // A snapshot claiming 2^32 - 1 records of one per page, sparse to look large enough.
         let sparse = try HistoryVault()
