@@ -182,7 +182,6 @@ struct KeysmithCommand: ParsableCommand {
         return names
     }
 
-
     /// Edit distance between two short words, for suggestions.
     static func distance(_ a: String, _ b: String) -> Int {
         let a = Array(a), b = Array(b)
