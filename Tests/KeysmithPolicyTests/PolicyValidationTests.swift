@@ -1,6 +1,7 @@
 import Foundation
 @testable import KeysmithPolicy
 import KeysmithTokens
+import Synchronization
 import Testing
 
 /// Schemas: every mistake is an error before any decision, with where it is.
@@ -226,6 +227,55 @@ struct PolicyValidationTests {
         let again = try Policies(json: Array(policies.json.utf8), file: "deep.json")
         #expect(again.json == policies.json)
         #expect(again.isAllowed(request, entities: try EntityStore()) == decision.isAllowed)
+    }
+
+    @Test("at the nesting limit, every walk fits in 8 MB of stack (Linux's default for the main thread, Foundation's and Dispatch's threads and Swift's concurrency threads), debug build included: sets and records, the deepest readers, too",
+          arguments: nestings.map(\.name) + ["sets", "records"])
+    func theLimitFitsTheDefaultStack(_ name: String) async throws {
+        // One level below the limit, so that `(condition) && false` (a denial to explain) is at it.
+        let levels = PolicyParser.maximumDepth - 1
+        let condition: String = switch name {
+        case "sets": String(repeating: "[", count: levels - 2) + "1" + String(repeating: "]", count: levels - 2) + " == [1]"
+        case "records": String(repeating: "{a: ", count: levels - 2) + "1" + String(repeating: "}", count: levels - 2) + " has a"
+        default: Self.nestings.first { $0.name == name }!.condition(levels)
+        }
+        @Sendable func everyWalk() -> String {
+            do {
+                let policies = try Policies(text: "@id(\"deep\")\npermit (principal, action, resource) when { \(condition) };", file: "deep.cedar")
+                let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "alice"), action: EntityUID(type: "Action", id: "view"),
+                                                   resource: EntityUID(type: "Photo", id: "42"), context: ["a": .record([:])])
+                _ = policies.isAuthorized(request, entities: try EntityStore()).unmet.map(\.description)
+                let denied = try Policies(text: "permit (principal, action, resource) when { (\(condition)) && false };")
+                _ = denied.isAuthorized(request, entities: try EntityStore()).unmet.map(\.description)
+                _ = try? Self.schema().validate(policies)
+                let again = try Policies(json: Array(policies.json.utf8), file: "deep.json")
+                _ = try Policies(text: again.formatted, file: "printed.cedar")
+                return "read, decided, explained, checked and printed"
+            } catch {
+                return "\(error)"
+            }
+        }
+        // A thread made with 8 MB, as the main thread and Foundation's threads have on Linux.
+        let outcome = Mutex<String?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            outcome.withLock { $0 = everyWalk() }
+            done.signal()
+        }
+        thread.stackSize = 8 << 20
+        thread.start()
+        done.wait()
+        #expect(outcome.withLock { $0 } == "read, decided, explained, checked and printed")
+        // A Swift concurrency thread and a Dispatch thread, as they come.
+        #expect(await Task.detached { everyWalk() }.value == "read, decided, explained, checked and printed")
+        let dispatched = Mutex<String?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            dispatched.withLock { $0 = everyWalk() }
+            finished.signal()
+        }
+        finished.wait()
+        #expect(dispatched.withLock { $0 } == "read, decided, explained, checked and printed")
     }
 
     @Test("a JSON policy deeper than 200 levels is a syntax error, as in text")
