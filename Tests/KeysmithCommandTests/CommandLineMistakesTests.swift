@@ -6,13 +6,6 @@ import Testing
 /// promises; found by a session-17 audit from the docs alone, each failed before its fix.
 @Suite("the keysmith command: a mistyped command line changes nothing")
 struct CommandLineMistakesTests {
-    static func vault() throws -> Keysmith {
-        var keysmith = try Keysmith()
-        try keysmith.run(["init", "--keyfile", keysmith.keyfile])
-        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
-        return keysmith
-    }
-
     /// Runs `script` with `sh -c`, `$KS` being the built binary.
     static func shell(_ keysmith: Keysmith, _ script: String, deadline: TimeInterval = 120) throws -> Keysmith.Result {
         let result = try spawnAndWait("/bin/sh", ["-c", script], environment: keysmith.environment.merging(["KS": Keysmith.binary]) { $1 },
@@ -23,7 +16,7 @@ struct CommandLineMistakesTests {
 
     @Test("a cluster of short options is a usage error, not help: `-shell` would have printed help, exited 0 and stored nothing")
     func shortOptionClustersAreUsageErrors() throws {
-        let keysmith = try Self.vault()
+        let keysmith = try Keysmith.withVault()
         defer { keysmith.cleanup() }
         #expect(try keysmith.run(["secret", "set", "--service", "s", "--account", "a"], stdin: "kept").status == 0)
         for cluster in ["-shell", "-ch", "-hx", "-vh"] {
@@ -42,7 +35,7 @@ struct CommandLineMistakesTests {
 
     @Test("an option the parser does not know is never repeated (it could be a secret); a known one is named")
     func unknownOptionsAreNotRepeated() throws {
-        let keysmith = try Self.vault()
+        let keysmith = try Keysmith.withVault()
         defer { keysmith.cleanup() }
         for argument in ["--Tr0ub4dor", "--hunter2=x", "--label=Tr0ub4dor-value"] {
             let result = try keysmith.run(["secret", "get", "--service", "a", "--account", "b", argument])
@@ -67,7 +60,7 @@ struct CommandLineMistakesTests {
 
     @Test("arguments that are not UTF-8 are refused: two different byte strings were one item (both became U+FFFD)")
     func argumentsMustBeUTF8() throws {
-        let keysmith = try Self.vault()
+        let keysmith = try Keysmith.withVault()
         defer { keysmith.cleanup() }
         let set = try Self.shell(keysmith, #"printf x | "$KS" secret set --service "$(printf '\377\376')" --account u"#)
         #expect(set.status == 64, "\(set.output)")
@@ -79,7 +72,7 @@ struct CommandLineMistakesTests {
 
     @Test("batch refuses an empty secret unless --allow-empty, unknown fields, and both secret forms; nothing is applied")
     func batchRefusesWhatSecretSetRefuses() throws {
-        let keysmith = try Self.vault()
+        let keysmith = try Keysmith.withVault()
         defer { keysmith.cleanup() }
         #expect(try keysmith.run(["secret", "set", "--service", "s1", "--account", "a"], stdin: "kept").status == 0)
         let lines = [
@@ -149,7 +142,7 @@ struct CommandLineMistakesTests {
 
     @Test("--port outside 0…65535 is a usage error for every secret command, not 'does not exist'")
     func portsAreBounded() throws {
-        let keysmith = try Self.vault()
+        let keysmith = try Keysmith.withVault()
         defer { keysmith.cleanup() }
         for command in [["secret", "get"], ["secret", "delete"], ["secret", "set"]] {
             let result = try keysmith.run(command + ["--server", "h", "--protocol", "https", "--account", "a", "--port", "70000"], stdin: "x")
@@ -159,7 +152,7 @@ struct CommandLineMistakesTests {
 
     @Test("a token response whose scope array holds an element with a space is refused, not split")
     func scopeArrayElementsAreSingleScopes() throws {
-        let keysmith = try Self.vault()
+        let keysmith = try Keysmith.withVault()
         defer { keysmith.cleanup() }
         let result = try keysmith.run(["token", "import", "--service", "t", "--account", "a"],
                                       stdin: #"{"access_token":"A","token_type":"Bearer","scope":["x","y z"]}"#)
@@ -169,7 +162,7 @@ struct CommandLineMistakesTests {
 
     @Test("token check --quiet prints nothing, on either stream; the exit code answers")
     func quietIsQuiet() throws {
-        let keysmith = try Self.vault()
+        let keysmith = try Keysmith.withVault()
         defer { keysmith.cleanup() }
         let imported = try keysmith.run(["token", "import", "--service", "news", "--account", "bob", "--requested", "posts:write posts:delete"],
                                         stdin: #"{"access_token":"A","token_type":"Bearer","scope":"posts:write"}"#)
@@ -182,7 +175,7 @@ struct CommandLineMistakesTests {
 
     @Test("standard input that never ends is refused at the store's limit, not read until memory runs out")
     func endlessInputIsRefusedAtTheLimit() throws {
-        let keysmith = try Self.vault()
+        let keysmith = try Keysmith.withVault()
         defer { keysmith.cleanup() }
         let secret = try Self.shell(keysmith, #"yes | "$KS" secret set --service big --account a"#, deadline: 120)
         #expect(secret.status == 64, "\(secret.output)")

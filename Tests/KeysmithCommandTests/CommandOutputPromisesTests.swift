@@ -6,16 +6,9 @@ import Testing
 /// (found by a session-17 audit from the docs alone; each failed before its fix).
 @Suite("the keysmith command: hints and output as documented")
 struct CommandOutputPromisesTests {
-    static func vault() throws -> Keysmith {
-        var keysmith = try Keysmith()
-        try keysmith.run(["init", "--keyfile", keysmith.keyfile])
-        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
-        return keysmith
-    }
-
     @Test("misspelled subcommands at any depth get a suggestion; help for an unknown command is a usage error; a store option before the command names the command")
     func hints() throws {
-        let keysmith = try Self.vault()
+        let keysmith = try Keysmith.withVault()
         defer { keysmith.cleanup() }
         let nested = try keysmith.run(["secret", "lst"])
         #expect(nested.status == 64, "\(nested.output)")
@@ -34,7 +27,7 @@ struct CommandOutputPromisesTests {
 
     @Test("audit show: --event must be an event; a date alone in --until includes that day; --account and --service find the bulk changes that touched the token")
     func auditFilters() throws {
-        let keysmith = try Self.vault()
+        let keysmith = try Keysmith.withVault()
         defer { keysmith.cleanup() }
         #expect(try keysmith.run(["token", "import", "--service", "news", "--account", "bob"],
                                  stdin: #"{"access_token":"A","token_type":"Bearer","scope":"read write"}"#).status == 0)
@@ -92,7 +85,7 @@ struct CommandOutputPromisesTests {
 
     @Test("token scopes escapes control characters in reasons, as audit show does: no reason can forge a line")
     func scopeReasonsAreEscaped() throws {
-        let keysmith = try Self.vault()
+        let keysmith = try Keysmith.withVault()
         defer { keysmith.cleanup() }
         #expect(try keysmith.run(["token", "import", "--service", "news", "--account", "bob"],
                                  stdin: #"{"access_token":"A","token_type":"Bearer","scope":"read write"}"#).status == 0)

@@ -50,6 +50,16 @@ struct Keysmith {
     }
 
     func cleanup() { try? FileManager.default.removeItem(atPath: directory) }
+
+    /// A scratch directory with a vault made by `keysmith init --keyfile`, unlocked by
+    /// `KEYSMITH_KEYFILE` in every run.
+    static func withVault() throws -> Keysmith {
+        var keysmith = try Keysmith()
+        let created = try keysmith.run(["init", "--keyfile", keysmith.keyfile])
+        #expect(created.status == 0, "\(created.output)")
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        return keysmith
+    }
 }
 
 @Suite("the keysmith command")

@@ -10,9 +10,7 @@ import Testing
 struct DamageAndRefusalTests {
     /// A vault with a keyfile and the secrets `s1`…`s5` (service `sN`, account `a`), one commit each.
     static func vaultWithFiveSecrets() throws -> Keysmith {
-        var keysmith = try Keysmith()
-        try keysmith.run(["init", "--keyfile", keysmith.keyfile])
-        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        let keysmith = try Keysmith.withVault()
         for index in 1...5 {
             let set = try keysmith.run(["secret", "set", "--service", "s\(index)", "--account", "a"], stdin: "secret-\(index)")
             #expect(set.status == 0, "\(set.output)")
