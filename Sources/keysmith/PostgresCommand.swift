@@ -92,6 +92,9 @@ extension KeysmithCommand.PostgresCommand {
 
         func validate() throws {
             guard (14...20).contains(scryptLogN) else { throw ValidationError("--scrypt-log-n must be between 14 and 20") }
+            guard newKeyfile == nil || newPassphraseFD == nil else {
+                throw ValidationError("give --new-keyfile or --new-passphrase-fd, not both: the database has one master key")
+            }
         }
 
         func run() throws {
@@ -239,10 +242,22 @@ extension KeysmithCommand {
         @Option(help: "Start after this sequence number (default: only changes from now on).")
         var after: Int64?
 
-        @Option(help: "Stop after this many changes (default: never).")
+        @Option(help: "Stop after this many changes, at least 1 (default: never).")
         var count: Int?
 
+        func validate() throws {
+            if let count, count < 1 { throw ValidationError("--count must be at least 1") }
+            if let after, after < 0 { throw ValidationError("--after must be a sequence number, 0 or more") }
+            if let name, name.isEmpty || name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) || name.utf8.count > 200 {
+                throw ValidationError("--name must be 1 to 200 bytes without control characters")
+            }
+        }
+
         func run() throws {
+            // Only PostgreSQL has a change feed: a backend chosen otherwise is refused, not ignored.
+            if let choice = try? store.choice(), choice != .postgres, choice != .auto {
+                throw KeysmithError.invalidArgument("watch needs the postgres backend: only it has a change feed (the backend chosen is \(choice.rawValue))")
+            }
             Terminal.unblockTerminationSignals()
             let settings = try PostgresConnectionSettings(url: try store.databaseURL())
             let label = name ?? "keysmith-watch-\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"

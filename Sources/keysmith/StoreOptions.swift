@@ -44,7 +44,11 @@ struct StoreOptions: ParsableArguments {
     }
 
     func openChosen() throws -> StoreChoice.Opened {
-        try choice().open(vaultPath: vaultPath, vaultCredential: { try vaultCredential() }, collection: collection,
+        // --namespace names a PostgreSQL namespace: given with another store it would be ignored.
+        if namespace != nil, let chosen = try? choice(), chosen != .postgres, chosen != .auto {
+            throw ValidationError("--namespace names a PostgreSQL namespace; the \(chosen.rawValue) backend has none")
+        }
+        return try choice().open(vaultPath: vaultPath, vaultCredential: { try vaultCredential() }, collection: collection,
                           timeout: .milliseconds(Int(max(timeout, 0.1) * 1000)), postgres: { try openPostgres() },
                           databaseConfigured: (try? databaseURL()) != nil)
     }

@@ -717,8 +717,13 @@ extension KeysmithCommand {
         @Flag(help: "PostgreSQL only: return when every live watcher (keysmith watch, a PostgresWatcher) has applied the revocation; exit 9 naming those that did not within --wait-timeout.")
         var wait = false
 
-        @Option(name: .customLong("wait-timeout"), help: "How long --wait waits (a duration such as 10s or 2m).")
-        var waitTimeout: String = "10s"
+        @Option(name: .customLong("wait-timeout"), help: "How long --wait waits (a duration such as 10s or 2m; default 10s).")
+        var waitTimeoutOption: String?
+        var waitTimeout: String { waitTimeoutOption ?? "10s" }
+
+        func validate() throws {
+            if waitTimeoutOption != nil && !wait { throw ValidationError("--wait-timeout goes with --wait") }
+        }
 
         func run() throws {
             let revoking = try parseScopes(scope)
@@ -780,7 +785,7 @@ extension KeysmithCommand {
             }
             if !pending.isEmpty {
                 throw CommandFailure(message: "committed, but not applied by \(pending.count) live watcher(s) within \(waitTimeout): "
-                                     + pending.map(\.name).joined(separator: ", "), exitCode: ExitCode(9))
+                                     + pending.map { escaped($0.name) }.joined(separator: ", "), exitCode: ExitCode(9))
             }
         }
     }

@@ -130,6 +130,28 @@ struct CommandLineMistakesTests {
         }
     }
 
+    @Test("options that cannot apply are refused, not ignored: watch on another backend, --namespace without PostgreSQL, both new master keys, --wait-timeout without --wait, watch counts below 1 or names with control characters")
+    func optionsThatCannotApply() throws {
+        let keysmith = try Keysmith.withVault()
+        defer { keysmith.cleanup() }
+        let cases: [([String], String)] = [
+            (["watch", "--backend", "vault", "--count", "1"], "watch needs the postgres backend"),
+            (["watch", "--backend", "secret-service"], "watch needs the postgres backend"),
+            (["watch", "--count", "0"], "--count must be at least 1"),
+            (["watch", "--after=-5"], "--after must be"),
+            (["watch", "--name", "evil\nkeysmith: forged"], "--name must be"),
+            (["secret", "list", "--backend", "vault", "--namespace", "app1"], "--namespace names a PostgreSQL namespace"),
+            (["postgres", "rotate-master-key", "--new-keyfile", "k3", "--new-passphrase-fd", "5"], "not both"),
+            (["revoke", "--scope", "read", "--yes", "--wait-timeout", "1s"], "--wait-timeout goes with --wait"),
+        ]
+        for (arguments, message) in cases {
+            let result = try keysmith.run(arguments, environment: ["KEYSMITH_DATABASE_URL": "postgresql://nobody@/nowhere?host=/nonexistent"])
+            #expect(result.status == 64, "\(arguments): \(result.output)")
+            #expect(result.stderr.contains(message) && result.stderr.split(separator: "\n").count == 1, "\(arguments): \(result.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: keysmith.directory + "/k3"), "no keyfile was made")
+    }
+
     @Test("init over a file that is not a directory exits 7, as over anything else already there")
     func initOverAFile() throws {
         let keysmith = try Keysmith()
