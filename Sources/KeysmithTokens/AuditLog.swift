@@ -157,6 +157,12 @@ public struct AuditVerification: Sendable, Hashable {
     public var problems: [String]
     /// Whether the chain is intact.
     public var isIntact: Bool { problems.isEmpty }
+
+    /// A verification's answer: `entries` read, `problems` found (none: intact).
+    public init(entries: Int, problems: [String]) {
+        self.entries = entries
+        self.problems = problems
+    }
 }
 
 /// Where the audit log lives in a store: Keysmith records in the reserved namespace, one

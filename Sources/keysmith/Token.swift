@@ -809,7 +809,14 @@ extension KeysmithCommand {
 
             func run() throws {
                 let keeper = makeKeeper(try store.openStore())
-                let verification = try acceptRollback ? keeper.acceptAuditLog() : keeper.verifyAuditLog()
+                let verification: AuditVerification
+                do {
+                    verification = try acceptRollback ? keeper.acceptAuditLog() : keeper.verifyAuditLog()
+                } catch let error as KeysmithError where error.code == .corruptData {
+                    // The log (or the store under it) does not read: that is the answer, in
+                    // the same shape, not a bare error.
+                    verification = AuditVerification(entries: 0, problems: ["the audit log cannot be read: \(error.message)"])
+                }
                 if json {
                     struct Result: Encodable { var intact: Bool; var entries: Int; var problems: [String] }
                     print(try jsonLine(Result(intact: verification.isIntact, entries: verification.entries, problems: verification.problems)))

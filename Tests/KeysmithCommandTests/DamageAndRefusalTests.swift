@@ -181,6 +181,11 @@ struct DamageAndRefusalTests {
             }
             try #require(damaged, "found a byte of the token's own record")
             #expect(try keysmith.run(["secret", "list"]).status == 6)
+            // audit verify answers in its own shape, broken, rather than with a bare error.
+            let broken = try keysmith.run(["audit", "verify", "--json"])
+            #expect(broken.status == 6, "\(broken.output)")
+            let answer = try JSONSerialization.jsonObject(with: Data(broken.stdout.utf8)) as? [String: Any]
+            #expect(answer?["intact"] as? Bool == false && (answer?["problems"] as? [String])?.count == 1, "\(broken.stdout)")
             let repaired = repair == "delete"
                 ? try keysmith.run(["token", "delete", "--service", "news", "--account", "bob"])
                 : try keysmith.run(["token", "import", "--service", "news", "--account", "bob", "--replace"], stdin: response)
