@@ -48,9 +48,10 @@ extension PostgresStore {
     /// Checks this namespace's change feed from its first row, as a database administrator
     /// cannot fake without the master key: every row must continue the keyed chain from the row
     /// before it (one deleted, edited, reordered or renumbered breaks it), must open, and the
-    /// chain's head must name the newest row; and every record and audit entry must have the
+    /// chain's head must name the newest row; every record and audit entry must have the
     /// change row of its version (a row put back from an older copy, or one whose change rows
-    /// were deleted, does not).
+    /// were deleted, does not); and every record and audit entry must open (an edited, swapped
+    /// or moved row does not: the listing that met it sends here).
     ///
     /// ```swift
     /// let feed = try store.verifyChangeFeed()
@@ -169,7 +170,30 @@ extension PostgresStore {
             problem("\(behind) row(s) are older than their item's newest change: put back from an older copy")
         }
         if orphans > 0 {
-            problem("\(orphans) row(s) have no change row for their version: their change rows were deleted")
+            problem("\(orphans) row(s) have no change row for their version: their change rows were deleted, "
+                    + "or the row's version or index was edited")
+        }
+        // Every row opens under the keys (its associated data binds its index, version and
+        // key): an edited, swapped or moved row is found here, not only when its item is read.
+        var unopened = 0
+        for table in RecordTable.allCases {
+            var after: [UInt8]? = nil
+            while true {
+                let page = try withSessionPublic { session in
+                    try session.transaction { transaction in
+                        let page = try RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: Int(size), in: transaction)
+                        try? keys.ensureKnown(page.map(\.keyID), in: transaction)  // an unknown key id fails the row's open
+                        return page
+                    }
+                }
+                guard let last = page.last else { break }
+                after = last.blindIndex
+                for row in page where (try? keys.open(row, withSecret: false)) == nil { unopened += 1 }
+                if page.count < Int(size) { break }
+            }
+        }
+        if unopened > 0 {
+            problem("\(unopened) row(s) do not open: edited, swapped or moved by hand (reading the item names it; writing it again repairs it)")
         }
         if result.isIntact, let anchor, let markName, let link, after > 0 {
             anchor.marks.advance(markName, header: ChangeFeedAnchor.header, sequence: UInt64(after),

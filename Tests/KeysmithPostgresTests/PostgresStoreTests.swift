@@ -89,11 +89,15 @@ struct PostgresStoreTests {
         // and writing the damaged items again repairs them.
         let listing = #expect(throws: KeysmithError.self) { try store.search(ItemQuery()) }
         #expect(listing?.code == .corruptData)
+        // The verification the listing's error sends to finds them too (it said intact).
+        let feed = try store.verifyChangeFeed()
+        #expect(feed.problems.contains { $0.contains("do not open") }, "\(feed)")
         try store.perform([.upsert(ItemAttributes(key: b), secret: Data("B2".utf8))])
         #expect(try store.read(b)?.secret == Data("B2".utf8))
         #expect(throws: KeysmithError.self) { try store.search(ItemQuery()) }
         try store.perform([.upsert(ItemAttributes(key: a), secret: Data("A3".utf8))])
         #expect(try store.search(ItemQuery()).map(\.key).sorted { "\($0)" < "\($1)" } == [a, b])
+        #expect(try !store.verifyChangeFeed().problems.contains { $0.contains("do not open") })
     }
 
     @Test("a wrong master key is an authentication failure; an edited data key is corrupt data")
