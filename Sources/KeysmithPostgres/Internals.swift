@@ -766,6 +766,23 @@ enum RecordRows {
         return Int(try row.decode(Int64.self))
     }
 
+    /// Of these indexes, those whose newest change in the feed is not a deletion: items the
+    /// feed says exist (a read that finds no row for one was edited away by hand).
+    static func liveInFeed(_ indexes: [[UInt8]], namespace: [UInt8], in transaction: Transaction) throws -> Set<[UInt8]> {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        let buffers = indexes.map { ByteBuffer(bytes: $0) }
+        var live: Set<[UInt8]> = []
+        for row in try transaction.execute("""
+            SELECT DISTINCT ON (blind_index) blind_index, deleted FROM keysmith_changes
+            WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(buffers))
+            ORDER BY blind_index, version DESC
+            """) {
+            let (index, deleted) = try row.decode((ByteBuffer, Bool).self)
+            if !deleted { live.insert(index.bytes) }
+        }
+        return live
+    }
+
     static func page(namespace: [UInt8], table: RecordTable, after: [UInt8]?, limit: Int, in transaction: Transaction) throws -> [RecordRow] {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
         let rows: [PostgresRow]

@@ -273,11 +273,23 @@ public final class PostgresStore: SecureStore {
     public func read(_ itemKeys: [ItemKey]) throws -> [SecureRecord?] {
         for key in itemKeys { try key.validate() }
         let indexes = itemKeys.map(keys.blindIndex)
-        let rows = try readRetrying { session in
-            try session.transaction { try fetch(Array(zip(itemKeys, indexes)), in: $0, lock: false) }
+        let (rows, live) = try readRetrying { session in
+            try session.transaction { transaction in
+                let rows = try fetch(Array(zip(itemKeys, indexes)), in: transaction, lock: false)
+                // An item with no row is absent only if the feed agrees: a row deleted, or its
+                // index edited, by hand is damage, not "does not exist".
+                let missing = indexes.filter { rows[$0] == nil }
+                return (rows, missing.isEmpty ? [] : try RecordRows.liveInFeed(missing, namespace: keys.namespaceID, in: transaction))
+            }
         }
         return try zip(itemKeys, indexes).map { key, index in
-            guard let row = rows[index] else { return nil }
+            guard let row = rows[index] else {
+                guard !live.contains(index) else {
+                    throw KeysmithError(.corruptData, "\(key) has no row in \(storeDescription), though the change feed records it: its row was "
+                                        + "deleted or moved by hand (`keysmith postgres verify` counts such rows); writing the item again repairs it")
+                }
+                return nil
+            }
             let record = try keys.open(row, withSecret: true)
             guard record.key == key else { throw KeysmithError(.corruptData, "a row of \(storeDescription) holds another item than its index says") }
             return record

@@ -98,6 +98,17 @@ struct PostgresStoreTests {
         try store.perform([.upsert(ItemAttributes(key: a), secret: Data("A3".utf8))])
         #expect(try store.search(ItemQuery()).map(\.key).sorted { "\($0)" < "\($1)" } == [a, b])
         #expect(try !store.verifyChangeFeed().problems.contains { $0.contains("do not open") })
+        // A row moved to another index: its item reads as damaged, not as absent (it said
+        // "does not exist"), and verify counts the row; a deleted item still reads as absent.
+        let c = ItemKey.genericPassword(service: "s", account: "c"), gone = ItemKey.genericPassword(service: "s", account: "gone")
+        try store.perform([.create(ItemAttributes(key: c), secret: Data("C".utf8)), .create(ItemAttributes(key: gone), secret: Data("G".utf8))])
+        try store.perform([.delete(gone)])
+        _ = try Self.sql("UPDATE keysmith_records SET blind_index = decode('\(String(repeating: "ab", count: 32))', 'hex') WHERE namespace_id = \(namespaceID) AND blind_index = \(index(c))")
+        let moved = #expect(throws: KeysmithError.self) { try store.read(c) }
+        #expect(moved?.code == .corruptData, "\(moved?.message ?? "")")
+        #expect(try store.read(gone) == nil)
+        #expect(try store.read(ItemKey.genericPassword(service: "s", account: "never")) == nil)
+        #expect(try !store.verifyChangeFeed().isIntact)
     }
 
     @Test("a wrong master key is an authentication failure; an edited data key is corrupt data")
