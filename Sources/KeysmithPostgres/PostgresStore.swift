@@ -339,8 +339,11 @@ public final class PostgresStore: SecureStore {
 
     private func scan(_ table: RecordTable, _ query: ItemQuery, size: Int, withSecret: Bool, examined: inout Int, total: Int,
                       _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
-        // Audit entries are never what a query for other record types wants: skip their table.
+        // Audit entries are never what a query for other record types, or for the user's own
+        // items, wants: skip their table (so a damaged entry, which an append-only log keeps,
+        // does not stop listing the user's items).
         if table == .audit, let type = query.recordType, type != .auditEntry { return }
+        if table == .audit, !query.namespace.contains(.keysmith) { return }
         var after: [UInt8]? = nil
         while true {
             let page = try readRetrying { session in

@@ -102,8 +102,10 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     public var event: String
     /// Every event an entry can record: a token `import`ed, `replace`d (`--replace`) or
     /// `update`d by a new response, an `import-batch`, a `revoke`, `revoke-all`, `refresh`
-    /// or incremental `grant`, a `delete`, and a `bulk-revoke`.
-    public static let events = ["import", "replace", "update", "import-batch", "revoke", "revoke-all", "refresh", "grant", "delete", "bulk-revoke"]
+    /// or incremental `grant`, a `delete`, a `bulk-revoke`; an `audit-repair`, and the
+    /// `damaged` marker a repair puts in place of an entry that did not read.
+    public static let events = ["import", "replace", "update", "import-batch", "revoke", "revoke-all", "refresh", "grant", "delete", "bulk-revoke",
+                                "audit-repair", "damaged"]
 
     /// Whether the entry is about the token of `service` and `account` (either `nil`: any):
     /// its own service and account, or, for a bulk change (service or account `*`), one of
@@ -252,13 +254,27 @@ enum AuditLog {
         var problems: [String] = []
         var previousHash = genesis
         for sequence in stride(from: 1, through: head.sequence, by: 1) {
-            guard let record = try store.read(entryKey(sequence)) else {
+            let read: SecureRecord?
+            do {
+                read = try store.read(entryKey(sequence))
+            } catch let error as KeysmithError where error.code == .corruptData {
+                problems.append("entry \(sequence) does not read (damaged; `keysmith audit repair` puts a marker in its place)")
+                previousHash = ""
+                continue
+            }
+            guard let record = read else {
                 problems.append("entry \(sequence) is missing (deleted)")
                 previousHash = ""
                 continue
             }
             guard let entry = try? TokenCoding.decode(AuditEntry.self, from: record.secret, what: "audit entry \(sequence)") else {
                 problems.append("entry \(sequence) does not decode (edited)")
+                previousHash = ""
+                continue
+            }
+            if entry.event == damagedEvent, entry.service == "*", entry.account == "*" {
+                // A repair's marker: the entry it replaced is lost, and stays reported.
+                problems.append("entry \(sequence) was lost to damage: an audit repair put a marker in its place on \(entry.time)")
                 previousHash = ""
                 continue
             }
@@ -288,7 +304,9 @@ enum AuditLog {
                 problems.append("entry \(seen.sequence) is not the one this machine saw: the log was rewritten")
             }
         }
-        let stored = try store.search(ItemQuery(service: service, recordType: .auditEntry)).count
+        // Entries beyond the head (a store with damage elsewhere cannot be listed: then this
+        // check waits for the repair).
+        let stored = (try? store.search(ItemQuery(service: service, recordType: .auditEntry)).count) ?? 0
         if stored > head.sequence {
             problems.append("\(stored - head.sequence) entr\(stored - head.sequence == 1 ? "y lies" : "ies lie") beyond the log's head (inserted, or the head was rolled back)")
         }
@@ -303,5 +321,75 @@ enum AuditLog {
                 try TokenCoding.decode(AuditEntry.self, from: $0.secret, what: "audit entry \(sequence)")
             }
         }
+    }
+}
+
+/// What ``TokenKeeper/repairAuditLog()`` did.
+public struct AuditRepair: Sendable, Hashable {
+    /// Whether the head (the record naming the last entry) was rebuilt: it did not read, or
+    /// did not name the last entry.
+    public var headRebuilt: Bool
+    /// The entries that did not read (damaged) and were replaced by a marker saying so.
+    public var entriesReplaced: [Int]
+    /// The entries that did not read and could not be replaced (a PostgreSQL audit log is
+    /// append-only): they stay damaged.
+    public var entriesLeft: [Int]
+    /// Whether anything was changed.
+    public var changed: Bool { headRebuilt || !entriesReplaced.isEmpty }
+}
+
+extension AuditLog {
+    /// The event of a marker that replaced a damaged entry.
+    static let damagedEvent = "damaged"
+
+    /// The writes that repair what damage left of the log: a marker for each entry that does
+    /// not read, and a head naming the last entry; empty when there is nothing to repair.
+    static func repairOperations(in store: any SecureStore, at time: Date, actor: AuditActor?) throws
+        -> (entries: [(Int, StoreOperation)], head: StoreOperation?)
+    {
+        var headDamaged = false
+        var read: ReadHead?
+        do {
+            read = try head(in: store)
+        } catch let error as KeysmithError where error.code == .corruptData {
+            headDamaged = true
+        }
+        let headSequence = read?.head.sequence ?? 0
+        var entries: [(Int, StoreOperation)] = []
+        var previousHash = genesis
+        var sequence = 1
+        // Every entry the head names, and any after it (when the head does not read, how many
+        // there are is found by reading until one is absent).
+        while true {
+            var entry: AuditEntry?
+            var damaged = false
+            do {
+                guard let record = try store.read(entryKey(sequence)) else {
+                    if sequence > headSequence { break }
+                    previousHash = ""  // deleted: the chain is broken here; the repair does not hide it
+                    sequence += 1
+                    continue
+                }
+                entry = try? TokenCoding.decode(AuditEntry.self, from: record.secret, what: "audit entry \(sequence)")
+                damaged = entry == nil
+            } catch let error as KeysmithError where error.code == .corruptData {
+                damaged = true
+            }
+            if damaged {
+                var marker = AuditEntry(
+                    sequence: sequence, time: time, event: damagedEvent, service: "*", account: "*", scopes: [],
+                    detail: "entry \(sequence) did not read (damaged); an audit repair put this marker in its place", tokens: [],
+                    actor: actor, previousHash: previousHash.isEmpty ? genesis : previousHash, hash: "")
+                marker.hash = try marker.computedHash()
+                entries.append((sequence, .upsert(ItemAttributes(key: entryKey(sequence)), secret: try TokenCoding.encode(marker))))
+                previousHash = marker.hash
+            } else if let entry {
+                previousHash = entry.hash
+            }
+            sequence += 1
+        }
+        let last = Head(sequence: sequence - 1, hash: previousHash.isEmpty ? genesis : previousHash)
+        let needsHead = headDamaged || (!entries.isEmpty) || (read.map { $0.head.sequence != last.sequence } ?? false)
+        return (entries, needsHead ? .upsert(ItemAttributes(key: headKey), secret: try TokenCoding.encode(last)) : nil)
     }
 }

@@ -332,6 +332,41 @@ public final class TokenKeeper: Sendable {
         return try verifyAuditLog()
     }
 
+    /// Repairs what damage left of the audit log, so that token changes can be recorded again
+    /// (a head that does not read stops every one): each entry that does not read is replaced
+    /// by a `damaged` marker, and the head is rebuilt to name the last entry; then an
+    /// `audit-repair` entry records the repair. The loss stays visible: ``verifyAuditLog()``
+    /// reports every marker, so the log never passes as whole again. A PostgreSQL audit log
+    /// is append-only: its damaged entries cannot be replaced (``AuditRepair/entriesLeft``),
+    /// only its head.
+    ///
+    /// ```swift
+    /// let repair = try keeper.repairAuditLog()
+    /// if repair.changed { print("repaired: head \(repair.headRebuilt), entries \(repair.entriesReplaced)") }
+    /// ```
+    public func repairAuditLog() throws -> AuditRepair {
+        let time = now
+        let plan = try AuditLog.repairOperations(in: store, at: time, actor: actor)
+        var replaced: [Int] = [], left: [Int] = []
+        for (sequence, operation) in plan.entries {
+            do {
+                try store.perform([operation])
+                replaced.append(sequence)
+            } catch let error as KeysmithError where error.code == .invalidArgument {  // an append-only log refuses it
+                left.append(sequence)
+            }
+        }
+        if let head = plan.head { try store.perform([head]) }
+        let repair = AuditRepair(headRebuilt: plan.head != nil, entriesReplaced: replaced, entriesLeft: left)
+        guard repair.changed else { return repair }
+        try commit(at: time) { _ in
+            ([], [Event("audit-repair", "*", "*", [], "repaired the audit log: head \(repair.headRebuilt ? "rebuilt" : "kept"); "
+                        + "entries replaced by markers: \(replaced.isEmpty ? "none" : replaced.map(String.init).joined(separator: " "))"
+                        + (left.isEmpty ? "" : "; entries left damaged (append-only log): \(left.map(String.init).joined(separator: " "))"))])
+        }
+        return repair
+    }
+
     /// Every audit entry, in order.
     public func auditEntries() throws -> [AuditEntry] { try AuditLog.entries(in: store) }
 

@@ -793,7 +793,48 @@ extension KeysmithCommand {
     /// The audit log.
     struct Audit: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "audit", 
-            abstract: "Check and show the audit log of token changes.", subcommands: [Verify.self, Show.self])
+            abstract: "Check, show and repair the audit log of token changes.", subcommands: [Verify.self, Show.self, Repair.self])
+
+        /// Repairs what damage left of the audit log, so token changes can be recorded again.
+        struct Repair: ParsableCommand {
+            static let configuration = CommandConfiguration(commandName: "repair",
+                abstract: "Put a marker in place of each audit entry that does not read and rebuild the head, so token changes can be recorded again.",
+                discussion: """
+                    A damaged head stops every token change, and a damaged entry every listing of the vault. The loss \
+                    stays on record: `audit verify` reports each marker (and exits 6) from then on, and an \
+                    audit-repair entry names what was done. A PostgreSQL audit log is append-only: its damaged \
+                    entries are left (exit 6 naming them), only its head is rebuilt. Exit 0 when there was nothing \
+                    to repair or everything was.
+                    """)
+
+            @OptionGroup var store: StoreOptions
+
+            @Flag(help: "Print one JSON document: {head_rebuilt, entries_replaced, entries_left}.")
+            var json = false
+
+            func run() throws {
+                let repair = try makeKeeper(try store.openStore()).repairAuditLog()
+                if json {
+                    struct Result: Encodable {
+                        var headRebuilt: Bool; var entriesReplaced: [Int]; var entriesLeft: [Int]
+                        enum CodingKeys: String, CodingKey {
+                            case headRebuilt = "head_rebuilt", entriesReplaced = "entries_replaced", entriesLeft = "entries_left"
+                        }
+                    }
+                    print(try jsonLine(Result(headRebuilt: repair.headRebuilt, entriesReplaced: repair.entriesReplaced, entriesLeft: repair.entriesLeft)))
+                } else if !repair.changed && repair.entriesLeft.isEmpty {
+                    print("Nothing to repair: the head and every entry read.")
+                } else {
+                    print("Repaired the audit log: head \(repair.headRebuilt ? "rebuilt" : "kept"); entries replaced by markers: "
+                          + (repair.entriesReplaced.isEmpty ? "none" : repair.entriesReplaced.map(String.init).joined(separator: " ")) + ".")
+                }
+                if !repair.entriesLeft.isEmpty {
+                    throw CommandFailure(message: "entries \(repair.entriesLeft.map(String.init).joined(separator: " ")) do not read and cannot be "
+                                         + "replaced (the audit log is append-only here)", exitCode: ExitCode(6))
+                }
+            }
+        }
+
 
         struct Verify: ParsableCommand {
             static let configuration = CommandConfiguration(commandName: "verify", 

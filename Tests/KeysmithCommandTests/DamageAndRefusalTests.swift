@@ -199,6 +199,50 @@ struct DamageAndRefusalTests {
         }
     }
 
+    @Test("a damaged audit record (the head, which stopped every token change, or an entry, which stopped every listing) is repaired by audit repair; the loss stays reported")
+    func damagedAuditRecordsCanBeRepaired() throws {
+        let response = #"{"access_token":"A","token_type":"Bearer","scope":"read write"}"#
+        var repairedKinds: Set<String> = []
+        // The import's log holds the token, the first audit entry and the head; flip bytes from
+        // the end until the token still reads but the audit log does not (the head or the entry).
+        var back = 1
+        while back < 3000 && repairedKinds.count < 2 {
+            let keysmith = try Self.vaultWithFiveSecrets()
+            defer { keysmith.cleanup() }
+            #expect(try keysmith.run(["token", "import", "--service", "news", "--account", "bob"], stdin: response).status == 0)
+            let log = keysmith.vault + "/data/log/0000000000000006"
+            var bytes = try #require(FileManager.default.contents(atPath: log))
+            bytes[bytes.count - back] ^= 1
+            back += 24
+            try bytes.write(to: URL(fileURLWithPath: log))
+            guard try keysmith.run(["token", "scopes", "--service", "news", "--account", "bob"]).status == 0,
+                  try keysmith.run(["audit", "verify"]).status == 6 else { continue }
+            #expect(try keysmith.run(["secret", "list"]).status == 6)
+            let repair = try keysmith.run(["audit", "repair", "--json"])
+            #expect(repair.status == 0, "\(repair.output)")
+            let answer = try #require(try JSONSerialization.jsonObject(with: Data(repair.stdout.utf8)) as? [String: Any])
+            let entries = answer["entries_replaced"] as? [Int] ?? []
+            repairedKinds.insert(entries.isEmpty ? "head" : "entry")
+            #expect(answer["head_rebuilt"] as? Bool == true, "\(repair.stdout)")
+            // Token changes and listings work again.
+            #expect(try keysmith.run(["token", "revoke", "--service", "news", "--account", "bob", "write"]).status == 0)
+            #expect(try keysmith.run(["secret", "list"]).status == 0)
+            #expect(try keysmith.run(["token", "list"]).status == 0)
+            // The repair is on record; a replaced entry stays reported, a rebuilt head does not.
+            let shown = try keysmith.run(["audit", "show"])
+            #expect(shown.stdout.contains("audit-repair"), "\(shown.stdout)")
+            let verify = try keysmith.run(["audit", "verify"])
+            if entries.isEmpty {
+                #expect(verify.status == 0, "\(verify.output)")
+            } else {
+                #expect(verify.status == 6 && verify.stdout.contains("lost to damage"), "\(verify.output)")
+            }
+            // A second repair finds nothing left to do.
+            #expect(try keysmith.run(["audit", "repair"]).stdout.contains("Nothing to repair"))
+        }
+        #expect(repairedKinds == ["head", "entry"], "both an entry and the head were damaged and repaired")
+    }
+
     @Test("the walkthrough never removes a directory it did not make")
     func walkthroughKeepsExistingDirectories() throws {
         let keysmith = try Keysmith()

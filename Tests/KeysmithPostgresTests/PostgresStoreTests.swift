@@ -422,6 +422,33 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("a damaged audit head (it stopped every token change for good) is rebuilt by repairAuditLog; a damaged entry of the append-only log is left, named, and does not stop listing the user's items")
+    func auditRepair() throws {
+        let store = try Self.open()
+        let keeper = TokenKeeper(store: store)
+        try keeper.importResponse(Data(#"{"access_token":"at","token_type":"Bearer","scope":"a b"}"#.utf8), service: "svc", account: "alice", requested: [])
+        try store.perform([.create(ItemAttributes(key: .genericPassword(service: "mine", account: "x")), secret: Data("v".utf8))])
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        let head = "'\\x" + store.keys.blindIndex(.keysmithRecord(KeysmithRecordKey(recordType: .auditHead, service: "audit", account: "head"))).map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        _ = try Self.sql("UPDATE keysmith_records SET sealed = set_byte(sealed, 40, get_byte(sealed, 40) # 1) WHERE namespace_id = \(namespaceID) AND blind_index = \(head)")
+        let stopped = #expect(throws: KeysmithError.self) { try keeper.revoke([try Scope("a")], service: "svc", account: "alice", reason: "r") }
+        #expect(stopped?.code == .corruptData)
+        let repair = try keeper.repairAuditLog()
+        #expect(repair.headRebuilt && repair.entriesReplaced.isEmpty && repair.entriesLeft.isEmpty, "\(repair)")
+        _ = try keeper.revoke([try Scope("a")], service: "svc", account: "alice", reason: "r")
+        #expect(try keeper.verifyAuditLog().isIntact)
+        #expect(try keeper.auditEntries().map(\.event) == ["import", "audit-repair", "revoke"])
+        // An entry damaged in the append-only table: left (named), the user's items still list.
+        _ = try Self.sql("SET LOCAL session_replication_role = replica", """
+            UPDATE keysmith_audit SET sealed = set_byte(sealed, 40, get_byte(sealed, 40) # 1)
+            WHERE namespace_id = \(namespaceID) AND blind_index = \("'\\x" + store.keys.blindIndex(Self.auditEntry).map { String(format: "%02x", $0) }.joined() + "'::bytea")
+            """)
+        #expect(try store.search(ItemQuery()).map(\.key) == [.genericPassword(service: "mine", account: "x")])
+        let left = try keeper.repairAuditLog()
+        #expect(left.entriesLeft == [1] && left.entriesReplaced.isEmpty, "\(left)")
+        #expect(try !keeper.verifyAuditLog().isIntact)
+    }
+
     @Test("the application role's grants: it works through the store, and cannot change the audit log, the change feed or the master key")
     func applicationRoleGrants() throws {
         let role = "keysmith_app_" + UUID().uuidString.prefix(8).lowercased()
