@@ -304,9 +304,14 @@ enum AuditLog {
                 problems.append("entry \(seen.sequence) is not the one this machine saw: the log was rewritten")
             }
         }
-        // Entries beyond the head (a store with damage elsewhere cannot be listed: then this
-        // check waits for the repair).
-        let stored = (try? store.search(ItemQuery(service: service, recordType: .auditEntry)).count) ?? 0
+        // Entries beyond the head. A store with damage elsewhere cannot be listed: then the log
+        // cannot be vouched for whole, and says so.
+        var stored = 0
+        do {
+            stored = try store.search(ItemQuery(service: service, recordType: .auditEntry)).count
+        } catch let error as KeysmithError where error.code == .corruptData {
+            problems.append("entries beyond the head cannot be counted: the store has damage (\(error.message))")
+        }
         if stored > head.sequence {
             problems.append("\(stored - head.sequence) entr\(stored - head.sequence == 1 ? "y lies" : "ies lie") beyond the log's head (inserted, or the head was rolled back)")
         }
