@@ -347,31 +347,49 @@ extension AuditLog {
     /// The event of a marker that replaced a damaged entry.
     static let damagedEvent = "damaged"
 
-    /// The writes that repair what damage left of the log: a marker for each entry that does
-    /// not read, and a head naming the last entry; empty when there is nothing to repair.
-    static func repairOperations(in store: any SecureStore, at time: Date, actor: AuditActor?) throws
-        -> (entries: [(Int, StoreOperation)], head: StoreOperation?)
-    {
-        var headDamaged = false
+    /// What a repair would write: a marker for each entry that does not read, and the head
+    /// to write (`nil` when the one there is right), conditional on the version read when it
+    /// read.
+    struct RepairPlan {
+        var markers: [(sequence: Int, operation: StoreOperation)]
+        var head: StoreOperation?
+        var headDamaged: Bool
+    }
+
+    /// Plans a repair. Refuses (``KeysmithError/Code/corruptData``) a store that cannot say
+    /// which records are absent (a vault with a lost commit or log directory, or rolled back):
+    /// there a read of an intact entry, or of one past the end, is refused too, and a repair
+    /// would put markers over readable history, or never find the end.
+    /// `markDamaged: false` plans no markers (an append-only log refuses them): the head is then
+    /// planned from the entries as they are.
+    static func planRepair(in store: any SecureStore, at time: Date, actor: AuditActor?, markDamaged: Bool = true) throws -> RepairPlan {
+        // A key that is never written: reading it must answer "absent".
+        let probe = ItemKey.keysmithRecord(KeysmithRecordKey(recordType: .auditEntry, service: service, account: "repair-probe"))
+        do {
+            _ = try store.read(probe)
+        } catch let error as KeysmithError where error.code == .corruptData {
+            throw KeysmithError(.corruptData, "the store cannot tell which records exist (\(error.message)); an audit repair would guess, "
+                                + "so none was made: restore from a backup, or accept the rollback if that is what it is")
+        }
         var read: ReadHead?
+        var headDamaged = false
         do {
             read = try head(in: store)
         } catch let error as KeysmithError where error.code == .corruptData {
             headDamaged = true
         }
-        let headSequence = read?.head.sequence ?? 0
-        var entries: [(Int, StoreOperation)] = []
+        let named = read?.head.sequence ?? 0
+        var markers: [(sequence: Int, operation: StoreOperation)] = []
         var previousHash = genesis
         var sequence = 1
-        // Every entry the head names, and any after it (when the head does not read, how many
-        // there are is found by reading until one is absent).
+        // The entries the head names, and any after them, until one is absent.
         while true {
             var entry: AuditEntry?
             var damaged = false
             do {
                 guard let record = try store.read(entryKey(sequence)) else {
-                    if sequence > headSequence { break }
-                    previousHash = ""  // deleted: the chain is broken here; the repair does not hide it
+                    if sequence > named { break }
+                    previousHash = ""  // deleted: the chain stays broken there; a repair does not hide it
                     sequence += 1
                     continue
                 }
@@ -380,13 +398,15 @@ extension AuditLog {
             } catch let error as KeysmithError where error.code == .corruptData {
                 damaged = true
             }
-            if damaged {
+            if damaged && !markDamaged {
+                previousHash = ""  // its hash is lost with it
+            } else if damaged {
                 var marker = AuditEntry(
                     sequence: sequence, time: time, event: damagedEvent, service: "*", account: "*", scopes: [],
                     detail: "entry \(sequence) did not read (damaged); an audit repair put this marker in its place", tokens: [],
                     actor: actor, previousHash: previousHash.isEmpty ? genesis : previousHash, hash: "")
                 marker.hash = try marker.computedHash()
-                entries.append((sequence, .upsert(ItemAttributes(key: entryKey(sequence)), secret: try TokenCoding.encode(marker))))
+                markers.append((sequence, .upsert(ItemAttributes(key: entryKey(sequence)), secret: try TokenCoding.encode(marker))))
                 previousHash = marker.hash
             } else if let entry {
                 previousHash = entry.hash
@@ -394,7 +414,16 @@ extension AuditLog {
             sequence += 1
         }
         let last = Head(sequence: sequence - 1, hash: previousHash.isEmpty ? genesis : previousHash)
-        let needsHead = headDamaged || (!entries.isEmpty) || (read.map { $0.head.sequence != last.sequence } ?? false)
-        return (entries, needsHead ? .upsert(ItemAttributes(key: headKey), secret: try TokenCoding.encode(last)) : nil)
+        let current = read?.head
+        guard headDamaged || current?.sequence != last.sequence || current?.hash != last.hash else {
+            return RepairPlan(markers: markers, head: nil, headDamaged: false)
+        }
+        let secret = try TokenCoding.encode(last)
+        let head: StoreOperation = if let version = read?.version {
+            .update(ItemAttributes(key: headKey), secret: secret, ifVersion: version)
+        } else {
+            .upsert(ItemAttributes(key: headKey), secret: secret)
+        }
+        return RepairPlan(markers: markers, head: head, headDamaged: headDamaged)
     }
 }

@@ -346,17 +346,21 @@ public final class TokenKeeper: Sendable {
     /// ```
     public func repairAuditLog() throws -> AuditRepair {
         let time = now
-        let plan = try AuditLog.repairOperations(in: store, at: time, actor: actor)
-        var replaced: [Int] = [], left: [Int] = []
-        for (sequence, operation) in plan.entries {
-            do {
-                try store.perform([operation])
-                replaced.append(sequence)
-            } catch let error as KeysmithError where error.code == .invalidArgument {  // an append-only log refuses it
-                left.append(sequence)
-            }
+        var plan = try AuditLog.planRepair(in: store, at: time, actor: actor)
+        var replaced = plan.markers.map(\.sequence), left: [Int] = []
+        do {
+            // The markers and the head in one commit: an interrupted repair did nothing.
+            let writes = plan.markers.map(\.operation) + (plan.head.map { [$0] } ?? [])
+            if !writes.isEmpty { try store.perform(writes) }
+        } catch let error as KeysmithError where error.code == .invalidArgument && !plan.markers.isEmpty {
+            // An append-only log refuses to replace entries: they stay damaged. The head is
+            // then rebuilt only if it does not read, from what the entries say without markers.
+            left = replaced
+            replaced = []
+            plan = try AuditLog.planRepair(in: store, at: time, actor: actor, markDamaged: false)
+            if !plan.headDamaged { plan.head = nil }  // a head that reads keeps naming what it names
+            if let head = plan.head { try store.perform([head]) }
         }
-        if let head = plan.head { try store.perform([head]) }
         let repair = AuditRepair(headRebuilt: plan.head != nil, entriesReplaced: replaced, entriesLeft: left)
         guard repair.changed else { return repair }
         try commit(at: time) { _ in

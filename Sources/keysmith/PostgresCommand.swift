@@ -254,8 +254,9 @@ extension KeysmithCommand {
         }
 
         func run() throws {
-            // Only PostgreSQL has a change feed: a backend chosen otherwise is refused, not ignored.
-            if let choice = try? store.choice(), choice != .postgres, choice != .auto {
+            // Only PostgreSQL has a change feed: a backend given otherwise is refused, not ignored
+            // (none given: the database URL is the store).
+            if let choice = try store.givenChoice(), choice != .postgres, choice != .auto {
                 throw KeysmithError.invalidArgument("watch needs the postgres backend: only it has a change feed (the backend chosen is \(choice.rawValue))")
             }
             Terminal.unblockTerminationSignals()

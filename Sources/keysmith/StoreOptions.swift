@@ -32,6 +32,14 @@ struct StoreOptions: ParsableArguments {
 
     var vaultPath: String { vault ?? FileVault.defaultPath }
 
+    /// The backend given by --backend, $KEYSMITH_BACKEND or the config file; `nil` when none
+    /// is (then commands that have one store, such as `watch`, use it).
+    func givenChoice() throws -> StoreChoice? {
+        if let backend { return try StoreChoice.parse(backend, source: "--backend") }
+        if let value = System.environment("KEYSMITH_BACKEND"), !value.isEmpty { return try StoreChoice.parse(value, source: "KEYSMITH_BACKEND") }
+        return try StoreChoice.configFile().backend
+    }
+
     /// The backend chosen by --backend, else $KEYSMITH_BACKEND or the config file.
     func choice() throws -> StoreChoice {
         if let backend { return try StoreChoice.parse(backend, source: "--backend") }

@@ -241,6 +241,23 @@ struct DamageAndRefusalTests {
             #expect(try keysmith.run(["audit", "repair"]).stdout.contains("Nothing to repair"))
         }
         #expect(repairedKinds == ["head", "entry"], "both an entry and the head were damaged and repaired")
+        // A vault that cannot tell which records exist (a lost commit, a lost log directory):
+        // a repair would guess (it ran forever), so it is refused at once and changes nothing.
+        for damage in ["log", "directory"] {
+            let keysmith = try Self.vaultWithFiveSecrets()
+            defer { keysmith.cleanup() }
+            #expect(try keysmith.run(["token", "import", "--service", "news", "--account", "bob"], stdin: response).status == 0)
+            #expect(try keysmith.run(["token", "revoke", "--service", "news", "--account", "bob", "write"]).status == 0)
+            if damage == "log" {
+                try FileManager.default.removeItem(atPath: keysmith.vault + "/data/log/0000000000000006")
+            } else {
+                try FileManager.default.removeItem(atPath: keysmith.vault + "/data/log")
+            }
+            let machine = try Self.freshMachine(keysmith)
+            let repair = try keysmith.run(["audit", "repair"], environment: machine)
+            #expect(repair.status == 6, "\(damage): \(repair.output)")
+            #expect(repair.stderr.contains("cannot tell which records exist"), "\(repair.stderr)")
+        }
     }
 
     @Test("the walkthrough never removes a directory it did not make")

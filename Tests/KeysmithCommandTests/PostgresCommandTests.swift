@@ -92,7 +92,8 @@ struct PostgresCommandTests {
         let watch = Process()
         watch.executableURL = URL(fileURLWithPath: Keysmith.binary)
         watch.arguments = ["watch", "--name", "watcher-a"]
-        watch.environment = keysmith.environment
+        // As README runs it: the database URL alone (no backend given) is the store to watch.
+        watch.environment = keysmith.environment.filter { $0.key != "KEYSMITH_BACKEND" }
         let output = Pipe()
         watch.standardOutput = output
         watch.standardError = FileHandle.nullDevice
