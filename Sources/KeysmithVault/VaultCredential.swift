@@ -117,6 +117,7 @@ public struct VaultCredential: Sendable, CustomStringConvertible {
             }
             return key
         case .keyfile(let path):
+            guard !path.isEmpty else { throw KeysmithError.invalidArgument("the keyfile's path is empty") }
             var bytes: [UInt8]
             do {
                 guard let read = try System.readFile(path) else {

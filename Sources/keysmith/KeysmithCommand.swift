@@ -45,7 +45,10 @@ struct KeysmithCommand: ParsableCommand {
             var command = try parseAsRoot()
             try command.run()
         } catch let error as KeysmithError {
-            fail(error.message, code: ExitCode(exitCode(for: error.code)))
+            // A usage error (exit 64) about an argument (a scope, a type, a descriptor number)
+            // must not repeat it either: it could be a secret typed in the wrong place.
+            let code = exitCode(for: error.code)
+            fail(code == 64 ? masked(error.message, Array(CommandLine.arguments.dropFirst())) : error.message, code: ExitCode(code))
         } catch let error as CommandFailure {
             if error.message.isEmpty { Self.exit(withError: error.exitCode) }
             fail(error.message, code: error.exitCode)
@@ -135,8 +138,9 @@ struct KeysmithCommand: ParsableCommand {
     /// and one of them may be a secret typed in the wrong place (`--hunter2`, `--label=s3cret`,
     /// a pasted key over several lines), so none is repeated: only the names of options
     /// Keysmith has. An argument, each of its lines, its value after `=` and its name before
-    /// it are each hidden wherever they appear, except short ones (under four characters,
-    /// hidden only when quoted) and words inside an option's name (`account` in `--account`).
+    /// it are each hidden wherever they appear, except short ones and plain words (under four
+    /// characters, or under eight letters: hidden only when quoted) and words inside an
+    /// option's name (`account` in `--account`).
     static func masked(_ message: String, _ arguments: [String]) -> String {
         let known = knownWords()
         var pieces: Set<String> = []
@@ -155,7 +159,10 @@ struct KeysmithCommand: ParsableCommand {
         // leave the rest of the longer one behind.
         var out = message
         for piece in pieces.sorted(by: { $0.count > $1.count }) where !piece.isEmpty && !known.contains(piece) {
-            if piece.count >= 4, !known.contains(where: { $0.contains(piece) }) {
+            // Hidden wherever it appears when it could not be a word of the message itself
+            // (long, or holding a digit or a symbol); a plain short word (`with`) only when quoted.
+            let wordLike = piece.count < 8 && piece.allSatisfy(\.isLetter)
+            if piece.count >= 4, !wordLike, !known.contains(where: { $0.contains(piece) }) {
                 out = out.replacing(piece, with: "…")
             } else {
                 out = out.replacing("'\(piece)'", with: "'…'")

@@ -49,6 +49,11 @@ struct CommandLineMistakesTests {
             #expect(result.status == 64, "\(result.output)")
             #expect(!result.stderr.contains("s3cr3t") && !result.stderr.contains("hunter2") && !result.stderr.contains("MII"), "\(result.stderr)")
         }
+        // Nor does keysmith's own usage error about an argument (a scope, a descriptor number).
+        let scope = try keysmith.run(["token", "check", "--service", "a", "--account", "b", #"S3cr3t"Value"#])
+        #expect(scope.status == 64 && !scope.stderr.contains("S3cr3t"), "\(scope.output)")
+        // A plain word that is also a word of the message is not cut out of it.
+        #expect(try keysmith.run(["revoke", "--scope", "with", "--yes", "--wait-timeout", "1s"]).stderr.contains("goes with --wait"))
         // An option Keysmith has, given where it does not belong, is named.
         #expect(try keysmith.run(["--json", "secret", "list"]).stderr.contains("'--json'"))
         // A value the parser rejects is not repeated either (as a separate argument or after `=`).
