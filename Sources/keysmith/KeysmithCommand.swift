@@ -139,8 +139,8 @@ struct KeysmithCommand: ParsableCommand {
     /// a pasted key over several lines), so none is repeated: only the names of options
     /// Keysmith has. An argument, each of its lines, its value after `=` and its name before
     /// it are each hidden wherever they appear, except short ones and plain words (under four
-    /// characters, or under eight letters: hidden only when quoted) and words inside an
-    /// option's name (`account` in `--account`).
+    /// characters, or under eight letters: hidden only when quoted), words inside an option's
+    /// name (`account` in `--account`), and paths of files that exist.
     static func masked(_ message: String, _ arguments: [String]) -> String {
         let known = knownWords()
         var pieces: Set<String> = []
@@ -158,6 +158,9 @@ struct KeysmithCommand: ParsableCommand {
         // Longest first, across all arguments: a shorter one inside a longer one must not
         // leave the rest of the longer one behind.
         var out = message
+        // A path to a file or directory that exists (a keyfile, a policy file) is not a secret
+        // typed in the wrong place: it stays, so the message says which file.
+        pieces = pieces.filter { piece in !(piece.contains("/") && ((try? System.status(piece)) ?? nil) != nil) }
         for piece in pieces.sorted(by: { $0.count > $1.count }) where !piece.isEmpty && !known.contains(piece) {
             // Hidden wherever it appears when it could not be a word of the message itself
             // (long, or holding a digit or a symbol); a plain short word (`with`) only when quoted.

@@ -81,7 +81,7 @@ struct CommandTests {
                       "keyfile \(keysmith.directory)/nope does not exist")
         try "not hex".write(toFile: keysmith.directory + "/bad", atomically: true, encoding: .utf8)
         expectOneLine(try keysmith.run(["secret", "get", "--keyfile", keysmith.directory + "/bad", "--service", "s", "--account", "a"]), 64,
-                      "not 64 hexadecimal digits")
+                      "the keyfile \(keysmith.directory)/bad is not 64 hexadecimal digits")
         expectOneLine(try keysmith.run(["secret", "get", "--keyfile", keysmith.keyfile, "--service", "s"]), 64, "keysmith secret get --help")
         expectOneLine(try keysmith.run(["--backend", "secret-service", "secret", "get", "--service", "s", "--account", "a"]), 64,
                       "--backend goes after the subcommand, as in `keysmith secret get --backend")
