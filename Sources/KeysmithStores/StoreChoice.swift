@@ -34,10 +34,18 @@ public enum StoreChoice: String, Sendable, CaseIterable {
     /// - Throws: ``KeysmithError/Code/invalidArgument`` naming the bad value or line and where it
     ///   came from; ``KeysmithError/Code/ioFailure`` when the config file exists but cannot be read.
     public static func fromEnvironment() throws -> StoreChoice {
+        try given() ?? .vault
+    }
+
+    /// The backend `KEYSMITH_BACKEND` or the config file names, `nil` when neither does (then
+    /// ``fromEnvironment()`` is the vault, and a command that has one store uses it).
+    ///
+    /// - Throws: As ``fromEnvironment()``.
+    public static func given() throws -> StoreChoice? {
         if let value = System.environment("KEYSMITH_BACKEND"), !value.isEmpty {
             return try parse(value, source: "KEYSMITH_BACKEND")
         }
-        return try configFile().backend ?? .vault
+        return try configFile().backend
     }
 
     /// What the config file (`$XDG_CONFIG_HOME/keysmith/config`) says: `backend`,

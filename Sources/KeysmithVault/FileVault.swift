@@ -393,15 +393,12 @@ public final class FileVault: SecureStore {
         }
     }
 
-    /// Reads and authenticates every file and record, under the write lock, and throws when
-    /// anything is damaged (superseded damage and a damaged header copy aside): what
-    /// maintenance checks before it changes anything. Damage a read has not met yet (a byte
-    /// flipped in a record nobody asked for) is found here, not half-way through.
+    /// Reads and authenticates every file and record, under the write lock, before maintenance
+    /// changes anything: damage a read has not met yet (a byte flipped in a record nobody asked
+    /// for) is then known, and the backend's own check at the start of compaction and rekey
+    /// (`requireUndamaged`) refuses it, not half-way through.
     private static func requireVerified(_ backend: any VaultBackend) throws {
         _ = try backend.verify()
-        guard backend.isDamaged else { return }
-        let first = backend.damage.first { !$0.isSuperseded && !$0.isHeaderCopy }.map { ": \($0.reason)" } ?? ""
-        throw KeysmithError(.corruptData, "the vault has damage\(first) (run `keysmith vault verify`); repair it before compacting or re-keying; nothing was changed")
     }
 
     /// Checks every file and every record and lists what is damaged; an empty list (or one of

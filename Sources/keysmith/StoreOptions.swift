@@ -36,14 +36,12 @@ struct StoreOptions: ParsableArguments {
     /// is (then commands that have one store, such as `watch`, use it).
     func givenChoice() throws -> StoreChoice? {
         if let backend { return try StoreChoice.parse(backend, source: "--backend") }
-        if let value = System.environment("KEYSMITH_BACKEND"), !value.isEmpty { return try StoreChoice.parse(value, source: "KEYSMITH_BACKEND") }
-        return try StoreChoice.configFile().backend
+        return try StoreChoice.given()
     }
 
-    /// The backend chosen by --backend, else $KEYSMITH_BACKEND or the config file.
+    /// The backend chosen by --backend, else $KEYSMITH_BACKEND or the config file, else the vault.
     func choice() throws -> StoreChoice {
-        if let backend { return try StoreChoice.parse(backend, source: "--backend") }
-        return try StoreChoice.fromEnvironment()
+        try givenChoice() ?? .vault
     }
 
     /// Opens the chosen store: the vault (unlocked as for `openVault`) or the Secret Service.
@@ -52,11 +50,12 @@ struct StoreOptions: ParsableArguments {
     }
 
     func openChosen() throws -> StoreChoice.Opened {
+        let chosen = try choice()
         // --namespace names a PostgreSQL namespace: given with another store it would be ignored.
-        if namespace != nil, let chosen = try? choice(), chosen != .postgres, chosen != .auto {
+        if namespace != nil, chosen != .postgres, chosen != .auto {
             throw ValidationError("--namespace names a PostgreSQL namespace; the \(chosen.rawValue) backend has none")
         }
-        return try choice().open(vaultPath: vaultPath, vaultCredential: { try vaultCredential() }, collection: collection,
+        return try chosen.open(vaultPath: vaultPath, vaultCredential: { try vaultCredential() }, collection: collection,
                           timeout: .milliseconds(Int(max(timeout, 0.1) * 1000)), postgres: { try openPostgres() },
                           databaseConfigured: (try? databaseURL()) != nil)
     }

@@ -12,7 +12,13 @@ struct TokenLocation: ParsableArguments {
 
     @Option(help: "The account the token is kept under.")
     var account: String
+
+    /// `ACCOUNT at SERVICE` for a message, control characters escaped (names are anyone's text).
+    var shown: String { shownToken(service: service, account: account) }
 }
+
+/// `ACCOUNT at SERVICE` for a message, control characters escaped (names are anyone's text).
+func shownToken(service: String, account: String) -> String { "\(escaped(account)) at \(escaped(service))" }
 
 /// Parses scope arguments, each possibly a space-separated list.
 func parseScopes(_ arguments: [String]) throws -> [Scope] {
@@ -90,6 +96,7 @@ extension KeysmithCommand.Token {
             }
             guard let service, let account else { throw ValidationError("give --service and --account (or --batch)") }
             let location = (service: service, account: account)
+            let shown = shownToken(service: service, account: account)
             let requestedScopes = try Scope.parseList(requested)
             if Terminal.isTerminal(0) {
                 Terminal.write(Array("keysmith: reading a token response (JSON) from standard input; end it with Ctrl-D\n".utf8), to: 2)
@@ -102,14 +109,14 @@ extension KeysmithCommand.Token {
                                               ("--issuer", issuer, existing.issuer)] {
                     if let given, given != stored {
                         throw ValidationError(
-                            "the token kept for \(escaped(location.account)) at \(escaped(location.service)) has \(flag) \(stored ?? "(none)"), not \(given); "
+                            "the token kept for \(shown) has \(flag) \(stored ?? "(none)"), not \(given); "
                                 + "--replace replaces it (its history and revocations go with it)")
                     }
                 }
                 let (updated, outcome) = try keeper.update(with: body, requested: requestedScopes, allowRegrant: allowRegrant,
                                                            service: location.service, account: location.account)
                 if json { return try printTokenDocument(location, updated, at: keeper.now) }
-                var parts = ["Updated the \(existing.tokenType) token for \(escaped(location.account)) at \(escaped(location.service))"]
+                var parts = ["Updated the \(existing.tokenType) token for \(shown)"]
                 if !outcome.granted.isEmpty { parts.append("granted \(Scope.formatList(outcome.granted))") }
                 if !outcome.dropped.isEmpty { parts.append("dropped \(Scope.formatList(outcome.dropped))") }
                 if !outcome.keptRevoked.isEmpty {
@@ -135,13 +142,13 @@ extension KeysmithCommand.Token {
             let granted = token.scopes(in: .granted, at: keeper.now)
             let declined = token.scopes(in: .declined, at: keeper.now)
             if replacingDamaged {
-                print("Replaced the damaged token for \(escaped(location.account)) at \(escaped(location.service)) (the repair).")
+                print("Replaced the damaged token for \(shown) (the repair).")
             } else if let replacing {
                 let revoked = replacing.scopes(in: .revoked, at: keeper.now)
-                print("Replaced the token for \(escaped(location.account)) at \(escaped(location.service))"
+                print("Replaced the token for \(shown)"
                       + (revoked.isEmpty ? "" : "; the revocation of \(Scope.formatList(revoked)) is gone with the old token") + ".")
             }
-            print("Imported a \(token.tokenType) token for \(escaped(location.account)) at \(escaped(location.service)): granted \(Scope.formatList(granted).isEmpty ? "nothing" : Scope.formatList(granted))"
+            print("Imported a \(token.tokenType) token for \(shown): granted \(Scope.formatList(granted).isEmpty ? "nothing" : Scope.formatList(granted))"
                   + (declined.isEmpty ? "" : "; declined \(Scope.formatList(declined))") + ".")
         }
     }
@@ -163,7 +170,7 @@ extension KeysmithCommand.Token {
             let statuses = token.statuses(at: now).sorted { $0.key < $1.key }
             if json { return try printTokenDocument(location, token, at: now) }
             let active = token.isActive(at: now) ? "active" : (token.revokedAt != nil ? "revoked (logged out)" : "expired")
-            print("Token for \(escaped(location.account)) at \(escaped(location.service)): \(active)" + (token.expiresAt.map { ", expires \(iso8601($0))" } ?? ""))
+            print("Token for \(location.shown): \(active)" + (token.expiresAt.map { ", expires \(iso8601($0))" } ?? ""))
             let width = statuses.map { $0.key.rawValue.count }.max() ?? 0
             for (scope, status) in statuses {
                 let padded = scope.rawValue + String(repeating: " ", count: width - scope.rawValue.count)
@@ -196,7 +203,7 @@ extension KeysmithCommand.Token {
             let keeper = makeKeeper(try store.openStore())
             let token = try keeper.revoke(revoking, service: location.service, account: location.account, reason: reason)
             if json { return try printTokenDocument(location, token, at: keeper.now) }
-            print("Revoked \(Scope.formatList(revoking)) for \(escaped(location.account)) at \(escaped(location.service)).")
+            print("Revoked \(Scope.formatList(revoking)) for \(location.shown).")
         }
     }
 
@@ -218,7 +225,7 @@ extension KeysmithCommand.Token {
             let keeper = makeKeeper(try store.openStore())
             let token = try keeper.revokeAll(service: location.service, account: location.account, reason: reason)
             if json { return try printTokenDocument(location, token, at: keeper.now) }
-            print("Revoked every scope of the token for \(escaped(location.account)) at \(escaped(location.service)).")
+            print("Revoked every scope of the token for \(location.shown).")
         }
     }
 
@@ -419,19 +426,19 @@ extension KeysmithCommand.Token {
             if let field {
                 guard let kept = token.additionalFields[field] else {
                     let known = token.additionalFields.keys.sorted()
-                    throw CommandFailure.notFound("the token for \(escaped(location.account)) at \(escaped(location.service)) has no response field \(field)"
+                    throw CommandFailure.notFound("the token for \(location.shown) has no response field \(field)"
                                                   + (known.isEmpty ? "" : " (it has \(known.joined(separator: ", ")))"))
                 }
                 value = kept
             } else if refresh {
                 guard let refreshToken = token.refreshToken else {
-                    throw CommandFailure.notFound("the token for \(escaped(location.account)) at \(escaped(location.service)) has no refresh token")
+                    throw CommandFailure.notFound("the token for \(location.shown) has no refresh token")
                 }
                 value = refreshToken
             } else {
                 guard token.isActive(at: keeper.now) else {
                     let why = token.revokedAt != nil ? "was logged out (revoke-all)" : "expired\(token.expiresAt.map { " at \(iso8601($0))" } ?? "")"
-                    throw CommandFailure.denied("the token for \(escaped(location.account)) at \(escaped(location.service)) \(why); refresh it, or use --refresh")
+                    throw CommandFailure.denied("the token for \(location.shown) \(why); refresh it, or use --refresh")
                 }
                 value = token.accessToken
             }
@@ -449,7 +456,7 @@ extension KeysmithCommand.Token {
 
         func run() throws {
             try makeKeeper(try store.openStore()).delete(service: location.service, account: location.account)
-            print("Deleted the token for \(escaped(location.account)) at \(escaped(location.service)).")
+            print("Deleted the token for \(location.shown).")
         }
     }
 }
@@ -666,7 +673,7 @@ extension KeysmithCommand.Token.Import {
 
 func loadToken(_ keeper: TokenKeeper, _ location: TokenLocation) throws -> OAuthToken {
     guard let token = try keeper.token(service: location.service, account: location.account) else {
-        throw KeysmithError(.itemNotFound, "there is no token for \(escaped(location.account)) at \(escaped(location.service)); import one with `keysmith token import`")
+        throw KeysmithError(.itemNotFound, "there is no token for \(location.shown); import one with `keysmith token import`")
     }
     return token
 }

@@ -1206,9 +1206,10 @@ final class Engine2 {
 
     func requireUndamaged() throws {
         guard !isDamaged else {
+            let first = damage.first { !$0.isSuperseded && !$0.isHeaderCopy }.map { ": \($0.reason)" } ?? ""
             throw KeysmithError(
                 .corruptData,
-                "the vault has damage (run `keysmith vault verify`); repair it before compacting or re-keying")
+                "the vault has damage\(first) (run `keysmith vault verify`); repair it before compacting or re-keying")
         }
     }
 
