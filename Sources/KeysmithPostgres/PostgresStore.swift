@@ -60,7 +60,7 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
                 let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
                 guard parts.count == 2 else { throw KeysmithError.invalidArgument("the database URL has a malformed parameter") }
                 switch parts[0] {
-                case "host": queryHost = parts[1].removingPercentEncoding ?? parts[1]
+                case "host": queryHost = try Self.decoded(parts[1], "host parameter")
                 case "port":
                     guard let port = Int(parts[1]), (1...65535).contains(port) else { throw KeysmithError.invalidArgument("the database URL's port is not a port") }
                     queryPort = port
@@ -70,7 +70,7 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
             rest = rest[..<question]
         }
         guard let slash = rest.firstIndex(of: "/") else { throw KeysmithError.invalidArgument("the database URL names no database (…/DATABASE)") }
-        let database = String(rest[rest.index(after: slash)...]).removingPercentEncoding ?? ""
+        let database = try Self.decoded(rest[rest.index(after: slash)...], "database name")
         guard !database.isEmpty else { throw KeysmithError.invalidArgument("the database URL names no database (…/DATABASE)") }
         var authority = rest[..<slash]
         var user = "keysmith"
@@ -79,10 +79,10 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
             let credentials = authority[..<at]
             authority = authority[authority.index(after: at)...]
             if let colon = credentials.firstIndex(of: ":") {
-                user = String(credentials[..<colon]).removingPercentEncoding ?? ""
-                password = String(credentials[credentials.index(after: colon)...]).removingPercentEncoding
+                user = try Self.decoded(credentials[..<colon], "user")
+                password = try Self.decoded(credentials[credentials.index(after: colon)...], "password")
             } else {
-                user = String(credentials).removingPercentEncoding ?? ""
+                user = try Self.decoded(credentials, "user")
             }
         }
         guard !user.isEmpty else { throw KeysmithError.invalidArgument("the database URL names an empty user") }
@@ -102,6 +102,16 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
             guard !name.isEmpty else { throw KeysmithError.invalidArgument("the database URL names no host (add ?host=/socket/directory for a socket)") }
             self.init(host: name, port: port, user: user, password: password, database: database)
         }
+    }
+
+    /// `text` with its %-escapes decoded; a `%` not followed by two hexadecimal digits, or
+    /// escapes that decode to bytes that are not UTF-8, are refused (they were dropped: a
+    /// password would have been silently left out). The message names the part, never its text.
+    private static func decoded(_ text: some StringProtocol, _ part: String) throws -> String {
+        guard let decoded = String(text).removingPercentEncoding else {
+            throw KeysmithError.invalidArgument("the database URL's \(part) has a malformed %-escape (write % itself as %25)")
+        }
+        return decoded
     }
 
     /// `database D as U on /socket` or `… on host:port`, never the password.

@@ -35,8 +35,10 @@ extension KeysmithCommand {
                     createdKeyfile = true
                 }
                 credential = .keyfile(at: keyfile)
-            } else if store.passphraseFD != nil || System.environment("KEYSMITH_PASSPHRASE") != nil {
+            } else if store.passphraseFD != nil {
                 credential = try store.credential()
+            } else if let passphrase = try newPassphrase(fromEnvironment: "KEYSMITH_PASSPHRASE") {
+                credential = .passphrase(passphrase)
             } else {
                 guard var first = try Terminal.readHidden(prompt: "New vault passphrase: ") else {
                     throw KeysmithError(.storeLocked, "no passphrase: use --keyfile, --passphrase-fd or KEYSMITH_PASSPHRASE, or run on a terminal")

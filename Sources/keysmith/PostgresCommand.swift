@@ -50,6 +50,9 @@ extension KeysmithCommand.PostgresCommand {
 
         func run() throws {
             let settings = try PostgresConnectionSettings(url: try store.databaseURL())
+            if store.keyfilePath == nil && store.passphraseFD == nil {
+                _ = try newPassphrase(fromEnvironment: "KEYSMITH_PASSPHRASE")  // a master key may be made from it
+            }
             let masterKey = try store.postgresMasterKey()
             try PostgresStore.initialize(settings, masterKey: masterKey, scrypt: ScryptCost(logN: scryptLogN), applicationRole: grantTo)
             let opened = try PostgresStore(settings, namespace: try store.postgresNamespace(), masterKey: masterKey)
@@ -109,7 +112,7 @@ extension KeysmithCommand.PostgresCommand {
                 defer { cleanse(&bytes) }
                 guard !bytes.isEmpty else { throw KeysmithError.invalidArgument("the new passphrase is empty; nothing changed") }
                 replacement = .passphrase(String(decoding: bytes, as: UTF8.self))
-            } else if let environment = System.environment("KEYSMITH_NEW_PASSPHRASE"), !environment.isEmpty {
+            } else if let environment = try newPassphrase(fromEnvironment: "KEYSMITH_NEW_PASSPHRASE"), !environment.isEmpty {
                 replacement = .passphrase(environment)
             } else {
                 guard var first = try Terminal.readHidden(prompt: "New master passphrase: ") else {

@@ -169,6 +169,19 @@ extension StoreOptions {
     }
 }
 
+/// A new passphrase from the environment variable `name`, when it is set. Refused when it holds
+/// a line break (`\n` or `\r`): `--passphrase-fd` reads to the first newline (dropping a `\r`
+/// before it) and a prompt reads one line, so neither could ever give that passphrase back, and
+/// the vault or database would open from the environment only.
+func newPassphrase(fromEnvironment name: String) throws -> String? {
+    guard let value = System.environment(name) else { return nil }
+    guard !value.utf8.contains(where: { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") }) else {
+        throw KeysmithError.invalidArgument(
+            "\(name) holds a line break, which --passphrase-fd and the prompt can never give back; nothing was created or changed")
+    }
+    return value
+}
+
 /// Reads a passphrase from a descriptor: everything up to the first newline (a `\r` before
 /// it dropped), or to the end. Reading stops at the newline, so what follows it is never read;
 /// a first line over 1 MiB is refused.

@@ -132,7 +132,7 @@ extension KeysmithCommand.Vault {
                 var bytes = try readPassphrase(fd: newPassphraseFD)
                 defer { cleanse(&bytes) }
                 credential = .passphrase(bytes: bytes)
-            } else if let environment = System.environment("KEYSMITH_NEW_PASSPHRASE") {
+            } else if let environment = try newPassphrase(fromEnvironment: "KEYSMITH_NEW_PASSPHRASE") {
                 credential = .passphrase(environment)
             } else {
                 guard var first = try Terminal.readHidden(prompt: "New passphrase: ") else {

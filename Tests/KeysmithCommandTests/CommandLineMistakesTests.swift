@@ -123,6 +123,30 @@ struct CommandLineMistakesTests {
         #expect(try keysmith.run(["secret", "list"], environment: ["KEYSMITH_PASSPHRASE": "old pass"]).status == 0, "the old passphrase still opens it")
     }
 
+    @Test("a new passphrase from the environment with a line break is refused by init and passwd: --passphrase-fd and the prompt could never give it back")
+    func passphrasesWithLineBreaks() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        for passphrase in ["\n", "pass\n", "pass\r", "two\nlines"] {
+            let created = try keysmith.run(["init", "--scrypt-log-n", "14"], environment: ["KEYSMITH_PASSPHRASE": passphrase])
+            #expect(created.status == 64, "\(passphrase.debugDescription): \(created.output)")
+            #expect(created.stderr.contains("KEYSMITH_PASSPHRASE holds a line break"), "\(created.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: keysmith.vault + "/header"))
+        }
+        // The passphrase without its newline, as the descriptor gives it, is what works.
+        #expect(try keysmith.run(["init", "--scrypt-log-n", "14"], environment: ["KEYSMITH_PASSPHRASE": "pass"]).status == 0)
+        try "pass\n".write(toFile: keysmith.directory + "/pass", atomically: true, encoding: .utf8)
+        #expect(try Self.shell(keysmith, #""$KS" secret list --passphrase-fd 3 3<pass"#).status == 0)
+        for passphrase in ["new\n", "new\r\n"] {
+            let passwd = try keysmith.run(["vault", "passwd", "--scrypt-log-n", "14"],
+                                          environment: ["KEYSMITH_PASSPHRASE": "pass", "KEYSMITH_NEW_PASSPHRASE": passphrase])
+            #expect(passwd.status == 64, "\(passphrase.debugDescription): \(passwd.output)")
+            #expect(passwd.stderr.contains("KEYSMITH_NEW_PASSPHRASE holds a line break"), "\(passwd.stderr)")
+            #expect(!passwd.stderr.contains("new"), "the passphrase is not echoed: \(passwd.stderr)")
+        }
+        #expect(try Self.shell(keysmith, #""$KS" secret list --passphrase-fd 3 3<pass"#).status == 0, "the passphrase did not change")
+    }
+
     @Test("--passphrase-fd 0 is a usage error for commands whose data is standard input (it read the secret, then failed as a wrong passphrase)")
     func passphraseOnStandardInput() throws {
         let keysmith = try Keysmith()

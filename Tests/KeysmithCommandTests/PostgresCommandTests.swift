@@ -125,11 +125,11 @@ struct PostgresCommandTests {
     }
 
     /// Runs SQL through psql on the test server (the socket directory from the URL).
-    static func psql(_ sql: String) throws -> String {
+    static func psql(_ sql: String, database: String = "keysmith") throws -> String {
         let host = url.components(separatedBy: "host=").last ?? ""
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
-        process.arguments = ["-h", host, "-U", "keysmith", "-d", "keysmith", "-tAc", sql]
+        process.arguments = ["-h", host, "-U", "keysmith", "-d", database, "-tAc", sql]
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -153,6 +153,12 @@ struct PostgresCommandTests {
         createdb.waitUntilExit()
         #expect(createdb.terminationStatus == 0)
         keysmith.environment["KEYSMITH_DATABASE_URL"] = "postgresql://keysmith@/\(database)?host=\(socketDirectory)"
+        // A master passphrase with a line break could never come back through a descriptor or
+        // a prompt: refused before anything is made.
+        let lineBreak = try keysmith.run(["postgres", "init", "--scrypt-log-n", "14"],
+                                         environment: ["KEYSMITH_KEYFILE": "", "KEYSMITH_PASSPHRASE": "master\n"])
+        #expect(lineBreak.status == 64 && lineBreak.stderr.contains("KEYSMITH_PASSPHRASE holds a line break"), "\(lineBreak.output)")
+        #expect(try Self.psql("SELECT count(*) FROM pg_tables WHERE tablename = 'keysmith_master'", database: database) == "0")
         try keysmith.run(["postgres", "init", "--scrypt-log-n", "14"])
         try keysmith.run(["secret", "set", "--service", "mail", "--account", "bob"], stdin: "before-rotation")
         let rotated = try keysmith.run(["postgres", "rotate-data-key", "--json"])
@@ -168,6 +174,10 @@ struct PostgresCommandTests {
         keysmith.environment["KEYSMITH_KEYFILE"] = newKeyfile
         #expect(try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"]).stdout == "before-rotation\n")
         #expect(try keysmith.run(["secret", "get", "--service", "mail", "--account", "carol"]).stdout == "after-rotation\n")
+        let newLineBreak = try keysmith.run(["postgres", "rotate-master-key", "--scrypt-log-n", "14"],
+                                            environment: ["KEYSMITH_NEW_PASSPHRASE": "new master\r\n"])
+        #expect(newLineBreak.status == 64 && newLineBreak.stderr.contains("KEYSMITH_NEW_PASSPHRASE holds a line break"), "\(newLineBreak.output)")
+        #expect(try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"]).stdout == "before-rotation\n")
         // The same key again is refused; a passphrase read from a descriptor is taken.
         #expect(try keysmith.run(["postgres", "rotate-master-key", "--new-keyfile", newKeyfile]).status == 64)
         let toPassphrase = try keysmith.run(["postgres", "rotate-master-key", "--new-passphrase-fd", "0", "--scrypt-log-n", "14"], stdin: "a long new passphrase")

@@ -82,7 +82,12 @@ struct TokenCommandTests {
         #expect(century.status == 0, "\(century.output)")
         let introspected = try keysmith.run(["token", "introspect"] + location)
         #expect(introspected.status == 0, "\(introspected.output)")
-        #expect(introspected.stdout.contains("\"exp\""))
+        // RFC 7662's times are numbers (seconds since 1970), unlike every other date keysmith prints.
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(introspected.stdout.utf8)) as? [String: Any])
+        let issued = try #require(object["iat"] as? Int, "\(object)"), expires = try #require(object["exp"] as? Int, "\(object)")
+        #expect(expires - issued == 3_153_600_000)
+        #expect(abs(Double(issued) - Date().timeIntervalSince1970) < 600)
+        #expect(object["nbf"] as? Int == issued)
         let badScope = try keysmith.run(["token", "import"] + location + ["--requested", #"ok bad\scope"#], stdin: response)
         #expect(badScope.status == 64)
         #expect(badScope.stderr.contains("backslash"))

@@ -153,7 +153,11 @@ struct PostgresStoreTests {
         #expect(!settings.description.contains("secret-pw"))
     }
 
-    @Test("malformed database URLs", arguments: ["mysql://u@h/db", "postgresql://u:pw@h", "postgresql://u:pw@h:99999/db", "postgresql://u@h/db?sslmode=require"])
+    @Test("malformed database URLs, a bad %-escape anywhere included (a password with one was silently dropped)", arguments: [
+        "mysql://u@h/db", "postgresql://u:pw@h", "postgresql://u:pw@h:99999/db",
+        "postgresql://u:pw%zz@h/db", "postgresql://u:pw%@h/db", "postgresql://u:pw%ff@h/db", "postgresql://u%g0:pw@h/db",
+        "postgresql://u:pw@h/d%b", "postgresql://u:pw@/db?host=/tmp%2",
+    ])
     func badURLs(url: String) {
         let error = #expect(throws: KeysmithError.self) { try PostgresConnectionSettings(url: url) }
         #expect(error?.code == .invalidArgument)
@@ -260,6 +264,20 @@ struct PostgresStoreTests {
         #expect(!(try store.verifyChangeFeed(anchor: anchor)).isIntact)
         let accepted = try store.verifyChangeFeed(anchor: anchor, acceptRollback: true)
         #expect(!accepted.problems.contains { $0.contains("this machine") }, "\(accepted)")
+    }
+
+    @Test("opening a namespace that has no key yet, for a read, makes its first data key: a mistyped namespace is a new, empty one")
+    func readingMakesTheNamespace() throws {
+        let namespace = "typo-\(UUID().uuidString)"
+        let store = try Self.open(namespace)
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        #expect(try Self.sql("SELECT key_id::text FROM keysmith_data_keys WHERE namespace_id = \(namespaceID)") == [["1"]])
+        #expect(try store.read(ItemKey.genericPassword(service: "s", account: "a")) == nil)
+        #expect(try store.search(ItemQuery()).isEmpty)
+        // Opened again (another process, say): the same key, not a second one.
+        let again = try PostgresStore(try Self.settings(), namespace: namespace, masterKey: .key(Self.key))
+        #expect(try again.read(ItemKey.genericPassword(service: "s", account: "a")) == nil)
+        #expect(try Self.sql("SELECT key_id::text FROM keysmith_data_keys WHERE namespace_id = \(namespaceID)") == [["1"]])
     }
 
     static let auditEntry = ItemKey.keysmithRecord(KeysmithRecordKey(recordType: .auditEntry, service: "audit", account: "000000000001"))
@@ -467,6 +485,12 @@ struct PostgresStoreTests {
         try store.perform([.upsert(ItemAttributes(key: key), secret: Data("2".utf8))])
         #expect(try store.read(key)?.secret == Data("2".utf8))
         try store.perform([.delete(key)])
+        // A data-key rotation is the owner's (it locks the first key row against a master-key
+        // rotation): the application role is refused, and the namespace keeps its one key.
+        let rotation = #expect(throws: KeysmithError.self) { try store.rotateDataKey() }
+        #expect(rotation?.code == .ioFailure, "\(String(describing: rotation))")
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        #expect(try Self.sql("SELECT key_id::text FROM keysmith_data_keys WHERE namespace_id = \(namespaceID)") == [["1"]])
         // As the application role, through SQL: the trigger cannot be turned off, and deletes,
         // updates and truncation of the append-only tables are not granted.
         func asApplication(_ text: String) throws {
