@@ -19,6 +19,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // Already built for postgres-nio; named for the PostgreSQL store's TLS settings.
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
         // C libraries: a module map and a shim header each. All unsafe calls into them stay in
@@ -67,7 +69,8 @@ let package = Package(
             name: "KeysmithPostgres",
             dependencies: [
                 "Keysmith", "KeysmithCrypto", "KeysmithVault", "KeysmithTokens", "KeysmithSystem",
-                .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"),
+                .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
 

@@ -4,6 +4,7 @@ import KeysmithVault
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import PostgresNIO
 import Dispatch
 import Synchronization
@@ -192,7 +193,7 @@ final class Session: @unchecked Sendable {
             configuration = .init(unixSocketPath: socket, username: settings.user, password: settings.password, database: settings.database)
         } else {
             configuration = .init(host: settings.host ?? "localhost", port: settings.port, username: settings.user,
-                                  password: settings.password, database: settings.database, tls: .disable)
+                                  password: settings.password, database: settings.database, tls: try tls(settings))
         }
         configuration.options.additionalStartupParameters = [("application_name", String(application.prefix(63)))]
         do {
@@ -202,6 +203,33 @@ final class Session: @unchecked Sendable {
             return Session(connection: connection, logger: logger, description: settings.description)
         } catch {
             throw KeysmithError(.storeUnavailable, "cannot connect to PostgreSQL (\(settings.description)): \(Session.reason(error))")
+        }
+    }
+
+    /// The TLS of a TCP connection: none for ``PostgresConnectionSettings/TLSMode/disable``;
+    /// otherwise required (a server that offers none is refused, never used in plain text),
+    /// TLS 1.2 at least, verifying the server as the mode says against `trustedRoots` or the
+    /// system's roots.
+    private static func tls(_ settings: PostgresConnectionSettings) throws -> PostgresConnection.Configuration.TLS {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12
+        switch settings.tls {
+        case .disable: return .disable
+        case .require: configuration.certificateVerification = .none
+        case .verifyCA: configuration.certificateVerification = .noHostnameVerification
+        case .verifyFull: configuration.certificateVerification = .fullVerification
+        }
+        if let roots = settings.trustedRoots {
+            // Read here, so a missing or malformed file is named now, not as a failed handshake.
+            guard let certificates = try? NIOSSLCertificate.fromPEMFile(roots), !certificates.isEmpty else {
+                throw KeysmithError.invalidArgument("the trusted roots \(roots) (sslrootcert) are not a readable PEM file of certificates")
+            }
+            configuration.trustRoots = .certificates(certificates)
+        }
+        do {
+            return .require(try NIOSSLContext(configuration: configuration))
+        } catch {
+            throw KeysmithError(.storeUnavailable, "cannot set up TLS for PostgreSQL (\(settings.description)): \(error)")
         }
     }
 
@@ -215,9 +243,24 @@ final class Session: @unchecked Sendable {
     static func reason(_ error: any Error) -> String {
         if let error = error as? PSQLError {
             if let message = error.serverInfo?[.message] { return message }
+            if error.code == .sslUnsupported { return "the server does not offer TLS (sslmode asks for it)" }
+            if let underlying = error.underlying, let tls = tlsReason(underlying) { return tls }
             return String(describing: error.code)
         }
-        return String(describing: type(of: error))
+        return tlsReason(error) ?? String(describing: type(of: error))
+    }
+
+    /// A failed TLS handshake, in words: a certificate that did not verify, or a name it does
+    /// not carry.
+    private static func tlsReason(_ error: any Error) -> String? {
+        if let error = error as? NIOSSLExtraError, error == .failedToValidateHostname {
+            return "TLS: the server's certificate does not name the host connected to (sslmode=verify-full)"
+        }
+        if error is NIOSSLError {
+            return "TLS: the handshake failed: the server's certificate did not verify against the trusted roots "
+                + "(sslrootcert, else the system's), or the server broke off TLS"
+        }
+        return nil
     }
 
     static func sqlState(_ error: any Error) -> String? {

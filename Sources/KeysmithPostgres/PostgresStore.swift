@@ -6,12 +6,32 @@ import NIOPosix
 import PostgresNIO
 import Synchronization
 
-/// Where the database is: a Unix socket directory or a host, a user and a database.
+/// Where the database is: a Unix socket directory or a host, a user and a database, and how a
+/// TCP connection is protected.
 ///
 /// ```swift
-/// let connection = try PostgresStore.Connection(url: "postgresql://keysmith@localhost/keysmith?host=/run/postgresql")
+/// let local = try PostgresConnectionSettings(url: "postgresql://keysmith@/keysmith?host=/run/postgresql")
+/// let remote = try PostgresConnectionSettings(url: "postgresql://app@db.internal/keysmith?sslrootcert=/etc/keysmith/db-ca.pem")
+/// // remote.tls == .verifyFull: TLS, the certificate chaining to that root and naming db.internal
 /// ```
 public struct PostgresConnectionSettings: Sendable, Hashable {
+    /// How a TCP connection is protected: libpq's `sslmode` values that an attacker on the
+    /// network cannot quietly turn into plain text (`prefer` and `allow` fall back to it, so they
+    /// are refused).
+    public enum TLSMode: String, Sendable, Hashable, CaseIterable {
+        /// Plain text: for a loopback address, or a network you trust with everything the
+        /// connection carries (ciphertext, the password exchange, which rows change when).
+        case disable
+        /// TLS, with no check of the server's certificate: hides the traffic from a listener,
+        /// not from an impostor who answers in the server's place.
+        case require
+        /// TLS, the server's certificate chaining to a trusted root; its name is not checked.
+        case verifyCA = "verify-ca"
+        /// TLS, the certificate chaining to a trusted root and naming the host (a DNS name, or
+        /// the IP address connected to).
+        case verifyFull = "verify-full"
+    }
+
     /// The socket file (`/run/postgresql/.s.PGSQL.5432`), when connecting over a Unix socket.
     public var socketPath: String?
     /// The host, when connecting over TCP.
@@ -24,6 +44,12 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
     public var password: String?
     /// The database.
     public var database: String
+    /// How the TCP connection is protected; always ``TLSMode/disable`` over a Unix socket
+    /// (the server offers no TLS there, and nothing crosses a network).
+    public var tls: TLSMode
+    /// A PEM file of the certificates trusted as roots when verifying the server
+    /// (`sslrootcert`); `nil`: the system's roots.
+    public var trustedRoots: String?
 
     /// Settings for a Unix socket (`directory` is the socket's directory, as libpq's `host=/dir`).
     public init(socketDirectory directory: String, port: Int = 5432, user: String, password: String? = nil, database: String) {
@@ -33,38 +59,75 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
         self.user = user
         self.password = password
         self.database = database
+        self.tls = .disable
+        self.trustedRoots = nil
     }
 
-    /// Settings for TCP (loopback; TLS is not used).
-    public init(host: String, port: Int = 5432, user: String, password: String? = nil, database: String) {
+    /// Settings for TCP. `tls` `nil` is the default for the host: ``TLSMode/disable`` for a
+    /// loopback address (`localhost`, `127.x.x.x`, `::1`), ``TLSMode/verifyFull`` for any other.
+    public init(host: String, port: Int = 5432, user: String, password: String? = nil, database: String,
+                tls: TLSMode? = nil, trustedRoots: String? = nil) {
         self.socketPath = nil
         self.host = host
         self.port = port
         self.user = user
         self.password = password
         self.database = database
+        self.tls = tls ?? (Self.isLoopback(host) ? .disable : .verifyFull)
+        self.trustedRoots = trustedRoots
     }
 
-    /// Parses `postgresql://user[:password]@[host][:port]/database[?host=/socket/dir]` (also
-    /// `postgres://`). A `host` query parameter that starts with `/` is a socket directory, as
-    /// for libpq. Throws ``KeysmithError/Code/invalidArgument`` for anything else; the message
-    /// never repeats a password.
+    /// Whether `host` names this machine's loopback interface: `localhost`, an IPv4 address in
+    /// 127.0.0.0/8, or `::1`.
+    static func isLoopback(_ host: String) -> Bool {
+        let name = host.lowercased()
+        if name == "localhost" || name == "::1" || name == "[::1]" { return true }
+        let octets = name.split(separator: ".", omittingEmptySubsequences: false)
+        return octets.count == 4 && octets[0] == "127" && octets.allSatisfy { UInt8($0) != nil }
+    }
+
+    /// Parses `postgresql://user[:password]@[host][:port]/database[?parameters]` (also
+    /// `postgres://`). Parameters, each at most once: `host` (one that starts with `/` is a
+    /// socket directory, as for libpq), `port`, `sslmode` (``TLSMode``; by default
+    /// `verify-full`, or `disable` for a loopback host) and `sslrootcert` (a PEM file of
+    /// trusted roots, for `verify-ca` and `verify-full`). Throws
+    /// ``KeysmithError/Code/invalidArgument`` for anything else, TLS asked for over a socket
+    /// included; the message never repeats a password.
     public init(url: String) throws {
         let scheme = url.hasPrefix("postgresql://") ? "postgresql://" : url.hasPrefix("postgres://") ? "postgres://" : nil
         guard let scheme else { throw KeysmithError.invalidArgument("a database URL starts with postgresql://") }
         var rest = Substring(url.dropFirst(scheme.count))
         var queryHost: String?
         var queryPort: Int?
+        var mode: TLSMode?
+        var roots: String?
         if let question = rest.firstIndex(of: "?") {
+            var seen: Set<String> = []
             for pair in rest[rest.index(after: question)...].split(separator: "&") {
                 let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
                 guard parts.count == 2 else { throw KeysmithError.invalidArgument("the database URL has a malformed parameter") }
+                guard seen.insert(parts[0]).inserted else {
+                    throw KeysmithError.invalidArgument("the database URL gives the parameter \(parts[0]) twice")
+                }
                 switch parts[0] {
                 case "host": queryHost = try Self.decoded(parts[1], "host parameter")
                 case "port":
                     guard let port = Int(parts[1]), (1...65535).contains(port) else { throw KeysmithError.invalidArgument("the database URL's port is not a port") }
                     queryPort = port
-                default: throw KeysmithError.invalidArgument("the database URL has an unknown parameter \(parts[0]) (host and port are known)")
+                case "sslmode":
+                    guard let given = TLSMode(rawValue: parts[1]) else {
+                        let fallsBack = parts[1] == "prefer" || parts[1] == "allow"
+                        throw KeysmithError.invalidArgument(
+                            "the database URL's sslmode is disable, require, verify-ca or verify-full"
+                                + (fallsBack ? " (\(parts[1]) falls back to plain text, which anyone on the network can force)" : ""))
+                    }
+                    mode = given
+                case "sslrootcert":
+                    roots = try Self.decoded(parts[1], "sslrootcert")
+                    guard roots?.isEmpty == false else { throw KeysmithError.invalidArgument("the database URL's sslrootcert names no file") }
+                default:
+                    throw KeysmithError.invalidArgument(
+                        "the database URL has an unknown parameter \(parts[0]) (host, port, sslmode and sslrootcert are known)")
                 }
             }
             rest = rest[..<question]
@@ -96,11 +159,18 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
             host = String(host[..<colon])
         }
         if let queryHost, queryHost.hasPrefix("/") {
+            guard mode == nil || mode == .disable, roots == nil else {
+                throw KeysmithError.invalidArgument("TLS is not used over a Unix socket (host=/…): remove sslmode and sslrootcert, or connect to a host")
+            }
             self.init(socketDirectory: queryHost, port: port, user: user, password: password, database: database)
         } else {
             let name = queryHost ?? host
             guard !name.isEmpty else { throw KeysmithError.invalidArgument("the database URL names no host (add ?host=/socket/directory for a socket)") }
-            self.init(host: name, port: port, user: user, password: password, database: database)
+            self.init(host: name, port: port, user: user, password: password, database: database,
+                      tls: mode ?? (roots != nil ? .verifyFull : nil), trustedRoots: roots)
+            if roots != nil, tls == .disable || tls == .require {
+                throw KeysmithError.invalidArgument("sslrootcert is used to verify the server: give it with sslmode=verify-ca or verify-full")
+            }
         }
     }
 
@@ -114,9 +184,11 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
         return decoded
     }
 
-    /// `database D as U on /socket` or `… on host:port`, never the password.
+    /// `database D as U on /socket`, or `… on host:port` with the TLS mode (`TLS verify-full`,
+    /// `no TLS`); never the password.
     public var description: String {
-        "database \(database) as \(user) on \(socketPath ?? "\(host ?? "?"):\(port)")"
+        if let socketPath { return "database \(database) as \(user) on \(socketPath)" }
+        return "database \(database) as \(user) on \(host ?? "?"):\(port) (\(tls == .disable ? "no TLS" : "TLS \(tls.rawValue)"))"
     }
 }
 

@@ -6,32 +6,92 @@ import Synchronization
 import Testing
 
 /// A PostgreSQL server of this test's own (the shared one keeps serving the other suites), which
-/// the test can crash and restart.
+/// the test can crash and restart. With `tcp`, it also listens on 127.0.0.1 at a port of its own;
+/// with `tls` too, it has a certificate for `localhost` (and no IP address) issued by a CA made
+/// for it, and takes TCP connections over TLS only.
 final class PrivatePostgres {
     let directory: String
     let bin: String
+    /// The port (of the socket file, and of TCP with `tls`).
+    private(set) var port = 5432
+    let tcp: Bool, tls: Bool
     private let asOwner: [String]
 
-    init() throws {
+    /// The CA that issued the server's certificate, and an unrelated one (PEM files).
+    var certificateAuthority: String { directory + "/tls/ca.pem" }
+    var otherCertificateAuthority: String { directory + "/tls/other-ca.pem" }
+
+    init(tcp: Bool = false, tls: Bool = false) throws {
         guard let bin = ProcessInfo.processInfo.environment["KEYSMITH_TEST_POSTGRES_BIN"] else {
             throw KeysmithError(.storeUnavailable, "KEYSMITH_TEST_POSTGRES_BIN is not set (run under scripts/with-postgres.sh)")
         }
         self.bin = bin
+        self.tcp = tcp || tls
+        self.tls = tls
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("keysmith-pg-fault-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
         // initdb and the server refuse to run as root: run them as the postgres user then.
         asOwner = getuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : []
         if getuid() == 0 { try Self.run(["/bin/chown", "postgres:", directory]) }
         try Self.run(asOwner + ["\(bin)/initdb", "-D", "\(directory)/data", "-U", "keysmith", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"])
-        try start()
-        try Self.run(["\(bin)/createdb", "-h", directory, "-U", "keysmith", "keysmith"])
+        if tls {
+            try makeCertificates()
+            // Sockets as before; TCP from this machine over TLS only.
+            try Self.run(asOwner + ["/bin/sh", "-c", """
+                printf 'local all all trust\\nhostssl all all 127.0.0.1/32 trust\\nhostnossl all all 127.0.0.1/32 reject\\n' > '\(directory)/data/pg_hba.conf'
+                """])
+        }
+        if tcp || tls {
+            // A free port: another server may hold the one tried, then the next is tried.
+            var started = false
+            for _ in 0..<8 where !started {
+                port = Int.random(in: 20_000..<60_000)
+                started = (try? start()) != nil
+            }
+            guard started else { throw KeysmithError(.ioFailure, "no free port for the server") }
+        } else {
+            try start()
+        }
+        try Self.run(["\(bin)/createdb", "-h", directory, "-p", "\(port)", "-U", "keysmith", "keysmith"])
     }
 
-    var settings: PostgresConnectionSettings { PostgresConnectionSettings(socketDirectory: directory, user: "keysmith", database: "keysmith") }
+    var settings: PostgresConnectionSettings {
+        PostgresConnectionSettings(socketDirectory: directory, port: port, user: "keysmith", database: "keysmith")
+    }
 
     func start() throws {
+        var options = "-c listen_addresses='' -c unix_socket_directories='\(directory)' -c fsync=on -c port=\(port)"
+        if tcp {
+            options = "-c listen_addresses='127.0.0.1' -c unix_socket_directories='\(directory)' -c fsync=on -c port=\(port)"
+        }
+        if tls {
+            options += " -c ssl=on -c ssl_cert_file='\(directory)/tls/server.pem' -c ssl_key_file='\(directory)/tls/server.key'"
+        }
         try Self.run(asOwner + ["\(bin)/pg_ctl", "-D", "\(directory)/data", "-l", "\(directory)/server.log", "-w", "-t", "60",
-                                "-o", "-c listen_addresses='' -c unix_socket_directories='\(directory)' -c fsync=on", "start"])
+                                "-o", options, "start"])
+    }
+
+    /// A CA, a server certificate it issues for `localhost` only (so 127.0.0.1 is not its
+    /// name), and an unrelated CA, with openssl(1).
+    private func makeCertificates() throws {
+        let tlsDirectory = directory + "/tls"
+        try FileManager.default.createDirectory(atPath: tlsDirectory, withIntermediateDirectories: true)
+        let curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        let caExtensions = ["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"]
+        for (name, subject) in [("ca", "/CN=Keysmith test CA"), ("other-ca", "/CN=Another CA")] {
+            try Self.run(["/usr/bin/openssl", "req", "-x509"] + curve + caExtensions + [
+                "-keyout", "\(tlsDirectory)/\(name).key", "-out", "\(tlsDirectory)/\(name).pem", "-days", "2", "-subj", subject])
+        }
+        try Self.run(["/usr/bin/openssl", "req"] + curve + [
+            "-keyout", "\(tlsDirectory)/server.key", "-out", "\(tlsDirectory)/server.csr", "-subj", "/CN=localhost"])
+        try "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n"
+            .write(toFile: tlsDirectory + "/server.ext", atomically: true, encoding: .utf8)
+        try Self.run(["/usr/bin/openssl", "x509", "-req", "-in", "\(tlsDirectory)/server.csr", "-CA", "\(tlsDirectory)/ca.pem",
+                      "-CAkey", "\(tlsDirectory)/ca.key", "-CAcreateserial", "-out", "\(tlsDirectory)/server.pem", "-days", "2",
+                      "-extfile", "\(tlsDirectory)/server.ext"])
+        // The server reads its key only when it is the key's owner and no one else may read it.
+        try Self.run(["/bin/chmod", "600", "\(tlsDirectory)/server.key"])
+        if getuid() == 0 { try Self.run(["/bin/chown", "-R", "postgres:", tlsDirectory]) }
     }
 
     /// Stops the server as a crash would (`immediate`: no checkpoint, clients cut off at once),
