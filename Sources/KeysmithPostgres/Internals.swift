@@ -202,7 +202,7 @@ final class Session: @unchecked Sendable {
             ).wait(timeout: .seconds(30))
             return Session(connection: connection, logger: logger, description: settings.description)
         } catch {
-            throw KeysmithError(.storeUnavailable, "cannot connect to PostgreSQL (\(settings.description)): \(Session.reason(error))")
+            throw KeysmithError(.storeUnavailable, "cannot connect to PostgreSQL (\(settings.description), \(settings.protection)): \(Session.reason(error))")
         }
     }
 

@@ -184,11 +184,17 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
         return decoded
     }
 
-    /// `database D as U on /socket`, or `… on host:port` with the TLS mode (`TLS verify-full`,
-    /// `no TLS`); never the password.
+    /// `database D as U on /socket` or `… on host:port`, never the password. It names the
+    /// database, not how it is reached (the TLS mode is not part of it): stores are known by it
+    /// (the anchors of the audit log and of the change feed), and changing `sslmode` must not
+    /// make a store look new.
     public var description: String {
-        if let socketPath { return "database \(database) as \(user) on \(socketPath)" }
-        return "database \(database) as \(user) on \(host ?? "?"):\(port) (\(tls == .disable ? "no TLS" : "TLS \(tls.rawValue)"))"
+        "database \(database) as \(user) on \(socketPath ?? "\(host ?? "?"):\(port)")"
+    }
+
+    /// How the connection is protected, for messages: `Unix socket`, `no TLS`, `TLS verify-full`.
+    public var protection: String {
+        socketPath != nil ? "Unix socket" : tls == .disable ? "no TLS" : "TLS \(tls.rawValue)"
     }
 }
 

@@ -35,7 +35,9 @@ struct TLSTests {
         // verify-full (the default once a root is given) with the server's CA: the whole store works.
         let verified = try PostgresConnectionSettings(url: base + "?sslrootcert=\(server.certificateAuthority)")
         #expect(verified.tls == .verifyFull)
-        #expect(verified.description.hasSuffix("(TLS verify-full)"))
+        #expect(verified.protection == "TLS verify-full")
+        // The mode is not part of the store's name (the anchors know a store by it).
+        #expect(verified.description == "database keysmith as keysmith on localhost:\(server.port)")
         try PostgresStore.initialize(verified, masterKey: .key(Self.key), scrypt: .testing)
         let store = try PostgresStore(verified, namespace: "tls", masterKey: .key(Self.key))
         let item = ItemKey.genericPassword(service: "s", account: "over-tls")
@@ -61,7 +63,7 @@ struct TLSTests {
         for url in [base, base + "?sslmode=disable"] {
             let plain = Self.refusal(url)
             #expect(plain?.code == .storeUnavailable && plain?.message.contains("no encryption") == true, "\(url): \(String(describing: plain))")
-            #expect(plain?.message.contains("no TLS") == true, "the error names the mode: \(String(describing: plain))")
+            #expect(plain?.message.contains(", no TLS)") == true, "the error names the mode: \(String(describing: plain))")
         }
         // A roots file that is not there, or not certificates: named before any connection.
         for roots in [server.directory + "/tls/missing.pem", server.directory + "/tls/server.ext"] {
