@@ -1,5 +1,6 @@
 import Keysmith
 import KeysmithCrypto
+import KeysmithSystem
 import KeysmithVault
 import Logging
 import NIOCore
@@ -220,17 +221,33 @@ final class Session: @unchecked Sendable {
         case .verifyFull: configuration.certificateVerification = .fullVerification
         }
         if let roots = settings.trustedRoots {
-            // Read here, so a missing or malformed file is named now, not as a failed handshake.
-            guard let certificates = try? NIOSSLCertificate.fromPEMFile(roots), !certificates.isEmpty else {
-                throw KeysmithError.invalidArgument("the trusted roots \(roots) (sslrootcert) are not a readable PEM file of certificates")
-            }
-            configuration.trustRoots = .certificates(certificates)
+            configuration.trustRoots = .certificates(try trustedRoots(roots))
         }
         do {
             return .require(try NIOSSLContext(configuration: configuration))
         } catch {
             throw KeysmithError(.storeUnavailable, "cannot set up TLS for PostgreSQL (\(settings.description)): \(error)")
         }
+    }
+
+    /// The certificates of a PEM file of trusted roots, read here (a regular file of at most
+    /// 4 MiB; a FIFO or a device is refused, never waited on), so a missing or malformed file is
+    /// named now rather than reported as a failed handshake.
+    private static func trustedRoots(_ path: String) throws -> [NIOSSLCertificate] {
+        let problem: String
+        do {
+            if let (fd, _) = try System.openRegularFile(path, maximumSize: 4 << 20, followingLinks: true) {
+                defer { System.close(fd) }
+                let certificates = try? NIOSSLCertificate.fromPEMBytes(try System.readAll(fd, path: path, atMost: 4 << 20))
+                if let certificates, !certificates.isEmpty { return certificates }
+                problem = "holds no PEM certificate"
+            } else {
+                problem = "does not exist"
+            }
+        } catch {
+            problem = "cannot be read (\(error))"
+        }
+        throw KeysmithError.invalidArgument("the trusted roots file \(path) (sslrootcert) \(problem)")
     }
 
     var isClosed: Bool { connection.isClosed }

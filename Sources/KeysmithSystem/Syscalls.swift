@@ -293,17 +293,18 @@ extension System {
             modifiedNanoseconds: Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec))
     }
 
-    /// Opens a regular file for reading without following a symbolic link and without blocking
-    /// on a FIFO or a device, so a hostile name can neither hang nor redirect the reader.
-    /// Returns `nil` when nothing is there.
+    /// Opens a regular file for reading without following a symbolic link (unless
+    /// `followingLinks`: for files such as CA bundles that are links by convention) and without
+    /// blocking on a FIFO or a device, so a hostile name can neither hang nor redirect the
+    /// reader. Returns `nil` when nothing is there.
     ///
     /// - Throws: ``SystemError`` with call `open` and `ELOOP` for a symbolic link, `EINVAL`
     ///   (call `open (not a regular file)`) for a FIFO, device, socket or directory, or
     ///   `EFBIG` when the file is larger than `maximumSize`.
-    package static func openRegularFile(_ path: String, maximumSize: Int) throws -> (fd: Int32, status: FileStatus)? {
+    package static func openRegularFile(_ path: String, maximumSize: Int, followingLinks: Bool = false) throws -> (fd: Int32, status: FileStatus)? {
         let fd: Int32
         do {
-            fd = try open(path, flags: O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
+            fd = try open(path, flags: O_RDONLY | O_NONBLOCK | (followingLinks ? 0 : O_NOFOLLOW))
         } catch let error as SystemError where error.isNotFound {
             return nil
         }

@@ -65,11 +65,17 @@ struct TLSTests {
             #expect(plain?.code == .storeUnavailable && plain?.message.contains("no encryption") == true, "\(url): \(String(describing: plain))")
             #expect(plain?.message.contains(", no TLS)") == true, "the error names the mode: \(String(describing: plain))")
         }
-        // A roots file that is not there, or not certificates: named before any connection.
-        for roots in [server.directory + "/tls/missing.pem", server.directory + "/tls/server.ext"] {
+        // A roots file that is not there, not certificates, or a FIFO (never waited on): named
+        // before any connection. A symbolic link to the roots is followed (CA bundles often are).
+        let fifo = server.directory + "/tls/fifo.pem"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        for roots in [server.directory + "/tls/missing.pem", server.directory + "/tls/server.ext", fifo] {
             let unreadable = Self.refusal(base + "?sslrootcert=\(roots)")
             #expect(unreadable?.code == .invalidArgument && unreadable?.message.contains(roots) == true, "\(String(describing: unreadable))")
         }
+        let link = server.directory + "/tls/link.pem"
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: server.certificateAuthority)
+        #expect(try Self.isTLS(try PostgresConnectionSettings(url: base + "?sslrootcert=\(link)")))
         // Nothing of the item crossed in the clear or stayed on the server unsealed: it reads back
         // through a verified connection only.
         #expect(try PostgresStore(verified, namespace: "tls", masterKey: .key(Self.key)).read(item)?.secret == Data("sealed and encrypted".utf8))
