@@ -81,7 +81,7 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
     /// 127.0.0.0/8, or `::1`.
     static func isLoopback(_ host: String) -> Bool {
         let name = host.lowercased()
-        if name == "localhost" || name == "::1" || name == "[::1]" { return true }
+        if name == "localhost" || name == "::1" { return true }
         let octets = name.split(separator: ".", omittingEmptySubsequences: false)
         return octets.count == 4 && octets[0] == "127" && octets.allSatisfy { UInt8($0) != nil }
     }
@@ -158,6 +158,8 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
             port = parsed
             host = String(host[..<colon])
         }
+        // An IPv6 literal is written in brackets in a URL (`[::1]:5432`); the address is inside.
+        if host.hasPrefix("[") && host.hasSuffix("]") && host.count > 2 { host = String(host.dropFirst().dropLast()) }
         if let queryHost, queryHost.hasPrefix("/") {
             guard mode == nil || mode == .disable, roots == nil else {
                 throw KeysmithError.invalidArgument("TLS is not used over a Unix socket (host=/…): remove sslmode and sslrootcert, or connect to a host")

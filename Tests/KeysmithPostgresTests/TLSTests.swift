@@ -102,6 +102,8 @@ struct TLSTests {
             ("postgresql://u@127.0.0.1/k", .disable),
             ("postgresql://u@127.1.2.3/k", .disable),
             ("postgresql://u@/k?host=::1", .disable),
+            ("postgresql://u@[::1]:5433/k", .disable),
+            ("postgresql://u@[2001:db8::7]/k", .verifyFull),
             ("postgresql://u@localhost/k?sslrootcert=/etc/ca.pem", .verifyFull),
             ("postgresql://u@db.internal/k?sslmode=disable", .disable),
             ("postgresql://u@db.internal/k?sslmode=require", .require),
@@ -112,6 +114,8 @@ struct TLSTests {
             let settings = try PostgresConnectionSettings(url: url)
             #expect(settings.tls == mode, "\(url)")
         }
+        let bracketed = try PostgresConnectionSettings(url: "postgresql://u@[::1]:5433/k")
+        #expect(bracketed.host == "::1" && bracketed.port == 5433, "an IPv6 literal is used without its brackets")
         #expect(try PostgresConnectionSettings(url: "postgresql://u@localhost.evil.example/k").tls == .verifyFull)
         #expect(try PostgresConnectionSettings(url: "postgresql://u@127.0.0.1.example/k").tls == .verifyFull)
         for url in [
