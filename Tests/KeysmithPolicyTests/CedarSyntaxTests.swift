@@ -236,6 +236,35 @@ struct CedarSyntaxTests {
         }
     }
 
+    @Test("a JSON head constraint holds only the fields its op uses: `in` with both entity and entities (Cedar reads the first, Keysmith read the second: a forbid became an allow) is refused, and so are extra fields and entities written as text", arguments: [
+        #""action": {"op": "in", "entity": {"type": "Action", "id": "view"}, "entities": [{"type": "Action", "id": "edit"}]}"#,
+        #""action": {"op": "All", "entity": {"type": "Action", "id": "view"}}"#,
+        #""action": {"op": "==", "entity": {"type": "Action", "id": "view"}, "entities": []}"#,
+        #""action": {"op": "in", "entities": ["Action::"view""]}"#,
+        #""action": {"op": "==", "entity": "Action::"view""}"#,
+        #""principal": {"op": "is", "entity_type": "User", "entity": {"type": "User", "id": "a"}}"#,
+        #""principal": {"op": "All", "entity_type": "User"}"#,
+        #""principal": {"op": "==", "entity": {"type": "User", "id": "a"}, "in": {"entity": {"type": "Team", "id": "t"}}}"#,
+        #""principal": {"op": "in", "entity": "Team::"t""}"#,
+        #""principal": {"op": "is", "entity_type": "User", "in": {"entity": "Team::"t""}}"#,
+    ])
+    func headConstraintsAreStrict(_ constraint: String) throws {
+        var fields = [#""principal": {"op": "All"}"#, #""action": {"op": "All"}"#, #""resource": {"op": "All"}"#]
+        let replaced = fields.firstIndex { $0.prefix(12) == constraint.prefix(12) }!
+        fields[replaced] = constraint
+        let json = #"{"effect": "forbid", "#.appending(fields.joined(separator: ", ")) + #", "conditions": []}"#
+        #expect(throws: PolicyDiagnostics.self, "\(json)") { try Policies(json: Array(json.utf8)) }
+        // Each of the same heads, written with the fields its op uses, reads.
+        let accepted = [#""action": {"op": "in", "entity": {"type": "Action", "id": "view"}}"#, #""action": {"op": "in", "entities": [{"type": "Action", "id": "edit"}]}"#,
+                        #""principal": {"op": "is", "entity_type": "User", "in": {"entity": {"type": "Team", "id": "t"}}}"#]
+        for head in accepted {
+            var fields = [#""principal": {"op": "All"}"#, #""action": {"op": "All"}"#, #""resource": {"op": "All"}"#]
+            fields[fields.firstIndex { $0.prefix(12) == head.prefix(12) }!] = head
+            let json = #"{"effect": "forbid", "#.appending(fields.joined(separator: ", ")) + #", "conditions": []}"#
+            #expect(throws: Never.self, "\(json)") { try Policies(json: Array(json.utf8)) }
+        }
+    }
+
     @Test("a null annotation in the JSON form is an annotation with no value (@name in text), as in Cedar")
     func nullAnnotations() throws {
         let json = #"{"staticPolicies": {"p0": {"effect": "permit", "principal": {"op": "All"}, "action": {"op": "All"}, "resource": {"op": "All"}, "conditions": [], "annotations": {"id": "p0", "reviewed": null}}}}"#

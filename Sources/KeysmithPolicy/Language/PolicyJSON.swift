@@ -25,7 +25,22 @@ enum PolicyJSON {
 
         func uid(_ value: Located?, _ what: String, in parent: Located) throws(PolicyDiagnostic) -> EntityUID {
             guard let value else { throw problem(parent, "\(what) is missing") }
+            return try headUID(value, what)
+        }
+
+        /// An entity in a policy's head: `{"type": …, "id": …}` or `{"__entity": {…}}`, as in
+        /// Cedar's policy JSON (which refuses the text form `"User::\"alice\""` there).
+        func headUID(_ value: Located, _ what: String) throws(PolicyDiagnostic) -> EntityUID {
+            if case .string = value.value { throw problem(value, "\(what) is an object {\"type\": …, \"id\": …}, not text") }
             return try JSONValues.uid(value, file, what)
+        }
+
+        /// Refuses fields of a head constraint that its op does not use (Cedar reads `in` with
+        /// both `entity` and `entities` as the first: such a constraint is ambiguous, not read).
+        func only(_ used: Set<String>, of fields: [String: Located], _ what: String, op: String, in value: Located) throws(PolicyDiagnostic) {
+            if let extra = fields.keys.sorted().first(where: { !used.contains($0) }) {
+                throw problem(fields[extra] ?? value, "\(what) with op \(PolicyValue.quoted(op)) has no field \(PolicyValue.quoted(extra))")
+            }
         }
 
         func policy(_ value: Located, id: String?) throws(PolicyDiagnostic) -> ParsedPolicy {
@@ -39,14 +54,22 @@ enum PolicyJSON {
             let resource = try entityConstraint(resourceValue, "resource")
             let actionFields = try members(actionValue, "the action constraint", ["op", "entity", "entities"])
             let action: ActionConstraint
-            switch try string(actionFields["op"], "the action's op", in: actionValue) {
-            case "All": action = .any
-            case "==": action = .equal(try uid(actionFields["entity"], "the action", in: actionValue))
+            let actionOp = try string(actionFields["op"], "the action's op", in: actionValue)
+            switch actionOp {
+            case "All":
+                try only(["op"], of: actionFields, "the action constraint", op: actionOp, in: actionValue)
+                action = .any
+            case "==":
+                try only(["op", "entity"], of: actionFields, "the action constraint", op: actionOp, in: actionValue)
+                action = .equal(try uid(actionFields["entity"], "the action", in: actionValue))
             case "in":
                 if let list = actionFields["entities"] {
+                    if actionFields["entity"] != nil {
+                        throw problem(actionValue, "the action constraint with op \"in\" has both \"entity\" and \"entities\": give one")
+                    }
                     guard case .array(let items) = list.value else { throw problem(list, "entities must be an array") }
                     var uids: [EntityUID] = []
-                    for item in items { uids.append(try JSONValues.uid(item, file, "an action")) }
+                    for item in items { uids.append(try headUID(item, "an action")) }
                     action = .within(uids)
                 } else {
                     action = .within([try uid(actionFields["entity"], "the action", in: actionValue)])
@@ -97,7 +120,15 @@ enum PolicyJSON {
         func entityConstraint(_ value: Located, _ variable: String) throws(PolicyDiagnostic) -> EntityConstraint {
             let fields = try members(value, "the \(variable) constraint", ["op", "entity", "entity_type", "in", "slot"])
             if fields["slot"] != nil { throw problem(value, "templates (slots) are not supported") }
-            switch try string(fields["op"], "the \(variable)'s op", in: value) {
+            let op = try string(fields["op"], "the \(variable)'s op", in: value)
+            let used: Set<String> = switch op {
+            case "All": ["op"]
+            case "==", "in": ["op", "entity"]
+            case "is": ["op", "entity_type", "in"]
+            default: Set(fields.keys)  // the op itself is the error, below
+            }
+            try only(used, of: fields, "the \(variable) constraint", op: op, in: value)
+            switch op {
             case "All": return .any
             case "==": return .equal(try uid(fields["entity"], "the \(variable)", in: value))
             case "in": return .within(try uid(fields["entity"], "the \(variable)", in: value))
