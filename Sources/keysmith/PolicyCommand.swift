@@ -451,8 +451,14 @@ extension KeysmithCommand.PolicyCommand {
             if let context {
                 do { contextValues = try AuthorizationRequest.context(json: Array(context.utf8), file: "--context") } catch { try reportProblems(error.problems) }
             }
-            let permissions = loaded.policies.permissions(of: who, token: try tokenOptions.token(store), context: contextValues,
-                                                          entities: loaded.entities, schema: loaded.schema)
+            let permissions: [PermittedAction]
+            do {
+                permissions = try loaded.policies.permissions(of: who, token: try tokenOptions.token(store), context: contextValues,
+                                                              entities: loaded.entities, schema: loaded.schema)
+            } catch let error as PolicyDiagnostics {
+                try reportProblems(error.problems)
+                return
+            }
             if json {
                 print("{\"principal\":\(jsonString(who.description)),\"permitted\":[" + permissions.map {
                     "{\"action\":\(jsonString($0.action.description)),\"resource\":\(jsonString($0.resource.description)),\"policies\":["

@@ -384,6 +384,24 @@ struct PolicyCommandTests {
         #expect(json.stdout == "{\"principal\":\"User::\\\"alice\\\"\",\"permitted\":[]}\n")
     }
 
+    @Test("permitted decides nothing from input that disagrees with the schema: a context the actions do not declare, or mistyped, and a principal of an undeclared type, exit 64 (they listed what was allowed)")
+    func permittedValidatesItsRequests() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        for (arguments, expected) in [
+            (["--principal", #"User::"alice""#, "--context", #"{"mfa":"false"}"#], "context"),
+            (["--principal", #"Zed::"x""#], "Zed"),
+            (["--principal", #"Usr::"alice""#, "--scope", "groups:read"], "Usr"),
+        ] {
+            let result = try keysmith.run(["policy", "permitted"] + Self.inputs + arguments)
+            #expect(result.status == 64, "\(arguments): \(result.output)")
+            #expect(result.stdout.isEmpty, "nothing listed: \(result.stdout)")
+            #expect(result.stderr.contains(expected), "\(result.stderr)")
+        }
+        // The same principal with a context as declared (news groups declare none) is answered.
+        #expect(try keysmith.run(["policy", "permitted"] + Self.inputs + ["--principal", #"User::"alice""#, "--context", "{}"]).status == 0)
+    }
+
     @Test("test runs a test file's cases and exits 3 when one fails")
     func testFile() throws {
         let keysmith = try Keysmith()

@@ -491,7 +491,7 @@ struct PolicyValidationTests {
         // "What may this principal do?" lists only resources of a type the action applies to.
         let everything = try Policies(text: "permit (principal, action, resource);")
         let store = try EntityStore([Entity(uid: key), Entity(uid: EntityUID(type: kelvin, id: "k2")), Entity(uid: user, attributes: ["key": .entity(key)])])
-        let listed = everything.permissions(of: user, token: nil, entities: store, schema: schema)
+        let listed = try everything.permissions(of: user, token: nil, entities: store, schema: schema)
         #expect(listed.map(\.resource) == [key], "\(listed)")
         // Policies naming the look-alike type or id are refused, when read (a type must be an
         // identifier) or when validated.

@@ -151,11 +151,37 @@ extension Policies {
     /// What may this principal do? Every action the schema declares for the principal's type
     /// (or every action entity in `entities` without a schema), on every resource in `entities`
     /// of a type the action applies to, that is allowed, with the permits that allow it.
+    ///
+    /// ```swift
+    /// for permitted in try policies.permissions(of: bob, token: .granted(["photos:read"]), entities: entities, schema: schema) {
+    ///     print(permitted.action, permitted.resource, permitted.policies)
+    /// }
+    /// ```
+    ///
+    /// - Throws: ``PolicyDiagnostics`` (kind `validation`), deciding nothing, when a schema is
+    ///   given and the principal's type is not declared in it, the principal is not one of its
+    ///   enumerated ids, or `context` is not what every action considered declares (an
+    ///   attribute undeclared, missing or mistyped): as for a request, nothing is decided from
+    ///   input that disagrees with the schema.
     public func permissions(of principal: EntityUID, token: TokenView?, context: [String: PolicyValue] = [:],
-                            entities: EntityStore, schema: Schema?) -> [PermittedAction] {
+                            entities: EntityStore, schema: Schema?) throws(PolicyDiagnostics) -> [PermittedAction] {
         var actions: [(EntityUID, Set<String>?)] = []
         if let schema {
-            actions = schema.actions.values.filter { Schema.names($0.principals, holdExactly: principal.type) }.map { ($0.uid, $0.resources) }
+            let applying = schema.actions.values.filter { Schema.names($0.principals, holdExactly: principal.type) }
+            var problems: [String] = []
+            if schema.entityType(named: principal.type) == nil {
+                problems.append("the principal's type \(PolicyValue.quoted(principal.type, escapingNonASCII: true)) is not declared in the schema")
+            } else if let problem = schema.enumerationProblem(principal) {
+                problems.append(problem)
+            }
+            for action in applying.sorted(by: { $0.uid < $1.uid }) {
+                for problem in schema.contextProblems(context, for: action) where !problems.contains(problem) { problems.append(problem) }
+            }
+            if !problems.isEmpty {
+                let location = SourceLocation(file: "<request>", line: 1, column: 1)
+                throw PolicyDiagnostics(kind: .validation, problems: problems.map { PolicyDiagnostic(location: location, message: $0) })
+            }
+            actions = applying.map { ($0.uid, $0.resources) }
         } else {
             actions = entities.entities.keys.filter { PolicyParser.isActionType($0.type) }.map { ($0, nil) }
         }

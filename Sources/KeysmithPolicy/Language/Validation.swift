@@ -74,6 +74,21 @@ extension Schema {
         if !problems.isEmpty { throw PolicyDiagnostics(kind: .validation, problems: problems) }
     }
 
+    /// What is wrong with `context` as the context of a request for `action`: `token` given
+    /// (it is reserved), an attribute the action does not declare, missing or mistyped.
+    func contextProblems(_ context: [String: PolicyValue], for action: ActionDeclaration) -> [String] {
+        var problems: [String] = []
+        if context["token"] != nil {
+            problems.append("context.token is reserved: it is the principal's token, given by Keysmith")
+        }
+        var declared = action.context
+        declared["token"] = nil
+        var context = context
+        context["token"] = nil
+        problems += check(.record(context), against: .record(declared), path: "context")
+        return problems
+    }
+
     /// Checks a request: its action is declared, its principal's and resource's types are ones
     /// the action applies to, and its context has exactly the declared attributes, typed.
     public func validate(_ request: AuthorizationRequest, location: SourceLocation = SourceLocation(file: "<request>", line: 1, column: 1))
@@ -89,14 +104,7 @@ extension Schema {
             }
             appliesTo("principal", request.principal.type, action.principals)
             appliesTo("resource", request.resource.type, action.resources)
-            if request.context["token"] != nil {
-                problems.append("context.token is reserved: it is the principal's token, given by Keysmith")
-            }
-            var declared = action.context
-            declared["token"] = nil
-            var context = request.context
-            context["token"] = nil
-            problems += check(.record(context), against: .record(declared), path: "context")
+            problems += contextProblems(request.context, for: action)
             for uid in [request.principal, request.resource] {
                 if let problem = enumerationProblem(uid) { problems.append(problem) }
             }
