@@ -44,12 +44,10 @@ struct PolicyInputs: ParsableArguments {
         var problems: [PolicyDiagnostic] = []
         var texts: [(String, String)] = []
         for file in policyFiles { texts.append((file, try readText(file, "policy file"))) }
-        var parsed: Policies?
-        do {
-            parsed = try Policies(files: texts)
-        } catch {
-            problems += error.problems
-        }
+        // Every problem in one run: the policies that did read are type-checked below even
+        // when another file has a syntax error or an id is used twice.
+        let (parsed, parseProblems) = Policies.readingWhatParses(texts)
+        problems += parseProblems
         var schema: Schema?
         if let path = self.schema {
             do {
@@ -59,20 +57,24 @@ struct PolicyInputs: ParsableArguments {
             }
         }
         var store = try EntityStore()
+        var storeRead = true
         if let path = entities {
             do {
                 store = try EntityStore(json: Array(try readText(path, "entities file").utf8), file: path)
             } catch let error as PolicyDiagnostics {
                 problems += error.problems
+                storeRead = false
             }
         }
-        if problems.isEmpty, let schema {
-            do { try schema.validate(parsed!) } catch { problems += error.problems }
-            do { try schema.validate(store) } catch { problems += error.problems }
-            do { try store.add(schema.actionEntities.filter { store[$0.uid] == nil }) } catch { problems += error.problems }
+        if let schema {
+            do { try schema.validate(parsed) } catch { problems += error.problems }
+            if storeRead {
+                do { try schema.validate(store) } catch { problems += error.problems }
+                do { try store.add(schema.actionEntities.filter { store[$0.uid] == nil }) } catch { problems += error.problems }
+            }
         }
         try reportProblems(problems)
-        return Loaded(policies: parsed!, schema: schema, entities: store)
+        return Loaded(policies: parsed, schema: schema, entities: store)
     }
 }
 

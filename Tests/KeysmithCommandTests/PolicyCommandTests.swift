@@ -221,6 +221,29 @@ struct PolicyCommandTests {
         #expect(json.status == 64)
     }
 
+    @Test("validate reports the type errors of every file that reads in the same run as a syntax error in another file and an id used twice (those hid them)")
+    func validateReportsEverythingAtOnce() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let files = [
+            ("typed.cedar", """
+                @id("x") permit (principal is User, action == Action::"post", resource) when { principal.super_admn };
+                permit (principal, action == Action::"delet", resource);
+                """),
+            ("broken.cedar", "permit (principal, action, resource) when { principal.super_admin &&& true };"),
+            ("twice.cedar", #"@id("x") permit (principal, action, resource);"#),
+        ]
+        for (name, text) in files { try text.write(toFile: keysmith.directory + "/" + name, atomically: true, encoding: .utf8) }
+        let result = try keysmith.run(["policy", "validate", "--schema", Self.schema] + files.flatMap { ["--policies", keysmith.directory + "/" + $0.0] })
+        #expect(result.status == 64)
+        #expect(result.stderr.contains("typed.cedar:1:"), "\(result.stderr)")
+        #expect(result.stderr.contains("has no attribute super_admn"), "\(result.stderr)")
+        #expect(result.stderr.contains("typed.cedar:2:") && result.stderr.contains("Action::\"delet\" is not declared"), "\(result.stderr)")
+        #expect(result.stderr.contains("broken.cedar:1:"), "\(result.stderr)")
+        #expect(result.stderr.contains("twice.cedar:1:") && result.stderr.contains("is used twice"), "\(result.stderr)")
+        #expect(result.stderr.contains("keysmith: 4 problem(s)"), "\(result.stderr)")
+    }
+
     @Test("a policy nested deeper than 200 levels is a syntax error at file:line:column for every command that reads policies (a chain of 100,000 || crashed them, 4,000 already did)")
     func deepPolicies() throws {
         let keysmith = try Keysmith()

@@ -501,6 +501,23 @@ public struct Policies: Sendable {
     /// id used in two files is an error. Policies without an `@id` are numbered across files. A
     /// file whose first character is `{` is read as Cedar's JSON policy format.
     public init(files: [(file: String, text: String)]) throws(PolicyDiagnostics) {
+        let (all, problems) = Self.read(files)
+        if !problems.isEmpty { throw PolicyDiagnostics(kind: .syntax, problems: problems) }
+        self.init(parsed: all)
+        source = files.map(\.text).joined(separator: "\n")
+    }
+
+    /// What ``init(files:)`` reads, problems and all: the policies of every file that parses
+    /// (a file with a syntax error contributes none) and every problem found. For reporting
+    /// every problem in one run: a schema can type-check what did read (`policy validate`).
+    package static func readingWhatParses(_ files: [(file: String, text: String)]) -> (policies: Policies, problems: [PolicyDiagnostic]) {
+        let (all, problems) = read(files)
+        var policies = Policies(parsed: all)
+        policies.source = files.map(\.text).joined(separator: "\n")
+        return (policies, problems)
+    }
+
+    private static func read(_ files: [(file: String, text: String)]) -> (policies: [ParsedPolicy], problems: [PolicyDiagnostic]) {
         var all: [ParsedPolicy] = []
         var problems: [PolicyDiagnostic] = []
         var ids: [String: SourceLocation] = [:]
@@ -519,9 +536,7 @@ public struct Policies: Sendable {
                 problems += error.problems
             }
         }
-        if !problems.isEmpty { throw PolicyDiagnostics(kind: .syntax, problems: problems) }
-        self.init(parsed: all)
-        source = files.map(\.text).joined(separator: "\n")
+        return (all, problems)
     }
 
     /// The policies' ids, in file order.
