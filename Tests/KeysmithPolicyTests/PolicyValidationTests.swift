@@ -129,6 +129,21 @@ struct PolicyValidationTests {
         #expect(error.problems.first { $0.location.line == 4 }?.location.column == 8)
     }
 
+    @Test("a request in JSON reports every problem in one run: each bad extension value, each unknown field, each part that is not an entity (the first stopped it), none echoing the values")
+    func requestProblemsAllAtOnce() throws {
+        let json = #"""
+            {"principal": "User::alice", "action": {"type": "Action", "id": "view"}, "resource": "Photo::\"p\"", "extra": 1,
+             "context": {"ip": {"__extn": {"fn": "ip", "arg": "SECRET6"}}, "now": {"__extn": {"fn": "datetime", "arg": "SECRET7"}}, "n": 1.5, "mfa": true}}
+            """#
+        let error = try #require(Self.diagnostics { _ = try AuthorizationRequest(json: Array(json.utf8), file: "r.json") })
+        let messages = error.problems.map(\.message)
+        #expect(messages.count == 5, "\(messages)")
+        for part in ["the principal", "extra", "context.ip", "context.now", "context.n"] {
+            #expect(messages.contains { $0.contains(part) }, "\(part): \(messages)")
+        }
+        #expect(!error.description.contains("SECRET"), "\(error)")
+    }
+
     @Test("context.token.since is typed: each scope's time is an optional datetime, read after has")
     func scopeTimesAreTyped() throws {
         let schema = try Self.schema()
@@ -313,6 +328,10 @@ struct PolicyValidationTests {
         #expect(messages.contains { $0.contains("declared twice") })
         #expect(messages.contains { $0.contains("Usr") })
         #expect(messages.contains { $0.contains("reserved") })
+        // Every unknown type of one entity, its nested records included (only the first was).
+        let unknown = Self.diagnostics { _ = try Schema(text: "entity A { x: Foo, y: Baz, z: {q: Qux, r: Set<Quux>} };", file: "s") }
+        #expect(Set(unknown?.problems.map(\.message) ?? []) == ["unknown type Foo", "unknown type Baz", "unknown type Qux", "unknown type Quux"],
+                "\(unknown?.problems.map(\.message) ?? [])")
     }
 
     @Test("a policy test naming a deciding policy twice is an error (the ids are compared as a set, so the repeat went unnoticed)")

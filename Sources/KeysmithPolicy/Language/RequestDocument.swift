@@ -8,19 +8,30 @@ extension AuthorizationRequest {
     /// not name `token`: a token is given as ``token``.
     public init(json bytes: [UInt8], file: String = "<request>") throws(PolicyDiagnostics) {
         let document = try JSONValues.document(bytes, file: file, kind: .input)
-        do {
-            self = try Self.parse(document, file: file, allowing: [])
-        } catch {
-            throw PolicyDiagnostics(kind: .input, problems: [error])
-        }
+        self = try Self.parseReportingAll(document, file: file, allowing: [])
     }
 
-    /// Parses a request object, allowing `extra` fields beside Cedar's four (they are left to the caller).
+    /// Parses a request object, allowing `extra` fields beside Cedar's four (they are left to
+    /// the caller); throws the first problem (``parseReportingAll(_:file:allowing:tokenInContext:)`` has them all).
     static func parse(_ document: Located, file: String, allowing extra: Set<String>, tokenInContext: Bool = false)
         throws(PolicyDiagnostic) -> AuthorizationRequest
     {
+        do {
+            return try parseReportingAll(document, file: file, allowing: extra, tokenInContext: tokenInContext)
+        } catch {
+            throw error.problems[0]
+        }
+    }
+
+    /// Parses a request object, reporting every problem in one run: each unknown field, each
+    /// part that is not an entity, each context value that is not a Cedar value.
+    static func parseReportingAll(_ document: Located, file: String, allowing extra: Set<String>, tokenInContext: Bool = false)
+        throws(PolicyDiagnostics) -> AuthorizationRequest
+    {
+        var problems: [PolicyDiagnostic] = []
+        func fail(_ problem: PolicyDiagnostic) -> PolicyDiagnostics { PolicyDiagnostics(kind: .input, problems: [problem]) }
         // The four fields by name, in one pass (keys are unique: the reader refuses duplicates).
-        guard case .object(let members) = document.value else { throw JSONValues.problem(document, file, "a request must be a JSON object") }
+        guard case .object(let members) = document.value else { throw fail(JSONValues.problem(document, file, "a request must be a JSON object")) }
         var principalValue: Located?, actionValue: Located?, resourceValue: Located?, contextValue: Located?
         for (key, member) in members {
             switch key {
@@ -31,29 +42,42 @@ extension AuthorizationRequest {
             default:
                 guard extra.contains(key) else {
                     let allowed = Set(["principal", "action", "resource", "context"]).union(extra)
-                    throw JSONValues.problem(member, file, "a request has an unknown field \(PolicyValue.quoted(key)) (fields: \(allowed.sorted().joined(separator: ", ")))")
+                    problems.append(JSONValues.problem(member, file, "a request has an unknown field \(PolicyValue.quoted(key)) (fields: \(allowed.sorted().joined(separator: ", ")))"))
+                    continue
                 }
             }
         }
-        func part(_ value: Located?, _ name: String) throws(PolicyDiagnostic) -> EntityUID {
-            guard let value else { throw JSONValues.problem(document, file, "the request has no \(name)") }
-            return try JSONValues.uid(value, file, "the \(name)")
+        func part(_ value: Located?, _ name: String) -> EntityUID? {
+            do throws(PolicyDiagnostic) {
+                guard let value else { throw JSONValues.problem(document, file, "the request has no \(name)") }
+                return try JSONValues.uid(value, file, "the \(name)")
+            } catch {
+                problems.append(error)
+                return nil
+            }
         }
-        let principal = try part(principalValue, "principal")
-        let action = try part(actionValue, "action")
-        let resource = try part(resourceValue, "resource")
+        let principal = part(principalValue, "principal")
+        let action = part(actionValue, "action")
+        let resource = part(resourceValue, "resource")
         var context: [String: PolicyValue] = [:]
         if let contextValue {
-            guard case .object(let members) = contextValue.value else {
-                throw JSONValues.problem(contextValue, file, "the context must be a JSON object")
-            }
-            for (key, member) in members {
-                if key == "token", !tokenInContext {
-                    throw JSONValues.problem(member, file, "context.token is reserved: it is the principal's token, given by Keysmith")
+            if case .object(let members) = contextValue.value {
+                for (key, member) in members {
+                    if key == "token", !tokenInContext {
+                        problems.append(JSONValues.problem(member, file, "context.token is reserved: it is the principal's token, given by Keysmith"))
+                        continue
+                    }
+                    do throws(PolicyDiagnostic) {
+                        context[key] = try JSONValues.policyValue(member, file, "context.\(key)")
+                    } catch {
+                        problems.append(error)
+                    }
                 }
-                context[key] = try JSONValues.policyValue(member, file, "context.\(key)")
+            } else {
+                problems.append(JSONValues.problem(contextValue, file, "the context must be a JSON object"))
             }
         }
+        guard problems.isEmpty, let principal, let action, let resource else { throw PolicyDiagnostics(kind: .input, problems: problems) }
         return AuthorizationRequest(principal: principal, action: action, resource: resource, context: context)
     }
 }
@@ -76,8 +100,17 @@ extension AuthorizationRequest {
                 location: SourceLocation(file: "stdin", line: line, column: error.column), message: error.message)])
         }
         let location = SourceLocation(file: "stdin", line: line, column: 1)
+        var request: AuthorizationRequest
+        do {
+            request = try parseReportingAll(document, file: "stdin", allowing: ["scopes"])
+        } catch {
+            throw PolicyDiagnostics(kind: .input, problems: error.problems.map { problem in
+                var problem = problem
+                problem.location.line = line
+                return problem
+            })
+        }
         do throws(PolicyDiagnostic) {
-            var request = try parse(document, file: "stdin", allowing: ["scopes"])
             if let scopes = document["scopes"] {
                 guard case .array(let items) = scopes.value else { throw PolicyDiagnostic(location: location, message: "scopes must be an array of scope names") }
                 var granted: Set<Scope> = []

@@ -516,12 +516,17 @@ struct SchemaParser {
         case .set(let element):
             return resolve(element, entityTypes, seen: seen).map { .set($0) }
         case .record(let fields):
+            // Every field is resolved, so each unknown type among them is reported, not the first.
             var out: [String: SchemaAttribute] = [:]
+            var resolvedAll = true
             for (name, required, type, _) in fields {
-                guard let resolved = resolve(type, entityTypes, seen: seen) else { return nil }
+                guard let resolved = resolve(type, entityTypes, seen: seen) else {
+                    resolvedAll = false
+                    continue
+                }
                 out[name] = SchemaAttribute(type: resolved, required: required)
             }
-            return .record(out)
+            return resolvedAll ? .record(out) : nil
         case .name(var name, let location):
             if name.hasPrefix("__cedar::") { name.removeFirst("__cedar::".count) }
             if let common = commonTypes[name] {
