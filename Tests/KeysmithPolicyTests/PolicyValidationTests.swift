@@ -163,6 +163,11 @@ struct PolicyValidationTests {
         let error = try #require(Self.diagnostics { try schema.validate(try Policies(text: bad, file: "bad.cedar")) })
         #expect(Set(error.problems.map(\.location.line)) == [2, 4, 6], "\(error)")
         #expect(error.description.contains(#"context.token.since["photos:read"] is optional: test it first (context.token.since has "photos:read""#), "\(error)")
+        // An entity's optional attribute is named by its path, not by its type.
+        let users = try Schema(text: "entity User { suspended?: Bool }; action view appliesTo { principal: [User], resource: [User] };", file: "s")
+        let policy = try Policies(text: "permit (principal, action, resource) when { principal.suspended };")
+        let optional = try #require(Self.diagnostics { try users.validate(policy) })
+        #expect(optional.description.contains("principal.suspended is optional: test it first (principal has suspended && …)"), "\(optional)")
     }
 
     @Test("what `has` proves crosses `||` when both sides prove it, or when the other side is always false (as in Cedar); otherwise reading the optional attribute is an error",

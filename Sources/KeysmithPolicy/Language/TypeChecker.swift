@@ -371,7 +371,10 @@ struct TypeChecker {
             }
             if !attribute.required, path.map({ !known.contains($0) }) ?? true {
                 let written = PolicyPrinter.identifierOrString(name)
-                let access = PolicyPrinter.isIdentifier(name) ? "\(owner).\(name)" : "\(owner)[\(written)]"
+                // `principal.suspended`, `context.token.since["photos:read"]`; without a path to
+                // the base, `the attribute suspended of entity of type User`.
+                let access = Self.path(base).map { PolicyPrinter.isIdentifier(name) ? "\($0).\(name)" : "\($0)[\(written)]" }
+                    ?? "the attribute \(written) of \(owner)"
                 report(expression, "\(access) is optional: test it first (\(Self.path(base) ?? "…") has \(written) && …)")
             }
             return plain(StaticType(attribute.type))
