@@ -112,11 +112,7 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     /// the tokens it changed.
     public func concerns(service: String?, account: String?) -> Bool {
         if (service == nil || self.service == service) && (account == nil || self.account == account) { return true }
-        if let tokenReferences {
-            return tokenReferences.contains { (service == nil || $0.service == service) && (account == nil || $0.account == account) }
-        }
-        // An entry written before `tokenReferences`: each token is `ACCOUNT at SERVICE`, matched
-        // from its ends (a name holding " at " may match more tokens than the one asked for).
+        // Each token is `ACCOUNT at SERVICE`, matched from its ends.
         return tokens.contains { token in
             switch (service, account) {
             case let (service?, account?): token == "\(account) at \(service)"
@@ -136,10 +132,6 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     public var detail: String
     /// For a bulk change, every token it changed (`ACCOUNT at SERVICE`); empty otherwise.
     public var tokens: [String]
-    /// The same tokens by service and account, which a name holding " at " cannot blur; `nil`
-    /// for entries that name no tokens and for entries written before Keysmith recorded them
-    /// (absent from their canonical form, so their hashes are unchanged).
-    public var tokenReferences: [TokenReference]? = nil
     /// Who made the change (`nil` in entries written before Keysmith recorded it).
     public var actor: AuditActor?
     /// The previous entry's hash (64 zeros for the first).
@@ -192,10 +184,9 @@ enum AuditLog {
         var account: String
         var scopes: [String]
         var detail: String
-        /// For a bulk change, every token it changed.
-        var tokens: [TokenReference] = []
+        var tokens: [String] = []
 
-        init(_ event: String, _ service: String, _ account: String, _ scopes: [String], _ detail: String, tokens: [TokenReference] = []) {
+        init(_ event: String, _ service: String, _ account: String, _ scopes: [String], _ detail: String, tokens: [String] = []) {
             self.event = event
             self.service = service
             self.account = account
@@ -240,8 +231,8 @@ enum AuditLog {
         for event in events {
             var entry = AuditEntry(
                 sequence: previous.sequence + 1, time: time, event: event.event, service: event.service,
-                account: event.account, scopes: event.scopes.sorted(), detail: event.detail, tokens: event.tokens.map(\.description),
-                tokenReferences: event.tokens.isEmpty ? nil : event.tokens, actor: actor, previousHash: previous.hash, hash: "")
+                account: event.account, scopes: event.scopes.sorted(), detail: event.detail, tokens: event.tokens,
+                actor: actor, previousHash: previous.hash, hash: "")
             entry.hash = try entry.computedHash()
             operations.append(.create(ItemAttributes(key: entryKey(entry.sequence)), secret: try TokenCoding.encode(entry)))
             previous = Head(sequence: entry.sequence, hash: entry.hash)

@@ -174,7 +174,7 @@ extension TokenKeeper {
             let event = Event("bulk-revoke", filter.service ?? "*", "*", scopes.map(\.rawValue),
                               "bulk: \(reason); service \(filter.service ?? "*"); client \(filter.clientID ?? "*"); "
                                   + "subject \(filter.subject ?? "*"); \(tokens.count) token(s)",
-                              tokens: report.changedTokens)
+                              tokens: report.changedTokens.map(\.description))
             return (tokens, [event])
         }
         return report

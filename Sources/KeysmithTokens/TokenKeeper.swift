@@ -223,7 +223,7 @@ public final class TokenKeeper: Sendable {
             }
             guard !writes.isEmpty else { return ([], []) }
             let detail = "batch of \(writes.count): \(imported.count) imported, \(updated.count) " + (replacing ? "replaced" : "updated")
-            return (writes, [Event("import-batch", "*", "*", [], detail, tokens: imported + updated)])
+            return (writes, [Event("import-batch", "*", "*", [], detail, tokens: (imported + updated).map(\.description))])
         }
         return (imported, updated)
     }
