@@ -51,6 +51,31 @@ struct CommandOutputPromisesTests {
         #expect(news.stdout.split(separator: "\n").count == 1, "\(news.stdout)")
     }
 
+    @Test("audit show --account with names holding \" at \": a bulk entry names tokens as ACCOUNT at SERVICE, so it may match more tokens than asked for, never fewer (as documented)")
+    func auditFiltersWithAtInNames() throws {
+        let keysmith = try Keysmith.withVault()
+        defer { keysmith.cleanup() }
+        // The token "a at b" at service "c" and the token "a" at service "b at c" are both
+        // written `a at b at c`; the bulk change touches only the first.
+        #expect(try keysmith.run(["token", "import", "--service", "c", "--account", "a at b"],
+                                 stdin: #"{"access_token":"A","token_type":"Bearer","scope":"write"}"#).status == 0)
+        #expect(try keysmith.run(["token", "import", "--service", "b at c", "--account", "a"],
+                                 stdin: #"{"access_token":"B","token_type":"Bearer","scope":"read"}"#).status == 0)
+        #expect(try keysmith.run(["revoke", "--scope", "write", "--reason", "cleanup", "--yes"]).status == 0)
+        func events(_ arguments: [String]) throws -> [String] {
+            let shown = try keysmith.run(["audit", "show", "--json"] + arguments)
+            #expect(shown.status == 0, "\(shown.output)")
+            let entries = try #require((try JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [String: Any])?["entries"] as? [[String: Any]])
+            return entries.compactMap { $0["event"] as? String }
+        }
+        // Never fewer: the token the bulk change touched finds it, by account and by service.
+        #expect(try events(["--account", "a at b"]) == ["import", "bulk-revoke"])
+        #expect(try events(["--service", "c", "--account", "a at b"]) == ["import", "bulk-revoke"])
+        // More: the other token's filters match the same text.
+        #expect(try events(["--account", "a", "--service", "b at c"]) == ["import", "bulk-revoke"])
+        #expect(try keysmith.run(["audit", "verify"]).status == 0)
+    }
+
     @Test("secret list --json shows every attribute an item has: creator, the flags and generic data too (the golden vault's items)")
     func listingsShowEveryAttribute() throws {
         var keysmith = try Keysmith()

@@ -143,6 +143,23 @@ struct TokenKeeperTests {
         #expect(try keeper.auditEntries().count == entries)
     }
 
+    @Test("an audit entry stores exactly the documented fields: older Keysmith versions hash what they can decode, so an added field would make them report every new entry as edited (a shared PostgreSQL log is read by every version in a fleet)")
+    func auditEntryFieldsAreFixed() throws {
+        let store = MemoryStore()
+        let keeper = TokenKeeper(store: store, actor: .current(command: "test"))
+        try keeper.importResponse(standard, service: "news", account: "bob", requested: ["groups:read", "posts:write"])
+        try keeper.importResponse(standard, service: "news", account: "eve", requested: ["groups:read", "posts:write"])
+        _ = try keeper.revoke(scopes: ["posts:write"], matching: TokenFilter(service: "news"), reason: "bulk")
+        let entries = try store.search(ItemQuery(namespace: .keysmith, recordType: .auditEntry))
+        #expect(entries.count == 3)
+        for info in entries {
+            let stored = try #require(try store.read(info.key))
+            let object = try #require(try JSONSerialization.jsonObject(with: stored.secret) as? [String: Any])
+            #expect(Set(object.keys) == ["sequence", "time", "event", "service", "account", "scopes", "detail", "tokens", "actor", "previousHash", "hash"],
+                    "docs/guide.md lists these fields; a new one breaks older verifiers: \(object.keys.sorted())")
+        }
+    }
+
     @Test("every change is in the audit log, chained; edits, reorders and deletions are detected")
     func auditChain() throws {
         let store = MemoryStore()
