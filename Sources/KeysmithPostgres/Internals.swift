@@ -212,6 +212,7 @@ final class Session: @unchecked Sendable {
     /// TLS 1.2 at least, verifying the server as the mode says against `trustedRoots` or the
     /// system's roots.
     private static func tls(_ settings: PostgresConnectionSettings) throws -> PostgresConnection.Configuration.TLS {
+        if let problem = settings.tlsProblem { throw KeysmithError.invalidArgument(problem) }
         var configuration = TLSConfiguration.makeClientConfiguration()
         configuration.minimumTLSVersion = .tlsv12
         switch settings.tls {
@@ -259,7 +260,10 @@ final class Session: @unchecked Sendable {
     /// The server's reason, without the query text or its bindings (they may hold ciphertext).
     static func reason(_ error: any Error) -> String {
         if let error = error as? PSQLError {
-            if let message = error.serverInfo?[.message] { return message }
+            // The server's words, kept on one line: before TLS (a refusal answering the request
+            // for it) they come from whoever answered, unauthenticated, and may hold line breaks
+            // or terminal escapes meant to forge output.
+            if let message = error.serverInfo?[.message] { return OneLine.escaped(message) }
             if error.code == .sslUnsupported { return "the server does not offer TLS (sslmode asks for it)" }
             if let underlying = error.underlying, let tls = tlsReason(underlying) { return tls }
             return String(describing: error.code)

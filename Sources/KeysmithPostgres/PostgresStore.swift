@@ -65,6 +65,9 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
 
     /// Settings for TCP. `tls` `nil` is the default for the host: ``TLSMode/disable`` for a
     /// loopback address (`localhost`, `127.x.x.x`, `::1`), ``TLSMode/verifyFull`` for any other.
+    /// The default is chosen here, once: setting ``host`` later does not change ``tls``.
+    /// Connecting refuses (``KeysmithError/Code/invalidArgument``) `trustedRoots` with
+    /// `disable` or `require` (they would be ignored) and `verifyCA` without them.
     public init(host: String, port: Int = 5432, user: String, password: String? = nil, database: String,
                 tls: TLSMode? = nil, trustedRoots: String? = nil) {
         self.socketPath = nil
@@ -96,7 +99,15 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
     public init(url: String) throws {
         let scheme = url.hasPrefix("postgresql://") ? "postgresql://" : url.hasPrefix("postgres://") ? "postgres://" : nil
         guard let scheme else { throw KeysmithError.invalidArgument("a database URL starts with postgresql://") }
+        // Nothing of the URL's text is repeated while it may still be a password's: a `#` or a
+        // `?` written unescaped in a password would cut it at the wrong place.
+        guard !url.contains("#") else {
+            throw KeysmithError.invalidArgument("the database URL holds a #: write # in a user, a password or a name as %23")
+        }
         var rest = Substring(url.dropFirst(scheme.count))
+        if let question = rest.firstIndex(of: "?"), rest[question...].contains("@") {
+            throw KeysmithError.invalidArgument("the database URL has a ? before its @: write ? in a user or a password as %3F")
+        }
         var queryHost: String?
         var queryPort: Int?
         var mode: TLSMode?
@@ -112,8 +123,7 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
                 switch parts[0] {
                 case "host": queryHost = try Self.decoded(parts[1], "host parameter")
                 case "port":
-                    guard let port = Int(parts[1]), (1...65535).contains(port) else { throw KeysmithError.invalidArgument("the database URL's port is not a port") }
-                    queryPort = port
+                    queryPort = try Self.port(parts[1])
                 case "sslmode":
                     guard let given = TLSMode(rawValue: parts[1]) else {
                         let fallsBack = parts[1] == "prefer" || parts[1] == "allow"
@@ -133,7 +143,11 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
             rest = rest[..<question]
         }
         guard let slash = rest.firstIndex(of: "/") else { throw KeysmithError.invalidArgument("the database URL names no database (…/DATABASE)") }
-        let database = try Self.decoded(rest[rest.index(after: slash)...], "database name")
+        let databaseText = rest[rest.index(after: slash)...]
+        guard !databaseText.contains("/") else {
+            throw KeysmithError.invalidArgument("the database URL's path is one database name (write / in a name as %2F)")
+        }
+        let database = try Self.decoded(databaseText, "database name")
         guard !database.isEmpty else { throw KeysmithError.invalidArgument("the database URL names no database (…/DATABASE)") }
         var authority = rest[..<slash]
         var user = "keysmith"
@@ -152,14 +166,18 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
         var host = String(authority)
         var port = queryPort ?? 5432
         if let colon = host.lastIndex(of: ":"), !host.hasPrefix("[") || host[..<colon].hasSuffix("]") {
-            guard let parsed = Int(host[host.index(after: colon)...]), (1...65535).contains(parsed) else {
-                throw KeysmithError.invalidArgument("the database URL's port is not a port")
-            }
-            port = parsed
+            port = try Self.port(host[host.index(after: colon)...])
             host = String(host[..<colon])
         }
         // An IPv6 literal is written in brackets in a URL (`[::1]:5432`); the address is inside.
-        if host.hasPrefix("[") && host.hasSuffix("]") && host.count > 2 { host = String(host.dropFirst().dropLast()) }
+        if host.hasPrefix("[") && host.hasSuffix("]") && host.count > 2 {
+            host = String(host.dropFirst().dropLast())
+        } else {
+            guard !host.contains(":") && !host.contains("[") && !host.contains("]") else {
+                throw KeysmithError.invalidArgument("the database URL's host is malformed (an IPv6 address is written in brackets: [::1]:5432)")
+            }
+            host = try Self.decoded(host, "host")
+        }
         if let queryHost, queryHost.hasPrefix("/") {
             guard mode == nil || mode == .disable, roots == nil else {
                 throw KeysmithError.invalidArgument("TLS is not used over a Unix socket (host=/…): remove sslmode and sslrootcert, or connect to a host")
@@ -170,9 +188,7 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
             guard !name.isEmpty else { throw KeysmithError.invalidArgument("the database URL names no host (add ?host=/socket/directory for a socket)") }
             self.init(host: name, port: port, user: user, password: password, database: database,
                       tls: mode ?? (roots != nil ? .verifyFull : nil), trustedRoots: roots)
-            if roots != nil, tls == .disable || tls == .require {
-                throw KeysmithError.invalidArgument("sslrootcert is used to verify the server: give it with sslmode=verify-ca or verify-full")
-            }
+            if let problem = tlsProblem { throw KeysmithError.invalidArgument(problem) }
         }
     }
 
@@ -183,7 +199,17 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
         guard let decoded = String(text).removingPercentEncoding else {
             throw KeysmithError.invalidArgument("the database URL's \(part) has a malformed %-escape (write % itself as %25)")
         }
+        // A NUL would end the name where the server reads it, not where it was written.
+        guard !decoded.utf8.contains(0) else { throw KeysmithError.invalidArgument("the database URL's \(part) holds a NUL (%00)") }
         return decoded
+    }
+
+    /// A port: decimal digits only (no sign, no space), 1 to 65535.
+    private static func port(_ text: some StringProtocol) throws -> Int {
+        guard !text.isEmpty, text.count <= 5, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let port = Int(text), (1...65535).contains(port) else {
+            throw KeysmithError.invalidArgument("the database URL's port is not a port (1 to 65535)")
+        }
+        return port
     }
 
     /// `database D as U on /socket` or `… on host:port`, never the password. It names the
@@ -192,6 +218,20 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
     /// make a store look new.
     public var description: String {
         "database \(database) as \(user) on \(socketPath ?? "\(host ?? "?"):\(port)")"
+    }
+
+    /// Why `tls` and `trustedRoots` do not go together, if they do not: roots that would be
+    /// ignored (with `disable` or `require`), or `verify-ca` without roots (against the
+    /// system's public roots, with no name check, any certificate any public CA issued for any
+    /// name would pass: no better than `require`).
+    var tlsProblem: String? {
+        if trustedRoots != nil, tls == .disable || tls == .require {
+            return "sslrootcert is used to verify the server: give it with sslmode=verify-ca or verify-full"
+        }
+        if tls == .verifyCA, trustedRoots == nil {
+            return "sslmode=verify-ca needs sslrootcert (your CA): against the system's public roots, without a name check, any publicly issued certificate would pass"
+        }
+        return nil
     }
 
     /// How the connection is protected, for messages: `Unix socket`, `no TLS`, `TLS verify-full`.

@@ -93,45 +93,33 @@ struct TLSTests {
         #expect(try Self.isTLS(try PostgresConnectionSettings(url: base)) == false)
     }
 
-    @Test("TLS settings in URLs: verify-full by default off this machine, plain text on loopback; modes that fall back to plain text, TLS over a socket, roots without verification and a parameter given twice are refused")
-    func urls() throws {
-        for (url, mode) in [
-            ("postgresql://u@db.internal/k", PostgresConnectionSettings.TLSMode.verifyFull),
-            ("postgresql://u@10.0.0.5:6543/k", .verifyFull),
-            ("postgresql://u@localhost/k", .disable),
-            ("postgresql://u@127.0.0.1/k", .disable),
-            ("postgresql://u@127.1.2.3/k", .disable),
-            ("postgresql://u@/k?host=::1", .disable),
-            ("postgresql://u@[::1]:5433/k", .disable),
-            ("postgresql://u@[2001:db8::7]/k", .verifyFull),
-            ("postgresql://u@localhost/k?sslrootcert=/etc/ca.pem", .verifyFull),
-            ("postgresql://u@db.internal/k?sslmode=disable", .disable),
-            ("postgresql://u@db.internal/k?sslmode=require", .require),
-            ("postgresql://u@db.internal/k?sslmode=verify-ca&sslrootcert=/etc/ca.pem", .verifyCA),
-            ("postgresql://u@/k?host=/run/postgresql", .disable),
-            ("postgresql://u@/k?host=/run/postgresql&sslmode=disable", .disable),
-        ] {
-            let settings = try PostgresConnectionSettings(url: url)
-            #expect(settings.tls == mode, "\(url)")
+    @Test("whoever answers the request for TLS with an error cannot forge output: its words stay on the error's line, line breaks and terminal escapes escaped")
+    func preTLSRefusalIsEscaped() throws {
+        // A listener that answers the first message (the request for TLS) with an ErrorResponse.
+        let script = #"""
+            import socket, struct
+            s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1); print(s.getsockname()[1], flush=True)
+            c, _ = s.accept(); c.recv(8)
+            body = b"SFATAL\0C08P01\0Mhello\nkeysmith: forged line \x1b[31mred\0\0"
+            c.sendall(b"E" + struct.pack("!I", len(body) + 4) + body); c.close()
+            """#
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        defer { process.terminate(); process.waitUntilExit() }
+        var line = Data()
+        while !line.contains(10) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            line += chunk
         }
-        let bracketed = try PostgresConnectionSettings(url: "postgresql://u@[::1]:5433/k")
-        #expect(bracketed.host == "::1" && bracketed.port == 5433, "an IPv6 literal is used without its brackets")
-        #expect(try PostgresConnectionSettings(url: "postgresql://u@localhost.evil.example/k").tls == .verifyFull)
-        #expect(try PostgresConnectionSettings(url: "postgresql://u@127.0.0.1.example/k").tls == .verifyFull)
-        for url in [
-            "postgresql://u:pw@db.internal/k?sslmode=prefer",
-            "postgresql://u:pw@db.internal/k?sslmode=allow",
-            "postgresql://u:pw@db.internal/k?sslmode=VERIFY-FULL",
-            "postgresql://u:pw@/k?host=/run/postgresql&sslmode=require",
-            "postgresql://u:pw@/k?host=/run/postgresql&sslrootcert=/etc/ca.pem",
-            "postgresql://u:pw@db.internal/k?sslmode=require&sslrootcert=/etc/ca.pem",
-            "postgresql://u:pw@db.internal/k?sslmode=disable&sslrootcert=/etc/ca.pem",
-            "postgresql://u:pw@db.internal/k?sslrootcert=",
-            "postgresql://u:pw@db.internal/k?sslmode=verify-full&sslmode=disable",
-        ] {
-            let error = #expect(throws: KeysmithError.self, "\(url)") { try PostgresConnectionSettings(url: url) }
-            #expect(error?.code == .invalidArgument, "\(url)")
-            #expect(error?.message.contains("pw") == false)
-        }
+        let port = try #require(Int(String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)))
+        let refused = Self.refusal("postgresql://keysmith@localhost:\(port)/keysmith?sslmode=require")
+        let message = try #require(refused?.message)
+        #expect(message.contains(#"hello\nkeysmith: forged line \u{1B}[31mred"#), "\(message)")
+        #expect(!message.contains("\n") && !message.contains("\u{1B}"), "\(message)")
     }
 }

@@ -1,4 +1,5 @@
 public import Foundation
+import Keysmith
 public import KeysmithTokens
 
 /// A principal's token as policies see it: `context.token.granted`, `.declined`, `.expired` and
@@ -320,52 +321,6 @@ public struct ScopeFact: Sendable, Hashable, CustomStringConvertible {
         }
         if let reason, !reason.isEmpty { text += " (\(reason))" }
         return OneLine.escaped(text)
-    }
-}
-
-/// Text made to stay on its line: decisions are printed one reason per line, and a scope name, a
-/// revocation's reason or a policy id is anybody's text, so a line break in one must not start a
-/// line of its own (a forged `allow:` under a denial, say).
-package enum OneLine {
-    /// `text` with control characters, line and paragraph separators and bidirectional
-    /// controls written as escapes (`\n`, `\r`, `\t`, `\u{202E}`).
-    package static func escaped(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: needsEscape) else { return text }
-        var out = ""
-        for scalar in text.unicodeScalars {
-            if let escape = escape(scalar, uppercase: true) { out += escape } else { out.unicodeScalars.append(scalar) }
-        }
-        return out
-    }
-
-    /// How `scalar` is written when it must not appear raw (``needsEscape(_:)``): `\n`, `\r`,
-    /// `\t`, else `\u{hex}` (hex digits in `uppercase` or not); `nil` for any other scalar.
-    static func escape(_ scalar: Unicode.Scalar, uppercase: Bool) -> String? {
-        switch scalar {
-        case "\n": "\\n"
-        case "\r": "\\r"
-        case "\t": "\\t"
-        case _ where needsEscape(scalar): unicodeEscape(scalar, uppercase: uppercase)
-        default: nil
-        }
-    }
-
-    /// `\u{hex}`, the policy language's escape of any scalar.
-    static func unicodeEscape(_ scalar: Unicode.Scalar, uppercase: Bool) -> String {
-        "\\u{" + String(scalar.value, radix: 16, uppercase: uppercase) + "}"
-    }
-
-    /// Policy text on one line: each line break, with the indentation after it, is one space.
-    static func policyText(_ text: String) -> String {
-        guard text.contains(where: \.isNewline) else { return escaped(text) }
-        return escaped(text.split(whereSeparator: \.isNewline).map { $0.drop(while: \.isWhitespace) }.joined(separator: " "))
-    }
-
-    static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
-        switch scalar.value {
-        case 0..<0x20, 0x7F..<0xA0, 0x061C, 0x200E, 0x200F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069: true
-        default: false
-        }
     }
 }
 

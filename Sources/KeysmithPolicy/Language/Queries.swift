@@ -1,4 +1,5 @@
 import Foundation
+import Keysmith
 import KeysmithTokens
 
 /// A change that would turn a denial into an allow.

@@ -1,3 +1,5 @@
+import Keysmith
+
 /// An entity's identity: its type and its id, written `Photo::"42"`.
 ///
 /// Two entities with the same id and different types are different: `Photo::"42"` is not
