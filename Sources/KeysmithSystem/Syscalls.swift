@@ -268,6 +268,13 @@ package enum System {
         guard let value = getenv(name) else { return nil }
         return String(cString: value)
     }
+
+    /// Whether the variable `name` is set and its bytes are not UTF-8 (``environment(_:)``
+    /// then holds U+FFFD in their place, so two different byte strings read the same).
+    package static func environmentIsNotUTF8(_ name: String) -> Bool {
+        guard let value = getenv(name) else { return false }
+        return String(validatingCString: value) == nil
+    }
 }
 
 /// Flags for ``System/open(_:flags:mode:)``, re-exported so callers need not import Glibc.

@@ -169,12 +169,17 @@ extension StoreOptions {
     }
 }
 
-/// A new passphrase from the environment variable `name`, when it is set. Refused when it holds
-/// a line break (`\n` or `\r`): `--passphrase-fd` reads to the first newline (dropping a `\r`
-/// before it) and a prompt reads one line, so neither could ever give that passphrase back, and
-/// the vault or database would open from the environment only.
+/// A new passphrase from the environment variable `name`, when it is set. Refused when its bytes
+/// are not UTF-8 or it holds a line break (`\n` or `\r`): `--passphrase-fd` reads raw bytes to
+/// the first newline (dropping a `\r` before it) and a prompt reads one line, so neither could
+/// ever give that passphrase back, and the vault or database would open from the environment only.
 func newPassphrase(fromEnvironment name: String) throws -> String? {
     guard let value = System.environment(name) else { return nil }
+    // Read as text, bytes that are not UTF-8 became U+FFFD, which --passphrase-fd (raw bytes)
+    // could not give back either.
+    guard !System.environmentIsNotUTF8(name) else {
+        throw KeysmithError.invalidArgument("\(name) is not UTF-8 text, so --passphrase-fd and the prompt could never give it back; nothing was created or changed")
+    }
     guard !value.utf8.contains(where: { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") }) else {
         throw KeysmithError.invalidArgument(
             "\(name) holds a line break, which --passphrase-fd and the prompt can never give back; nothing was created or changed")

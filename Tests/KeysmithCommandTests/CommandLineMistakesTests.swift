@@ -133,6 +133,10 @@ struct CommandLineMistakesTests {
             #expect(created.stderr.contains("KEYSMITH_PASSPHRASE holds a line break"), "\(created.stderr)")
             #expect(!FileManager.default.fileExists(atPath: keysmith.vault + "/header"))
         }
+        // Bytes that are not UTF-8 (read as text they became U+FFFD; the descriptor gives the bytes).
+        let notUTF8 = try Self.shell(keysmith, #"KEYSMITH_PASSPHRASE="$(printf 'ab\377')" "$KS" init --scrypt-log-n 14"#)
+        #expect(notUTF8.status == 64 && notUTF8.stderr.contains("KEYSMITH_PASSPHRASE is not UTF-8"), "\(notUTF8.output)")
+        #expect(!FileManager.default.fileExists(atPath: keysmith.vault + "/header"))
         // The passphrase without its newline, as the descriptor gives it, is what works.
         #expect(try keysmith.run(["init", "--scrypt-log-n", "14"], environment: ["KEYSMITH_PASSPHRASE": "pass"]).status == 0)
         try "pass\n".write(toFile: keysmith.directory + "/pass", atomically: true, encoding: .utf8)
@@ -144,6 +148,10 @@ struct CommandLineMistakesTests {
             #expect(passwd.stderr.contains("KEYSMITH_NEW_PASSPHRASE holds a line break"), "\(passwd.stderr)")
             #expect(!passwd.stderr.contains("new"), "the passphrase is not echoed: \(passwd.stderr)")
         }
+        let passwdNotUTF8 = try Self.shell(keysmith, #"KEYSMITH_PASSPHRASE=pass KEYSMITH_NEW_PASSPHRASE="$(printf 'q\376')" "$KS" vault passwd --scrypt-log-n 14"#)
+        #expect(passwdNotUTF8.status == 64, "\(passwdNotUTF8.output)")
+        // An existing vault still opens from the environment whatever its bytes (only new ones are checked).
+        #expect(try keysmith.run(["secret", "list"], environment: ["KEYSMITH_PASSPHRASE": "pass"]).status == 0)
         #expect(try Self.shell(keysmith, #""$KS" secret list --passphrase-fd 3 3<pass"#).status == 0, "the passphrase did not change")
     }
 
