@@ -242,6 +242,18 @@ struct PolicyCommandTests {
         #expect(result.stderr.contains("broken.cedar:1:"), "\(result.stderr)")
         #expect(result.stderr.contains("twice.cedar:1:") && result.stderr.contains("is used twice"), "\(result.stderr)")
         #expect(result.stderr.contains("keysmith: 4 problem(s)"), "\(result.stderr)")
+        // Within one file too: an id used twice, and a syntax error in one policy, leave the
+        // file's other policies type-checked.
+        try """
+            @id("y") permit (principal is User, action == Action::"post", resource) when { principal.super_admn };
+            @id("y") permit (principal, action == Action::"delet", resource);
+            permit (principal, action, resource) when { principal.super_admin && };
+            """.write(toFile: keysmith.directory + "/one.cedar", atomically: true, encoding: .utf8)
+        let one = try keysmith.run(["policy", "validate", "--schema", Self.schema, "--policies", keysmith.directory + "/one.cedar"])
+        #expect(one.status == 64)
+        for expected in ["one.cedar:2:10: the policy id \"y\" is used twice", "super_admn", "Action::\"delet\" is not declared", "one.cedar:3:", "4 problem(s)"] {
+            #expect(one.stderr.contains(expected), "\(expected): \(one.stderr)")
+        }
     }
 
     @Test("a policy nested deeper than 200 levels is a syntax error at file:line:column for every command that reads policies (a chain of 100,000 || crashed them, 4,000 already did)")

@@ -477,18 +477,23 @@ public struct Policies: Sendable {
         var problems: [PolicyDiagnostic] = []
         var ids: [String: SourceLocation] = [:]
         for (file, text) in files {
-            do {
-                let isJSON = text.first { !$0.isWhitespace } == "{"
-                for parsed in isJSON ? try PolicyJSON.parse(Array(text.utf8), file: file) : try PolicyParser.parse(text, file: file) {
-                    let policy = parsed.hasExplicitID ? parsed : parsed.renamed("policy\(all.count)")
-                    if let earlier = ids[policy.id] {
-                        problems.append(PolicyDiagnostic(location: policy.location, message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at \(earlier))"))
-                    }
-                    ids[policy.id] = policy.location
-                    all.append(policy)
+            // A text file's policies that parse are kept beside its syntax problems (each stops
+            // only its own policy); a JSON file is read whole or not at all.
+            var parsedPolicies: [ParsedPolicy] = []
+            if text.first(where: { !$0.isWhitespace }) == "{" {
+                do { parsedPolicies = try PolicyJSON.parse(Array(text.utf8), file: file) } catch { problems += error.problems }
+            } else {
+                let (policies, syntax) = PolicyParser.parseReportingAll(text, file: file)
+                parsedPolicies = policies
+                problems += syntax
+            }
+            for parsed in parsedPolicies {
+                let policy = parsed.hasExplicitID ? parsed : parsed.renamed("policy\(all.count)")
+                if let earlier = ids[policy.id] {
+                    problems.append(PolicyDiagnostic(location: policy.location, message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at \(earlier))"))
                 }
-            } catch {
-                problems += error.problems
+                ids[policy.id] = policy.location
+                all.append(policy)
             }
         }
         return (all, problems)

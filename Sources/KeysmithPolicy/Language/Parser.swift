@@ -84,30 +84,39 @@ struct PolicyParser {
     /// Parses every policy, reporting every policy that does not parse (each problem stops only
     /// its own policy).
     static func parse(_ text: String, file: String) throws(PolicyDiagnostics) -> [ParsedPolicy] {
+        var (policies, problems) = parseReportingAll(text, file: file)
+        var ids: [String: SourceLocation] = [:]
+        for policy in policies {
+            if let earlier = ids[policy.id] {
+                problems.append(PolicyDiagnostic(location: policy.location,
+                                                 message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at line \(earlier.line))"))
+            }
+            ids[policy.id] = policy.location
+        }
+        if !problems.isEmpty { throw PolicyDiagnostics(kind: .syntax, problems: problems.sorted { ($0.location.line, $0.location.column) < ($1.location.line, $1.location.column) }) }
+        return policies
+    }
+
+    /// Every policy that parses and every policy's syntax problem (ids used twice are not
+    /// checked: the caller checks them across files), so the policies that did parse can still
+    /// be type-checked in the same run.
+    static func parseReportingAll(_ text: String, file: String) -> (policies: [ParsedPolicy], problems: [PolicyDiagnostic]) {
         var lexer = Lexer(text: text, file: file)
         let tokens: [Lexer.Located]
-        do { tokens = try lexer.tokens() } catch { throw PolicyDiagnostics(kind: .syntax, problems: [error]) }
+        do { tokens = try lexer.tokens() } catch { return ([], [error]) }
         var parser = PolicyParser(tokens: tokens, source: text.unicodeScalars, file: file)
         var policies: [ParsedPolicy] = []
         var problems: [PolicyDiagnostic] = []
-        var ids: [String: SourceLocation] = [:]
         while parser.current.token != .end {
             let start = parser.position
             do {
-                let policy = try parser.policy(index: policies.count + problems.count)
-                if let earlier = ids[policy.id] {
-                    problems.append(PolicyDiagnostic(location: policy.location,
-                                                     message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at line \(earlier.line))"))
-                }
-                ids[policy.id] = policy.location
-                policies.append(policy)
+                policies.append(try parser.policy(index: policies.count + problems.count))
             } catch {
                 problems.append(error)
                 parser.skipPolicy(from: start)
             }
         }
-        if !problems.isEmpty { throw PolicyDiagnostics(kind: .syntax, problems: problems) }
-        return policies
+        return (policies, problems)
     }
 
     private init(tokens: [Lexer.Located], source: String.UnicodeScalarView, file: String) {
