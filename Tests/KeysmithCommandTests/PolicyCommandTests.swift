@@ -323,6 +323,7 @@ struct PolicyCommandTests {
             not json
             {"principal":"User::\\"root\\"","action":"Action::\\"delete\\"","resource":"Group::\\"g1\\"","action":"Action::\\"browse\\""}
             {"principal":"User::\\"root\\"","action":"Action::\\"delet\\"","resource":"Group::\\"g1\\""}
+            {"principal":"Usr::root","action":"Action::\\"post\\"","resource":"Group::\\"g1\\"","scopes":"posts:write"}
 
             """
         input.fileHandleForWriting.write(Data(rest.utf8))
@@ -330,11 +331,13 @@ struct PolicyCommandTests {
         let remaining = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         let lines = remaining.split(separator: "\n").map(String.init)
-        #expect(lines.count == 4)
+        #expect(lines.count == 5)
         #expect(lines[0].hasPrefix(#"{"decision":"allow","determining":[{"id":"super-admin""#))
         #expect(lines[1].hasPrefix(#"{"line":3,"error":"invalid request""#))
         #expect(lines[2].contains("appears twice"))
         #expect(lines[3].contains("did you mean delete?"))
+        // Every problem of a line at once: the principal and the scopes.
+        #expect(lines[4].contains("the principal is not an entity") && lines[4].contains("scopes must be an array"), "\(lines[4])")
         #expect(process.terminationStatus == 64)
     }
 

@@ -67,7 +67,7 @@ struct ApplicationTests {
         var allowed = 0, disagreements: [String] = []
         var determining: [String: Int] = [:]
         for item in requests {
-            var request = try AuthorizationRequest.parse(item, file: application, allowing: ["token", "decision", "reasons", "errors"])
+            var request = try AuthorizationRequest.parseReportingAll(item, file: application, allowing: ["token", "decision", "reasons", "errors"])
             try schema.validate(request)
             request.token = try Self.token(item["token"])
             let decision = policies.isAuthorized(request, entities: entities)

@@ -72,7 +72,7 @@ struct OracleTests {
             #expect(cedarJSON.ids.sorted() == policies.ids.sorted())
             let entities = try EntityStore(json: Array(JSONOut.encode(entitiesValue.value).utf8))
             for item in requests {
-                let request = try AuthorizationRequest.parse(item, file: "oracle", allowing: ["decision", "reasons", "errors"], tokenInContext: true)
+                let request = try AuthorizationRequest.parseReportingAll(item, file: "oracle", allowing: ["decision", "reasons", "errors"], tokenInContext: true)
                 let decision = policies.isAuthorized(request, entities: entities)
                 for (form, other) in [("Cedar's JSON", cedarJSON), ("Keysmith's JSON", ownJSON), ("printed text", printed)] {
                     let again = other.isAuthorized(request, entities: entities)
@@ -156,10 +156,10 @@ struct ValidationOracleTests {
             try schema.validate(entities)
             try entities.add(schema.actionEntities.filter { entities[$0.uid] == nil })
             for item in requests {
-                var request = try AuthorizationRequest.parse(item, file: "oracle", allowing: ["decision", "reasons", "errors"], tokenInContext: true)
+                var request = try AuthorizationRequest.parseReportingAll(item, file: "oracle", allowing: ["decision", "reasons", "errors"], tokenInContext: true)
                 request.context["token"] = nil
                 try schema.validate(request)
-                request = try AuthorizationRequest.parse(item, file: "oracle", allowing: ["decision", "reasons", "errors"], tokenInContext: true)
+                request = try AuthorizationRequest.parseReportingAll(item, file: "oracle", allowing: ["decision", "reasons", "errors"], tokenInContext: true)
                 let decision = policies.isAuthorized(request, entities: entities)
                 requestsEvaluated += 1
                 for failure in decision.failures {

@@ -64,10 +64,10 @@ enum PolicyJSON {
                 action = .equal(try uid(actionFields["entity"], "the action", in: actionValue))
             case "in":
                 if let list = actionFields["entities"] {
+                    guard case .array(let items) = list.value else { throw problem(list, "entities must be an array") }
                     if actionFields["entity"] != nil {
                         throw problem(actionValue, "the action constraint with op \"in\" has both \"entity\" and \"entities\": give one")
                     }
-                    guard case .array(let items) = list.value else { throw problem(list, "entities must be an array") }
                     var uids: [EntityUID] = []
                     for item in items { uids.append(try headUID(item, "an action")) }
                     action = .within(uids)

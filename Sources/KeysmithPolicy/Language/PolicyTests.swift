@@ -67,7 +67,14 @@ public struct PolicyTestSuite: Sendable {
                     let caseFields = try JSONValues.members(item, file, "a test case", allowed: ["name", "request", "scopes", "expect", "determining"])
                     let name = try JSONValues.string(caseFields["name"], file, "the case's name", in: item)
                     guard let requestValue = caseFields["request"] else { throw JSONValues.problem(item, file, "the case \(name) has no request") }
-                    var request = try AuthorizationRequest.parse(requestValue, file: file, allowing: [])
+                    var request: AuthorizationRequest
+                    do {
+                        request = try AuthorizationRequest.parseReportingAll(requestValue, file: file, allowing: [])
+                    } catch {
+                        // Every problem of the request; the last is thrown for this case.
+                        problems += error.problems.dropLast()
+                        throw error.problems[error.problems.count - 1]
+                    }
                     if let scopes = caseFields["scopes"] {
                         guard case .array(let list) = scopes.value else { throw JSONValues.problem(scopes, file, "scopes must be an array") }
                         var granted: Set<Scope> = []

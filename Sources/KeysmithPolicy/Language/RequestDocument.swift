@@ -12,19 +12,9 @@ extension AuthorizationRequest {
     }
 
     /// Parses a request object, allowing `extra` fields beside Cedar's four (they are left to
-    /// the caller); throws the first problem (``parseReportingAll(_:file:allowing:tokenInContext:)`` has them all).
-    static func parse(_ document: Located, file: String, allowing extra: Set<String>, tokenInContext: Bool = false)
-        throws(PolicyDiagnostic) -> AuthorizationRequest
-    {
-        do {
-            return try parseReportingAll(document, file: file, allowing: extra, tokenInContext: tokenInContext)
-        } catch {
-            throw error.problems[0]
-        }
-    }
-
-    /// Parses a request object, reporting every problem in one run: each unknown field, each
-    /// part that is not an entity, each context value that is not a Cedar value.
+    /// the caller), reporting every problem in one run: each unknown field, each part that is
+    /// not an entity, each context value that is not a Cedar value. `tokenInContext` lets the
+    /// context hold `token` itself (the Cedar oracle's requests, which carry it as data).
     static func parseReportingAll(_ document: Located, file: String, allowing extra: Set<String>, tokenInContext: Bool = false)
         throws(PolicyDiagnostics) -> AuthorizationRequest
     {
@@ -100,34 +90,37 @@ extension AuthorizationRequest {
                 location: SourceLocation(file: "stdin", line: line, column: error.column), message: error.message)])
         }
         let location = SourceLocation(file: "stdin", line: line, column: 1)
-        var request: AuthorizationRequest
+        var problems: [PolicyDiagnostic] = []
+        var request: AuthorizationRequest?
         do {
             request = try parseReportingAll(document, file: "stdin", allowing: ["scopes"])
         } catch {
-            throw PolicyDiagnostics(kind: .input, problems: error.problems.map { problem in
+            problems = error.problems.map { problem in
                 var problem = problem
                 problem.location.line = line
                 return problem
-            })
+            }
         }
-        do throws(PolicyDiagnostic) {
-            if let scopes = document["scopes"] {
-                guard case .array(let items) = scopes.value else { throw PolicyDiagnostic(location: location, message: "scopes must be an array of scope names") }
-                var granted: Set<Scope> = []
+        // The scopes are checked too, so a line with several problems names them all.
+        var granted: Set<Scope>?
+        if let scopes = document["scopes"] {
+            if case .array(let items) = scopes.value {
+                var names: Set<Scope> = []
                 for item in items {
                     guard case .string(let name) = item.value, let scope = try? Scope(name) else {
-                        throw PolicyDiagnostic(location: location, message: "scopes must hold valid scope names (RFC 6749 §3.3)")
+                        problems.append(PolicyDiagnostic(location: location, message: "scopes must hold valid scope names (RFC 6749 §3.3)"))
+                        break
                     }
-                    granted.insert(scope)
+                    names.insert(scope)
                 }
-                request.token = .granted(granted)
+                granted = names
+            } else {
+                problems.append(PolicyDiagnostic(location: location, message: "scopes must be an array of scope names"))
             }
-            return request
-        } catch {
-            var problem = error
-            problem.location.line = line
-            throw PolicyDiagnostics(kind: .input, problems: [problem])
         }
+        guard problems.isEmpty, var request else { throw PolicyDiagnostics(kind: .input, problems: problems) }
+        if let granted { request.token = .granted(granted) }
+        return request
     }
 }
 
