@@ -247,14 +247,20 @@ struct PostgresStoreTests {
         let old = try Self.sql("SELECT version::text, encode(sealed, 'hex') FROM keysmith_records WHERE namespace_id = \(namespaceID)")
         try store.perform([.update(ItemAttributes(key: key), secret: Data("revoked".utf8))])
         #expect(try store.verifyChangeFeed(anchor: anchor).isIntact)
-        let rows = try Self.sql("SELECT seq::text, encode(chain, 'hex') FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY seq")
-        try #require(rows.count == 2 && old.count == 1)
+        let rows = try Self.sql("SELECT seq::text, encode(chain, 'hex'), version::text FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY seq")
+        try #require(rows.count == 2 && old.count == 1, "\(rows) \(old)")
+        try #require(rows[0][2] == old[0][0], "the first change row is the create's: \(rows) \(old)")
         // The owner undoes the revocation without a trace in the feed: the item's old row put
         // back, the newest change row deleted, the head set back to the one before it.
         _ = try Self.sql("SET LOCAL session_replication_role = replica",
                          "UPDATE keysmith_records SET version = \(old[0][0]), sealed = decode('\(old[0][1])', 'hex') WHERE namespace_id = \(namespaceID)",
                          "DELETE FROM keysmith_changes WHERE namespace_id = \(namespaceID) AND seq > \(rows[0][0])",
                          "UPDATE keysmith_chain_heads SET seq = \(rows[0][0]), chain = decode('\(rows[0][1])', 'hex') WHERE namespace_id = \(namespaceID)")
+        // The database is as intended (this test failed once in a full run, the read finding a
+        // newer change row; these say what the database held if it does again).
+        let after = try Self.sql("SELECT seq::text, version::text FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY seq")
+        let recordsAfter = try Self.sql("SELECT version::text FROM keysmith_records WHERE namespace_id = \(namespaceID)")
+        try #require(after == [[rows[0][0], old[0][0]]] && recordsAfter == [[old[0][0]]], "changes \(after), records \(recordsAfter), before \(rows) \(old)")
         #expect(try store.read(key)?.secret == Data("granted".utf8))
         // Without a mark it cannot be told from a feed that never went further…
         #expect(try store.verifyChangeFeed().isIntact)
