@@ -3,10 +3,13 @@
 /// The raw value is the lower-case name stored with the item (and shown to the Secret Service's
 /// tools as the `protocol` attribute), such as `https` or `ssh`.
 public enum InternetProtocol: String, Sendable, Hashable, Codable, CaseIterable {
-    /// The protocols of a keychain's internet password (Locksmith's list), by their usual names.
+    /// File sharing, Apple and web-calendar protocols and FTP (Locksmith's list, by their usual names).
     case afp, appleTalk = "appletalk", daap, eppc, ftp, ftpAccount = "ftp-account", ftpProxy = "ftp-proxy", ftps
+    /// The web, mail and chat: HTTP and its proxies, IMAP, IPP, IRC.
     case http, httpProxy = "http-proxy", https, httpsProxy = "https-proxy", imap, imaps, ipp, irc, ircs
+    /// Directories, news, mail, streaming, Windows sharing, proxies and SSH.
     case ldap, ldaps, nntp, nntps, pop3, pop3s, rtsp, rtspProxy = "rtsp-proxy", smb, smtp, socks, ssh
+    /// Telnet, plain and over TLS.
     case telnet, telnets
 }
 

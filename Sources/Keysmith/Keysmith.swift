@@ -33,7 +33,8 @@ public enum Keysmith {
     ///
     /// Configure it once at start-up with ``setDefaultStore(_:)`` or, to open it lazily on
     /// first use, ``setDefaultStoreProvider(_:)``. The `KeysmithVault` module's
-    /// `FileVault.bootstrapDefault()` installs the file vault at `$XDG_DATA_HOME/keysmith`.
+    /// `FileVault.bootstrapDefault()` installs the file vault at `$KEYSMITH_VAULT`, else
+    /// `$XDG_DATA_HOME/keysmith`, else `~/.local/share/keysmith`.
     ///
     /// - Throws: ``KeysmithError/Code/storeUnavailable`` when no default store is configured,
     ///   or whatever the provider throws when it opens the store.
@@ -130,8 +131,9 @@ public enum Keysmith {
         try resolve(store).upsert(ItemAttributes(key: key(account, service)), secret: secret)
     }
 
-    /// Locksmith's name, which read as "create or replace" to most people while it only created.
-    /// Use ``set(_:forAccount:inService:in:)`` to create or replace, or
+    /// Locksmith's name, kept so code written for Locksmith builds: it creates or replaces
+    /// (it is ``set(_:forAccount:inService:in:)``), which the name did not make clear. Use
+    /// ``set(_:forAccount:inService:in:)`` to create or replace, or
     /// ``create(_:forAccount:inService:in:)`` to create only.
     @available(*, deprecated, message: "use set(_:forAccount:inService:in:) to create or replace, or create(_:forAccount:inService:in:) to create only")
     public static func save(

@@ -8,7 +8,7 @@ internal import Synchronization
 ///
 /// ```swift
 /// let store = MemoryStore()
-/// try Keysmith.save(Data("s3cret".utf8), forAccount: "bob", inService: "mail", in: store)
+/// try Keysmith.set(Data("s3cret".utf8), forAccount: "bob", inService: "mail", in: store)
 /// ```
 public final class MemoryStore: SecureStore {
     private struct State {

@@ -17,8 +17,8 @@ public protocol SecureStorableResult: Sendable {
 }
 
 extension SecureStorableResult {
-    /// Decodes the secret as a JSON value (stored by ``CodableSecureStorable`` or
-    /// ``Keysmith/save(_:forAccount:inService:in:)``).
+    /// Decodes the secret as a JSON value (stored by ``CodableSecureStorable`` or by
+    /// `Keysmith.set(_:forAccount:inService:in:)` given an `Encodable` value).
     ///
     /// - Parameter type: The value's type.
     /// - Returns: The decoded value.

@@ -206,7 +206,7 @@ public protocol SecureStore: AnyObject, Sendable {
 
     /// Lists the items that match a query, without their secrets.
     ///
-    /// - Parameter query: Which items; ``ItemQuery/init(kind:service:account:server:port:internetProtocol:authenticationType:securityDomain:path:label:type:)`` with no arguments matches all.
+    /// - Parameter query: Which items; ``ItemQuery/init(kind:service:account:server:port:internetProtocol:authenticationType:securityDomain:path:label:type:namespace:recordType:)`` with no arguments matches all.
     /// - Returns: The matching items in no particular order; empty when none match.
     /// - Throws: ``KeysmithError`` when the store cannot answer;
     ///   ``KeysmithError/Code/corruptData`` when it holds a record it cannot read (damaged,

@@ -4,7 +4,7 @@ internal import KeysmithSystem
 internal import NIOCore
 internal import PostgresNIO
 
-/// What ``PostgresStore/verifyChangeFeed()`` found.
+/// What ``PostgresStore/verifyChangeFeed(pageSize:anchor:acceptRollback:)`` found.
 public struct ChangeFeedVerification: Sendable, Hashable {
     /// The namespace's change rows read.
     public var changes: Int

@@ -49,7 +49,7 @@ extension PostgresStore {
     /// not a change: no change row, no notification, and a conditional write prepared before it
     /// still applies). Rows another transaction holds are skipped and caught by the next run;
     /// rows that do not open are counted and left alone. Safe to run while applications write,
-    /// and to stop and run again.
+    /// and to stop and run again. `chunkSize` is held between 1 and 10,000.
     public func rekey(chunkSize: Int = 1_000) throws -> RekeyReport {
         let size = max(1, min(chunkSize, 10_000))
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)

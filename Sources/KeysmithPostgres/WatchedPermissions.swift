@@ -39,7 +39,9 @@ public final class WatchedPermissions: Sendable {
     ///
     /// - Parameter staleAfter: how long a confirmation of being current is good for; past it,
     ///   every check denies until the watcher confirms again.
-    /// - Throws: what ``PostgresStore/init(_:namespace:masterKey:clock:)`` throws.
+    /// - Throws: what ``PostgresStore/init(_:namespace:masterKey:clock:)`` throws;
+    ///   ``KeysmithError/Code/invalidArgument`` for a watcher name that is empty or over 200
+    ///   bytes, or a service or account that is not a valid item name.
     public init(_ settings: PostgresConnectionSettings, namespace: String = "default", masterKey: PostgresMasterKey,
                 service: String, account: String, name: String, staleAfter: Duration = .seconds(2),
                 clock: @escaping @Sendable () -> Date = { Date() }) throws {

@@ -37,7 +37,7 @@ public struct PostgresChange: Sendable {
 /// ```
 ///
 /// A watcher registers under its name and acknowledges each sequence it applied, so a writer can
-/// wait until every live watcher has applied a revocation (``PostgresStore/waitForWatchers(through:timeout:)``).
+/// wait until every live watcher has applied a revocation (``PostgresStore/waitForWatchers(through:timeout:liveWithin:)``).
 /// ``isCurrent`` is false when the watcher could not confirm within `staleAfter` that it has
 /// seen every committed change: callers must then fail closed.
 public final class PostgresWatcher: Sendable {

@@ -93,7 +93,9 @@ public final class SecretServiceStore: SecureStore {
     ///   - logger: Where to report what the store does (label `keysmith.secret-service` if omitted).
     /// - Throws: ``KeysmithError/Code/storeUnavailable`` when there is no D-Bus session, no
     ///   Secret Service on it, or no such collection; ``KeysmithError/Code/storeLocked`` when the
-    ///   collection is locked; ``KeysmithError/Code/timedOut`` when the service does not answer.
+    ///   collection is locked; ``KeysmithError/Code/timedOut`` when the service does not answer;
+    ///   ``KeysmithError/Code/ioFailure`` when the writer lock's directory (under
+    ///   `$XDG_RUNTIME_DIR`, else `/tmp/keysmith-UID`) cannot be made.
     public init(
         collection: String = "default", namespace: String? = nil, timeout: Duration = .seconds(5),
         clock: @escaping @Sendable () -> Date = { Date() }, logger: Logger = Logger(label: "keysmith.secret-service")

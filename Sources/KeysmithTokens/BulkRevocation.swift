@@ -106,7 +106,7 @@ extension TokenKeeper {
     /// not report success): nothing is revoked then.
     ///
     /// ```swift
-    /// let report = try keeper.revoke(scopes: ["posts:write", "posts:delete"],
+    /// let report = try keeper.revoke(scopes: [try Scope("posts:write"), try Scope("posts:delete")],
     ///                                matching: TokenFilter(clientID: "web"), reason: "incident 42")
     /// print("\(report.changed) of \(report.matched) tokens changed")
     /// ```

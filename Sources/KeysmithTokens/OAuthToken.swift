@@ -35,9 +35,10 @@ public struct ScopeStatus: Sendable, Hashable, Codable {
 /// half-changed token, and ``TokenKeeper`` persists each change with an audit entry.
 ///
 /// ```swift
-/// var token = try OAuthToken(response: json, requested: ["openid", "posts:write"], now: .now)
-/// token.hasGranted("posts:write", at: .now)        // true while active
-/// try token.revoke("posts:write", reason: "user request", at: .now)
+/// let write = try Scope("posts:write")
+/// var token = try OAuthToken(response: json, requested: [try Scope("openid"), write], now: .now)
+/// token.hasGranted(write, at: .now)        // true while active
+/// try token.revoke(write, reason: "user request", at: .now)
 /// ```
 ///
 /// `description` never shows the access or refresh token.

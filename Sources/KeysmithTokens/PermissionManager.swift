@@ -25,7 +25,7 @@ public protocol PermissionGated {
 /// let permissions = PermissionManager(token: token, at: .now)
 /// Task {
 ///     for await change in permissions.changes() {
-///         if change.removed.contains("posts:write") { disableEditor() }
+///         if change.removed.contains(try Scope("posts:write")) { disableEditor() }
 ///     }
 /// }
 /// permissions.update(from: try keeper.token(service: "news", account: "bob")!, at: .now)

@@ -14,9 +14,10 @@ public import Keysmith
 ///
 /// ```swift
 /// let keeper = TokenKeeper(store: vault)
-/// try keeper.importResponse(json, service: "github", account: "ci", requested: ["repo", "workflow"])
-/// try keeper.revoke(["workflow"], service: "github", account: "ci", reason: "rotated")
-/// keeper.token(service: "github", account: "ci")?.hasGranted("repo", at: .now)
+/// let repo = try Scope("repo"), workflow = try Scope("workflow")
+/// try keeper.importResponse(json, service: "github", account: "ci", requested: [repo, workflow])
+/// try keeper.revoke([workflow], service: "github", account: "ci", reason: "rotated")
+/// try keeper.token(service: "github", account: "ci")?.hasGranted(repo, at: .now)
 /// ```
 public final class TokenKeeper: Sendable {
     /// The store the tokens and the audit log live in.
@@ -171,7 +172,7 @@ public final class TokenKeeper: Sendable {
     ///
     /// ```swift
     /// let result = try keeper.importBatch(responses.map {
-    ///     TokenImport(service: "github", account: $0.user, response: $0.json, requested: ["repo"])
+    ///     TokenImport(service: "github", account: $0.user, response: $0.json, requested: [try Scope("repo")])
     /// })
     /// print("\(result.imported.count) new, \(result.updated.count) updated")
     /// ```

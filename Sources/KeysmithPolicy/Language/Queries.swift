@@ -154,7 +154,8 @@ extension Policies {
     /// of a type the action applies to, that is allowed, with the permits that allow it.
     ///
     /// ```swift
-    /// for permitted in try policies.permissions(of: bob, token: .granted(["photos:read"]), entities: entities, schema: schema) {
+    /// let token = TokenView.granted([try Scope("photos:read")])
+    /// for permitted in try policies.permissions(of: bob, token: token, entities: entities, schema: schema) {
     ///     print(permitted.action, permitted.resource, permitted.policies)
     /// }
     /// ```
