@@ -292,9 +292,13 @@ final class Session: @unchecked Sendable {
     /// Serialization failures, deadlocks and unique violations become ``RetryableConflict``; a
     /// lost connection ``KeysmithError/Code/storeUnavailable`` (whether the commit happened is
     /// then unknown only if the connection dropped during COMMIT itself).
-    func transaction<T>(_ body: (Transaction) throws -> T) throws -> T {
+    ///
+    /// `snapshot`: a read-only transaction whose statements all see one snapshot (`REPEATABLE
+    /// READ`), for a read that asks two questions of the database (the rows, then the change
+    /// feed about the rows it did not find) and must not see a writer's commit between them.
+    func transaction<T>(snapshot: Bool = false, _ body: (Transaction) throws -> T) throws -> T {
         let transaction = Transaction(session: self)
-        try transaction.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        try transaction.execute(snapshot ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN ISOLATION LEVEL READ COMMITTED")
         do {
             let result = try body(transaction)
             try transaction.execute("COMMIT")

@@ -258,7 +258,7 @@ public enum PostgresMasterKey: Sendable {
 /// let settings = try PostgresConnectionSettings(url: "postgresql://keysmith@/keysmith?host=/run/postgresql")
 /// try PostgresStore.initialize(settings, masterKey: .keyfile(path: "/etc/keysmith/master.key"))   // once
 /// let store = try PostgresStore(settings, namespace: "payments", masterKey: .keyfile(path: "/etc/keysmith/master.key"))
-/// try Keysmith.save(Data("s3cret".utf8), forAccount: "bob", inService: "mail", in: store)
+/// try Keysmith.set(Data("s3cret".utf8), forAccount: "bob", inService: "mail", in: store)
 /// ```
 ///
 /// Every batch is one serializable unit: one transaction, retried when PostgreSQL reports a
@@ -278,7 +278,7 @@ public final class PostgresStore: SecureStore {
     private let lastSequence = Mutex<Int64>(0)
 
     /// The change-feed sequence of this handle's newest committed change (0 before its first
-    /// write): what ``waitForWatchers(through:timeout:)`` waits for.
+    /// write): what ``waitForWatchers(through:timeout:liveWithin:)`` waits for.
     public var lastCommittedSequence: Int64 { lastSequence.withLock { $0 } }
     private let logger: Logger
     private let clock: @Sendable () -> Date
@@ -337,7 +337,7 @@ public final class PostgresStore: SecureStore {
     /// and creates the namespace's first data key if it has none.
     ///
     /// - Throws: ``KeysmithError/Code/storeUnavailable`` when the database cannot be reached or
-    ///   has no Keysmith schema (run ``initialize(_:masterKey:scrypt:)`` or `keysmith postgres
+    ///   has no Keysmith schema (run ``initialize(_:masterKey:scrypt:applicationRole:)`` or `keysmith postgres
     ///   init`); ``KeysmithError/Code/authenticationFailed`` for a wrong master key;
     ///   ``KeysmithError/Code/corruptData`` for a wrapped key that does not open.
     public init(_ settings: PostgresConnectionSettings, namespace: String = "default", masterKey: PostgresMasterKey,
@@ -404,7 +404,10 @@ public final class PostgresStore: SecureStore {
         for key in itemKeys { try key.validate() }
         let indexes = itemKeys.map(keys.blindIndex)
         let (rows, live) = try readRetrying { session in
-            try session.transaction { transaction in
+            // One snapshot for both questions: under READ COMMITTED a create committed between
+            // them left its item without a row but live in the feed, and the read called that
+            // damage (found by the conformance suite's racing creates).
+            try session.transaction(snapshot: true) { transaction in
                 let rows = try fetch(Array(zip(itemKeys, indexes)), in: transaction, lock: false)
                 // An item with no row is absent only if the feed agrees: a row deleted, or its
                 // index edited, by hand is damage, not "does not exist".

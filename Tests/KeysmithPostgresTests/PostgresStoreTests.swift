@@ -272,6 +272,32 @@ struct PostgresStoreTests {
         #expect(!accepted.problems.contains { $0.contains("this machine") }, "\(accepted)")
     }
 
+    @Test("a read racing creates never calls an item damaged: it asks for the rows and the change feed in one snapshot (a create committed between the two questions read as 'no row, though the feed records it')")
+    func readsRacingCreates() throws {
+        let namespace = "race-\(UUID().uuidString)"
+        let writer = try Self.open(namespace)
+        let reader = try PostgresStore(try Self.settings(), namespace: namespace, masterKey: .key(Self.key))
+        let keys = (0..<400).map { ItemKey.genericPassword(service: "race", account: "item-\($0)") }
+        let done = Atomic<Bool>(false)
+        let thread = Thread {
+            for key in keys { try? writer.perform([.create(ItemAttributes(key: key), secret: Data("v".utf8))]) }
+            done.store(true, ordering: .releasing)
+        }
+        thread.start()
+        var damaged: [String] = [], reads = 0
+        while !done.load(ordering: .acquiring) {
+            // The items about to be created, read while their creates commit.
+            do {
+                _ = try reader.read(keys)
+            } catch let error as KeysmithError where error.code == .corruptData {
+                damaged.append(error.message)
+            }
+            reads += 1
+        }
+        #expect(damaged.isEmpty, "\(damaged.count) of \(reads) reads called an item being created damaged: \(damaged.first ?? "")")
+        #expect(try reader.read(keys).allSatisfy { $0 != nil })
+    }
+
     @Test("opening a namespace that has no key yet, for a read, makes its first data key: a mistyped namespace is a new, empty one")
     func readingMakesTheNamespace() throws {
         let namespace = "typo-\(UUID().uuidString)"
