@@ -462,9 +462,10 @@ public struct Policies: Sendable {
         source = files.map(\.text).joined(separator: "\n")
     }
 
-    /// What ``init(files:)`` reads, problems and all: the policies of every file that parses
-    /// (a file with a syntax error contributes none) and every problem found. For reporting
-    /// every problem in one run: a schema can type-check what did read (`policy validate`).
+    /// What ``init(files:)`` reads, problems and all: every policy that parses (a syntax error
+    /// stops only its own policy; a file the lexer refuses, or a JSON file that does not read,
+    /// contributes none) and every problem found, ids used twice included. For reporting every
+    /// problem in one run: a schema can type-check what did read (`policy validate`).
     package static func readingWhatParses(_ files: [(file: String, text: String)]) -> (policies: Policies, problems: [PolicyDiagnostic]) {
         let (all, problems) = read(files)
         var policies = Policies(parsed: all)
