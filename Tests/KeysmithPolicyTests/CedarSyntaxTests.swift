@@ -265,6 +265,26 @@ struct CedarSyntaxTests {
         }
     }
 
+    @Test("after a syntax error the parser resumes at the next policy: a ; inside the failing policy's brackets does not end it (a false second error), and a missing ; does not swallow the next policy (its problems went unreported)")
+    func syntaxErrorRecovery() throws {
+        #expect(Self.syntaxProblem(#"permit (principal, action == Action::"view", resource) when { resource.owner == principal ; };"#)
+                == "1:91: expected '}' to close the 'when' clause, found ';'")
+        let text = """
+            permit (principal, action == Action::"view", resource) when { true }
+            permit (principal, action == Action::"a", resource);
+            @id("x") @doc("d") permit (principal, action, resource) when { 1 + };
+            @id("y") permit (principal, action == Action::"b", resource);
+            """
+        let (read, problems) = Policies.readingWhatParses([(file: "p.cedar", text: text)])
+        #expect(problems.map { "\($0.location.line):\($0.location.column)" } == ["2:1", "3:68"], "\(problems)")
+        // The policies after each error were read (and so are type-checked by `policy validate`).
+        let actions = read.policies.map { policy -> String in
+            if case .equal(let uid) = policy.action { return uid.id }
+            return "?"
+        }
+        #expect(actions == ["a", "b"], "\(actions)")
+    }
+
     @Test("a null annotation in the JSON form is an annotation with no value (@name in text), as in Cedar")
     func nullAnnotations() throws {
         let json = #"{"staticPolicies": {"p0": {"effect": "permit", "principal": {"op": "All"}, "action": {"op": "All"}, "resource": {"op": "All"}, "conditions": [], "annotations": {"id": "p0", "reviewed": null}}}}"#

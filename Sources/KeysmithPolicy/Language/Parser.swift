@@ -143,11 +143,29 @@ struct PolicyParser {
     }
 
     /// Skips to just past the next `;` outside brackets (after a problem).
+    /// After a policy that does not parse: moves past it, to the token after its `;`, counting
+    /// brackets from the policy's first token (counted from the error, a `;` inside its
+    /// condition ended it early and the rest read as a policy of its own, a false second error);
+    /// a `permit`, `forbid` or `@` outside brackets also ends it (its `;` was missing: the next
+    /// policy starts there rather than being swallowed, its own problems unreported).
     private mutating func skipPolicy(from start: Int) {
-        if position == start, current.token != .end { position += 1 }
+        let failedAt = position
+        position = start
         var nesting = 0
+        // Whether this policy's own effect (after its annotations) has been passed: only then
+        // does an effect or an annotation start the next policy.
+        var pastEffect = false
         while current.token != .end {
             let token = current.token
+            if nesting == 0 {
+                switch token {
+                case .annotationStart where pastEffect: return
+                case .identifier("permit"), .identifier("forbid"):
+                    if pastEffect { return }
+                    pastEffect = true
+                default: break
+                }
+            }
             position += 1
             switch token {
             case .symbol("("), .symbol("{"), .symbol("["): nesting += 1
@@ -156,6 +174,8 @@ struct PolicyParser {
             default: break
             }
         }
+        // Nothing ended it: the rest of the file was this policy. Never end before the error.
+        if position < failedAt { position = failedAt }
     }
 
     private mutating func accept(_ symbol: String) -> Bool {
