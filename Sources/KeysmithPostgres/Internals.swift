@@ -190,6 +190,7 @@ final class Session: @unchecked Sendable {
     /// which connections are Keysmith's, and which watcher is which).
     static func connect(_ settings: PostgresConnectionSettings, logger: Logger, application: String = "keysmith") throws -> Session {
         var configuration: PostgresConnection.Configuration
+        if let problem = settings.tlsProblem { throw KeysmithError.invalidArgument(problem) }
         if let socket = settings.socketPath {
             configuration = .init(unixSocketPath: socket, username: settings.user, password: settings.password, database: settings.database)
         } else {
@@ -203,7 +204,7 @@ final class Session: @unchecked Sendable {
             ).wait(timeout: .seconds(30))
             return Session(connection: connection, logger: logger, description: settings.description)
         } catch {
-            throw KeysmithError(.storeUnavailable, "cannot connect to PostgreSQL (\(settings.description), \(settings.protection)): \(Session.reason(error))")
+            throw KeysmithError(.storeUnavailable, "cannot connect to PostgreSQL (\(OneLine.escaped(settings.description)), \(settings.protection)): \(Session.reason(error))")
         }
     }
 
@@ -212,7 +213,6 @@ final class Session: @unchecked Sendable {
     /// TLS 1.2 at least, verifying the server as the mode says against `trustedRoots` or the
     /// system's roots.
     private static func tls(_ settings: PostgresConnectionSettings) throws -> PostgresConnection.Configuration.TLS {
-        if let problem = settings.tlsProblem { throw KeysmithError.invalidArgument(problem) }
         var configuration = TLSConfiguration.makeClientConfiguration()
         configuration.minimumTLSVersion = .tlsv12
         switch settings.tls {

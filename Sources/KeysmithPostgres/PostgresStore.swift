@@ -105,8 +105,15 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
             throw KeysmithError.invalidArgument("the database URL holds a #: write # in a user, a password or a name as %23")
         }
         var rest = Substring(url.dropFirst(scheme.count))
-        if let question = rest.firstIndex(of: "?"), rest[question...].contains("@") {
+        // The path (`/DATABASE`) is required, so a `?` before any `/` can only be inside the
+        // user or the password; a `/` inside them puts the path's `/` in the wrong place, and
+        // the rest (with the `@`) would read as the database's name.
+        let beforeQuery = rest.firstIndex(of: "?").map { rest[..<$0] } ?? rest
+        if !beforeQuery.contains("/"), rest[beforeQuery.endIndex...].contains("@") {
             throw KeysmithError.invalidArgument("the database URL has a ? before its @: write ? in a user or a password as %3F")
+        }
+        if let slash = beforeQuery.firstIndex(of: "/"), beforeQuery[slash...].contains("@") {
+            throw KeysmithError.invalidArgument("the database URL's path holds an @: write / and @ in a user, a password or a name as %2F and %40")
         }
         var queryHost: String?
         var queryPort: Int?
@@ -169,15 +176,28 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
             port = try Self.port(host[host.index(after: colon)...])
             host = String(host[..<colon])
         }
-        // An IPv6 literal is written in brackets in a URL (`[::1]:5432`); the address is inside.
+        // An IPv6 literal is written in brackets in a URL (`[::1]:5432`); the address is inside
+        // (with a zone, `[fe80::1%25eth0]`, decoded as every part is).
         if host.hasPrefix("[") && host.hasSuffix("]") && host.count > 2 {
-            host = String(host.dropFirst().dropLast())
+            host = try Self.decoded(host.dropFirst().dropLast(), "host")
         } else {
-            guard !host.contains(":") && !host.contains("[") && !host.contains("]") else {
+            guard !host.contains("[") && !host.contains("]") else {
                 throw KeysmithError.invalidArgument("the database URL's host is malformed (an IPv6 address is written in brackets: [::1]:5432)")
             }
             host = try Self.decoded(host, "host")
+            guard !host.contains(":") else {
+                throw KeysmithError.invalidArgument(
+                    "the database URL's host is malformed (an IPv6 address is written in brackets, [::1]:5432; one host only)")
+            }
         }
+        for (part, text) in [("user", user), ("database name", database), ("host", host), ("host parameter", queryHost ?? "")]
+        where text.unicodeScalars.contains(where: OneLine.needsEscape) {
+            // Names are printed in messages and `keysmith backend`: none may hold a line break,
+            // a terminal escape or a bidirectional control.
+            throw KeysmithError.invalidArgument("the database URL's \(part) holds a control character")
+        }
+        // libpq's form of a socket: the directory, %-encoded, as the host.
+        if queryHost == nil, host.hasPrefix("/") { queryHost = host }
         if let queryHost, queryHost.hasPrefix("/") {
             guard mode == nil || mode == .disable, roots == nil else {
                 throw KeysmithError.invalidArgument("TLS is not used over a Unix socket (host=/…): remove sslmode and sslrootcert, or connect to a host")
@@ -225,6 +245,9 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
     /// system's public roots, with no name check, any certificate any public CA issued for any
     /// name would pass: no better than `require`).
     var tlsProblem: String? {
+        if socketPath != nil, tls != .disable || trustedRoots != nil {
+            return "TLS is not used over a Unix socket (host=/…): remove sslmode and sslrootcert, or connect to a host"
+        }
         if trustedRoots != nil, tls == .disable || tls == .require {
             return "sslrootcert is used to verify the server: give it with sslmode=verify-ca or verify-full"
         }

@@ -50,10 +50,7 @@ extension KeysmithCommand.PostgresCommand {
 
         func run() throws {
             let settings = try PostgresConnectionSettings(url: try store.databaseURL())
-            if store.keyfilePath == nil && store.passphraseFD == nil {
-                _ = try newPassphrase(fromEnvironment: "KEYSMITH_PASSPHRASE")  // a master key may be made from it
-            }
-            let masterKey = try store.postgresMasterKey()
+            let masterKey = try store.postgresMasterKey(making: true)  // a master key may be made from it
             try PostgresStore.initialize(settings, masterKey: masterKey, scrypt: ScryptCost(logN: scryptLogN), applicationRole: grantTo)
             let opened = try PostgresStore(settings, namespace: try store.postgresNamespace(), masterKey: masterKey)
             if json {
@@ -111,7 +108,7 @@ extension KeysmithCommand.PostgresCommand {
                 var bytes = try readPassphrase(fd: newPassphraseFD)
                 defer { cleanse(&bytes) }
                 guard !bytes.isEmpty else { throw KeysmithError.invalidArgument("the new passphrase is empty; nothing changed") }
-                replacement = .passphrase(String(decoding: bytes, as: UTF8.self))
+                replacement = .passphrase(try masterPassphrase(bytes, making: true, source: "--new-passphrase-fd"))
             } else if let environment = try newPassphrase(fromEnvironment: "KEYSMITH_NEW_PASSPHRASE"), !environment.isEmpty {
                 replacement = .passphrase(environment)
             } else {
@@ -122,7 +119,7 @@ extension KeysmithCommand.PostgresCommand {
                 var second = try Terminal.readHidden(prompt: "Repeat the new master passphrase: ") ?? []
                 defer { cleanse(&second) }
                 guard first == second, !first.isEmpty else { throw KeysmithError.invalidArgument("the passphrases differ or are empty; nothing changed") }
-                replacement = .passphrase(String(decoding: first, as: UTF8.self))
+                replacement = .passphrase(try masterPassphrase(first, making: true, source: "the typed passphrase"))
             }
             let count = try PostgresStore.rotateMasterKey(settings, from: current, to: replacement, scrypt: ScryptCost(logN: scryptLogN))
             if json {

@@ -75,18 +75,22 @@ struct StoreOptions: ParsableArguments {
         return try StoreChoice.configFile().namespace ?? "default"
     }
 
-    /// The PostgreSQL master key, from the same sources as the vault's credential.
-    func postgresMasterKey() throws -> PostgresMasterKey {
+    /// The PostgreSQL master key, from the same sources as the vault's credential. A master
+    /// passphrase is text (its bytes are read as UTF-8); with `making` (a key that may be created
+    /// now, `postgres init`), one whose bytes are not UTF-8 is refused from any source, since
+    /// reading it as text would change it (two different byte strings would be one key).
+    func postgresMasterKey(making: Bool = false) throws -> PostgresMasterKey {
         if let keyfilePath { return .keyfile(path: keyfilePath) }
         if let passphraseFD {
             var bytes = try readPassphrase(fd: passphraseFD)
             defer { cleanse(&bytes) }
-            return .passphrase(String(decoding: bytes, as: UTF8.self))
+            return .passphrase(try masterPassphrase(bytes, making: making, source: "--passphrase-fd"))
         }
+        if making, let passphrase = try newPassphrase(fromEnvironment: "KEYSMITH_PASSPHRASE") { return .passphrase(passphrase) }
         if let passphrase = System.environment("KEYSMITH_PASSPHRASE") { return .passphrase(passphrase) }
         if var typed = try Terminal.readHidden(prompt: "PostgreSQL master passphrase: ") {
             defer { cleanse(&typed) }
-            return .passphrase(String(decoding: typed, as: UTF8.self))
+            return .passphrase(try masterPassphrase(typed, making: making, source: "the typed passphrase"))
         }
         throw KeysmithError(.storeLocked, "the PostgreSQL store needs its master key: use --keyfile, --passphrase-fd or KEYSMITH_PASSPHRASE")
     }
@@ -167,6 +171,17 @@ extension StoreOptions {
             throw ValidationError("--passphrase-fd 0 is standard input, which holds \(what); give the passphrase on another descriptor (--passphrase-fd 3 3<file)")
         }
     }
+}
+
+/// A PostgreSQL master passphrase from bytes (a descriptor or a prompt). With `making`, bytes
+/// that are not UTF-8 are refused; otherwise they are read as Keysmith always read them (an
+/// existing database made that way still opens).
+func masterPassphrase(_ bytes: [UInt8], making: Bool, source: String) throws -> String {
+    if making, String(validating: bytes, as: UTF8.self) == nil {
+        throw KeysmithError.invalidArgument(
+            "\(source) is not UTF-8 text: a PostgreSQL master passphrase is text, and reading these bytes as text would change them; nothing was created or changed (use a keyfile for a binary key)")
+    }
+    return String(decoding: bytes, as: UTF8.self)
 }
 
 /// A new passphrase from the environment variable `name`, when it is set. Refused when its bytes

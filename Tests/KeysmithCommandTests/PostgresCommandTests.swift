@@ -158,6 +158,10 @@ struct PostgresCommandTests {
         let lineBreak = try keysmith.run(["postgres", "init", "--scrypt-log-n", "14"],
                                          environment: ["KEYSMITH_KEYFILE": "", "KEYSMITH_PASSPHRASE": "master\n"])
         #expect(lineBreak.status == 64 && lineBreak.stderr.contains("KEYSMITH_PASSPHRASE holds a line break"), "\(lineBreak.output)")
+        // Bytes that are not UTF-8, from a descriptor: reading them as text would change them
+        // (two byte strings, one key). Refused; the environment's likewise.
+        let binary = try CommandLineMistakesTests.shell(keysmith, #"printf 'pw\377\n' > bin; KEYSMITH_KEYFILE= "$KS" postgres init --scrypt-log-n 14 --passphrase-fd 3 3<bin"#)
+        #expect(binary.status == 64 && binary.stderr.contains("--passphrase-fd is not UTF-8 text"), "\(binary.output)")
         #expect(try Self.psql("SELECT count(*) FROM pg_tables WHERE tablename = 'keysmith_master'", database: database) == "0")
         try keysmith.run(["postgres", "init", "--scrypt-log-n", "14"])
         try keysmith.run(["secret", "set", "--service", "mail", "--account", "bob"], stdin: "before-rotation")
@@ -174,6 +178,8 @@ struct PostgresCommandTests {
         keysmith.environment["KEYSMITH_KEYFILE"] = newKeyfile
         #expect(try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"]).stdout == "before-rotation\n")
         #expect(try keysmith.run(["secret", "get", "--service", "mail", "--account", "carol"]).stdout == "after-rotation\n")
+        let newBinary = try CommandLineMistakesTests.shell(keysmith, #"printf 'new\376\n' > newbin; "$KS" postgres rotate-master-key --scrypt-log-n 14 --new-passphrase-fd 3 3<newbin"#)
+        #expect(newBinary.status == 64 && newBinary.stderr.contains("--new-passphrase-fd is not UTF-8 text"), "\(newBinary.output)")
         let newLineBreak = try keysmith.run(["postgres", "rotate-master-key", "--scrypt-log-n", "14"],
                                             environment: ["KEYSMITH_NEW_PASSPHRASE": "new master\r\n"])
         #expect(newLineBreak.status == 64 && newLineBreak.stderr.contains("KEYSMITH_NEW_PASSPHRASE holds a line break"), "\(newLineBreak.output)")

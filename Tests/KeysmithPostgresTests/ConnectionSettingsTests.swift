@@ -64,15 +64,29 @@ struct ConnectionSettingsTests {
         "postgresql://u:pw@127.0.0.1: 5432/db",
         "postgresql://u:pw@/db?host=/run/pg&port=-1",
         "postgresql://u:pw@127.0.0.1/db/extra",
+        // A / in a password: the rest read as the database's name and was printed.
+        "postgresql://keysmith:12345/topsecret@localhost",
+        // Control characters in names that messages print.
+        "postgresql://u:pw@local%0Ahost/db",
+        "postgresql://u:pw@/key%0Aallow:%20smith?host=/run/pg",
+        "postgresql://%1B%5B31mevil:pw@/db?host=/run/pg",
+        "postgresql://u:pw@/db?host=/run/pg%0A",
+        // An unbracketed IPv6 address however written, and libpq's lists of hosts.
+        "postgresql://u:pw@%3A%3A1/db",
+        "postgresql://u:pw@h1:1,h2:2/db",
     ])
     func ambiguousURLs(url: String) {
         let error = #expect(throws: KeysmithError.self, "\(url)") { try PostgresConnectionSettings(url: url) }
         #expect(error?.code == .invalidArgument, "\(url)")
-        for secret in ["cret", "pw", "p%00w"] { #expect(error?.message.contains(secret) == false, "\(url): \(error?.message ?? "")") }
+        for secret in ["cret", "pw", "p%00w", "topsecret", "12345"] { #expect(error?.message.contains(secret) == false, "\(url): \(error?.message ?? "")") }
     }
 
-    @Test("a host written with escapes is decoded, as the other parts are")
+    @Test("a host written with escapes is decoded, as the other parts are: a %-encoded directory is a socket (libpq's form), a bracketed address keeps its zone; an @ in a parameter's value is no password")
     func escapedHosts() throws {
+        let socket = try PostgresConnectionSettings(url: "postgresql://u@%2Frun%2Fpostgresql/db")
+        #expect(socket.socketPath == "/run/postgresql/.s.PGSQL.5432" && socket.host == nil && socket.tls == .disable)
+        #expect(try PostgresConnectionSettings(url: "postgresql://u@[fe80::1%25eth0]:5433/db").host == "fe80::1%eth0")
+        #expect(try PostgresConnectionSettings(url: "postgresql://u@db.internal/db?sslrootcert=/etc/ssl/a@b.pem").trustedRoots == "/etc/ssl/a@b.pem")
         #expect(try PostgresConnectionSettings(url: "postgresql://u@%31%32%37.0.0.1/db").host == "127.0.0.1")
         #expect(try PostgresConnectionSettings(url: "postgresql://u@db%2Dprimary.internal:5433/my%2Fdb").database == "my/db")
     }
@@ -84,5 +98,10 @@ struct ConnectionSettingsTests {
             let error = #expect(throws: KeysmithError.self, "\(mode)") { _ = try Session.connect(settings, logger: .init(label: "t")) }
             #expect(error?.code == .invalidArgument, "\(mode): \(String(describing: error))")
         }
+        // Over a socket, TLS settings would be ignored: refused too.
+        var socket = PostgresConnectionSettings(socketDirectory: "/nonexistent", user: "u", database: "d")
+        socket.tls = .verifyFull
+        let error = #expect(throws: KeysmithError.self) { _ = try Session.connect(socket, logger: .init(label: "t")) }
+        #expect(error?.code == .invalidArgument, "\(String(describing: error))")
     }
 }
