@@ -346,6 +346,12 @@ struct PolicyValidationTests {
         #expect(error?.problems.map(\.message) == [#"the policy id "scope-post" is listed twice"#])
         let once = text.replacingOccurrences(of: #"["scope-post", "scope-post"]"#, with: #"["scope-post"]"#)
         #expect((try? PolicyTestSuite(json: Array(once.utf8), file: "t.json"))?.cases.first?.determining == ["scope-post"])
+        // A case with a bad request and a bad expect: both are reported, as is each problem of the request.
+        let bad = #"{"policies": ["p.cedar"], "cases": [{"name": "c", "request": {"principal": "User::a", "action": "Action::\"x\"", "resource": "R::\"r\"", "extra": 1}, "expect": "maybe"}]}"#
+        let all = Self.diagnostics { _ = try PolicyTestSuite(json: Array(bad.utf8), file: "t.json") }
+        let messages = all?.problems.map(\.message) ?? []
+        #expect(messages.count == 3 && messages.contains { $0.contains("the principal") } && messages.contains { $0.contains("extra") }
+                && messages.contains { $0.contains("expect must be") }, "\(messages)")
     }
 
     @Test("action groups that form a cycle are a schema error at the action's declaration (they were reported at <entities>:1:1)")

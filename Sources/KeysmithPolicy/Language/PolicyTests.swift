@@ -67,14 +67,16 @@ public struct PolicyTestSuite: Sendable {
                     let caseFields = try JSONValues.members(item, file, "a test case", allowed: ["name", "request", "scopes", "expect", "determining"])
                     let name = try JSONValues.string(caseFields["name"], file, "the case's name", in: item)
                     guard let requestValue = caseFields["request"] else { throw JSONValues.problem(item, file, "the case \(name) has no request") }
-                    var request: AuthorizationRequest
+                    // Every problem of the request is reported; the case's other fields are
+                    // still checked, and the case is dropped at the end.
+                    var parsedRequest: AuthorizationRequest?
                     do {
-                        request = try AuthorizationRequest.parseReportingAll(requestValue, file: file, allowing: [])
+                        parsedRequest = try AuthorizationRequest.parseReportingAll(requestValue, file: file, allowing: [])
                     } catch {
-                        // Every problem of the request; the last is thrown for this case.
-                        problems += error.problems.dropLast()
-                        throw error.problems[error.problems.count - 1]
+                        problems += error.problems
                     }
+                    var request = parsedRequest ?? AuthorizationRequest(principal: EntityUID(type: "_", id: ""), action: EntityUID(type: "_", id: ""),
+                                                                        resource: EntityUID(type: "_", id: ""))
                     if let scopes = caseFields["scopes"] {
                         guard case .array(let list) = scopes.value else { throw JSONValues.problem(scopes, file, "scopes must be an array") }
                         var granted: Set<Scope> = []
@@ -99,6 +101,7 @@ public struct PolicyTestSuite: Sendable {
                             return text
                         }
                     }
+                    guard parsedRequest != nil else { continue }  // its problems are reported above
                     cases.append(Case(name: name, line: item.line, request: request, expectAllow: expect == "allow", determining: determining))
                 } catch {
                     problems.append(error)
