@@ -89,7 +89,7 @@ struct PolicyParser {
         for policy in policies {
             if let earlier = ids[policy.id] {
                 problems.append(PolicyDiagnostic(location: policy.location,
-                                                 message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at line \(earlier.line))"))
+                                                 message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at \(earlier))"))
             }
             ids[policy.id] = policy.location
         }
