@@ -426,7 +426,9 @@ public struct Policies: Sendable {
 
     /// Parses policy text; every problem is reported at once, with file:line:column.
     public init(text: String, file: String = "<policies>") throws(PolicyDiagnostics) {
-        self.init(parsed: try PolicyParser.parse(text, file: file))
+        let (all, problems) = Self.read([(file: file, text: text)], readingJSON: false)
+        if !problems.isEmpty { throw PolicyDiagnostics(kind: .syntax, problems: problems) }
+        self.init(parsed: all)
         source = text
     }
 
@@ -473,7 +475,12 @@ public struct Policies: Sendable {
         return (policies, problems)
     }
 
-    private static func read(_ files: [(file: String, text: String)]) -> (policies: [ParsedPolicy], problems: [PolicyDiagnostic]) {
+    /// Every policy of `files` that reads and every problem, each file's problems in the order
+    /// of their place in it; with `readingJSON`, a file whose first character is `{` is Cedar's
+    /// JSON policy format (``init(text:file:)`` reads text only).
+    private static func read(_ files: [(file: String, text: String)], readingJSON: Bool = true)
+        -> (policies: [ParsedPolicy], problems: [PolicyDiagnostic])
+    {
         var all: [ParsedPolicy] = []
         var problems: [PolicyDiagnostic] = []
         var ids: [String: SourceLocation] = [:]
@@ -481,21 +488,21 @@ public struct Policies: Sendable {
             // A text file's policies that parse are kept beside its syntax problems (each stops
             // only its own policy); a JSON file is read whole or not at all.
             var parsedPolicies: [ParsedPolicy] = []
-            if text.first(where: { !$0.isWhitespace }) == "{" {
-                do { parsedPolicies = try PolicyJSON.parse(Array(text.utf8), file: file) } catch { problems += error.problems }
+            var fileProblems: [PolicyDiagnostic] = []
+            if readingJSON, text.first(where: { !$0.isWhitespace }) == "{" {
+                do { parsedPolicies = try PolicyJSON.parse(Array(text.utf8), file: file) } catch { fileProblems += error.problems }
             } else {
-                let (policies, syntax) = PolicyParser.parseReportingAll(text, file: file)
-                parsedPolicies = policies
-                problems += syntax
+                (parsedPolicies, fileProblems) = PolicyParser.parseReportingAll(text, file: file)
             }
             for parsed in parsedPolicies {
                 let policy = parsed.hasExplicitID ? parsed : parsed.renamed("policy\(all.count)")
                 if let earlier = ids[policy.id] {
-                    problems.append(PolicyDiagnostic(location: policy.location, message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at \(earlier))"))
+                    fileProblems.append(PolicyDiagnostic(location: policy.location, message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at \(earlier))"))
                 }
                 ids[policy.id] = policy.location
                 all.append(policy)
             }
+            problems += fileProblems.sorted { ($0.location.line, $0.location.column) < ($1.location.line, $1.location.column) }
         }
         return (all, problems)
     }

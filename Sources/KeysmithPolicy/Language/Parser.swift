@@ -81,25 +81,9 @@ struct PolicyParser {
     /// exponentially with its length in the text.
     static let maximumHasPathCopies = 1_000
 
-    /// Parses every policy, reporting every policy that does not parse (each problem stops only
-    /// its own policy).
-    static func parse(_ text: String, file: String) throws(PolicyDiagnostics) -> [ParsedPolicy] {
-        var (policies, problems) = parseReportingAll(text, file: file)
-        var ids: [String: SourceLocation] = [:]
-        for policy in policies {
-            if let earlier = ids[policy.id] {
-                problems.append(PolicyDiagnostic(location: policy.location,
-                                                 message: "the policy id \(PolicyValue.quoted(policy.id)) is used twice (first at \(earlier))"))
-            }
-            ids[policy.id] = policy.location
-        }
-        if !problems.isEmpty { throw PolicyDiagnostics(kind: .syntax, problems: problems.sorted { ($0.location.line, $0.location.column) < ($1.location.line, $1.location.column) }) }
-        return policies
-    }
-
-    /// Every policy that parses and every policy's syntax problem (ids used twice are not
-    /// checked: the caller checks them across files), so the policies that did parse can still
-    /// be type-checked in the same run.
+    /// Every policy that parses and every policy's syntax problem (each problem stops only its
+    /// own policy; ids used twice are left to the caller, `Policies`, which checks them across
+    /// files), so the policies that did parse can still be type-checked in the same run.
     static func parseReportingAll(_ text: String, file: String) -> (policies: [ParsedPolicy], problems: [PolicyDiagnostic]) {
         var lexer = Lexer(text: text, file: file)
         let tokens: [Lexer.Located]
