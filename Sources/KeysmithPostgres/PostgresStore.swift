@@ -199,17 +199,17 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
         // libpq's form of a socket: the directory, %-encoded, as the host.
         if queryHost == nil, host.hasPrefix("/") { queryHost = host }
         if let queryHost, queryHost.hasPrefix("/") {
-            guard mode == nil || mode == .disable, roots == nil else {
-                throw KeysmithError.invalidArgument("TLS is not used over a Unix socket (host=/…): remove sslmode and sslrootcert, or connect to a host")
-            }
             self.init(socketDirectory: queryHost, port: port, user: user, password: password, database: database)
+            // Kept as given, so the one check below refuses TLS asked for over the socket.
+            tls = mode ?? .disable
+            trustedRoots = roots
         } else {
             let name = queryHost ?? host
             guard !name.isEmpty else { throw KeysmithError.invalidArgument("the database URL names no host (add ?host=/socket/directory for a socket)") }
             self.init(host: name, port: port, user: user, password: password, database: database,
                       tls: mode ?? (roots != nil ? .verifyFull : nil), trustedRoots: roots)
-            if let problem = tlsProblem { throw KeysmithError.invalidArgument(problem) }
         }
+        if let problem = tlsProblem { throw KeysmithError.invalidArgument(problem) }
     }
 
     /// `text` with its %-escapes decoded; a `%` not followed by two hexadecimal digits, or
