@@ -50,6 +50,15 @@ package final class SecretBytes: @unchecked Sendable, Equatable, CustomStringCon
     package var description: String { "<redacted>" }
 }
 
+/// Whether two byte strings are equal, in time that depends only on their lengths: every MAC,
+/// tag and verifier in Keysmith is compared through this one function. The corresponding C
+/// function is `CRYPTO_memcmp`.
+package func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    guard a.count == b.count else { return false }
+    guard !a.isEmpty else { return true }
+    return a.withUnsafeBytes { l in b.withUnsafeBytes { r in CRYPTO_memcmp(l.baseAddress, r.baseAddress, l.count) == 0 } }
+}
+
 /// Overwrites a buffer with zeros in a way the compiler may not optimise away.
 /// The corresponding C function is `OPENSSL_cleanse`.
 package func cleanse(_ bytes: inout [UInt8]) {

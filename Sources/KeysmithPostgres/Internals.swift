@@ -527,13 +527,6 @@ enum MasterKeyRecord {
     }
 }
 
-func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-    guard a.count == b.count else { return false }
-    var difference: UInt8 = 0
-    for index in a.indices { difference |= a[index] ^ b[index] }
-    return difference == 0
-}
-
 /// One namespace's keys: its id (an HMAC of its name under the identity key), its data keys,
 /// and the blind-index key. Data keys added by a rotation in another process are loaded when a
 /// row or a batch meets them (``refresh(in:)``).

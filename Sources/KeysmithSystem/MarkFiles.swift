@@ -22,16 +22,48 @@ package struct MarkFiles: Sendable {
 
     private func path(_ name: String) -> String { directory + "/" + name }
 
-    /// The mark, or `nil` when there is none or it cannot be read (a mark is a second line of
-    /// defence: it never stops anything by being missing or damaged).
-    package func read(_ name: String, header: String) -> (sequence: UInt64, value: String)? {
-        guard let opened = try? System.openRegularFile(path(name), maximumSize: 4096) else { return nil }
-        let fd = opened.fd
+    /// What a mark file holds.
+    package enum Inspection: Equatable {
+        /// There is no mark of that name.
+        case absent
+        /// A well-formed mark.
+        case mark(sequence: UInt64, value: String)
+        /// Something is there that is not a well-formed mark (not a regular file, too large,
+        /// not exactly one `HEADER SEQUENCE VALUE` line): why.
+        case damaged(String)
+    }
+
+    /// Reads a mark strictly: exactly `HEADER SEQUENCE VALUE` and a line feed, in a regular file
+    /// of at most 4 KiB opened without following links or waiting (a FIFO, a device, a directory
+    /// or a link in its place is damage, never read).
+    package func inspect(_ name: String, header: String) -> Inspection {
+        let opened: (fd: Int32, status: System.FileStatus)?
+        do {
+            opened = try System.openRegularFile(path(name), maximumSize: 4096)
+        } catch let error as SystemError where error.isUnusableFile {
+            return .damaged("it is not a regular file of at most 4 KiB (\(error))")
+        } catch {
+            return .damaged("it cannot be read (\(error))")
+        }
+        guard let (fd, _) = opened else { return .absent }
         defer { System.close(fd) }
-        guard let bytes = try? System.readAll(fd, path: path(name)) else { return nil }
-        let parts = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isWhitespace)
-        guard parts.count == 3, parts[0] == header, let sequence = UInt64(parts[1]) else { return nil }
-        return (sequence, String(parts[2]))
+        guard let bytes = try? System.readAll(fd, path: path(name), atMost: 4096) else { return .damaged("it cannot be read") }
+        guard bytes.last == 0x0A, let text = String(validating: bytes.dropLast(), as: UTF8.self) else {
+            return .damaged("it is not one line of text")
+        }
+        let parts = text.split(separator: " ", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == header else { return .damaged("it is not a `\(header) SEQUENCE VALUE` line") }
+        guard let sequence = UInt64(parts[1]), String(sequence) == parts[1] else {
+            return .damaged("its sequence is not a decimal number")
+        }
+        return .mark(sequence: sequence, value: String(parts[2]))
+    }
+
+    /// The mark, or `nil` when there is none or it is damaged (for marks that are a second line of
+    /// defence only; the vault's anchor uses ``inspect(_:header:)`` and treats damage as damage).
+    package func read(_ name: String, header: String) -> (sequence: UInt64, value: String)? {
+        guard case .mark(let sequence, let value) = inspect(name, header: header) else { return nil }
+        return (sequence, value)
     }
 
     /// Records a newer mark: only when `sequence` is above the one recorded.
@@ -46,17 +78,31 @@ package struct MarkFiles: Sendable {
             defer { System.close(lock) }
             // Never wait: a process stopped while holding the lock must not hang anything.
             guard try System.tryLockExclusive(lock, path: directory + "/.lock") else { return }
-            if let existing = read(name, header: header), existing.sequence >= sequence { return }
+            switch inspect(name, header: header) {
+            case .mark(let existing, _) where existing >= sequence: return
+            case .damaged: return  // never overwritten silently: the owner decides (remove)
+            default: break
+            }
             try replace(name, with: Array("\(header) \(sequence) \(value)\n".utf8))
         } catch {
             // Not fatal: what the mark watches is intact; the next write tries again.
         }
     }
 
-    /// Forgets a mark (after a deliberate restore from a backup).
+    /// Forgets a mark (after a deliberate restore from a backup), whatever is in its place: a
+    /// file, a link, a FIFO, or an empty directory. Nothing there is not an error.
     package func remove(_ name: String) throws {
-        try System.unlink(path(name))
+        do {
+            try System.unlink(path(name))
+        } catch let error as SystemError where error.isNotFound {
+            return
+        } catch let error as SystemError where error.isDirectory {
+            try System.removeDirectory(path(name))
+        }
     }
+
+    /// The path of a mark, for messages.
+    package func location(_ name: String) -> String { path(name) }
 
     /// Writes the file through a temporary one renamed over it (under the lock: one writer).
     private func replace(_ name: String, with bytes: [UInt8]) throws {

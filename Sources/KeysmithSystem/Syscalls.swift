@@ -20,6 +20,8 @@ package struct SystemError: Error, Sendable, Equatable, CustomStringConvertible 
     package var isNotFound: Bool { errno == ENOENT }
     /// Whether the call failed because the path, or a directory on it, is not a directory.
     package var isNotDirectory: Bool { errno == ENOTDIR }
+    /// Whether the path is a directory where a file was expected (`EISDIR`).
+    package var isDirectory: Bool { errno == EISDIR }
     /// Whether the call failed for lack of permission.
     package var isPermissionDenied: Bool { errno == EACCES || errno == EPERM }
     /// Whether the target already exists.
@@ -83,6 +85,16 @@ package enum System {
         }
         defer { close(fd) }
         return try readAll(fd, path: path, atMost: limit)
+    }
+
+    /// Reads a whole regular file of at most `maximumSize` bytes, or returns `nil` if it does not
+    /// exist. It is opened without following a link and without waiting (`O_NOFOLLOW |
+    /// O_NONBLOCK`): a link, FIFO, device or directory in its place is an error (its
+    /// ``SystemError/isUnusableFile`` holds), never followed, waited on or read without end.
+    package static func readRegularFile(_ path: String, maximumSize: Int) throws -> [UInt8]? {
+        guard let (fd, _) = try openRegularFile(path, maximumSize: maximumSize) else { return nil }
+        defer { close(fd) }
+        return try readAll(fd, path: path, atMost: maximumSize)
     }
 
     /// Reads from a descriptor to its end. The corresponding C function is `read`. More than
@@ -376,5 +388,18 @@ extension System {
     /// Removes an empty directory, ignoring failure. The corresponding C function is `rmdir`.
     package static func rmdir(_ path: String) {
         _ = Glibc.rmdir(path)
+    }
+
+    /// Removes an empty directory. The corresponding C function is `rmdir`.
+    package static func removeDirectory(_ path: String) throws {
+        guard Glibc.rmdir(path) == 0 else { throw SystemError(call: "rmdir", path: path, errno: errno) }
+    }
+
+    /// The absolute path with every link resolved, or `nil` when it does not resolve. The
+    /// corresponding C function is `realpath`.
+    package static func canonicalPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 }

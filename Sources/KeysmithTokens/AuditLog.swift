@@ -102,10 +102,11 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     public var event: String
     /// Every event an entry can record: a token `import`ed, `replace`d (`--replace`) or
     /// `update`d by a new response, an `import-batch`, a `revoke`, `revoke-all`, `refresh`
-    /// or incremental `grant`, a `delete`, a `bulk-revoke`; an `audit-repair`, and the
-    /// `damaged` marker a repair puts in place of an entry that did not read.
+    /// or incremental `grant`, a `delete`, a `bulk-revoke`; an `audit-repair`, the
+    /// `damaged` marker a repair puts in place of an entry that did not read, and a
+    /// `store-repair` (`keysmith vault repair`).
     public static let events = ["import", "replace", "update", "import-batch", "revoke", "revoke-all", "refresh", "grant", "delete", "bulk-revoke",
-                                "audit-repair", "damaged"]
+                                "audit-repair", "damaged", "store-repair"]
 
     /// Whether the entry is about the token of `service` and `account` (either `nil`: any):
     /// its own service and account, or, for a bulk change (service or account `*`), one of

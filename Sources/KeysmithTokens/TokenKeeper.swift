@@ -372,6 +372,22 @@ public final class TokenKeeper: Sendable {
         return repair
     }
 
+    /// Records a repair of the store itself (`keysmith vault repair`) in the audit log: one
+    /// `store-repair` entry whose detail is `summary` (what the repair kept and what may be lost;
+    /// never a secret). When the audit log's own records did not survive the damage, it is
+    /// repaired first (``repairAuditLog()``, which leaves its own entry), so the entry is written.
+    ///
+    /// - Throws: ``KeysmithError/Code/corruptData`` when the audit log cannot be repaired either.
+    public func recordStoreRepair(_ summary: String) throws {
+        let append = { try self.commit(at: self.now) { _ in ([], [Event("store-repair", "*", "*", [], summary)]) } }
+        do {
+            try append()
+        } catch let error as KeysmithError where error.code == .corruptData || error.code == .duplicateItem || error.code == .writeConflict {
+            _ = try repairAuditLog()
+            try append()
+        }
+    }
+
     /// Every audit entry, in order.
     public func auditEntries() throws -> [AuditEntry] { try AuditLog.entries(in: store) }
 

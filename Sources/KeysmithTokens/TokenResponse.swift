@@ -73,6 +73,16 @@ struct TokenResponse {
     /// - Throws: ``KeysmithError/Code/malformedData`` naming what is wrong (never quoting the
     ///   token); ``KeysmithError/Code/invalidScope`` for a bad scope.
     static func parse(_ data: Data) throws -> TokenResponse {
+        // RFC 8259 §8.1: JSON between systems is UTF-8 (Foundation would also take UTF-16 and
+        // UTF-32); and a name twice is read differently by different parsers (the first value
+        // here, the last elsewhere), so it is refused rather than guessed.
+        guard String(validating: data, as: UTF8.self) != nil, !data.contains(0) else {
+            throw KeysmithError(.malformedData, "the token response is not UTF-8 text (RFC 8259 §8.1 requires JSON in UTF-8)")
+        }
+        if let name = duplicateName(in: Array(data)) {
+            throw KeysmithError(.malformedData, "the token response names the field \(OneLine.escaped(String(name.prefix(64)))) twice in one object; "
+                                + "parsers disagree on which value counts, so it is refused")
+        }
         let wire: Wire
         do {
             wire = try JSONDecoder().decode(Wire.self, from: data)
@@ -111,6 +121,50 @@ struct TokenResponse {
         let scope = try wire.scope.map { try $0.scopes() }
         return TokenResponse(accessToken: accessToken, tokenType: tokenType, expiresIn: expiresIn,
                              refreshToken: wire.refresh_token, scope: scope, additionalFields: try additionalFields(of: data))
+    }
+
+    /// The first name that appears twice in one object of `bytes` (which need not be valid JSON:
+    /// the decoder judges that), names compared after their escapes are decoded.
+    static func duplicateName(in bytes: [UInt8]) -> String? {
+        // One entry per open bracket: the names seen so far for an object, nil for an array.
+        var stack: [Set<String>?] = []
+        var expectingName = false
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            switch byte {
+            case UInt8(ascii: "{"):
+                stack.append([])
+                expectingName = true
+            case UInt8(ascii: "["):
+                stack.append(nil)
+                expectingName = false
+            case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                if !stack.isEmpty { stack.removeLast() }
+                expectingName = false
+            case UInt8(ascii: ","):
+                expectingName = stack.last.map { $0 != nil } ?? false
+            case UInt8(ascii: "\""):
+                let start = index
+                index += 1
+                while index < bytes.count, bytes[index] != UInt8(ascii: "\"") {
+                    index += bytes[index] == UInt8(ascii: "\\") ? 2 : 1
+                }
+                if expectingName, index < bytes.count, case .some(.some(var names)) = stack.last {
+                    let literal = Data(bytes[start...index])
+                    let name = (try? JSONSerialization.jsonObject(with: literal, options: [.fragmentsAllowed]) as? String)
+                        ?? String(decoding: bytes[(start + 1)..<index], as: UTF8.self)
+                    if names.contains(name) { return name }
+                    names.insert(name)
+                    stack[stack.count - 1] = names
+                }
+                expectingName = false
+            default:
+                break
+            }
+            index += 1
+        }
+        return nil
     }
 
     /// Every field beyond RFC 6749's, its value re-encoded as compact JSON.

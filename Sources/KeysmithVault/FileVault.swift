@@ -142,7 +142,7 @@ public final class FileVault: SecureStore {
         case .version2(let copy):
             let kek = try HeaderFormat.deriveKEK(copy.header.kdf, credential: credential)
             let unlocked = try UnlockedHeader2.unlock(copy, kek: kek, credential: credential)
-            let engine = Engine2(paths: paths, unlocked: unlocked, clock: clock, anchor: anchorDirectory.map(AnchorStore.init),
+            let engine = Engine2(paths: paths, unlocked: unlocked, clock: clock, anchor: anchorDirectory.map { AnchorStore(directory: $0, vaultPath: path) },
                                  credential: credential)
             try engine.reloadAll()
             if engine.foreignSnapshot {
@@ -428,6 +428,69 @@ public final class FileVault: SecureStore {
             try backend.acceptRollback()
             try backend.refresh()
         }
+    }
+
+    /// Repairs a damaged vault: writes a new, consistent state from every record that
+    /// authenticates, and says exactly what may be lost (docs/format.md, "Repair").
+    ///
+    /// Under the vault's lock, every file is read and every index and table entry tried as it
+    /// stands; the newest version of each record whose tag and identity hold is kept. A new
+    /// snapshot of those records (sealed as they are, nothing re-encrypted) replaces the
+    /// snapshot and every log in one atomic rename, one sequence past every commit the vault
+    /// held; both header copies are written from the copy in force; the rollback anchor is
+    /// moved to the new sequence. The files it replaces are never deleted: they are moved into
+    /// `damaged-<UTC time>/` under the vault (``VaultRepairReport/movedAside``). A crash at any
+    /// step leaves either the damaged vault as it was (run the repair again) or the repaired one.
+    ///
+    /// ```swift
+    /// let preview = try vault.repair(dryRun: true)        // changes nothing
+    /// print(preview.losses, preview.itemsMaybeStale)
+    /// let done = try vault.repair()
+    /// print("kept \(done.itemsKept) item(s); the damaged files are in \(done.movedAside ?? "-")")
+    /// ```
+    ///
+    /// An intact vault is left as it is (``VaultRepairReport/needed`` is `false`).
+    ///
+    /// - Parameter dryRun: Report what a repair would do and change nothing (not even the lock
+    ///   file is created).
+    /// - Returns: What was found, kept and possibly lost.
+    /// - Throws: ``KeysmithError/Code/corruptData`` when the vault was rolled back (a repair
+    ///   never accepts a rollback: that is ``acceptRollback()``'s deliberate step);
+    ///   ``KeysmithError/Code/invalidArgument`` for a format 1 vault;
+    ///   ``KeysmithError/Code/ioFailure`` when the files cannot be read or written.
+    @discardableResult
+    public func repair(dryRun: Bool = false) throws -> VaultRepairReport {
+        let report = try backend.withLock { backend -> VaultRepairReport in
+            guard let engine = backend as? Engine2 else {
+                throw KeysmithError.invalidArgument("repair works on format 2 vaults; this one is format 1 (run `keysmith vault upgrade` first)")
+            }
+            var locked: Int32?
+            if !dryRun {
+                let fd = try engine.lockFD()
+                try io { try System.lockExclusive(fd, path: path + "/lock") }
+                locked = fd
+            }
+            defer { if let locked { System.unlock(locked) } }
+            // Every file and record read first: damage no read met yet is known too, and so
+            // are header copies that the write below heals.
+            let headerCopies = try engine.verify().filter(\.isHeaderCopy).map { "\($0.file): \($0.reason)" }
+            if let rollback = engine.rollback {
+                throw KeysmithError(.corruptData, "\(rollback.reason); a repair never accepts a rollback, nothing was changed")
+            }
+            if !dryRun { try engine.prepareWrite() }
+            let plan = try engine.planRepair(headerCopies: headerCopies)
+            defer { for fd in plan.descriptors { System.close(fd) } }
+            guard !dryRun, plan.report.needed else { return plan.report }
+            return try engine.carryOut(plan, at: Date())
+        }
+        if report.needed && !dryRun {
+            logger.warning("repaired the vault", metadata: [
+                "path": "\(path)", "kept": "\(report.itemsKept)", "losses": "\(report.losses.count)",
+                "maybe-stale": "\(report.itemsMaybeStale.count)", "unreadable": "\(report.unreadableRecords.count)",
+                "moved-aside": "\(report.movedAside ?? "")",
+            ])
+        }
+        return report
     }
 
     /// How many items the vault holds and how many log files await compaction.

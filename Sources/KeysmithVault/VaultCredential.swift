@@ -88,11 +88,18 @@ public struct VaultCredential: Sendable, CustomStringConvertible {
             cleanse(&key)
             cleanse(&text)
         }
+        // Written whole into a temporary file beside it, then linked into place: a crash leaves
+        // no keyfile or a complete one, never an empty one that a rerun would refuse.
+        let directory = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+        let temporary = (directory.isEmpty ? "" : directory) + "/.tmp-keyfile-\(System.processID)-\(try vaultCrypto { try Random.bytes(count: 6) }.hexString)"
+        defer { try? System.unlink(temporary) }
         do {
-            let fd = try System.open(path, flags: OpenFlags.writeOnly | OpenFlags.create | OpenFlags.exclusive, mode: 0o600)
+            let fd = try System.open(temporary, flags: OpenFlags.writeOnly | OpenFlags.create | OpenFlags.exclusive, mode: 0o600)
             defer { System.close(fd) }
-            try System.writeAll(fd, text, path: path)
-            try System.fsync(fd, path: path)
+            try System.writeAll(fd, text, path: temporary)
+            try System.fsync(fd, path: temporary)
+            try System.link(temporary, path)  // never replaces a file that exists
+            try System.fsyncDirectory(directory.isEmpty ? "/" : directory)
         } catch let error as SystemError where error.isAlreadyExists {
             throw KeysmithError(.duplicateItem, "the keyfile \(path) already exists; it was left as it is")
         } catch let error as SystemError {

@@ -8,8 +8,8 @@ extension KeysmithCommand {
     /// Vault maintenance: verify, change the passphrase, rekey, compact.
     struct Vault: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "vault", 
-            abstract: "Check and maintain the vault: verify, change its passphrase or keyfile, rekey, compact, upgrade.",
-            subcommands: [Verify.self, Passwd.self, Rekey.self, Compact.self, Upgrade.self]
+            abstract: "Check and maintain the vault: verify, repair, change its passphrase or keyfile, rekey, compact, upgrade.",
+            subcommands: [Verify.self, Repair.self, Passwd.self, Rekey.self, Compact.self, Upgrade.self]
         )
     }
 }
@@ -44,7 +44,16 @@ extension KeysmithCommand.Vault {
         var acceptRollback = false
 
         func run() throws {
-            let vault = try store.openVault()
+            let vault: FileVault
+            do {
+                vault = try store.openVault()
+            } catch let error as KeysmithError where json {
+                // One document even when the vault does not open: what failed, and its kind.
+                struct Failure: Encodable { var code: String; var message: String }
+                struct Report: Encodable { var intact: Bool; var problems: [String]; var error: Failure }
+                print(try jsonLine(Report(intact: false, problems: [], error: Failure(code: error.code.description, message: error.message))))
+                throw error
+            }
             if acceptRollback { try vault.acceptRollback() }
             var damage = try vault.verify()
             let sequence = try vault.sequence
@@ -91,6 +100,106 @@ extension KeysmithCommand.Vault {
         static func label(_ problem: VaultDamage) -> String {
             if problem.isIgnored { return "ignored (not named as a log): \(problem)" }
             return problem.isSuperseded ? "superseded (repaired): \(problem)" : "\(problem)"
+        }
+    }
+
+    /// Rebuilds a damaged vault from every record that authenticates.
+    struct Repair: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "repair",
+            abstract: "Rebuild a damaged vault from every record that authenticates, and say what may be lost.",
+            discussion: """
+                Under the vault's lock, every file is read and every record tried; the newest version of each \
+                record that authenticates is kept, in a new snapshot that replaces the damaged files in one \
+                atomic step. The report names what could not be read (commits, the snapshot), the items kept at \
+                a version that may not be their newest, and the records that could not be read at all (their \
+                names are sealed inside them). Nothing is deleted: the replaced files are moved into \
+                damaged-<time>/ under the vault. The rollback anchor moves to the repaired vault, and the \
+                audit log gets a store-repair entry. An intact vault is left as it is. A rolled-back vault is \
+                refused: accepting a rollback is `vault verify --accept-rollback`'s deliberate step.
+
+                Exit code 0 when the vault was repaired or was intact; with --dry-run, 6 when a repair is \
+                needed (and nothing is changed).
+                """
+        )
+
+        @OptionGroup var store: StoreOptions
+
+        @Flag(name: .customLong("dry-run"), help: "Report what a repair would do; change nothing.")
+        var dryRun = false
+
+        @Flag(help: "Print the report as one JSON document.")
+        var json = false
+
+        func run() throws {
+            let vault = try store.openVault()
+            let report = try vault.repair(dryRun: dryRun)
+            var auditProblem: String?
+            if report.needed && !dryRun {
+                do {
+                    try makeKeeper(vault).recordStoreRepair(Self.summary(report))
+                } catch {
+                    auditProblem = "\(error)"
+                }
+            }
+            if json {
+                struct Loss: Encodable { var file: String; var sequence: UInt64?; var reason: String; var salvaged: Int; var complete: Bool }
+                struct Document: Encodable {
+                    var needed: Bool; var dryRun: Bool; var itemsKept: Int; var losses: [Loss]; var itemsMaybeStale: [String]
+                    var unreadableRecords: [String]; var absentItemsMayBeLost: Bool; var headerCopies: [String]; var movedAside: String?
+                    var sequence: UInt64; var audited: Bool
+                    enum CodingKeys: String, CodingKey {
+                        case needed, losses, sequence, audited
+                        case dryRun = "dry_run", itemsKept = "items_kept", itemsMaybeStale = "items_maybe_stale"
+                        case unreadableRecords = "unreadable_records", absentItemsMayBeLost = "absent_items_may_be_lost"
+                        case headerCopies = "header_copies", movedAside = "moved_aside"
+                    }
+                }
+                print(try jsonLine(Document(
+                    needed: report.needed, dryRun: report.dryRun, itemsKept: report.itemsKept,
+                    losses: report.losses.map { Loss(file: $0.file, sequence: $0.sequence, reason: $0.reason, salvaged: $0.salvaged, complete: $0.complete) },
+                    itemsMaybeStale: report.itemsMaybeStale.map(\.description), unreadableRecords: report.unreadableRecords,
+                    absentItemsMayBeLost: report.absentItemsMayBeLost, headerCopies: report.headerCopies,
+                    movedAside: report.movedAside.map { vault.path + "/" + $0 }, sequence: report.sequence,
+                    audited: report.needed && !dryRun && auditProblem == nil)))
+            } else if !report.needed {
+                print("The vault at \(vault.path) is intact: nothing to repair.")
+            } else {
+                print(dryRun
+                    ? "A repair of the vault at \(vault.path) would keep \(report.itemsKept) item(s), at sequence \(report.sequence); nothing was changed."
+                    : "Repaired the vault at \(vault.path): \(report.itemsKept) item(s) kept, sequence \(report.sequence).")
+                for loss in report.losses {
+                    if loss.complete {
+                        print("damaged, every record recovered: \(loss.file): \(escaped(loss.reason))")
+                    } else {
+                        print("lost: \(loss.file): \(escaped(loss.reason))" + (loss.salvaged > 0 ? " (\(loss.salvaged) of its records kept)" : ""))
+                    }
+                }
+                for copy in report.headerCopies { print("header copy rewritten: \(escaped(copy))") }
+                for item in report.itemsMaybeStale { print("may be out of date (a newer version may be lost): \(escaped(item.description))") }
+                for record in report.unreadableRecords { print("unreadable, not kept (its name is sealed inside it): record \(record)") }
+                if report.absentItemsMayBeLost {
+                    print("Items the vault does not hold may be lost too: a part that could not be read may have created them.")
+                }
+                if let aside = report.movedAside {
+                    print("The replaced files are kept in \(vault.path)/\(aside); nothing was deleted.")
+                }
+            }
+            if let auditProblem {
+                throw CommandFailure(message: "the vault was repaired, but its audit entry could not be written: \(auditProblem)", exitCode: ExitCode(6))
+            }
+            if dryRun && report.needed {
+                throw CommandFailure(message: "the vault needs a repair (run `keysmith vault repair`)", exitCode: ExitCode(6))
+            }
+        }
+
+        /// The audit entry's detail: counts and files, never a secret.
+        static func summary(_ report: VaultRepairReport) -> String {
+            var parts = ["repaired the vault: \(report.itemsKept) item(s) kept at sequence \(report.sequence)"]
+            if !report.losses.isEmpty { parts.append("lost: " + report.losses.map(\.file).joined(separator: " ")) }
+            if !report.itemsMaybeStale.isEmpty { parts.append("\(report.itemsMaybeStale.count) item(s) may be out of date") }
+            if !report.unreadableRecords.isEmpty { parts.append("\(report.unreadableRecords.count) record(s) unreadable") }
+            if let aside = report.movedAside { parts.append("damaged files in \(aside)") }
+            return parts.joined(separator: "; ")
         }
     }
 

@@ -13,6 +13,7 @@
 //   vault-stress passwd VAULT KEYFILE NEWKEYFILE     changes the credential once
 //   vault-stress rekey  VAULT KEYFILE                re-keys once
 //   vault-stress upgrade VAULT KEYFILE               upgrades a format 1 vault to format 2
+//   vault-stress repair VAULT KEYFILE                repairs the vault once (says "ack repair KEPT")
 import Foundation
 import Keysmith
 import KeysmithTokens
@@ -38,13 +39,17 @@ func bulkBatch(_ prefix: String, _ count: Int) -> [StoreOperation] {
 }
 
 let arguments = CommandLine.arguments
-if arguments.count >= 4, ["passwd", "rekey", "upgrade"].contains(arguments[1]) {
+if arguments.count >= 4, ["passwd", "rekey", "upgrade", "repair"].contains(arguments[1]) {
     do {
         if arguments[1] == "upgrade" {
             say("ack upgrade \(try FileVault.upgrade(at: arguments[2], credential: .keyfile(at: arguments[3])))")
             exit(0)
         }
         let vault = try FileVault.open(at: arguments[2], credential: .keyfile(at: arguments[3]))
+        if arguments[1] == "repair" {
+            say("ack repair \(try vault.repair().itemsKept)")
+            exit(0)
+        }
         if arguments[1] == "passwd", arguments.count == 5 {
             try vault.changeCredential(to: .keyfile(at: arguments[4]))
         } else {

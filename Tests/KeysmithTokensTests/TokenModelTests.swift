@@ -91,6 +91,29 @@ struct TokenModelTests {
         #expect(error?.message.contains("SECRET1") == false)
     }
 
+    @Test("a response that is not UTF-8, or names a field twice in one object, is refused (parsers disagree on which value counts)",
+          arguments: [
+            (Data(#"{"access_token":"SECRET1","token_type":"Bearer"}"#.utf16.flatMap { [UInt8($0 & 0xFF), UInt8($0 >> 8)] }), "UTF-8"),
+            (Data([0xFF, 0xFE]) + Data(#"{"access_token":"SECRET1","token_type":"Bearer"}"#.utf16.flatMap { [UInt8($0 & 0xFF), UInt8($0 >> 8)] }), "UTF-8"),
+            (Data(#"{"access_token":"SECRET1","token_type":"Bearer","expires_in":60,"expires_in":999999}"#.utf8), "expires_in twice"),
+            (Data(#"{"access_token":"SECRET1","token_type":"Bearer","expires\u005fin":60,"expires_in":9}"#.utf8), "expires_in twice"),
+            (Data(#"{"access_token":"SECRET1","access_token":"OTHER","token_type":"Bearer"}"#.utf8), "access_token twice"),
+            (Data(#"{"access_token":"SECRET1","token_type":"Bearer","team":{"id":"T1","id":"T2"}}"#.utf8), "id twice"),
+          ])
+    func ambiguousResponses(_ input: (Data, String)) {
+        let error = #expect(throws: KeysmithError.self) { try OAuthToken(response: input.0, requested: [], now: t0) }
+        #expect(error?.code == .malformedData)
+        #expect(error?.message.contains(input.1) == true, "\(error?.message ?? "")")
+        #expect(error?.message.contains("SECRET1") == false)
+    }
+
+    @Test("the same name in different objects, and names that only look alike, are not duplicates")
+    func namesInDifferentObjects() throws {
+        let body = Data(#"{"access_token":"a","token_type":"Bearer","team":{"id":"T1","name":"x"},"enterprise":{"id":"E1"},"list":[{"id":1},{"id":2}],"ID":"y","note":"\"id\":1,\"id\":2"}"#.utf8)
+        let token = try OAuthToken(response: body, requested: [], now: t0)
+        #expect(token.accessToken == "a")
+    }
+
     @Test("a response with an invalid scope is refused, naming the character")
     func invalidScopeInResponse() {
         let error = #expect(throws: KeysmithError.self) {

@@ -139,7 +139,17 @@ enum HeaderStore {
         var problems: [String] = []
         var found = false
         for (path, name) in [(paths.header, VaultHeader.primaryName), (paths.headerBackup, VaultHeader.backupName)] {
-            guard let bytes = try io({ try System.readFile(path) }) else { continue }
+            let read: [UInt8]?
+            do {
+                read = try System.readRegularFile(path, maximumSize: Format2.maximumHeaderSize)
+            } catch let error as SystemError where error.isUnusableFile {
+                found = true
+                problems.append("\(name): it is not a regular file of at most 64 KiB (\(error))")
+                continue
+            } catch let error as SystemError {
+                throw KeysmithError(.ioFailure, "cannot read the vault header \(name): \(error)")
+            }
+            guard let bytes = read else { continue }
             found = true
             do {
                 return try VaultHeader.parse(bytes)
@@ -161,7 +171,7 @@ enum HeaderStore {
     static func intactCopies(_ paths: VaultPaths) -> LazyMapSequence<LazyFilterSequence<LazyMapSequence<[String], VaultHeader?>>, VaultHeader> {
         [paths.header, paths.headerBackup].lazy
             .map { path -> VaultHeader? in
-                guard let bytes = try? System.readFile(path) else { return nil }
+                guard let bytes = (try? System.readRegularFile(path, maximumSize: Format2.maximumHeaderSize)) ?? nil else { return nil }
                 return try? VaultHeader.parse(bytes)
             }
             .filter { $0 != nil }

@@ -67,7 +67,7 @@ final class Engine2 {
     /// Records older than this sequence (and absent ones) cannot be trusted: a commit that may
     /// have changed them is missing or damaged.
     private var uncertainBefore: (sequence: UInt64, damage: VaultDamage)?
-    private var rollback: VaultDamage?
+    private(set) var rollback: VaultDamage?
 
     init(paths: Paths2, unlocked: UnlockedHeader2, clock: @escaping @Sendable () -> Date, anchor: AnchorStore?,
          credential: VaultCredential) {
@@ -163,6 +163,15 @@ final class Engine2 {
         rollback = nil
 
         checkHeaderCopies()
+        // The format never follows a link inside the vault; a linked data/ or data/log/ works
+        // (the files in it are still checked) but is damage, reported, never accepted silently.
+        for (path, name) in [(paths.data, Format2.dataDirectory), (paths.logDirectory, Format2.dataDirectory + "/log")]
+            where !System.isRealDirectory(path) && System.isRealDirectory(path + "/.")
+        {
+            fileDamage.append(VaultDamage(
+                file: name, offset: 0, recordID: nil, key: nil,
+                reason: "\(name) is a symbolic link to a directory: Keysmith does not follow links inside a vault; put the directory itself in its place"))
+        }
         try loadSnapshot()
         var base: UInt64 = 0
         if snapshotUsable, let head = snapshotHead {
@@ -291,6 +300,21 @@ final class Engine2 {
                 return snapshotDamage("the snapshot's header is damaged: \(why)")
             }
             guard head.vaultID == vaultID else {
+                // This vault's own snapshot with its vault id damaged still authenticates with
+                // the right id put back: damage to repair, not a header of another vault.
+                var patched = headBytes
+                patched.replaceSubrange(8..<24, with: vaultID)
+                if let keys = try keys(for: head.epoch),
+                   let directoryBytes = try? System.read(fd, count: head.pageCount * Format2.directoryEntrySize + Format2.macSize,
+                                                         at: head.directoryStart, path: paths.snapshot),
+                   directoryBytes.count == head.pageCount * Format2.directoryEntrySize + Format2.macSize,
+                   constantTimeEqual(SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: patched,
+                                                               directory: Array(directoryBytes.prefix(head.pageCount * Format2.directoryEntrySize))),
+                                     Array(directoryBytes.suffix(Format2.macSize)))
+                {
+                    return snapshotDamage("the snapshot's vault id is damaged (it reads \(head.vaultID.hexString)); its records cannot be "
+                                          + "vouched for as they stand (`keysmith vault repair` keeps every one that authenticates)")
+                }
                 foreignSnapshot = true
                 return snapshotDamage("the snapshot belongs to another vault (vault id \(head.vaultID.hexString))")
             }
@@ -304,7 +328,7 @@ final class Engine2 {
             }
             let directoryPart = Array(directoryBytes[0..<(head.pageCount * Format2.directoryEntrySize)])
             let mac = Array(directoryBytes[(head.pageCount * Format2.directoryEntrySize)...])
-            guard SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: headBytes, directory: directoryPart) == mac else {
+            guard constantTimeEqual(SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: headBytes, directory: directoryPart), mac) else {
                 return snapshotDamage("the snapshot's header or directory fails authentication: it is damaged or was altered")
             }
             var entries: [(first: RecordID, mac: [UInt8])] = []
@@ -385,7 +409,7 @@ final class Engine2 {
         }
         let table = Array(rest[0..<tableSize])
         let mac = Array(rest[tableSize...])
-        guard LogFile2.commitMAC(chainKey: keys.chain, headerAndTable: headBytes + table) == mac else {
+        guard constantTimeEqual(LogFile2.commitMAC(chainKey: keys.chain, headerAndTable: headBytes + table), mac) else {
             logDamaged(sequence, name, "the commit fails authentication: its header or table is damaged or was altered")
             return true
         }
@@ -396,7 +420,7 @@ final class Engine2 {
             logDamaged(sequence, name, "the commit authenticated but \(problem): it was cut short or extended")
             return true
         }
-        if let previous = lastMAC, head.previousMAC != previous {
+        if let previous = lastMAC, !constantTimeEqual(head.previousMAC, previous) {
             let damage = VaultDamage(
                 file: name, offset: 40, recordID: nil, key: nil,
                 reason: "the commit does not follow the one before it: a log or the snapshot was replaced, or comes from another history",
@@ -431,9 +455,23 @@ final class Engine2 {
     }
 
     private func checkAnchor() throws {
-        guard let anchor, let mark = anchor.read(vaultID) else {
+        guard let anchor else { return }
+        let mark: AnchorStore.Mark
+        switch anchor.read(vaultID) {
+        case .absent:
             updateAnchor()
             return
+        case .damaged(let reason, let path):
+            // A damaged anchor cannot vouch for anything: the vault is refused as a missing
+            // anchor could not (which would serve a rolled-back copy), until the owner decides.
+            rollback = VaultDamage(
+                file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil,
+                reason: "the rollback anchor \(path) is damaged (\(reason)), so whether this vault was rolled back cannot be told; "
+                    + "if the vault is as it should be, accept it with `keysmith vault verify --accept-rollback` (a new anchor is written)",
+                hidesRecords: true)
+            return
+        case .mark(let read):
+            mark = read
         }
         if mark.sequence > lastSequence {
             // Commits made since the logs were listed: catch up, or read everything again if a
@@ -453,7 +491,7 @@ final class Engine2 {
                 reason: "the vault was rolled back: this machine saw commit \(mark.sequence), the vault now ends at commit \(lastSequence) "
                     + "(its newest commits were removed or an older copy was put back); if you restored it on purpose, accept the rollback "
                     + "with `keysmith vault verify --accept-rollback`", hidesRecords: true)
-        } else if let known, known != mark.mac {
+        } else if let known, !constantTimeEqual(known, mark.mac) {
             rollback = VaultDamage(
                 file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil,
                 reason: "the vault's history forked: commit \(mark.sequence) is not the one this machine saw (an older copy was put back "
@@ -465,7 +503,8 @@ final class Engine2 {
     }
 
     private func updateAnchor(over mark: AnchorStore.Mark? = nil) {
-        guard let anchor, let mac = lastMAC, lastSequence > (mark?.sequence ?? 0) || mark == nil else { return }
+        // A mark read from the legacy name is written under this place's name at once.
+        guard let anchor, let mac = lastMAC, lastSequence > (mark?.sequence ?? 0) || mark == nil || mark?.legacy == true else { return }
         anchor.write(vaultID, AnchorStore.Mark(sequence: lastSequence, mac: mac))
     }
 
@@ -522,12 +561,12 @@ final class Engine2 {
             throw KeysmithError(.corruptData, "the vault header now belongs to another vault; open the vault again")
         }
         var kek = unlocked.kek
-        if VaultHeader2.mac(copy.body, kek: kek) != copy.mac, let rederivable,
+        if !constantTimeEqual(VaultHeader2.mac(copy.body, kek: kek), copy.mac), let rederivable,
            let derived = try? HeaderFormat.deriveKEK(copy.header.kdf, credential: rederivable)
         {
             kek = derived
         }
-        guard VaultHeader2.mac(copy.body, kek: kek) == copy.mac else {
+        guard constantTimeEqual(VaultHeader2.mac(copy.body, kek: kek), copy.mac) else {
             if requireSameCredential {
                 throw KeysmithError(
                     .storeLocked,
@@ -609,7 +648,7 @@ final class Engine2 {
 
     /// The id key set up once for HMAC (a bulk job names 100,000 records); rebuilt if the
     /// unlocked header's key object changes.
-    private var idMAC: HMACSHA256Key {
+    var idMAC: HMACSHA256Key {
         if let cached = idMACCache, cached.key === unlocked.idKey { return cached.mac }
         // Setting up a key fails only when OpenSSL is out of memory.
         guard let made = try? HMACSHA256Key(unlocked.idKey) else { preconditionFailure("OpenSSL cannot set up an HMAC key") }
@@ -648,7 +687,7 @@ final class Engine2 {
                 .corruptData,
                 (found == nil ? "\(what) was not found, but" : "\(what) may be out of date:")
                     + " the vault is damaged where a newer version may have been (\(uncertain.damage)); "
-                    + "restore the vault from a backup, or write the item again")
+                    + "run `keysmith vault repair` (it keeps every record that authenticates and names what may be lost), or restore the vault from a backup")
         }
         guard let found, found.op == .put else { return .absent }
         return .found(found)
@@ -667,7 +706,7 @@ final class Engine2 {
                 .corruptData,
                 "\(key.map { "\($0)" } ?? "record \(recordID)") is in a damaged part of the snapshot's index "
                     + "(\(damagedPages[low - 1].map { "\($0)" } ?? "index page \(low - 1)")); "
-                    + "restore the vault from a backup, or write the item again")
+                    + "run `keysmith vault repair` (it keeps every record that authenticates and names what may be lost), or restore the vault from a backup")
         }
         // Binary search over the page's raw entries: no entry is built but the one found.
         let size = Format2.indexEntrySize
@@ -720,8 +759,8 @@ final class Engine2 {
             problem = "the snapshot's key epoch \(head.epoch) is no longer held"
         } else if bytes.count != count * Format2.indexEntrySize {
             problem = "the snapshot is cut short inside index page \(index)"
-        } else if let keys, SnapshotFile2.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: head.through, page: index, bytes: bytes)
-                    != directory[index].mac
+        } else if let keys, !constantTimeEqual(
+            SnapshotFile2.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: head.through, page: index, bytes: bytes), directory[index].mac)
         {
             problem = "index page \(index) fails authentication: it is damaged or was altered"
         }
@@ -876,7 +915,7 @@ final class Engine2 {
         KeysmithError(
             .corruptData,
             "\(key.map { "\($0)" } ?? "a record") (record \(damage.recordID ?? "?")) is damaged in \(damage.file) at byte \(damage.offset): "
-                + "\(damage.reason); other records are unaffected; write or delete this item to replace it")
+                + "\(damage.reason); other records are unaffected; write or delete this item to replace it, or run `keysmith vault repair`")
     }
 
     func read(_ key: ItemKey) throws -> SecureRecord? {
@@ -1046,7 +1085,14 @@ final class Engine2 {
                     + "(run `keysmith vault verify` for details)")
         }
         let sequence = lastSequence + 1
-        guard sequence < Format2.maximumSequence else { throw KeysmithError(.limitExceeded, "the vault has run out of commit numbers") }
+        guard sequence < Format2.maximumSequence else {
+            // A damaged log with the last number (planted, say) is damage, not a full vault.
+            if isDamaged {
+                throw KeysmithError(.corruptData, "the vault has damage at its newest commit number (run `keysmith vault verify`); "
+                                    + "`keysmith vault repair` rebuilds it")
+            }
+            throw KeysmithError(.limitExceeded, "the vault has run out of commit numbers")
+        }
         guard var written = try writeLog(operations, sequence: sequence) else { return .unchanged }
         if let anchor { anchor.write(vaultID, AnchorStore.Mark(sequence: sequence, mac: written.mac)) }
         guard written.bulk else {
@@ -1209,7 +1255,7 @@ final class Engine2 {
             let first = damage.first { !$0.isSuperseded && !$0.isHeaderCopy }.map { ": \($0.reason)" } ?? ""
             throw KeysmithError(
                 .corruptData,
-                "the vault has damage\(first) (run `keysmith vault verify`); repair it before compacting or re-keying")
+                "the vault has damage\(first) (run `keysmith vault verify`); repair it (`keysmith vault repair`) before compacting or re-keying")
         }
     }
 
@@ -1244,15 +1290,35 @@ final class Engine2 {
         let head = SnapshotFile2.Head(vaultID: vaultID, through: through?.sequence ?? lastSequence, epoch: keys.epoch,
                                       recordCount: count, throughMAC: throughMAC)
         let temporary = paths.data + "/" + Durable.temporaryPrefix + "snapshot-\(System.processID)"
+        defer { try? System.unlink(temporary) }
+        // The old snapshot's records come in file order (both are sorted by record id).
+        try writeSnapshotFile(temporary, head: head, keys: keys, reseal: reseal, sequentialFD: snapshotFD) { copy in
+            try forEachLive(strict: true, newer: newer, copy)
+        }
+        try io {
+            try System.rename(temporary, paths.snapshot)
+            try FaultInjection.step()
+            try System.fsyncDirectory(paths.data)
+        }
+        try removeCoveredLogs(through: head.through)
+        try reloadAll()
+    }
+
+    /// Writes a complete snapshot of `head.recordCount` records to `temporary` (in `data/`),
+    /// flushed and closed; the caller renames it into place (the switch) and removes it on
+    /// failure. `walk` hands the records over in record-id order, calling its argument until it
+    /// returns `false`; bodies in `sequentialFD` are read a megabyte at a time. With `reseal`,
+    /// records of other epochs are re-encrypted under `keys`. Records are otherwise copied
+    /// sealed, as they are: nothing is decrypted.
+    func writeSnapshotFile(_ temporary: String, head: SnapshotFile2.Head, keys: EpochKeys, reseal: Bool, sequentialFD: Int32,
+                           walk: ((SealedRef) throws -> Bool) throws -> Void) throws {
+        let count = head.recordCount
         try? System.unlink(temporary)
         let fd = try io {
             try System.open(temporary, flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.exclusive, mode: 0o600)
         }
         var closed = false
-        defer {
-            if !closed { System.close(fd) }
-            try? System.unlink(temporary)
-        }
+        defer { if !closed { System.close(fd) } }
         // Bodies first (their nonces and tags go into the index), then pages, directory, header.
         // Index pages are written as they fill; only the directory (64 bytes a page) is kept.
         var index = SnapshotFile2.IndexWriter(head: head, chainKey: keys.chain)
@@ -1265,12 +1331,11 @@ final class Engine2 {
             bufferStart += buffer.bytes.count
             buffer.bytes.removeAll(keepingCapacity: true)
         }
-        // The old snapshot's records come in file order (both are sorted by record id).
         var window = BodyWindow()
-        try forEachLive(strict: true, newer: newer) { ref in
+        try walk { ref in
             copied += 1
             guard copied <= count else { return false }
-            var body = try window.body(of: ref, sequentialIn: snapshotFD, root: paths.root)
+            var body = try window.body(of: ref, sequentialIn: sequentialFD, root: paths.root)
             var entry = SnapshotFile2.IndexEntry(recordID: ref.recordID, version: ref.version, epoch: ref.epoch, offset: offset,
                                                  length: ref.length, nonce: ref.nonce, tag: ref.tag)
             if reseal && ref.epoch != keys.epoch {
@@ -1310,12 +1375,7 @@ final class Engine2 {
             System.close(fd)
             closed = true
             try FaultInjection.step()
-            try System.rename(temporary, paths.snapshot)
-            try FaultInjection.step()
-            try System.fsyncDirectory(paths.data)
         }
-        try removeCoveredLogs(through: head.through)
-        try reloadAll()
     }
 
     /// Deletes logs the snapshot covers and temporary files that crashed writers left. Only

@@ -243,7 +243,7 @@ struct UnlockedHeader2 {
     /// - Throws: `.authenticationFailed` when the MAC does not verify (a wrong credential, or
     ///   a header altered by someone without it: the two cannot be told apart).
     static func unlock(_ copy: HeaderCopy2, kek: SecretBytes, credential: VaultCredential) throws -> UnlockedHeader2 {
-        guard VaultHeader2.mac(copy.body, kek: kek) == copy.mac else {
+        guard constantTimeEqual(VaultHeader2.mac(copy.body, kek: kek), copy.mac) else {
             throw KeysmithError(
                 .authenticationFailed,
                 (credential.isPassphrase ? "wrong passphrase for this vault" : "the key in \(credential) does not unlock this vault")

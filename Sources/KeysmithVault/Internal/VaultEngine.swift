@@ -98,10 +98,13 @@ struct VaultEngine: ~Copyable {
 
         let fd: Int32
         do {
-            fd = try System.open(paths.snapshot, flags: OpenFlags.readOnly)
-        } catch let error as SystemError where error.isNotFound {
-            try applyLogs()
-            return
+            guard let opened = try System.openRegularFile(paths.snapshot, maximumSize: Format2.maximumFileSize) else {
+                try applyLogs()
+                return
+            }
+            fd = opened.fd
+        } catch let error as SystemError where error.isUnusableFile {
+            throw KeysmithError(.corruptData, "the vault's snapshot is not a regular file (\(error)): it is damaged; restore the vault from a backup")
         } catch let error as SystemError {
             throw KeysmithError(.ioFailure, "cannot open the vault's snapshot: \(error)")
         }
@@ -116,8 +119,8 @@ struct VaultEngine: ~Copyable {
     /// Reports a damaged or missing copy of the header (the other copy keeps the vault open).
     /// Two identical copies that parse are the common case and cost one parse.
     mutating func checkHeaderCopies() {
-        let primary = try? System.readFile(paths.header)
-        let backup = try? System.readFile(paths.headerBackup)
+        let primary = try? System.readRegularFile(paths.header, maximumSize: Format2.maximumHeaderSize)
+        let backup = try? System.readRegularFile(paths.headerBackup, maximumSize: Format2.maximumHeaderSize)
         if let primary, let backup, primary == backup, let parsed = try? VaultHeader.parse(primary), parsed.vaultIDBytes == vaultID {
             return
         }
@@ -140,7 +143,13 @@ struct VaultEngine: ~Copyable {
         while true {
             let sequence = lastSequence + 1
             let path = paths.log(sequence)
-            guard let bytes = try io({ try System.readFile(path) }) else { return }
+            let read: [UInt8]?
+            do {
+                read = try System.readRegularFile(path, maximumSize: Format2.maximumFileSize)
+            } catch let error as SystemError where error.isUnusableFile {
+                throw KeysmithError(.corruptData, "the vault's log \(paths.logName(sequence)) is not a regular file (\(error)): it is damaged; restore the vault from a backup")
+            }
+            guard let bytes = read else { return }
             _ = try applyFile(bytes, name: paths.logName(sequence), kind: .log, expectedSequence: sequence)
             lastSequence = sequence
             logsSinceSnapshot += 1

@@ -1,0 +1,126 @@
+import Foundation
+import KeysmithTestSupport
+import Testing
+
+/// `keysmith vault repair` and the one-document promise of `vault verify --json`, through the
+/// built binary (docs/cli.md).
+@Suite("the keysmith command: vault repair")
+struct VaultRepairCommandTests {
+    /// The bytes of every file in the vault's data directory.
+    static func dataFiles(_ vault: String) throws -> [String: Data] {
+        var result: [String: Data] = [:]
+        let enumerator = FileManager.default.enumerator(atPath: vault)
+        while let name = enumerator?.nextObject() as? String {
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: vault + "/" + name, isDirectory: &isDirectory), !isDirectory.boolValue, name != "lock" {
+                result[name] = FileManager.default.contents(atPath: vault + "/" + name)
+            }
+        }
+        return result
+    }
+
+    @Test("a flipped bit in a record: the dry run reports and changes nothing, the repair leaves an intact vault, the damaged file aside and an audit entry")
+    func repairAfterAFlippedBit() throws {
+        let keysmith = try DamageAndRefusalTests.vaultWithFiveSecrets()
+        defer { keysmith.cleanup() }
+        // Commit 1 wrote s1; the last byte of log 2 (s2's record) flipped.
+        let log = keysmith.vault + "/data/log/0000000000000002"
+        var bytes = try #require(FileManager.default.contents(atPath: log))
+        bytes[bytes.count - 1] ^= 0x01
+        try bytes.write(to: URL(fileURLWithPath: log))
+        let blocked = try keysmith.run(["secret", "get", "--service", "s2", "--account", "a"])
+        #expect(blocked.status == 6, "\(blocked.output)")
+        #expect(try keysmith.run(["secret", "list"]).status == 6)
+        #expect(try keysmith.run(["vault", "compact"]).status == 6)
+
+        let before = try Self.dataFiles(keysmith.vault)
+        let dry = try keysmith.run(["vault", "repair", "--dry-run", "--json"])
+        #expect(dry.status == 6, "\(dry.output)")
+        #expect(dry.stdout.split(separator: "\n").count == 1)
+        let preview = try #require(try JSONSerialization.jsonObject(with: Data(dry.stdout.utf8)) as? [String: Any])
+        #expect(preview["needed"] as? Bool == true && preview["dry_run"] as? Bool == true)
+        #expect(preview["items_kept"] as? Int == 4, "\(preview)")  // s1, s3, s4, s5
+        let losses = try #require(preview["losses"] as? [[String: Any]])
+        #expect(losses.map { $0["file"] as? String } == ["data/log/0000000000000002"])
+        #expect(losses.first?["complete"] as? Bool == false)
+        // s1 is older than the damaged commit: it is named; s2's name is sealed in the damaged record.
+        #expect((preview["items_maybe_stale"] as? [String])?.count == 1, "\(preview)")
+        #expect((preview["items_maybe_stale"] as? [String])?.first?.contains("s1") == true, "\(preview)")
+        #expect((preview["unreadable_records"] as? [String])?.count == 1, "\(preview)")
+        #expect(preview["absent_items_may_be_lost"] as? Bool == true)
+        #expect(try Self.dataFiles(keysmith.vault) == before, "the dry run changed files")
+
+        let repair = try keysmith.run(["vault", "repair"])
+        #expect(repair.status == 0, "\(repair.output)")
+        #expect(repair.stdout.contains("lost: data/log/0000000000000002"), "\(repair.stdout)")
+        #expect(repair.stdout.contains("may be out of date"), "\(repair.stdout)")
+        #expect(repair.stdout.contains("/damaged-"), "\(repair.stdout)")
+        let aside = try #require(try FileManager.default.contentsOfDirectory(atPath: keysmith.vault).first { $0.hasPrefix("damaged-") })
+        #expect(FileManager.default.contents(atPath: keysmith.vault + "/" + aside + "/log/0000000000000002") == bytes)
+
+        let verify = try keysmith.run(["vault", "verify"])
+        #expect(verify.status == 0, "\(verify.output)")
+        for index in [1, 3, 4, 5] {
+            let read = try keysmith.run(["secret", "get", "--service", "s\(index)", "--account", "a"])
+            #expect(read.status == 0 && read.stdout.trimmingCharacters(in: .newlines) == "secret-\(index)", "s\(index): \(read.output)")
+        }
+        #expect(try keysmith.run(["secret", "get", "--service", "s2", "--account", "a"]).status == 2)
+        #expect(try keysmith.run(["secret", "list"]).status == 0)
+        #expect(try keysmith.run(["vault", "compact"]).status == 0)
+        let audit = try keysmith.run(["audit", "show", "--event", "store-repair", "--json"])
+        #expect(audit.status == 0, "\(audit.output)")
+        #expect(audit.stdout.contains("store-repair") && audit.stdout.contains("data/log/0000000000000002"), "\(audit.stdout)")
+        #expect(try keysmith.run(["audit", "verify"]).status == 0)
+        // Nothing left to repair.
+        let again = try keysmith.run(["vault", "repair"])
+        #expect(again.status == 0 && again.stdout.contains("intact"), "\(again.output)")
+    }
+
+    @Test("a flipped bit in a log's vault id: every record of the commit is recovered, and nothing is reported in doubt")
+    func repairRecoversAWholeCommit() throws {
+        let keysmith = try DamageAndRefusalTests.vaultWithFiveSecrets()
+        defer { keysmith.cleanup() }
+        let log = keysmith.vault + "/data/log/0000000000000002"
+        var bytes = try #require(FileManager.default.contents(atPath: log))
+        bytes[10] ^= 0x01
+        try bytes.write(to: URL(fileURLWithPath: log))
+        #expect(try keysmith.run(["secret", "get", "--service", "s1", "--account", "a"]).status == 6)
+        let repair = try keysmith.run(["vault", "repair", "--json"])
+        #expect(repair.status == 0, "\(repair.output)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(repair.stdout.utf8)) as? [String: Any])
+        #expect(report["items_kept"] as? Int == 5)
+        #expect((report["losses"] as? [[String: Any]])?.first?["complete"] as? Bool == true, "\(report)")
+        #expect((report["items_maybe_stale"] as? [String]) == [])
+        #expect(report["absent_items_may_be_lost"] as? Bool == false)
+        #expect(report["audited"] as? Bool == true)
+        for index in 1...5 {
+            let read = try keysmith.run(["secret", "get", "--service", "s\(index)", "--account", "a"])
+            #expect(read.status == 0 && read.stdout.trimmingCharacters(in: .newlines) == "secret-\(index)", "s\(index): \(read.output)")
+        }
+        #expect(try keysmith.run(["vault", "verify"]).status == 0)
+    }
+
+    @Test("vault verify --json prints one document when the vault does not open (both header copies damaged, a wrong keyfile)")
+    func verifyJSONWhenOpeningFails() throws {
+        let keysmith = try DamageAndRefusalTests.vaultWithFiveSecrets()
+        defer { keysmith.cleanup() }
+        let wrong = keysmith.directory + "/wrong-key"
+        try (String(repeating: "ab", count: 32) + "\n").write(toFile: wrong, atomically: true, encoding: .utf8)
+        let wrongKey = try keysmith.run(["vault", "verify", "--json"], environment: ["KEYSMITH_KEYFILE": wrong])
+        #expect(wrongKey.status == 4, "\(wrongKey.output)")
+        let failed = try #require(try JSONSerialization.jsonObject(with: Data(wrongKey.stdout.utf8)) as? [String: Any], "\(wrongKey.stdout)")
+        #expect(failed["intact"] as? Bool == false)
+        #expect((failed["error"] as? [String: Any])?["code"] as? String == "authentication failed")
+        for name in ["header", "header.backup"] {
+            var bytes = try #require(FileManager.default.contents(atPath: keysmith.vault + "/" + name))
+            bytes[5] ^= 0x01
+            try bytes.write(to: URL(fileURLWithPath: keysmith.vault + "/" + name))
+        }
+        let damaged = try keysmith.run(["vault", "verify", "--json"])
+        #expect(damaged.status == 6, "\(damaged.output)")
+        #expect(damaged.stdout.split(separator: "\n").count == 1)
+        let document = try #require(try JSONSerialization.jsonObject(with: Data(damaged.stdout.utf8)) as? [String: Any], "\(damaged.stdout)")
+        #expect(document["intact"] as? Bool == false)
+        #expect((document["error"] as? [String: Any])?["code"] as? String == "corrupt or tampered data")
+    }
+}
