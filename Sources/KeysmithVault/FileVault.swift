@@ -145,6 +145,7 @@ public final class FileVault: SecureStore {
             let engine = Engine2(paths: paths, unlocked: unlocked, clock: clock, anchor: anchorDirectory.map { AnchorStore(directory: $0, vaultPath: path) },
                                  credential: credential)
             try engine.reloadAll()
+            engine.finishInterruptedWrites()
             if engine.foreignSnapshot {
                 throw KeysmithError(
                     .corruptData,
@@ -152,7 +153,16 @@ public final class FileVault: SecureStore {
             }
             return opened(engine, version: 2, path: path, logger: logger)
         case .version1:
-            return try openFormat1(path: path, credential: credential, clock: clock, logger: logger)
+            do {
+                return try openFormat1(path: path, credential: credential, clock: clock, logger: logger)
+            } catch {
+                // Upgraded by another process between the probe and the read (its files went
+                // away, or the header is now format 2): the format 2 vault it made is complete.
+                if case .version2 = HeaderFormat.inForce(path).probe {
+                    return try open(at: path, credential: credential, clock: clock, anchorDirectory: anchorDirectory, logger: logger)
+                }
+                throw error
+            }
         case .unsupported(let version):
             throw KeysmithError(.corruptData, "the vault is format version \(version); this Keysmith reads versions 1 and 2; upgrade Keysmith")
         case .damaged, nil:
@@ -545,11 +555,13 @@ extension FileVault {
     ) throws -> Bool {
         let vault = try open(at: path, credential: credential, logger: logger)
         guard vault.formatVersion == 1 else { return false }
-        try vault.backend.withLock { backend in
-            guard let format1 = backend as? Format1Backend else { return }
+        let upgraded = try vault.backend.withLock { backend -> Bool in
+            guard let format1 = backend as? Format1Backend else { return false }
             let fd = try format1.lockFD()
             try io { try System.lockExclusive(fd, path: path + "/lock") }
             defer { System.unlock(fd) }
+            // Another upgrade finished while this one waited for the lock: nothing to do.
+            if case .version2 = HeaderFormat.inForce(path).probe { return false }
             try format1.prepareWrite()
             let records = try format1.allRecords()
             let paths = Paths2(root: path)
@@ -564,8 +576,9 @@ extension FileVault {
             try io { try System.removeTree(path + "/log") }
             try io { try System.unlink(path + "/snapshot") }
             logger.info("upgraded the vault to format 2", metadata: ["path": "\(path)", "items": "\(records.count)"])
+            return true
         }
-        return true
+        return upgraded
     }
 }
 

@@ -32,8 +32,14 @@ public struct VaultDamage: Sendable, Hashable, CustomStringConvertible {
     /// and not counted.
     public let isIgnored: Bool
 
+    /// Whether this is what a crash left of an interrupted write rather than damage (a header
+    /// copy older than the one in force, a format 1 file an upgrade did not remove): the next
+    /// open, `verify` or write finishes the job.
+    let isLeftover: Bool
+
     init(file: String, offset: Int, recordID: String?, key: ItemKey?, reason: String, hidesRecords: Bool = false,
-         isSuperseded: Bool = false, isIgnored: Bool = false) {
+         isSuperseded: Bool = false, isIgnored: Bool = false, isLeftover: Bool = false) {
+        self.isLeftover = isLeftover
         self.isSuperseded = isSuperseded || isIgnored
         self.isIgnored = isIgnored
         self.file = file

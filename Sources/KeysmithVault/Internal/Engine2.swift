@@ -163,6 +163,7 @@ final class Engine2 {
         rollback = nil
 
         checkHeaderCopies()
+        noteFormat1Leftovers()
         // The format never follows a link inside the vault; a linked data/ or data/log/ works
         // (the files in it are still checked) but is damage, reported, never accepted silently.
         for (path, name) in [(paths.data, Format2.dataDirectory), (paths.logDirectory, Format2.dataDirectory + "/log")]
@@ -246,25 +247,81 @@ final class Engine2 {
         var inForce: HeaderCopy2?
         for (bytes, name) in [(primary, VaultHeader.primaryName), (backup, VaultHeader.backupName)] {
             var reason: String?
+            var stale = false
             if let bytes = bytes ?? nil {
                 switch HeaderFormat.probe(bytes) {
                 case .version2(let copy):
                     if copy.header.vaultIDBytes != vaultID {
                         reason = "the header copy belongs to another vault"
                     } else if let inForce, inForce.bytes != copy.bytes {
-                        reason = copy.header.generation < inForce.header.generation
-                            ? "the header copy is older than the primary (generation \(copy.header.generation), primary \(inForce.header.generation))"
+                        stale = copy.header.generation != inForce.header.generation
+                        reason = stale
+                            ? "the header copy is of generation \(copy.header.generation), the one in force of "
+                                + "\(inForce.header.generation): a header change was interrupted (the next open, verify or write heals it)"
                             : "the header copy differs from the primary"
                     } else {
                         inForce = copy
                     }
                 case .damaged(let why): reason = "the header copy is damaged: \(why)"
-                case .version1, .unsupported: reason = "the header copy is of another format version"
+                case .version1:
+                    stale = true
+                    reason = "the header copy is older than the one in force: it is the format 1 header an upgrade replaced"
+                case .unsupported: reason = "the header copy is of another format version"
                 }
             } else {
                 reason = "the header copy is missing or unreadable"
             }
-            if let reason { fileDamage.append(VaultDamage(file: name, offset: 0, recordID: nil, key: nil, reason: reason)) }
+            if let reason { fileDamage.append(VaultDamage(file: name, offset: 0, recordID: nil, key: nil, reason: reason, isLeftover: stale)) }
+        }
+    }
+
+    /// Format 1 files that an upgrade interrupted after its switch left beside the format 2
+    /// vault (`snapshot`, `log/` at the top): still sealed under keys a rekey retires.
+    private var format1Leftovers: [String] {
+        ["snapshot", "log"].filter { (try? System.status(paths.root + "/" + $0)) != nil }
+    }
+
+    /// Finishes what a crash interrupted, when it can without waiting: a header copy left older
+    /// than the one in force (a kill between the two renames of `passwd`, `rekey` or `upgrade`)
+    /// is written again from it, so a retired credential never stays usable through the backup;
+    /// format 1 files an upgrade left after its switch are removed. Under the vault's lock taken
+    /// without waiting (a writer holding it heals the same); skipped when the vault cannot be
+    /// written. Damaged copies are left for `vault verify` to report and the next write to heal.
+    func finishInterruptedWrites() {
+        guard fileDamage.contains(where: \.isLeftover) else { return }
+        guard let fd = try? lockFD(), (try? System.tryLockExclusive(fd, path: paths.lock)) == true else { return }
+        defer { System.unlock(fd) }
+        guard let copy = try? headerInForce(), copy.header.vaultIDBytes == vaultID else { return }
+        for path in [paths.header, paths.headerBackup] {
+            let bytes = (try? HeaderFormat.readCopy(path)) ?? nil
+            guard let bytes, bytes != copy.bytes else { continue }
+            switch HeaderFormat.probe(bytes) {
+            case .version2(let other) where other.header.generation != copy.header.generation: break  // an interrupted write's
+            case .version1: break  // the format 1 header an upgrade replaced
+            default: continue  // damaged, newer or unsupported: reported; the next write heals it
+            }
+            try? Durable.write(copy.bytes, to: path, directory: paths.root)
+        }
+        removeFormat1Leftovers()
+        fileDamage.removeAll { $0.isHeaderCopy || $0.isLeftover }
+        checkHeaderCopies()
+        noteFormat1Leftovers()
+    }
+
+    /// Removes the format 1 files an interrupted upgrade left (the caller holds the lock and the
+    /// header in force is format 2). `removeTree` never follows a link out of the vault.
+    func removeFormat1Leftovers() {
+        for name in format1Leftovers {
+            if name == "log" { try? System.removeTree(paths.root + "/log") } else { try? System.unlink(paths.root + "/" + name) }
+        }
+        try? System.fsyncDirectory(paths.root)
+    }
+
+    /// Reports format 1 files left beside the vault (they hide nothing: the format 2 files are complete).
+    private func noteFormat1Leftovers() {
+        for name in format1Leftovers {
+            fileDamage.append(VaultDamage(file: name, offset: 0, recordID: nil, key: nil,
+                                          reason: "a format 1 file left by an interrupted upgrade; the next write removes it", isLeftover: true))
         }
     }
 
@@ -585,9 +642,11 @@ final class Engine2 {
     /// The epoch the header on disk names as current, checked at the start of every write.
     private var writeEpoch: UInt32 = 0
 
-    /// Writes both header copies, primary first: the primary's rename is the one instant the
-    /// change takes effect. The caller holds the flock and the header in force is this
-    /// handle's (``requireCurrentHeader()``).
+    /// Writes both header copies, the backup first: the primary's rename is the one instant the
+    /// change takes effect, and by then the backup already holds the new header, so a retired
+    /// credential never survives in it (a crash before the switch leaves the backup one
+    /// generation ahead, which the next open, verify or write puts back to the copy in force).
+    /// The caller holds the flock and the header in force is this handle's (``requireCurrentHeader()``).
     func writeHeader(_ header: VaultHeader2, kek: SecretBytes) throws {
         var header = header
         header.generation = unlocked.copy.header.generation + 1
@@ -596,10 +655,10 @@ final class Engine2 {
             throw KeysmithError(.corruptData, "the new vault header does not parse back")
         }
         let fresh = try UnlockedHeader2.unlock(copy, kek: kek, credential: .key([]))
+        try Durable.write(bytes, to: paths.headerBackup, directory: paths.root)
         try Durable.write(bytes, to: paths.header, directory: paths.root)
         unlocked = fresh
         writeEpoch = fresh.copy.header.currentEpoch
-        try Durable.write(bytes, to: paths.headerBackup, directory: paths.root)
     }
 
     /// For `passwd` and `rekey`, which rewrite the header: the header in force must be one this
@@ -626,18 +685,17 @@ final class Engine2 {
                 "another process changed this vault's passphrase or keyfile and re-keyed it since it was opened; open it again with the new credential")
         }
         writeEpoch = copy.header.currentEpoch
-        // Heal the other copy from the one in force, unless it is a newer intact header (never
-        // spread an older header over a newer one).
+        // Heal the other copy from the one in force. Under the lock no one else writes a header,
+        // so a copy of another generation is what a crashed header write left (a backup written
+        // ahead of a switch that never came, or one left behind by an older Keysmith).
         for path in [paths.header, paths.headerBackup] {
             let bytes = (try? HeaderFormat.readCopy(path)) ?? nil
             guard bytes != copy.bytes else { continue }
-            if let bytes, case .version2(let other) = HeaderFormat.probe(bytes), other.header.generation > copy.header.generation {
-                continue
-            }
             try Durable.write(copy.bytes, to: path, directory: paths.root)
         }
+        removeFormat1Leftovers()
         try refresh()
-        fileDamage.removeAll(where: \.isHeaderCopy)
+        fileDamage.removeAll { $0.isHeaderCopy || $0.isLeftover }
     }
 
     // MARK: Reading
@@ -1449,6 +1507,7 @@ final class Engine2 {
     /// follows the damage found, not the vault.
     func verify() throws -> [VaultDamage] {
         try reloadAll()
+        finishInterruptedWrites()
         if let head = snapshotHead, snapshotUsable {
             var recordBytes = 0
             for index in 0..<head.pageCount {

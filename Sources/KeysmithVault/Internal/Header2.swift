@@ -113,8 +113,16 @@ enum HeaderFormat {
         var found: Bool
     }
 
+    /// What can still be read of a damaged copy: its generation and salt, if its body parses.
+    private struct Remnant: Decodable {
+        struct KDF: Decodable { var salt: String }
+        var generation: UInt64
+        var kdf: KDF
+    }
+
     static func inForce(_ root: String) -> InForce {
         var result = InForce(probe: nil, problems: [], found: false)
+        var damagedPrimary: Remnant?
         for name in [VaultHeader.primaryName, VaultHeader.backupName] {
             let bytes: [UInt8]?
             do {
@@ -132,12 +140,34 @@ enum HeaderFormat {
             let probe = probe(bytes)
             if case .damaged(let why) = probe {
                 result.problems.append("\(name): \(why)")
+                if name == VaultHeader.primaryName { damagedPrimary = remnant(of: bytes) }
                 continue
+            }
+            // A backup older than the damaged primary, under another salt: a credential change
+            // was interrupted between its two renames and the primary was damaged since. The
+            // backup holds the retired credential, which must not open the vault again.
+            if case .version2(let copy) = probe, let damagedPrimary, damagedPrimary.generation > copy.header.generation,
+               damagedPrimary.kdf.salt != copy.header.kdf.salt
+            {
+                result.problems.append(
+                    "\(name): it is older (generation \(copy.header.generation)) than the damaged primary (generation "
+                        + "\(damagedPrimary.generation)) and holds the credential that the primary replaced: the change was interrupted, "
+                        + "and the retired credential must not open the vault; restore the header from a backup")
+                return result
             }
             result.probe = probe
             return result
         }
         return result
+    }
+
+    /// The generation and salt of a copy whose checksum fails, when its body still parses.
+    private static func remnant(of bytes: [UInt8]) -> Remnant? {
+        let marker = Array("\nmac=".utf8)
+        guard bytes.count > marker.count,
+              let end = (0...(bytes.count - marker.count)).first(where: { bytes[$0..<($0 + marker.count)].elementsEqual(marker) })
+        else { return nil }
+        return try? JSONDecoder().decode(Remnant.self, from: Data(bytes[0..<end]))
     }
 
     /// Classifies header bytes: their checksum, then the version they declare; a format-2
