@@ -166,3 +166,69 @@ struct AnchorAndFileHoleTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["key"])
     }
 }
+
+/// docs/format.md, "The anchor" and "The history": a fork is refused even after a compaction
+/// removed the logs that would have shown it.
+@Suite("file vault: forks compacted past the anchor")
+struct ForkPastAnchorTests {
+    @Test("a copy written to and compacted past the anchor's commit is refused, and the anchor is not moved")
+    func forkCompactedPastAnchor() throws {
+        let directory = TemporaryDirectory()
+        let live = directory.sub("live"), anchors = directory.sub("anchors"), elsewhere = directory.sub("elsewhere")
+        let vault = try FileVault.create(at: live, credential: testKey, anchorDirectory: anchors)
+        for index in 1...2 { try vault.upsert(ItemAttributes(key: genericKey("k\(index)")), secret: Data("v\(index)".utf8)) }
+        let copy = directory.sub("copy")
+        try FileManager.default.copyItem(atPath: live, toPath: copy)
+        for index in 3...6 { try vault.upsert(ItemAttributes(key: genericKey("k\(index)")), secret: Data("v\(index)".utf8)) }
+        // The copy, written to under another anchor and compacted past commit 6.
+        let fork = try FileVault.open(at: copy, credential: testKey, anchorDirectory: elsewhere)
+        for index in 3...7 { try fork.upsert(ItemAttributes(key: genericKey("f\(index)")), secret: Data("x".utf8)) }
+        try fork.compact()
+        try FileManager.default.removeItem(atPath: live)
+        try FileManager.default.moveItem(atPath: copy, toPath: live)
+        let anchorFiles = try AnchorAndFileHoleTests.anchorFiles(anchors)
+        let before = try anchorFiles.map { try String(contentsOfFile: anchors + "/" + $0, encoding: .utf8) }
+        let swapped = try FileVault.open(at: live, credential: testKey, anchorDirectory: anchors)
+        let error = #expect(throws: KeysmithError.self) { try swapped.read(genericKey("k6")) }
+        #expect(error?.code == .corruptData)
+        #expect(error?.message.contains("forked") == true, "\(error?.message ?? "")")
+        #expect(try swapped.verify().contains { $0.reason.contains("forked") })
+        #expect(throws: KeysmithError.self) { try swapped.upsert(ItemAttributes(key: genericKey("w")), secret: Data("w".utf8)) }
+        #expect(try anchorFiles.map { try String(contentsOfFile: anchors + "/" + $0, encoding: .utf8) } == before, "the anchor moved")
+    }
+
+    @Test("the vault's own compactions past a lagging anchor are accepted, through the snapshot's history")
+    func ownCompactionPastLaggingAnchor() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.sub("vault"), anchors = directory.sub("anchors"), other = directory.sub("other-anchors")
+        let vault = try FileVault.create(at: path, credential: testKey, anchorDirectory: anchors)
+        for index in 1...6 { try vault.upsert(ItemAttributes(key: genericKey("k\(index)")), secret: Data("v\(index)".utf8)) }
+        // Another process, with its own anchor, commits and compacts twice.
+        let writer = try FileVault.open(at: path, credential: testKey, anchorDirectory: other)
+        for index in 7...40 { try writer.upsert(ItemAttributes(key: genericKey("k\(index)")), secret: Data("v\(index)".utf8)) }
+        try writer.compact()
+        for index in 41...45 { try writer.upsert(ItemAttributes(key: genericKey("k\(index)")), secret: Data("v\(index)".utf8)) }
+        try writer.compact()
+        let reopened = try FileVault.open(at: path, credential: testKey, anchorDirectory: anchors)
+        #expect(try reopened.read(genericKey("k45"))?.secret == Data("v45".utf8))
+        #expect(try reopened.verify().isEmpty)
+    }
+
+    @Test("an anchor older than the history reaches is refused with the way out, which works")
+    func anchorOlderThanTheHistory() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.sub("vault"), anchors = directory.sub("anchors"), other = directory.sub("other-anchors")
+        let vault = try FileVault.create(at: path, credential: testKey, anchorDirectory: anchors)
+        try vault.upsert(ItemAttributes(key: genericKey("first")), secret: Data("1".utf8))
+        let writer = try FileVault.open(at: path, credential: testKey, anchorDirectory: other)
+        for index in 0..<(HistoryFile2.window + 40) {
+            try writer.upsert(ItemAttributes(key: genericKey("k\(index % 50)")), secret: Data("v\(index)".utf8))
+        }
+        try writer.compact()
+        let lagging = try FileVault.open(at: path, credential: testKey, anchorDirectory: anchors)
+        let error = #expect(throws: KeysmithError.self) { try lagging.read(genericKey("first")) }
+        #expect(error?.message.contains("--accept-rollback") == true, "\(error?.message ?? "")")
+        try lagging.acceptRollback()
+        #expect(try lagging.read(genericKey("first"))?.secret == Data("1".utf8))
+    }
+}

@@ -542,7 +542,21 @@ final class Engine2 {
         var known: [UInt8]?
         if let mac = logMACs[mark.sequence] { known = mac }
         if snapshotUsable, let head = snapshotHead, head.through == mark.sequence { known = head.throughMAC }
-        if mark.sequence > lastSequence {
+        var unverifiable = false
+        if known == nil, snapshotUsable, let head = snapshotHead, mark.sequence < head.through {
+            // The anchor's commit was folded into the snapshot: its history says whether the
+            // vault passed through it (a fork compacted past the anchor does not).
+            if let mac = snapshotHistory()?.mac(of: mark.sequence) { known = mac } else { unverifiable = true }
+        }
+        if unverifiable {
+            rollback = VaultDamage(
+                file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil,
+                reason: "this machine last saw commit \(mark.sequence), which the vault has folded into its snapshot through commit "
+                    + "\(snapshotHead?.through ?? 0) without a history reaching back that far, so whether the vault's history passes "
+                    + "through it cannot be told (an older copy that was written to and compacted would look the same); if the vault "
+                    + "is as it should be, accept it with `keysmith vault verify --accept-rollback`",
+                hidesRecords: true)
+        } else if mark.sequence > lastSequence {
             rollback = VaultDamage(
                 file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil,
                 reason: "the vault was rolled back: this machine saw commit \(mark.sequence), the vault now ends at commit \(lastSequence) "
@@ -557,6 +571,50 @@ final class Engine2 {
         } else {
             updateAnchor(over: mark)
         }
+    }
+
+    /// The history beside the snapshot in force, when there is one and it authenticates.
+    func snapshotHistory() -> HistoryFile2.Contents? {
+        guard snapshotUsable, let head = snapshotHead,
+              let bytes = (try? System.readRegularFile(paths.data + "/" + HistoryFile2.name(through: head.through),
+                                                       maximumSize: HistoryFile2.headerSize + HistoryFile2.window * 32 + 32)) ?? nil
+        else { return nil }
+        return HistoryFile2.parse(bytes, vaultID: vaultID, through: head.through) { epoch in (try? self.keys(for: epoch)) ?? nil }
+    }
+
+    /// The MACs a new snapshot through `through` (whose MAC is `throughMAC`) records: the old
+    /// snapshot's history and through-MAC, then every commit since, the newest
+    /// ``HistoryFile2/window`` of them; a commit whose MAC is not known starts the list again after it.
+    private func history(through: UInt64, throughMAC: [UInt8], epoch: UInt32) -> HistoryFile2.Contents {
+        var first: UInt64 = 1
+        var macs: [[UInt8]] = []
+        var next: UInt64 = 1
+        if snapshotUsable, let head = snapshotHead, head.through > 0 {
+            if let old = snapshotHistory() {
+                first = old.first
+                macs = old.macs
+            } else {
+                first = head.through
+                macs = [head.throughMAC]
+            }
+            next = head.through + 1
+        }
+        if next <= through {
+            for sequence in next...through {
+                guard let mac = sequence == through ? throughMAC : logMACs[sequence] else {
+                    first = sequence + 1
+                    macs = []
+                    continue
+                }
+                if macs.isEmpty { first = sequence }
+                macs.append(mac)
+            }
+        }
+        if macs.count > HistoryFile2.window {
+            first += UInt64(macs.count - HistoryFile2.window)
+            macs.removeFirst(macs.count - HistoryFile2.window)
+        }
+        return HistoryFile2.Contents(through: through, epoch: epoch, first: first, macs: macs)
     }
 
     private func updateAnchor(over mark: AnchorStore.Mark? = nil) {
@@ -1353,6 +1411,12 @@ final class Engine2 {
         try writeSnapshotFile(temporary, head: head, keys: keys, reseal: reseal, sequentialFD: snapshotFD) { copy in
             try forEachLive(strict: true, newer: newer, copy)
         }
+        // Its history first (named by its through-sequence, so a crash leaves the old pair in force).
+        let history = history(through: head.through, throughMAC: throughMAC, epoch: keys.epoch)
+        if !history.macs.isEmpty {
+            try Durable.write(HistoryFile2.encode(history, vaultID: vaultID, chainKey: keys.chain),
+                              to: paths.data + "/" + HistoryFile2.name(through: head.through), directory: paths.data)
+        }
         try io {
             try System.rename(temporary, paths.snapshot)
             try FaultInjection.step()
@@ -1452,6 +1516,12 @@ final class Engine2 {
                 try io { try System.unlink(directory + "/" + name) }
             }
         }
+        // The histories of older snapshots.
+        for name in try io({ try System.listDirectory(paths.data) })
+            where name.hasPrefix("history-") && name != HistoryFile2.name(through: sequence)
+        {
+            try io { try System.unlink(paths.data + "/" + name) }
+        }
         try io { try System.fsyncDirectory(paths.logDirectory) }
     }
 
@@ -1525,6 +1595,15 @@ final class Engine2 {
                 fileDamage.append(VaultDamage(
                     file: Paths2.snapshotName, offset: min(size, head.bodiesStart + recordBytes), recordID: nil, key: nil,
                     reason: "the snapshot's records should end at byte \(head.bodiesStart + recordBytes) but the file is \(size) bytes long"))
+            }
+        }
+        // The snapshot's history (what the anchor checks a folded commit against), when present.
+        if let head = snapshotHead, snapshotUsable {
+            let name = Format2.dataDirectory + "/" + HistoryFile2.name(through: head.through)
+            if (try? System.status(paths.root + "/" + name)) ?? nil != nil, snapshotHistory() == nil {
+                fileDamage.append(VaultDamage(
+                    file: name, offset: 0, recordID: nil, key: nil,
+                    reason: "the snapshot's history is damaged or altered: an anchor older than the snapshot cannot be checked against it"))
             }
         }
         // Every log's records, not only the newest version of each: damage in an old version

@@ -412,3 +412,67 @@ enum SnapshotFile2 {
         return (entries, nil)
     }
 }
+
+/// The history beside a snapshot (docs/format.md, "The history"): the MACs of the newest
+/// commits it folded in, so that the anchor can tell this vault's own history from a fork
+/// after a compaction removed the logs that would have shown it.
+///
+/// `data/history-<S as 16 hex digits>`: magic "KSMVHIS2" 8 ‖ vault id 16 ‖ through-sequence S 8 ‖
+/// epoch 4 ‖ first sequence F 8 ‖ count c 4 ‖ c commit MACs (commits F … F+c−1 = S) ‖
+/// HMAC(chain key of the epoch, "keysmith-vault-v2 history" ‖ everything before).
+enum HistoryFile2 {
+    static let magic = Array("KSMVHIS2".utf8)
+    static let label = Array("keysmith-vault-v2 history".utf8)
+    static let headerSize = 48
+    /// How many commits a history keeps: an anchor older than that many commits before the
+    /// snapshot cannot be checked (and is refused until the rollback is accepted).
+    static let window = 1024
+
+    static func name(through: UInt64) -> String { "history-" + VaultPaths.hex16(through) }
+
+    struct Contents: Equatable {
+        var through: UInt64
+        var epoch: UInt32
+        var first: UInt64
+        var macs: [[UInt8]]
+
+        /// The MAC of commit `sequence`, when the history holds it.
+        func mac(of sequence: UInt64) -> [UInt8]? {
+            guard sequence >= first, sequence <= through else { return nil }
+            return macs[Int(sequence - first)]
+        }
+    }
+
+    static func encode(_ contents: Contents, vaultID: [UInt8], chainKey: SecretBytes) -> [UInt8] {
+        var writer = ByteWriter(capacity: headerSize + contents.macs.count * 32 + 32)
+        writer.append(magic)
+        writer.append(vaultID)
+        writer.append(contents.through)
+        writer.append(contents.epoch)
+        writer.append(contents.first)
+        writer.append(UInt32(contents.macs.count))
+        for mac in contents.macs { writer.append(mac) }
+        let mac = SHA256.hmac(key: chainKey, label + writer.bytes)
+        writer.append(mac)
+        return writer.bytes
+    }
+
+    /// Parses and authenticates a history; `nil` when it is not one this vault wrote through `through`.
+    static func parse(_ bytes: [UInt8], vaultID: [UInt8], through expected: UInt64, keys: (UInt32) -> EpochKeys?) -> Contents? {
+        var reader = ByteReader(bytes)
+        guard let magic = reader.readBytes(8), magic == Self.magic, let id = reader.readBytes(16), id == vaultID,
+              let through = reader.readUInt64(), through == expected, let epoch = reader.readUInt32(), let first = reader.readUInt64(),
+              let count = reader.readUInt32(), count >= 1, Int(count) <= window, first >= 1,
+              first + UInt64(count) - 1 == through, bytes.count == headerSize + Int(count) * 32 + 32,
+              let keys = keys(epoch)
+        else { return nil }
+        let body = Array(bytes[0..<(bytes.count - 32)])
+        guard constantTimeEqual(SHA256.hmac(key: keys.chain, label + body), Array(bytes.suffix(32))) else { return nil }
+        var macs: [[UInt8]] = []
+        for _ in 0..<count {
+            guard let mac = reader.readBytes(32) else { return nil }
+            macs.append(mac)
+        }
+        return Contents(through: through, epoch: epoch, first: first, macs: macs)
+    }
+}

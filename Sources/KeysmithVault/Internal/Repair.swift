@@ -20,6 +20,10 @@ extension Engine2 {
         var logNames: [String] = []
         var logDirectoryUsable = true
         var snapshotPresent = false
+        /// The MACs of the commits read whole and chained (and of the snapshot's through-sequence
+        /// when it authenticated): the repaired snapshot's history reaches back through them, so
+        /// an anchor at one of them still checks out.
+        var chainMACs: [UInt64: [UInt8]] = [:]
     }
 
     /// Reads every file of the vault and works out what a repair keeps and loses. Changes nothing.
@@ -28,6 +32,7 @@ extension Engine2 {
     func planRepair(headerCopies: [String]) throws -> RepairPlan {
         var descriptors: [Int32] = []
         var losses: [VaultRepairReport.Loss] = []
+        var chainMACs: [UInt64: [UInt8]] = [:]
         /// The newest version of each record id that authenticates, with the item it names (nil for a delete).
         var best: [RecordID: (ref: SealedRef, key: ItemKey?)] = [:]
         /// The newest version of each record id that does not authenticate.
@@ -104,7 +109,10 @@ extension Engine2 {
                                                                        directory: Array(directory.prefix(head.pageCount * Format2.directoryEntrySize))),
                                              Array(directory.suffix(Format2.macSize)))
                         {
-                            if problem == nil { snapshotThroughMAC = head.throughMAC }
+                            if problem == nil {
+                                snapshotThroughMAC = head.throughMAC
+                                chainMACs[head.through] = head.throughMAC
+                            }
                         } else {
                             problem = problem ?? "its header or directory fails authentication"
                         }
@@ -299,6 +307,7 @@ extension Engine2 {
                 chain = nil
             } else {
                 chain = Array(rest.suffix(Format2.macSize))
+                chainMACs[number] = chain
                 highest = max(highest, number)
             }
         }
@@ -322,7 +331,7 @@ extension Engine2 {
             absentItemsMayBeLost: absentMayBeLost, headerCopies: headerCopies, movedAside: nil,
             sequence: max(highest, anchor?.mark(vaultID)?.sequence ?? 0) + 1)
         return RepairPlan(keep: keep, report: report, descriptors: descriptors, logNames: logNames,
-                          logDirectoryUsable: logDirectoryUsable, snapshotPresent: snapshotPresent)
+                          logDirectoryUsable: logDirectoryUsable, snapshotPresent: snapshotPresent, chainMACs: chainMACs)
     }
 
     /// Carries out a plan: a new snapshot of every kept record, sealed as it is, through
@@ -384,9 +393,23 @@ extension Engine2 {
                 _ = try System.mkdir(paths.logDirectory)
                 try System.fsyncDirectory(paths.logDirectory)
             }
+            // The histories of the replaced snapshots: the repaired vault's history starts at its snapshot.
+            for name in try System.listDirectory(paths.data) where name.hasPrefix("history-") {
+                try System.rename(paths.data + "/" + name, asidePath + "/" + name)
+            }
             try System.fsyncDirectory(asidePath)
             try System.fsyncDirectory(paths.data)
         }
+        // The new snapshot's history: the commits read whole that lead up to it, so that an
+        // anchor at one of them (this machine's, if a crash stops the repair before it moves
+        // the anchor) checks out.
+        var history = HistoryFile2.Contents(through: sequence, epoch: keys.epoch, first: sequence, macs: [throughMAC])
+        while history.first > 1, history.macs.count < HistoryFile2.window, let mac = plan.chainMACs[history.first - 1] {
+            history.macs.insert(mac, at: 0)
+            history.first -= 1
+        }
+        try Durable.write(HistoryFile2.encode(history, vaultID: vaultID, chainKey: keys.chain),
+                          to: paths.data + "/" + HistoryFile2.name(through: sequence), directory: paths.data)
         try FaultInjection.step()
         // 3. The switch.
         try io {
