@@ -283,3 +283,43 @@ struct RepairTests {
         #expect(sawDamaged && sawRepaired && step > 4)
     }
 }
+
+@Suite("file vault, format 2: repair never merges another history")
+struct RepairForkTests {
+    @Test("logs of an older copy that was written to are reported and their records not kept")
+    func forkedLogsAreNotMerged() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.sub("vault"), copy = directory.sub("copy")
+        let vault = try FileVault.create(at: path, credential: testKey, anchorDirectory: nil)
+        for account in ["p", "q", "r"] { try vault.upsert(ItemAttributes(key: genericKey(account)), secret: Data("1".utf8)) }
+        try FileManager.default.copyItem(atPath: path, toPath: copy)
+        try vault.upsert(ItemAttributes(key: genericKey("x")), secret: Data("v4".utf8))
+        try vault.upsert(ItemAttributes(key: genericKey("y")), secret: Data("v5".utf8))
+        let fork = try FileVault.open(at: copy, credential: testKey, anchorDirectory: nil)
+        try fork.upsert(ItemAttributes(key: genericKey("x")), secret: Data("fork".utf8))
+        try fork.upsert(ItemAttributes(key: genericKey("z")), secret: Data("fork".utf8))
+        try fork.upsert(ItemAttributes(key: genericKey("w")), secret: Data("fork".utf8))
+        // The fork's commit 6 beside this vault's 1…5.
+        try FileManager.default.copyItem(atPath: copy + "/data/log/0000000000000006", toPath: path + "/data/log/0000000000000006")
+        let damaged = try FileVault.open(at: path, credential: testKey, anchorDirectory: nil)
+        let report = try damaged.repair()
+        #expect(report.losses.map(\.sequence) == [6], "\(report.losses)")
+        #expect(report.losses.first?.complete == false)
+        #expect(try damaged.read(genericKey("w")) == nil, "a record of another history was merged")
+        #expect(try damaged.read(genericKey("x"))?.secret == Data("v4".utf8))
+        #expect(try damaged.read(genericKey("y"))?.secret == Data("v5".utf8))
+        #expect(try damaged.verify().isEmpty)
+        // The fork's commit 5 in place of this vault's: neither it nor what follows is kept.
+        let second = directory.sub("second")
+        try FileManager.default.copyItem(atPath: copy, toPath: second)
+        try FileManager.default.removeItem(atPath: second + "/data/log/0000000000000004")
+        try FileManager.default.copyItem(atPath: path + "/" + report.movedAside! + "/log/0000000000000004",
+                                         toPath: second + "/data/log/0000000000000004")
+        let mixed = try FileVault.open(at: second, credential: testKey, anchorDirectory: nil)
+        let mixedReport = try mixed.repair()
+        #expect(mixedReport.losses.map(\.sequence) == [5, 6], "\(mixedReport.losses)")
+        #expect(mixedReport.absentItemsMayBeLost)
+        #expect(try mixed.read(genericKey("z")) == nil && mixed.read(genericKey("w")) == nil)
+        #expect(try mixed.read(genericKey("x"))?.secret == Data("v4".utf8))
+    }
+}

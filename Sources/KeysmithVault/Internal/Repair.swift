@@ -198,6 +198,7 @@ extension Engine2 {
             absentMayBeLost = true
         }
         logs.sort { $0.number < $1.number }
+        var historyBroken = false
         let base = snapshotThrough ?? 0
         var expected = base + 1
         var chain: [UInt8]? = snapshotThroughMAC ?? (snapshotPresent ? nil : Format2.genesisMAC)
@@ -260,7 +261,12 @@ extension Engine2 {
             }
             var chainBroken = false
             if problem == nil, let previous = chain, !constantTimeEqual(head.previousMAC, previous) {
-                problem = "the commit does not follow the one before it (another history)"
+                problem = "the commit does not follow the one before it (another history, such as an older copy's): its records are not kept"
+                chainBroken = true
+                historyBroken = true
+            } else if historyBroken {
+                // After a break, what follows continues the other history (or cannot be told apart from it).
+                problem = problem ?? "it comes after a break in the chain (another history): its records are not kept"
                 chainBroken = true
             }
             let table = rest.prefix(tableSize)
@@ -285,7 +291,15 @@ extension Engine2 {
                 let version = head.sequence == number || head.sequence >= Format2.maximumSequence ? number : head.sequence
                 let ref = SealedRef(recordID: id, op: op, version: version, epoch: head.epoch, fd: fd, file: file, offset: offset,
                                     length: Int(length), nonce: nonce, tag: tag)
-                if try consider(ref, fileSize: status.size) { salvaged += 1 } else { lostRecords += 1 }
+                // Records of another history authenticate (the same keys sealed them) but are not
+                // this vault's: never merged in.
+                if chainBroken {
+                    lostRecords += 1
+                } else if try consider(ref, fileSize: status.size) {
+                    salvaged += 1
+                } else {
+                    lostRecords += 1
+                }
             }
             if reader.remaining > 0 || table.count < tableSize { problem = problem ?? "its table is cut short" }
             if lostRecords > 0 { problem = problem ?? "\(lostRecords) of its records fail authentication" }
