@@ -142,6 +142,16 @@ extension PostgresStore {
         if let head, !headSeen {
             problem("the chain's head names change \(head.0), which is missing: the newest change rows were deleted")
         }
+        // The head must name the newest row. Rows committed while this ran came with a head at
+        // least as new, so the head is read again for the comparison.
+        if after > 0, let headNow = try withSessionPublic({ session in
+            try session.transaction { transaction in
+                try transaction.execute("SELECT seq FROM keysmith_chain_heads WHERE namespace_id = \(namespaceBuffer)")
+                    .first?.decode(Int64.self)
+            }
+        }), headNow < after, link != nil {
+            problem("the chain's head names change \(headNow), but the newest change is \(after): the head was set back")
+        }
         if head == nil, link != nil {
             problem("the namespace's chain head is missing, though its changes are chained")
         }
@@ -165,6 +175,23 @@ extension PostgresStore {
                     return (total.0 + orphans, total.1 + behind)
                 }
             }
+        }
+        // Every item the feed says exists (its newest change is not a deletion) has its row.
+        let missing = try withSessionPublic { session in
+            try session.transaction(snapshot: true) { transaction in
+                try transaction.execute("""
+                    SELECT count(*) FROM (
+                        SELECT DISTINCT ON (blind_index) blind_index, deleted FROM keysmith_changes
+                        WHERE namespace_id = \(namespaceBuffer) ORDER BY blind_index, version DESC, seq DESC) n
+                    WHERE NOT n.deleted
+                      AND NOT EXISTS (SELECT 1 FROM keysmith_records r WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = n.blind_index)
+                      AND NOT EXISTS (SELECT 1 FROM keysmith_audit a WHERE a.namespace_id = \(namespaceBuffer) AND a.blind_index = n.blind_index)
+                    """).first?.decode(Int64.self) ?? 0
+            }
+        }
+        if missing > 0 {
+            problem("\(missing) item(s) that the change feed says exist have no row: deleted by hand (reading one names it; "
+                    + "writing or deleting it again repairs it)")
         }
         if behind > 0 {
             problem("\(behind) row(s) are older than their item's newest change: put back from an older copy")

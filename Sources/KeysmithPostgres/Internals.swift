@@ -113,6 +113,22 @@ enum PostgresSchema {
         CREATE OR REPLACE TRIGGER keysmith_changes_no_truncate BEFORE TRUNCATE ON keysmith_changes
         FOR EACH STATEMENT EXECUTE FUNCTION keysmith_append_only()
         """,
+        // A chain head only moves forward: the application role (which must update it) can never
+        // set it back to an older change, nor change the link it names at the same change.
+        """
+        CREATE OR REPLACE FUNCTION keysmith_head_forward() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.namespace_id <> OLD.namespace_id OR NEW.seq < OLD.seq OR (NEW.seq = OLD.seq AND NEW.chain <> OLD.chain) THEN
+                RAISE EXCEPTION 'keysmith: a chain head only moves forward' USING ERRCODE = 'KS002';
+            END IF;
+            RETURN NEW;
+        END
+        $$
+        """,
+        """
+        CREATE OR REPLACE TRIGGER keysmith_chain_heads_forward BEFORE UPDATE ON keysmith_chain_heads
+        FOR EACH ROW EXECUTE FUNCTION keysmith_head_forward()
+        """,
     ]
 
     /// The channel every commit notifies, with the namespace id (hex) as payload.
@@ -944,11 +960,28 @@ enum RecordRows {
             // (an upsert's update takes the row lock), and returns its link.
             guard let head = try transaction.execute("""
                 INSERT INTO keysmith_chain_heads AS h (namespace_id, seq, chain) VALUES (\(namespaceBuffer), 0, \(ByteBuffer(bytes: NamespaceKeys.chainGenesis)))
-                ON CONFLICT (namespace_id) DO UPDATE SET seq = h.seq RETURNING h.chain
+                ON CONFLICT (namespace_id) DO UPDATE SET seq = h.seq RETURNING h.seq, h.chain
                 """).first else {
                 throw KeysmithError(.ioFailure, "PostgreSQL returned no chain head")
             }
-            var link = try head.decode(ByteBuffer.self).bytes
+            let (headSequence, headChain) = try head.decode((Int64, ByteBuffer).self)
+            var link = headChain.bytes
+            // The head must name the newest link (a statement after the lock sees every commit
+            // made before it): a chain whose head was set back is never extended into a fork.
+            let newest = try transaction.execute("""
+                SELECT seq, chain FROM keysmith_changes WHERE namespace_id = \(namespaceBuffer) ORDER BY seq DESC LIMIT 1
+                """).first.map { try $0.decode((Int64, ByteBuffer?).self) }
+            let headIsNewest: Bool = switch newest {
+            case nil: headSequence == 0
+            case let (_, chain?)?: chain.bytes == link && newest?.0 == headSequence
+            case (_, nil)?: headSequence == 0  // rows written before the feed was chained; the chain starts here
+            }
+            guard headIsNewest else {
+                throw KeysmithError(
+                    .corruptData,
+                    "the change feed's head names change \(headSequence), not its newest link (change \(newest?.0 ?? 0)): it was set back or "
+                        + "the newest rows were edited; nothing was written (run `keysmith postgres verify`)")
+            }
             guard let reserved = try transaction.execute("""
                 SELECT array_agg(v ORDER BY v) FROM (SELECT nextval('keysmith_changes_seq_seq') AS v FROM generate_series(1, \(Int64(changed.count)))) s
                 """).first, let sequences = try reserved.decode([Int64]?.self), sequences.count == changed.count else {

@@ -18,7 +18,9 @@ public struct PostgresChange: Sendable {
     /// Whether the change deleted the item.
     public var deleted: Bool
     /// The item as it is when the watcher reads it (a newer version if it changed again since;
-    /// `nil` when it is deleted by then or does not open).
+    /// `nil` when it is deleted by then). A row that does not open, that is older than the
+    /// item's newest change (put back from an older copy) or that is missing while the feed says
+    /// the item exists ends the watch with ``KeysmithError/Code/corruptData``: never delivered.
     public var record: SecureRecord?
     /// The row's chain link (checked against the row before it), `nil` for a row written before chaining.
     var link: [UInt8]? = nil
@@ -123,7 +125,8 @@ public final class PostgresWatcher: Sendable {
     /// dropped; the watcher then learns of changes by polling alone.
     func ignoreNotifications() { state.withLock { $0.ignoresNotifications = true } }
 
-    /// Ends ``run(pollInterval:_:)`` at its next wake-up.
+    /// Ends ``run(pollInterval:_:)`` at its next wake-up; the watcher then removes its
+    /// registration, so writers waiting for watchers no longer wait for it.
     public func stop() {
         state.withLock { $0.stopped = true }
         wake.signal()
@@ -166,10 +169,14 @@ public final class PostgresWatcher: Sendable {
                         }
                     }
                     try acknowledge(session)
-                    guard keepGoing else { return }
+                    guard keepGoing else {
+                        deregister(session)
+                        return
+                    }
                     if changes.isEmpty { state.withLock { $0.confirmedAt = asked } }
                     if changes.isEmpty { wake.wait(timeout: pollInterval) }
                 }
+                deregister(session)
                 return
             } catch let failure as ApplyFailure {
                 let error = failure.error as? KeysmithError ?? KeysmithError(.ioFailure, "the watcher's handler failed: \(type(of: failure.error))")
@@ -180,6 +187,12 @@ public final class PostgresWatcher: Sendable {
                                           + "the watcher \(name) stopped; it is not current, so checks through it deny")
                 state.withLock { $0.failure = error }
                 throw error
+            } catch let error as KeysmithError where error.code == .authenticationFailed || error.code == .storeLocked {
+                // Retrying cannot help (the master key was rotated since it opened, say): say so
+                // and end, never go quiet.
+                let ended = KeysmithError(error.code, "the watcher \(name) stopped: \(error.message); it is not current, so checks through it deny")
+                state.withLock { $0.failure = ended }
+                throw ended
             } catch {
                 // Anything else is the connection or the server (killed, restarted, failed
                 // over): reconnect and replay from the last applied sequence.
@@ -206,10 +219,18 @@ public final class PostgresWatcher: Sendable {
         let applied = lastSequence
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
         let transaction = Transaction(session: session)
+        // With each change, the item's newest change (its version, and whether it deleted the
+        // item), read in the same statement as the row: the row must be that version, or absent
+        // after a deletion; an older row put back, or one deleted by hand, is damage, never
+        // delivered as it is.
         let rows = try transaction.execute("""
             SELECT c.seq, c.blind_index, c.version, c.deleted, c.sealed_key,
-                   coalesce(r.version, a.version), coalesce(r.key_id, a.key_id), coalesce(r.sealed, a.sealed), c.chain
+                   coalesce(r.version, a.version), coalesce(r.key_id, a.key_id), coalesce(r.sealed, a.sealed), c.chain,
+                   n.version, n.deleted
             FROM keysmith_changes c
+            CROSS JOIN LATERAL (SELECT c2.version, c2.deleted FROM keysmith_changes c2
+                                WHERE c2.namespace_id = c.namespace_id AND c2.blind_index = c.blind_index
+                                ORDER BY c2.version DESC, c2.seq DESC LIMIT 1) n
             LEFT JOIN keysmith_records r ON r.namespace_id = c.namespace_id AND r.blind_index = c.blind_index
             LEFT JOIN keysmith_audit a ON a.namespace_id = c.namespace_id AND a.blind_index = c.blind_index
             WHERE c.namespace_id = \(namespaceBuffer) AND c.seq > \(applied) ORDER BY c.seq LIMIT 4096
@@ -217,8 +238,8 @@ public final class PostgresWatcher: Sendable {
         // Rows and change rows sealed under a data key rotated in since: load it first.
         var keyIDs: [Int32] = []
         for row in rows {
-            let (_, _, _, _, sealedKey, _, keyID, _, _) =
-                try row.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, Int64?, Int32?, ByteBuffer?, ByteBuffer?).self)
+            let (_, _, _, _, sealedKey, _, keyID, _, _, _, _) =
+                try row.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, Int64?, Int32?, ByteBuffer?, ByteBuffer?, Int64, Bool).self)
             let bytes = sealedKey.readableBytesView
             if bytes.count >= 4 { keyIDs.append(Int32(bitPattern: bytes.prefix(4).reduce(0) { $0 << 8 | UInt32($1) })) }
             if let keyID { keyIDs.append(keyID) }
@@ -227,9 +248,10 @@ public final class PostgresWatcher: Sendable {
         var changes: [PostgresChange] = []
         var link = state.withLock { $0.link }
         for row in rows {
-            let (sequence, index, version, deleted, sealedKey, rowVersion, keyID, sealed, chain) =
-                try row.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, Int64?, Int32?, ByteBuffer?, ByteBuffer?).self)
+            let (sequence, index, version, deleted, sealedKey, rowVersion, keyID, sealed, chain, newestVersion, newestDeleted) =
+                try row.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, Int64?, Int32?, ByteBuffer?, ByteBuffer?, Int64, Bool).self)
             let key: ItemKey
+            var record: SecureRecord?
             do {
                 // Each row must continue the chain from the row before it: one deleted,
                 // edited, reordered or renumbered breaks it here. Rows without a link are
@@ -248,18 +270,35 @@ public final class PostgresWatcher: Sendable {
                     link = expected
                 }
                 key = try keys.openKey(sealedKey.bytes, blindIndex: index.bytes, version: version)
+                // The item as it is now must be what the feed says it is now.
+                if let rowVersion, let keyID, let sealed {
+                    guard rowVersion == newestVersion, !newestDeleted else {
+                        throw KeysmithError(
+                            .corruptData,
+                            rowVersion < newestVersion || newestDeleted
+                                ? "its item's row is older than the item's newest change (version \(rowVersion), the feed has \(newestVersion)): an older row was put back"
+                                : "its item's row has no change of its version \(rowVersion): the item's change rows were deleted")
+                    }
+                    record = try keys.open(RecordRow(blindIndex: index.bytes, version: rowVersion, keyID: keyID, sealed: sealed.bytes), withSecret: true)
+                } else if !newestDeleted {
+                    throw KeysmithError(.corruptData, "its item has no row, though the feed's newest change to it (version \(newestVersion)) is not a deletion: the row was deleted by hand")
+                }
             } catch let error as KeysmithError where error.code == .corruptData {
                 // The changes before it are delivered first; the next fetch starts at this one.
                 if changes.isEmpty { throw DamagedChange(sequence: sequence, error: error) }
                 return changes
             }
-            var record: SecureRecord?
-            if let rowVersion, let keyID, let sealed {
-                record = try? keys.open(RecordRow(blindIndex: index.bytes, version: rowVersion, keyID: keyID, sealed: sealed.bytes), withSecret: true)
-            }
             changes.append(PostgresChange(sequence: sequence, key: key, version: version, deleted: deleted, record: record, link: chain?.bytes))
         }
         return changes
+    }
+
+    /// Removes the watcher's registration (best effort): a watcher that ended on purpose is no
+    /// longer waited for by ``PostgresStore/waitForWatchers(through:timeout:liveWithin:)``.
+    private func deregister(_ session: Session) {
+        let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
+        _ = try? Transaction(session: session).execute(
+            "DELETE FROM keysmith_watchers WHERE namespace_id = \(namespaceBuffer) AND watcher = \(name)")
     }
 
     /// Records the applied sequence and that the watcher is alive.

@@ -6,6 +6,7 @@ import KeysmithPostgres
 import KeysmithSystem
 import KeysmithVault
 import KeysmithTokens
+import Synchronization
 
 extension KeysmithCommand {
     /// The PostgreSQL store's administration.
@@ -264,6 +265,21 @@ extension KeysmithCommand {
             let label = name ?? "keysmith-watch-\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
             let watcher = try PostgresWatcher(settings, namespace: try store.postgresNamespace(), masterKey: try store.postgresMasterKey(),
                                               name: label, after: after)
+            // SIGTERM and SIGINT end the watch cleanly: it deregisters (so `revoke --wait` stops
+            // waiting for it) and exits 0.
+            let signals = [SIGTERM, SIGINT].map { number -> DispatchSourceSignal in
+                signal(number, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+                source.setEventHandler { watcher.stop() }
+                source.resume()
+                return source
+            }
+            defer { signals.forEach { $0.cancel() } }
+            // Whether it is current, said on standard error when that changes, with the bound
+            // that makes WatchedPermissions deny (the watcher's staleAfter).
+            let currency = CurrencyReporter(watcher: watcher, label: label)
+            currency.start()
+            defer { currency.stop() }
             var printed = 0
             let now = Date()
             try watcher.run { change in
@@ -297,4 +313,44 @@ func changeLine(_ change: PostgresChange, at date: Date) -> String {
         fields += ["\"active\":\(token.isActive(at: date))", "\"scopes\":[" + scopes.joined(separator: ",") + "]"]
     }
     return "{" + fields.joined(separator: ",") + "}"
+}
+
+/// Says on standard error when a watcher stops being current (no confirmation from the database
+/// within its `staleAfter`: checks through a watcher deny then) and when it is current again.
+final class CurrencyReporter: Sendable {
+    private let watcher: PostgresWatcher
+    private let label: String
+    private let stopped = Mutex(false)
+
+    init(watcher: PostgresWatcher, label: String) {
+        self.watcher = watcher
+        self.label = label
+    }
+
+    /// Looks four times per bound, on a thread of its own (the watch holds the main one).
+    func start() {
+        let bound = watcher.staleAfter
+        let seconds = Double(bound.components.seconds) + Double(bound.components.attoseconds) / 1e18
+        let thread = Thread { [self] in
+            var last: Bool?
+            Thread.sleep(forTimeInterval: max(0.25, seconds))
+            while !stopped.withLock({ $0 }) {
+                if watcher.failure == nil {  // a failed run ends with its own error
+                    let current = watcher.isCurrent
+                    if last != current && (last != nil || !current) {
+                        let line = current
+                            ? "keysmith: watch \(label): current again (through change \(watcher.lastSequence))\n"
+                            : "keysmith: watch \(label): not current: no confirmation from the database for \(seconds) s; "
+                                + "checks through a watcher deny until it is current again\n"
+                        Terminal.write(Array(line.utf8), to: 2)
+                    }
+                    last = current
+                }
+                Thread.sleep(forTimeInterval: max(0.05, seconds / 4))
+            }
+        }
+        thread.start()
+    }
+
+    func stop() { stopped.withLock { $0 = true } }
 }

@@ -82,7 +82,7 @@ struct PostgresCommandTests {
         #expect(!bad.output.contains("hunter2"))
     }
 
-    @Test("keysmith watch streams a revocation as a JSON line, and revoke --wait returns once it applied it; a dead watcher is named (exit 9)")
+    @Test("keysmith watch streams a revocation as a JSON line, and revoke --wait returns once it applied it; a watcher stopped with SIGTERM deregisters, a killed one is named (exit 9)")
     func watchAndWait() throws {
         let keysmith = try Self.keysmith()
         defer { keysmith.cleanup() }
@@ -116,10 +116,32 @@ struct PostgresCommandTests {
         #expect(lines.count >= 2)
         #expect(lines.contains { $0.contains(#""record_type":"oauth-token""#) && $0.contains(#"{"scope":"posts:write","state":"revoked"}"#) })
         #expect(!lines.joined().contains("tok-secret-zz"))
-        // watcher-a has died but was seen moments ago: the next revocation names it.
+        // watcher-a ended cleanly (SIGTERM, exit 0): it deregistered and is not waited for.
+        #expect(watch.terminationStatus == 0)
+        #expect(try Self.psql("SELECT count(*) FROM keysmith_watchers WHERE watcher = 'watcher-a'") == "0")
+        let quick = try keysmith.run(["revoke", "--scope", "groups:read", "--service", "news", "--wait", "--wait-timeout", "5s"])
+        #expect(quick.status == 0, "\(quick.output)")
+        // watcher-b dies (SIGKILL) but was seen moments ago: the next revocation names it.
+        let dying = Process()
+        dying.executableURL = URL(fileURLWithPath: Keysmith.binary)
+        dying.arguments = ["watch", "--name", "watcher-b"]
+        dying.environment = keysmith.environment.filter { $0.key != "KEYSMITH_BACKEND" }
+        dying.standardOutput = FileHandle.nullDevice
+        dying.standardError = FileHandle.nullDevice
+        try dying.run()
+        registered = false
+        for _ in 0..<200 where !registered {
+            registered = try Self.psql("SELECT count(*) FROM keysmith_watchers WHERE watcher = 'watcher-b'") == "1"
+            if !registered { usleep(50_000) }
+        }
+        #expect(registered)
+        kill(dying.processIdentifier, SIGKILL)
+        dying.waitUntilExit()
+        try keysmith.run(["token", "import", "--service", "news", "--account", "bob"],
+                         stdin: #"{"access_token":"tok-secret-yy","token_type":"Bearer","scope":"groups:read"}"#)
         let late = try keysmith.run(["revoke", "--scope", "groups:read", "--service", "news", "--wait", "--wait-timeout", "1s"])
-        #expect(late.status == 9)
-        #expect(late.stderr.contains("watcher-a"))
+        #expect(late.status == 9, "\(late.output)")
+        #expect(late.stderr.contains("watcher-b"))
         let vault = try keysmith.run(["revoke", "--scope", "groups:read", "--wait"], environment: ["KEYSMITH_BACKEND": "vault"])
         #expect(vault.status == 64)
     }

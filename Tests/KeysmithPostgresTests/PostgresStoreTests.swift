@@ -272,6 +272,58 @@ struct PostgresStoreTests {
         #expect(!accepted.problems.contains { $0.contains("this machine") }, "\(accepted)")
     }
 
+    @Test("the chain's head only moves forward: the application role cannot set it back; set back by the owner, verify says so and a write refuses to fork the chain")
+    func chainHeadSetBack() throws {
+        let role = "keysmith_app_" + UUID().uuidString.prefix(8).lowercased()
+        _ = try Self.sql("CREATE ROLE \(role) LOGIN")
+        try PostgresStore.initialize(try Self.settings(), masterKey: .key(Self.key), applicationRole: role)
+        var settings = try Self.settings()
+        settings.user = role
+        let store = try PostgresStore(settings, namespace: "head-\(UUID().uuidString)", masterKey: .key(Self.key))
+        for index in 0..<3 {
+            try store.perform([.upsert(ItemAttributes(key: .genericPassword(service: "s", account: "a\(index)")), secret: Data("\(index)".utf8))])
+        }
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        let rows = try Self.sql("SELECT seq::text, encode(chain, 'hex') FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY seq")
+        try #require(rows.count == 3)
+        let setBack = "UPDATE keysmith_chain_heads SET seq = \(rows[1][0]), chain = decode('\(rows[1][1])', 'hex') WHERE namespace_id = \(namespaceID)"
+        // As the application role: refused by the trigger (which that role cannot turn off).
+        let session = try Session.connect(settings, logger: .init(label: "app"))
+        #expect(throws: (any Error).self, "the application role set the head back") {
+            _ = try session.transaction { try $0.execute(PostgresQueryText.raw(setBack)) }
+        }
+        #expect(throws: (any Error).self) {
+            _ = try session.transaction {
+                try $0.execute(PostgresQueryText.raw("UPDATE keysmith_chain_heads SET chain = decode('\(rows[1][1])', 'hex') WHERE namespace_id = \(namespaceID)"))
+            }
+        }
+        session.close()
+        #expect(try store.verifyChangeFeed().isIntact)
+        // As the owner with the triggers off: verify names it, and a write refuses to extend the chain.
+        _ = try Self.sql("SET LOCAL session_replication_role = replica", setBack)
+        let verification = try store.verifyChangeFeed()
+        #expect(verification.problems.contains { $0.contains("set back") }, "\(verification)")
+        let refused = #expect(throws: KeysmithError.self) {
+            try store.perform([.upsert(ItemAttributes(key: .genericPassword(service: "s", account: "after")), secret: Data("x".utf8))])
+        }
+        #expect(refused?.code == .corruptData, "\(String(describing: refused))")
+        #expect(try Self.sql("SELECT count(*)::text FROM keysmith_changes WHERE namespace_id = \(namespaceID)") == [["3"]], "a write forked the chain")
+    }
+
+    @Test("an item whose row was deleted by hand while the feed says it exists: a read says so, and verify counts it")
+    func deletedRowIsCounted() throws {
+        let store = try Self.open()
+        let key = ItemKey.genericPassword(service: "s", account: "gone")
+        try store.perform([.create(ItemAttributes(key: key), secret: Data("1".utf8))])
+        #expect(try store.verifyChangeFeed().isIntact)
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        _ = try Self.sql("DELETE FROM keysmith_records WHERE namespace_id = \(namespaceID)")
+        let read = #expect(throws: KeysmithError.self) { try store.read(key) }
+        #expect(read?.code == .corruptData)
+        let verification = try store.verifyChangeFeed()
+        #expect(verification.problems.contains { $0.contains("have no row") }, "\(verification)")
+    }
+
     @Test("a read racing creates never calls an item damaged: it asks for the rows and the change feed in one snapshot (a create committed between the two questions read as 'no row, though the feed records it')")
     func readsRacingCreates() throws {
         let namespace = "race-\(UUID().uuidString)"

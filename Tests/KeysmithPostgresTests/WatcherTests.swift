@@ -166,20 +166,28 @@ struct WatcherTests {
             try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key), name: "host-\(index)")
         }
         let collected = (0..<3).map { _ in Collected() }
-        for (watcher, sink) in zip(watchers, collected) { _ = Self.start(watcher, into: sink) }
+        for (watcher, sink) in zip(watchers.prefix(2), collected) { _ = Self.start(watcher, into: sink) }
+        // The third hangs in its handler on the second change (a host that hangs): it never
+        // acknowledges it, and stays registered.
+        let release = DispatchSemaphore(value: 0)
+        let hung = Thread {
+            try? watchers[2].run(pollInterval: .milliseconds(20)) { change in
+                collected[2].changes.withLock { $0.append(change) }
+                if collected[2].count == 2 { release.wait() }
+                return true
+            }
+        }
+        hung.start()
         #expect(Self.waitUntil { watchers.allSatisfy(\.isCurrent) })
         try store.perform([.create(ItemAttributes(key: .genericPassword(service: "s", account: "revoked")), secret: Data("x".utf8))])
         let pending = try store.waitForWatchers(through: store.lastCommittedSequence, timeout: .seconds(10))
         #expect(pending.isEmpty)
         #expect(collected.allSatisfy { $0.count == 1 })
-        // One watcher stops (a host that hangs): the next change is not acknowledged by it.
-        watchers[2].stop()
-        #expect(Self.waitUntil { !watchers[2].isCurrent })
         try store.perform([.create(ItemAttributes(key: .genericPassword(service: "s", account: "second")), secret: Data("x".utf8))])
         let late = try store.waitForWatchers(through: store.lastCommittedSequence, timeout: .milliseconds(500))
         #expect(late.map(\.name) == ["host-2"])
-        watchers[0].stop()
-        watchers[1].stop()
+        release.signal()
+        for watcher in watchers { watcher.stop() }
     }
 
     @Test("permissions fed by a watcher: a revocation from another handle reaches them and policy decisions; while the database refuses the watcher they deny by themselves; then they come back")
@@ -264,5 +272,83 @@ struct WatcherTests {
         // The change before the damaged one was delivered; nothing after it was.
         #expect(delivered.changes.withLock { $0.map(\.sequence) } == [sequences[0]])
         #expect(watcher.lastSequence == sequences[0])
+    }
+
+    @Test("a revocation undone by the owner (the older row put back) stops the watcher and its permissions with corrupt data: never delivered as granted")
+    func replayedRowStopsTheWatcher() throws {
+        let namespace = "replay-\(UUID().uuidString)"
+        let store = try PostgresStoreTests.open(namespace)
+        let writer = TokenKeeper(store: store)
+        try writer.importResponse(Data(#"{"access_token":"at-secret","token_type":"Bearer","scope":"h:admin h:read"}"#.utf8),
+                                  service: "h", account: "ops", requested: [])
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        let before = try PostgresStoreTests.sql("SELECT coalesce(max(seq), 0)::text FROM keysmith_changes WHERE namespace_id = \(namespaceID)")
+        let start = try #require(Int64(before[0][0]))
+        // The owner keeps the token's row aside; the scope is revoked; the old row is put back.
+        let token = try PostgresStoreTests.sql("""
+            SELECT encode(r.blind_index, 'hex'), r.version::text, r.key_id::text, encode(r.sealed, 'hex') FROM keysmith_records r
+            WHERE r.namespace_id = \(namespaceID) AND r.version = (SELECT max(c.version) FROM keysmith_changes c
+                  WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index AND c.seq = \(start))
+            """)
+        try #require(token.count == 1, "\(token)")
+        let admin = try Scope("h:admin")
+        // Permissions fed by a watcher, made before the revocation and started after the owner's edit.
+        let watched = try WatchedPermissions(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
+                                             service: "h", account: "ops", name: "replay-perm-\(namespace.prefix(12))",
+                                             staleAfter: .milliseconds(500))
+        #expect(watched.permissions.hasPermission(admin) == false)  // not current before it has watched
+        try writer.revoke([admin], service: "h", account: "ops", reason: "test")
+        _ = try PostgresStoreTests.sql("SET LOCAL session_replication_role = replica", """
+            UPDATE keysmith_records SET version = \(token[0][1]), key_id = \(token[0][2]), sealed = decode('\(token[0][3])', 'hex')
+            WHERE namespace_id = \(namespaceID) AND blind_index = decode('\(token[0][0])', 'hex')
+            """)
+        // A watcher from before the revocation, and one from the start: neither delivers the
+        // token as it was before, each ends with corrupt data.
+        for after in [start, Int64(0)] {
+            let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
+                                              name: "replay-\(after)-\(namespace.prefix(12))", after: after)
+            DispatchQueue.global().asyncAfter(deadline: .now() + 10) { watcher.stop() }
+            let delivered = Collected()
+            let error = #expect(throws: KeysmithError.self) {
+                try watcher.run(pollInterval: .milliseconds(20)) { change in
+                    delivered.changes.withLock { $0.append(change) }
+                    return true
+                }
+            }
+            #expect(error?.code == .corruptData, "after \(after): \(String(describing: error))")
+            #expect(!watcher.isCurrent)
+            for change in delivered.changes.withLock({ $0 }) {
+                if let secret = change.record?.secret, let token = try? OAuthToken(storedSecret: secret) {
+                    #expect(!token.hasGranted(admin, at: Date()), "after \(after): change \(change.sequence) delivered h:admin as granted")
+                }
+            }
+        }
+        // The permissions deny, and say why.
+        watched.start(pollInterval: .milliseconds(20))
+        defer { watched.stop() }
+        #expect(Self.waitUntil { watched.failure != nil })
+        #expect(watched.failure?.code == .corruptData)
+        #expect(!watched.permissions.hasPermission(admin) && !watched.permissions.isCurrent)
+    }
+
+    @Test("a watcher that ends on purpose deregisters: a writer waiting for watchers no longer waits for it")
+    func stoppedWatcherDeregisters() throws {
+        let namespace = "dereg-\(UUID().uuidString)"
+        let store = try PostgresStoreTests.open(namespace)
+        let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
+                                          name: "dereg-\(namespace.prefix(12))")
+        let collected = Collected()
+        let thread = Self.start(watcher, into: collected)
+        try store.perform([.create(ItemAttributes(key: .genericPassword(service: "s", account: "a")), secret: Data("1".utf8))])
+        #expect(Self.waitUntil { collected.count == 1 })
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        #expect(Self.waitUntil { ((try? PostgresStoreTests.sql("SELECT count(*)::text FROM keysmith_watchers WHERE namespace_id = \(namespaceID)")) ?? []) == [["1"]] })
+        watcher.stop()
+        #expect(Self.waitUntil { thread.isFinished })
+        #expect(try PostgresStoreTests.sql("SELECT count(*)::text FROM keysmith_watchers WHERE namespace_id = \(namespaceID)") == [["0"]])
+        try store.perform([.create(ItemAttributes(key: .genericPassword(service: "s", account: "b")), secret: Data("2".utf8))])
+        let started = ContinuousClock.now
+        #expect(try store.waitForWatchers(through: Int64.max / 2, timeout: .seconds(5)).isEmpty)
+        #expect(ContinuousClock.now - started < .seconds(2))
     }
 }
