@@ -351,4 +351,34 @@ struct WatcherTests {
         #expect(try store.waitForWatchers(through: Int64.max / 2, timeout: .seconds(5)).isEmpty)
         #expect(ContinuousClock.now - started < .seconds(2))
     }
+
+    @Test("a watcher that cannot go on after a master-key and a data-key rotation ends and says why, never goes quiet")
+    func rotationEndsTheWatcher() throws {
+        let settings = try KeyRotationTests.database()
+        let first = PostgresMasterKey.key([UInt8](repeating: 4, count: 32))
+        try PostgresStore.initialize(settings, masterKey: first, scrypt: .testing)
+        let store = try PostgresStore(settings, namespace: "rot", masterKey: first)
+        try store.perform([.create(ItemAttributes(key: .genericPassword(service: "s", account: "a")), secret: Data("1".utf8))])
+        let watcher = try PostgresWatcher(settings, namespace: "rot", masterKey: first, name: "rot-watch")
+        let ended = Mutex<KeysmithError?>(nil)
+        let thread = Thread {
+            do {
+                try watcher.run(pollInterval: .milliseconds(20)) { _ in true }
+            } catch let error as KeysmithError {
+                ended.withLock { $0 = error }
+            } catch {}
+        }
+        thread.start()
+        defer { watcher.stop() }
+        #expect(Self.waitUntil { watcher.isCurrent })
+        let second = PostgresMasterKey.key([UInt8](repeating: 5, count: 32))
+        #expect(try PostgresStore.rotateMasterKey(settings, from: first, to: second, scrypt: .testing) >= 1)
+        let owner = try PostgresStore(settings, namespace: "rot", masterKey: second)
+        _ = try owner.rotateDataKey()
+        try owner.perform([.upsert(ItemAttributes(key: .genericPassword(service: "s", account: "a")), secret: Data("2".utf8))])
+        #expect(Self.waitUntil { thread.isFinished }, "the watcher went quiet instead of ending")
+        #expect(ended.withLock { $0 }?.code == .authenticationFailed, "\(String(describing: ended.withLock { $0 }))")
+        #expect(watcher.failure?.code == .authenticationFailed)
+        #expect(!watcher.isCurrent)
+    }
 }
