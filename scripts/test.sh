@@ -38,4 +38,6 @@ watchdog_pid=$!
 disown "$watchdog_pid"
 trap 'pkill -P "$watchdog_pid" 2>/dev/null; kill "$watchdog_pid" 2>/dev/null || true' EXIT
 
+# Every real part is started above: a suite that cannot find its part fails, never skips silently.
+export KEYSMITH_REQUIRE_ALL_PARTS=1
 scripts/with-postgres.sh scripts/with-secret-service.sh swift test --skip-build "$@"
