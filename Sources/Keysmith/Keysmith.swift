@@ -131,6 +131,20 @@ public enum Keysmith {
         try resolve(store).upsert(ItemAttributes(key: key(account, service)), secret: secret)
     }
 
+    /// Stores any `Encodable` value, as JSON: Keysmith 0.1's name for
+    /// ``set(_:forAccount:inService:in:)-(Value,_,_,_)``, which it forwards to. Removed without a
+    /// deprecation in 0.2.0 and restored, deprecated, in 0.4.0; it will be removed in 0.5.0.
+    ///
+    /// ```swift
+    /// try Keysmith.set(Settings(theme: "dark"), forAccount: "bob", inService: "app")  // instead of save
+    /// ```
+    @available(*, deprecated, renamed: "set(_:forAccount:inService:in:)")
+    public static func save<Value: Encodable>(
+        _ value: Value, forAccount account: String, inService service: String, in store: (any SecureStore)? = nil
+    ) throws {
+        try set(value, forAccount: account, inService: service, in: store)
+    }
+
     /// Locksmith's name, kept so code written for Locksmith builds: it creates or replaces
     /// (it is ``set(_:forAccount:inService:in:)``), which the name did not make clear. Use
     /// ``set(_:forAccount:inService:in:)`` to create or replace, or

@@ -2,7 +2,7 @@
 // walkthrough and for `keysmith policy example`. A test checks these are the files, byte for byte.
 enum NewsGroupsExample {
     static let policies = #"""
-// The news-groups scenario (../../../shared/cases/README.md) in Keysmith's policy language.
+// The news-groups scenario (../../../Tests/KeysmithPolicyTests/Cases/README.md) in Keysmith's policy language.
 // Signed-in principals are User entities with a token; anonymous ones are Anonymous entities
 // with none. Actions: browse, post, delete; the resource is always a Group.
 

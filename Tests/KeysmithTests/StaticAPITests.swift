@@ -54,6 +54,25 @@ struct StaticAPITests {
         try Keysmith.save(secret, forAccount: "a", inService: "s", in: store)
     }
 
+    struct Settings: Codable, Equatable { var theme: String; var size: Int }
+
+    @available(*, deprecated)
+    private func deprecatedCodableSave(_ value: Settings, _ store: MemoryStore) throws {
+        try Keysmith.save(value, forAccount: "a", inService: "prefs", in: store)
+    }
+
+    @Test("0.1's Codable save is back, deprecated: it stores what set stores, and replaces")
+    func deprecatedCodableSaveForwardsToSet() throws {
+        let store = MemoryStore()
+        try deprecatedCodableSave(Settings(theme: "dark", size: 3), store)
+        #expect(try Keysmith.load(Settings.self, forAccount: "a", inService: "prefs", from: store) == Settings(theme: "dark", size: 3))
+        let viaSave = try #require(try store.read(.genericPassword(service: "prefs", account: "a"))?.secret)
+        try Keysmith.set(Settings(theme: "dark", size: 3), forAccount: "b", inService: "prefs", in: store)
+        #expect(try store.read(.genericPassword(service: "prefs", account: "b"))?.secret == viaSave, "the same bytes as set")
+        try deprecatedCodableSave(Settings(theme: "light", size: 4), store)
+        #expect(try Keysmith.load(Settings.self, forAccount: "a", inService: "prefs", from: store) == Settings(theme: "light", size: 4))
+    }
+
     @Test("a Codable value saved by the static API loads back")
     func codable() throws {
         let store = MemoryStore()
