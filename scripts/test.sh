@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README's test command: installs what is missing, builds, and runs every test, the Secret
+# README's test command: installs what is missing, checks that public API breaks are named in
+# CHANGELOG.md, builds, builds the API reference, and runs every test, the Secret
 # Service tests against a private gnome-keyring-daemon and the PostgreSQL store's against a
 # private PostgreSQL server.
 #
@@ -11,7 +12,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/bootstrap.sh
+# Public API breaks since the last release must be named in CHANGELOG.md (builds the release's
+# API digests once, into .build/api-baseline).
+scripts/check-api.sh
 swift build --build-tests
+# The API reference of every module, with no broken symbol link.
+scripts/docs.sh
 
 limit=${KEYSMITH_TEST_TIMEOUT:-2400}
 watchdog() {

@@ -163,7 +163,7 @@ public struct ItemInfo: Hashable, Sendable {
     public var key: ItemKey { attributes.key }
 }
 
-/// A stored item with its secret, as a store's ``SecureStore/read(_:)`` returns it.
+/// A stored item with its secret, as a store's ``SecureStore/read(_:)->SecureRecord?`` returns it.
 ///
 /// `description`, `debugDescription` and `dump` never show the secret.
 public struct SecureRecord: Hashable, Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {

@@ -8,7 +8,7 @@ internal import Synchronization
 ///
 /// | call | the item exists | it does not |
 /// |---|---|---|
-/// | ``set(_:forAccount:inService:in:)`` | replaces the secret, keeps the metadata | creates it |
+/// | ``set(_:forAccount:inService:in:)-(Data,_,_,_)`` | replaces the secret, keeps the metadata | creates it |
 /// | ``create(_:forAccount:inService:in:)`` | throws ``KeysmithError/Code/duplicateItem`` | creates it |
 /// | ``update(_:forAccount:inService:in:)`` | replaces the secret, keeps the metadata | throws ``KeysmithError/Code/itemNotFound`` |
 /// | ``load(forAccount:inService:from:)`` | returns the secret | returns `nil` |
@@ -146,8 +146,8 @@ public enum Keysmith {
     }
 
     /// Locksmith's name, kept so code written for Locksmith builds: it creates or replaces
-    /// (it is ``set(_:forAccount:inService:in:)``), which the name did not make clear. Use
-    /// ``set(_:forAccount:inService:in:)`` to create or replace, or
+    /// (it is ``set(_:forAccount:inService:in:)-(Data,_,_,_)``), which the name did not make clear. Use
+    /// ``set(_:forAccount:inService:in:)-(Data,_,_,_)`` to create or replace, or
     /// ``create(_:forAccount:inService:in:)`` to create only.
     @available(*, deprecated, message: "use set(_:forAccount:inService:in:) to create or replace, or create(_:forAccount:inService:in:) to create only")
     public static func save(

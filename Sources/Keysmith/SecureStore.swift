@@ -14,7 +14,7 @@ public enum StoreOperation: Sendable {
     /// Creates the item, or replaces its secret and the metadata given if it exists.
     case upsert(ItemAttributes, secret: Data)
     /// Writes back a record read from this store, changed, if the item is still at the version
-    /// it was read at (``SecureRecord/version``): a compare-and-swap of the whole record, the
+    /// it was read at (``ItemInfo/version``): a compare-and-swap of the whole record, the
     /// way to finish a read-modify-write. The item's metadata and secret become exactly the
     /// record's (no update rule: nothing is merged) and its creation date the record's; the
     /// store sets the modification date and a new version. Fails with
@@ -218,7 +218,7 @@ public protocol SecureStore: AnyObject, Sendable {
     ///
     /// Each chunk is read at one instant; an item written between chunks may come at its old
     /// or its new version (make the writes that follow conditional on
-    /// ``SecureRecord/version``). Every matching item that exists for the whole scan comes
+    /// ``ItemInfo/version``). Every matching item that exists for the whole scan comes
     /// exactly once. A damaged record fails the scan with ``KeysmithError/Code/corruptData``,
     /// as it fails ``search(_:)``: never left out silently.
     ///
@@ -276,7 +276,7 @@ extension SecureStore {
         try forEachRecord(matching: query, chunkSize: 1024, body)
     }
 
-    /// Lists the matches with ``search(_:)``, then reads them with ``read(_:)-([ItemKey])``
+    /// Lists the matches with ``search(_:)``, then reads them with ``SecureStore/read(_:)-([ItemKey])``
     /// `chunkSize` at a time; an item deleted in between is left out.
     public func forEachRecord(
         matching query: ItemQuery, chunkSize: Int, _ body: (_ records: [SecureRecord], _ progress: ScanProgress) throws -> Void

@@ -306,7 +306,7 @@ final class Session: @unchecked Sendable {
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
     /// Serialization failures, deadlocks and unique violations become ``RetryableConflict``; a
-    /// lost connection ``KeysmithError/Code/storeUnavailable`` (whether the commit happened is
+    /// lost connection `KeysmithError.Code.storeUnavailable` (whether the commit happened is
     /// then unknown only if the connection dropped during COMMIT itself).
     ///
     /// `snapshot`: a read-only transaction whose statements all see one snapshot (`REPEATABLE
@@ -652,7 +652,7 @@ final class NamespaceKeys: Sendable {
     }
 
     /// Loads data keys added since this process opened the namespace (a rotation elsewhere).
-    /// Throws ``KeysmithError/Code/authenticationFailed`` when the master key was rotated since:
+    /// Throws `KeysmithError.Code.authenticationFailed` when the master key was rotated since:
     /// the process must reopen with the new one.
     func refresh(in transaction: Transaction) throws {
         if let row = try transaction.execute("SELECT verifier FROM keysmith_master WHERE id = 1").first,

@@ -66,7 +66,7 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
     /// Settings for TCP. `tls` `nil` is the default for the host: ``TLSMode/disable`` for a
     /// loopback address (`localhost`, `127.x.x.x`, `::1`), ``TLSMode/verifyFull`` for any other.
     /// The default is chosen here, once: setting ``host`` later does not change ``tls``.
-    /// Connecting refuses (``KeysmithError/Code/invalidArgument``) `trustedRoots` with
+    /// Connecting refuses (`KeysmithError.Code.invalidArgument`) `trustedRoots` with
     /// `disable` or `require` (they would be ignored) and `verifyCA` without them.
     public init(host: String, port: Int = 5432, user: String, password: String? = nil, database: String,
                 tls: TLSMode? = nil, trustedRoots: String? = nil) {
@@ -94,7 +94,7 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
     /// socket directory, as for libpq), `port`, `sslmode` (``TLSMode``; by default
     /// `verify-full`, or `disable` for a loopback host) and `sslrootcert` (a PEM file of
     /// trusted roots, for `verify-ca` and `verify-full`). Throws
-    /// ``KeysmithError/Code/invalidArgument`` for anything else, TLS asked for over a socket
+    /// `KeysmithError.Code.invalidArgument` for anything else, TLS asked for over a socket
     /// included; the message never repeats a password.
     public init(url: String) throws {
         let scheme = url.hasPrefix("postgresql://") ? "postgresql://" : url.hasPrefix("postgres://") ? "postgres://" : nil
@@ -309,12 +309,12 @@ public final class PostgresStore: SecureStore {
     /// `PostgreSQL database D as U on … (namespace N)`.
     public var storeDescription: String { "PostgreSQL \(settings.description) (namespace \(namespace))" }
 
-    /// ``StoreIsolation/serializable``: every batch is one transaction.
+    /// `StoreIsolation.serializable`: every batch is one transaction.
     public var isolation: StoreIsolation { .serializable }
 
     /// Creates the schema when it is missing, and the master key's record (its KDF parameters
     /// and a verifier) when the database has none. Idempotent with the same master key; with a
-    /// different one it throws ``KeysmithError/Code/authenticationFailed``. Run it as the role
+    /// different one it throws `KeysmithError.Code.authenticationFailed`. Run it as the role
     /// that owns the schema.
     ///
     /// ```swift
@@ -359,10 +359,10 @@ public final class PostgresStore: SecureStore {
     /// Opens a namespace: derives the master key, checks it against the database's verifier,
     /// and creates the namespace's first data key if it has none.
     ///
-    /// - Throws: ``KeysmithError/Code/storeUnavailable`` when the database cannot be reached or
+    /// - Throws: `KeysmithError.Code.storeUnavailable` when the database cannot be reached or
     ///   has no Keysmith schema (run ``initialize(_:masterKey:scrypt:applicationRole:)`` or `keysmith postgres
-    ///   init`); ``KeysmithError/Code/authenticationFailed`` for a wrong master key;
-    ///   ``KeysmithError/Code/corruptData`` for a wrapped key that does not open.
+    ///   init`); `KeysmithError.Code.authenticationFailed` for a wrong master key;
+    ///   `KeysmithError.Code.corruptData` for a wrapped key that does not open.
     public init(_ settings: PostgresConnectionSettings, namespace: String = "default", masterKey: PostgresMasterKey,
                 clock: @escaping @Sendable () -> Date = { Date() }) throws {
         guard !namespace.isEmpty, namespace.utf8.count <= 256 else { throw KeysmithError.invalidArgument("a namespace is 1 to 256 bytes") }

@@ -110,7 +110,7 @@ extension PostgresStore {
     /// transaction. No record is re-encrypted and no namespace id changes. Run it as the role that
     /// owns the schema (the application role may not change wrapped keys). Processes that opened
     /// the store with the old key keep working with the data keys they hold, and are told to
-    /// reopen (``KeysmithError/Code/authenticationFailed``) when they next need a key from the
+    /// reopen (`KeysmithError.Code.authenticationFailed`) when they next need a key from the
     /// database.
     ///
     /// ```swift
@@ -118,8 +118,8 @@ extension PostgresStore {
     /// ```
     ///
     /// - Returns: How many data keys were re-wrapped.
-    /// - Throws: ``KeysmithError/Code/authenticationFailed`` when `from` is not the master key;
-    ///   ``KeysmithError/Code/invalidArgument`` when `to` is the same key; ``KeysmithError/Code/corruptData``
+    /// - Throws: `KeysmithError.Code.authenticationFailed` when `from` is not the master key;
+    ///   `KeysmithError.Code.invalidArgument` when `to` is the same key; `KeysmithError.Code.corruptData`
     ///   when a wrapped key does not open (nothing is changed then).
     @discardableResult
     public static func rotateMasterKey(_ settings: PostgresConnectionSettings, from old: PostgresMasterKey, to new: PostgresMasterKey,

@@ -3,7 +3,7 @@ public import Keysmith
 public import KeysmithTokens
 import Synchronization
 
-/// A ``PermissionManager`` that follows one stored token through PostgreSQL's change feed, and
+/// A `PermissionManager` that follows one stored token through PostgreSQL's change feed, and
 /// fails closed by itself: a revocation committed on any machine reaches it within about the
 /// watcher's poll interval, and while its watcher cannot confirm it is current (the database is
 /// unreachable, the feed is damaged, the watch was stopped), or once the token has expired, it
@@ -40,7 +40,7 @@ public final class WatchedPermissions: Sendable {
     /// - Parameter staleAfter: how long a confirmation of being current is good for; past it,
     ///   every check denies until the watcher confirms again.
     /// - Throws: what ``PostgresStore/init(_:namespace:masterKey:clock:)`` throws;
-    ///   ``KeysmithError/Code/invalidArgument`` for a watcher name that is empty or over 200
+    ///   `KeysmithError.Code.invalidArgument` for a watcher name that is empty or over 200
     ///   bytes, or a service or account that is not a valid item name.
     public init(_ settings: PostgresConnectionSettings, namespace: String = "default", masterKey: PostgresMasterKey,
                 service: String, account: String, name: String, staleAfter: Duration = .seconds(2),

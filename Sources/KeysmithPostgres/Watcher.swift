@@ -20,7 +20,7 @@ public struct PostgresChange: Sendable {
     /// The item as it is when the watcher reads it (a newer version if it changed again since;
     /// `nil` when it is deleted by then). A row that does not open, that is older than the
     /// item's newest change (put back from an older copy) or that is missing while the feed says
-    /// the item exists ends the watch with ``KeysmithError/Code/corruptData``: never delivered.
+    /// the item exists ends the watch with `KeysmithError.Code.corruptData`: never delivered.
     public var record: SecureRecord?
     /// The row's chain link (checked against the row before it), `nil` for a row written before chaining.
     var link: [UInt8]? = nil
@@ -136,7 +136,7 @@ public final class PostgresWatcher: Sendable {
     /// `apply` gets each change in sequence order, once; a change counts as applied when
     /// `apply` returns (true or false), and the acknowledgment is written after it, so an
     /// acknowledged change was applied. Connection failures are retried (with the replay) until
-    /// stopped. A change row that does not open ends the watch with ``KeysmithError/Code/corruptData``
+    /// stopped. A change row that does not open ends the watch with `KeysmithError.Code.corruptData`
     /// (retrying cannot get past it, and skipping it could skip a revocation), as do `apply`'s
     /// errors; either way ``failure`` says why and ``isCurrent`` stays false.
     public func run(pollInterval: Duration = .milliseconds(50), _ apply: (PostgresChange) throws -> Bool) throws {

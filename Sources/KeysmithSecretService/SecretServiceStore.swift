@@ -19,13 +19,13 @@ import Synchronization
 ///
 /// Every call has a deadline (``timeout``, 5 s by default): a locked collection, a dismissed
 /// prompt, no Secret Service on the bus and no D-Bus session at all each give their own
-/// ``KeysmithError`` in at most that time, never a hang.
+/// `KeysmithError` in at most that time, never a hang.
 ///
 /// The Secret Service has no transactions: ``perform(_:)`` takes a writer lock that every
 /// Keysmith process shares (a `flock` on a file under `$XDG_RUNTIME_DIR`), checks the whole
 /// batch, then applies it item by item, and on a failure puts back what it had changed; if that
-/// fails too, it throws ``KeysmithError/Code/partiallyApplied`` naming the keys left changed
-/// (``isolation`` is ``StoreIsolation/serializedWrites``; see docs/secret-service.md).
+/// fails too, it throws `KeysmithError.Code.partiallyApplied` naming the keys left changed
+/// (``isolation`` is `StoreIsolation.serializedWrites`; see docs/secret-service.md).
 public final class SecretServiceStore: SecureStore {
     /// The collection's alias or label.
     public let collectionName: String
@@ -91,10 +91,10 @@ public final class SecretServiceStore: SecureStore {
     ///   - timeout: The deadline of every call; 5 seconds if omitted.
     ///   - clock: The source of created and modified dates.
     ///   - logger: Where to report what the store does (label `keysmith.secret-service` if omitted).
-    /// - Throws: ``KeysmithError/Code/storeUnavailable`` when there is no D-Bus session, no
-    ///   Secret Service on it, or no such collection; ``KeysmithError/Code/storeLocked`` when the
-    ///   collection is locked; ``KeysmithError/Code/timedOut`` when the service does not answer;
-    ///   ``KeysmithError/Code/ioFailure`` when the writer lock's directory (under
+    /// - Throws: `KeysmithError.Code.storeUnavailable` when there is no D-Bus session, no
+    ///   Secret Service on it, or no such collection; `KeysmithError.Code.storeLocked` when the
+    ///   collection is locked; `KeysmithError.Code.timedOut` when the service does not answer;
+    ///   `KeysmithError.Code.ioFailure` when the writer lock's directory (under
     ///   `$XDG_RUNTIME_DIR`, else `/tmp/keysmith-UID`) cannot be made.
     public init(
         collection: String = "default", namespace: String? = nil, timeout: Duration = .seconds(5),
@@ -156,7 +156,7 @@ public final class SecretServiceStore: SecureStore {
     /// `Secret Service collection NAME`.
     public var storeDescription: String { "Secret Service collection \"\(collectionName)\"" }
 
-    /// ``StoreIsolation/serializedWrites``: writers are serialized across processes by the writer
+    /// `StoreIsolation.serializedWrites`: writers are serialized across processes by the writer
     /// lock, but the service applies a batch item by item.
     public var isolation: StoreIsolation { .serializedWrites }
 
@@ -170,8 +170,8 @@ public final class SecretServiceStore: SecureStore {
 
     /// Reads one item with its secret; `nil` when there is none.
     ///
-    /// - Throws: ``KeysmithError/Code/storeLocked``, ``KeysmithError/Code/timedOut`` or
-    ///   ``KeysmithError/Code/storeUnavailable`` when the service cannot answer.
+    /// - Throws: `KeysmithError.Code.storeLocked`, `KeysmithError.Code.timedOut` or
+    ///   `KeysmithError.Code.storeUnavailable` when the service cannot answer.
     public func read(_ key: ItemKey) throws -> SecureRecord? {
         try retryingVanished {
             try state.withLock { connection in
@@ -221,9 +221,9 @@ public final class SecretServiceStore: SecureStore {
     /// Keysmith process, checks the whole batch against the collection and applies it item by
     /// item; on a failure, puts back what it changed.
     ///
-    /// - Throws: ``KeysmithError/Code/limitExceeded`` before the lock is taken when an operation
-    ///   gives a secret or a field over the limits; otherwise the batch's first error when nothing is left changed; ``KeysmithError/Code/partiallyApplied``
-    ///   naming the keys left changed when putting them back failed too; ``KeysmithError/Code/timedOut``
+    /// - Throws: `KeysmithError.Code.limitExceeded` before the lock is taken when an operation
+    ///   gives a secret or a field over the limits; otherwise the batch's first error when nothing is left changed; `KeysmithError.Code.partiallyApplied`
+    ///   naming the keys left changed when putting them back failed too; `KeysmithError.Code.timedOut`
     ///   when another process holds the writer lock past the deadline.
     public func perform(_ operations: [StoreOperation]) throws {
         try checkBatchLimits(operations, limits: limits, store: storeDescription)

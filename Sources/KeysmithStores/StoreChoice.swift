@@ -31,8 +31,8 @@ public enum StoreChoice: String, Sendable, CaseIterable {
     /// one key. A config file that exists but cannot be read, or holds anything else, is an error,
     /// never silently ignored.
     ///
-    /// - Throws: ``KeysmithError/Code/invalidArgument`` naming the bad value or line and where it
-    ///   came from; ``KeysmithError/Code/ioFailure`` when the config file exists but cannot be read.
+    /// - Throws: `KeysmithError.Code.invalidArgument` naming the bad value or line and where it
+    ///   came from; `KeysmithError.Code.ioFailure` when the config file exists but cannot be read.
     public static func fromEnvironment() throws -> StoreChoice {
         try given() ?? .vault
     }
@@ -62,8 +62,8 @@ public enum StoreChoice: String, Sendable, CaseIterable {
 
     /// Reads the config file; a missing file says nothing.
     ///
-    /// - Throws: ``KeysmithError/Code/invalidArgument`` naming the bad line;
-    ///   ``KeysmithError/Code/ioFailure`` when it exists but cannot be read.
+    /// - Throws: `KeysmithError.Code.invalidArgument` naming the bad line;
+    ///   `KeysmithError.Code.ioFailure` when it exists but cannot be read.
     public static func configFile() throws -> ConfigFile {
         let base = System.environment("XDG_CONFIG_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil }
             ?? ((System.environment("HOME") ?? "") + "/.config")
@@ -121,7 +121,7 @@ public enum StoreChoice: String, Sendable, CaseIterable {
     /// Opens the chosen store.
     ///
     /// - Parameters:
-    ///   - vaultPath: The vault directory; ``FileVault/defaultPath`` if omitted.
+    ///   - vaultPath: The vault directory; `FileVault.defaultPath` if omitted.
     ///   - vaultCredential: Produces the vault's credential, only when the vault is chosen.
     ///   - collection: The Secret Service collection.
     ///   - timeout: The Secret Service's deadline per call (for `auto`, at most one second to answer).

@@ -42,7 +42,7 @@ public struct AuditActor: Sendable, Hashable, Codable {
 /// let keeper = TokenKeeper(store: vault, auditAnchor: .standard)
 /// ```
 ///
-/// A store is known by its ``SecureStore/storeDescription`` (for a vault, its path): a vault
+/// A store is known by its `SecureStore.storeDescription` (for a vault, its path): a vault
 /// moved elsewhere starts without a mark.
 public struct AuditAnchor: Sendable {
     let marks: MarkFiles
@@ -169,8 +169,8 @@ public struct AuditVerification: Sendable, Hashable {
 }
 
 /// Where the audit log lives in a store: Keysmith records in the reserved namespace, one
-/// ``KeysmithRecordType/auditEntry`` per entry (service `audit`, accounts `000000000001`,
-/// `000000000002`, …), and one ``KeysmithRecordType/auditHead`` (service `audit`, account `head`)
+/// `KeysmithRecordType.auditEntry` per entry (service `audit`, accounts `000000000001`,
+/// `000000000002`, …), and one `KeysmithRecordType.auditHead` (service `audit`, account `head`)
 /// that names the last entry and its hash. Appends are conditional: an entry is created only if
 /// its sequence is free, the head replaced only if unchanged.
 enum AuditLog {
@@ -357,7 +357,7 @@ extension AuditLog {
         var headDamaged: Bool
     }
 
-    /// Plans a repair. Refuses (``KeysmithError/Code/corruptData``) a store that cannot say
+    /// Plans a repair. Refuses (`KeysmithError.Code.corruptData`) a store that cannot say
     /// which records are absent (a vault with a lost commit or log directory, or rolled back):
     /// there a read of an intact entry, or of one past the end, is refused too, and a repair
     /// would put markers over readable history, or never find the end.

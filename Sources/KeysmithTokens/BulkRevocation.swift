@@ -117,10 +117,10 @@ extension TokenKeeper {
     ///   - reason: Why, for the audit log.
     ///   - dryRun: Report without writing.
     ///   - progress: Called with (items examined, about how many to examine) as the job goes
-    ///     (``ScanProgress``: a vault counts every record it walks, not only tokens).
+    ///     (`ScanProgress`: a vault counts every record it walks, not only tokens).
     /// - Returns: How many tokens matched and changed.
-    /// - Throws: ``KeysmithError/Code/invalidArgument`` for no scope;
-    ///   ``KeysmithError/Code/itemNotFound`` when no token matches, or a scope is held (in any
+    /// - Throws: `KeysmithError.Code.invalidArgument` for no scope;
+    ///   `KeysmithError.Code.itemNotFound` when no token matches, or a scope is held (in any
     ///   state) by none of the matching tokens; a store failure. Nothing is written then.
     public func revoke(
         scopes: [Scope], matching filter: TokenFilter, reason: String, dryRun: Bool = false,

@@ -132,9 +132,9 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
     ///   - issuer: The issuer.
     ///   - audience: The audience.
     ///   - now: The time of issue (and the base of `expires_in`).
-    /// - Throws: ``KeysmithError/Code/malformedData`` for malformed JSON, a missing or empty
+    /// - Throws: `KeysmithError.Code.malformedData` for malformed JSON, a missing or empty
     ///   `access_token` or `token_type`, or a negative `expires_in`;
-    ///   ``KeysmithError/Code/invalidScope`` for a malformed scope.
+    ///   `KeysmithError.Code.invalidScope` for a malformed scope.
     public init(
         response: Data, requested: Set<Scope>, clientID: String? = nil, subject: String? = nil,
         issuer: String? = nil, audience: [String] = [], now: Date
@@ -221,7 +221,7 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
     ///   - reason: Why, for the audit log.
     ///   - date: When.
     /// - Returns: Whether anything changed (`false` when the scope was already revoked).
-    /// - Throws: ``KeysmithError/Code/itemNotFound`` for a scope the token never heard of.
+    /// - Throws: `KeysmithError.Code.itemNotFound` for a scope the token never heard of.
     @discardableResult
     public mutating func revoke(_ scope: Scope, reason: String, at date: Date) throws -> Bool {
         guard let status = scopes[scope] else {
@@ -253,8 +253,8 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
     /// - Parameters:
     ///   - response: The JSON body of the refresh response.
     ///   - date: When.
-    /// - Throws: ``KeysmithError/Code/invalidScope`` if the response names a scope that is not
-    ///   granted now; ``KeysmithError/Code/malformedData`` for a malformed response. The token is
+    /// - Throws: `KeysmithError.Code.invalidScope` if the response names a scope that is not
+    ///   granted now; `KeysmithError.Code.malformedData` for a malformed response. The token is
     ///   unchanged when it throws.
     public mutating func applyRefresh(response: Data, at date: Date) throws {
         let parsed = try TokenResponse.parse(response)
@@ -287,7 +287,7 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
     /// granted set. Declined scopes that it grants become granted; requested scopes it does not
     /// grant are declined (unless already granted).
     ///
-    /// - Throws: ``KeysmithError/Code/malformedData`` or ``KeysmithError/Code/invalidScope``;
+    /// - Throws: `KeysmithError.Code.malformedData` or `KeysmithError.Code.invalidScope`;
     ///   the token is unchanged then.
     public mutating func applyGrant(response: Data, requested: Set<Scope>, at date: Date) throws {
         let parsed = try TokenResponse.parse(response)
@@ -330,7 +330,7 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
     /// ends a log-out when the response grants at least one scope. With neither a response scope nor `requested`, the scopes are kept.
     ///
     /// - Returns: What changed.
-    /// - Throws: ``KeysmithError/Code/malformedData`` or ``KeysmithError/Code/invalidScope``;
+    /// - Throws: `KeysmithError.Code.malformedData` or `KeysmithError.Code.invalidScope`;
     ///   the token is unchanged then.
     @discardableResult
     public mutating func applyUpdate(response: Data, requested: Set<Scope>, allowRegrant: Bool = false, at date: Date) throws

@@ -17,7 +17,7 @@ public struct Scope: Hashable, Sendable, Comparable, Codable, CustomStringConver
     /// Validates a scope token.
     ///
     /// - Parameter rawValue: The token.
-    /// - Throws: ``KeysmithError/Code/invalidScope`` naming the first forbidden character and
+    /// - Throws: `KeysmithError.Code.invalidScope` naming the first forbidden character and
     ///   its position, or saying that the token is empty.
     public init(_ rawValue: String) throws {
         guard !rawValue.isEmpty else {
@@ -49,7 +49,7 @@ public struct Scope: Hashable, Sendable, Comparable, Codable, CustomStringConver
     ///
     /// - Parameter list: Scope tokens separated by spaces and/or commas (repeats ignored).
     /// - Returns: The set of scopes; empty for an empty list.
-    /// - Throws: ``KeysmithError/Code/invalidScope`` for the first invalid token.
+    /// - Throws: `KeysmithError.Code.invalidScope` for the first invalid token.
     public static func parseList(_ list: String) throws -> Set<Scope> {
         Set(try list.split(whereSeparator: { $0 == " " || $0 == "," }).map { try Scope(String($0)) })
     }

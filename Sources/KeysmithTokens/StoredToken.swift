@@ -1,6 +1,6 @@
 public import Keysmith
 
-/// A token as a record in a store: one of Keysmith's own records (``KeysmithRecordType/oauthToken``),
+/// A token as a record in a store: one of Keysmith's own records (`KeysmithRecordType.oauthToken`),
 /// in the reserved namespace, whose secret is the token in its stored form.
 ///
 /// Ordinary secret operations (the static API, the capability protocols, `keysmith secret …`,

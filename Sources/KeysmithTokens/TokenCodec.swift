@@ -195,7 +195,7 @@ extension OAuthToken {
     /// Decodes a token from the secret of a stored token item (`StoredToken`).
     ///
     /// - Parameter storedSecret: The secret of an item of type `oauth-token`.
-    /// - Throws: ``KeysmithError/Code/corruptData`` if it is not a stored token.
+    /// - Throws: `KeysmithError.Code.corruptData` if it is not a stored token.
     public init(storedSecret: Data) throws {
         self = try TokenCodec.decode(Array(storedSecret), what: "the secret")
     }

@@ -2,14 +2,14 @@ public import Keysmith
 
 /// Keeps OAuth tokens in a store and records every change of state in a hash-chained audit log
 /// kept in the same store. Tokens and audit entries are Keysmith's own records
-/// (``ItemNamespace/keysmith``): user-level secret operations cannot see or change them.
+/// (`ItemNamespace.keysmith`): user-level secret operations cannot see or change them.
 ///
 /// Each change (import, revoke, refresh, grant, log-out) is one all-or-nothing batch of
 /// conditional writes: the token is replaced only if it is still at the version that was read,
 /// the audit entry is created only if its sequence number is free, and the log's head is replaced
 /// only if it is unchanged. When another handle or process changed either in between, the batch
 /// fails as a whole, the keeper reads again and retries, so no update is lost and the audit chain
-/// never forks. This holds on every store, across processes (``StoreIsolation``). A failed change
+/// never forks. This holds on every store, across processes (`StoreIsolation`). A failed change
 /// leaves the stored token as it was.
 ///
 /// ```swift
@@ -58,7 +58,7 @@ public final class TokenKeeper: Sendable {
     /// Reads a token.
     ///
     /// - Returns: The token, or `nil` if there is none for this service and account.
-    /// - Throws: ``KeysmithError/Code/corruptData`` if the record does not decode; a store failure.
+    /// - Throws: `KeysmithError.Code.corruptData` if the record does not decode; a store failure.
     public func token(service: String, account: String) throws -> OAuthToken? {
         try versionedToken(service: service, account: account)?.token
     }
@@ -72,14 +72,14 @@ public final class TokenKeeper: Sendable {
 
     /// Every stored token that matches the filter, with where it is kept, sorted by service
     /// then account: one pass over the store, each token read once
-    /// (``SecureStore/forEachRecord(matching:chunkSize:_:)``).
+    /// (`SecureStore.forEachRecord(matching:chunkSize:_:)`).
     ///
     /// ```swift
     /// let soon = try keeper.tokens(matching: TokenFilter(clientID: "web"))
     ///     .filter { $0.token.isActive(at: .now) && ($0.token.expiresAt ?? .distantFuture) < .now + 86_400 }
     /// ```
     ///
-    /// - Throws: ``KeysmithError/Code/corruptData`` naming a token that does not decode; a
+    /// - Throws: `KeysmithError.Code.corruptData` naming a token that does not decode; a
     ///   store failure.
     public func tokens(matching filter: TokenFilter = TokenFilter()) throws -> [(reference: TokenReference, token: OAuthToken)] {
         var found: [(reference: TokenReference, token: OAuthToken)] = []
@@ -122,8 +122,8 @@ public final class TokenKeeper: Sendable {
     ///     ``update(with:requested:allowRegrant:service:account:)``. A kept token whose record
     ///     is damaged is replaced as it is: that repairs it.
     /// - Returns: The stored token.
-    /// - Throws: ``KeysmithError/Code/malformedData`` or ``KeysmithError/Code/invalidScope`` for
-    ///   a bad response (nothing is stored then); ``KeysmithError/Code/duplicateItem`` when a
+    /// - Throws: `KeysmithError.Code.malformedData` or `KeysmithError.Code.invalidScope` for
+    ///   a bad response (nothing is stored then); `KeysmithError.Code.duplicateItem` when a
     ///   token is kept there and `replacing` is `false` (also when another process imported one
     ///   a moment earlier); a store failure.
     @discardableResult
@@ -177,8 +177,8 @@ public final class TokenKeeper: Sendable {
     /// print("\(result.imported.count) new, \(result.updated.count) updated")
     /// ```
     ///
-    /// - Throws: ``KeysmithError/Code/invalidArgument`` when a token appears twice;
-    ///   ``KeysmithError/Code/malformedData`` or ``KeysmithError/Code/invalidScope`` naming the
+    /// - Throws: `KeysmithError.Code.invalidArgument` when a token appears twice;
+    ///   `KeysmithError.Code.malformedData` or `KeysmithError.Code.invalidScope` naming the
     ///   first bad response (by its position, from 1); a store failure. Nothing is stored then.
     @discardableResult
     public func importBatch(_ imports: [TokenImport], replacing: Bool = false) throws
@@ -232,7 +232,7 @@ public final class TokenKeeper: Sendable {
     /// Revokes scopes of one token.
     ///
     /// - Returns: The token after the change.
-    /// - Throws: ``KeysmithError/Code/itemNotFound`` for an unknown token or a scope the token
+    /// - Throws: `KeysmithError.Code.itemNotFound` for an unknown token or a scope the token
     ///   never heard of (nothing changes then); a store failure.
     @discardableResult
     public func revoke(_ scopes: [Scope], service: String, account: String, reason: String) throws -> OAuthToken {
@@ -275,7 +275,7 @@ public final class TokenKeeper: Sendable {
     /// (`update`) whose scopes are every scope whose state changed and whose detail says which
     /// were granted, granted again after a revocation, dropped and kept revoked.
     ///
-    /// - Throws: ``KeysmithError/Code/itemNotFound`` when there is no such token; a bad response
+    /// - Throws: `KeysmithError.Code.itemNotFound` when there is no such token; a bad response
     ///   (nothing changes then); a store failure.
     @discardableResult
     public func update(
@@ -377,7 +377,7 @@ public final class TokenKeeper: Sendable {
     /// never a secret). When the audit log's own records did not survive the damage, it is
     /// repaired first (``repairAuditLog()``, which leaves its own entry), so the entry is written.
     ///
-    /// - Throws: ``KeysmithError/Code/corruptData`` when the audit log cannot be repaired either.
+    /// - Throws: `KeysmithError.Code.corruptData` when the audit log cannot be repaired either.
     public func recordStoreRepair(_ summary: String) throws {
         let append = { try self.commit(at: self.now) { _ in ([], [Event("store-repair", "*", "*", [], summary)]) } }
         do {

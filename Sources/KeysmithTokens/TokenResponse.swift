@@ -70,8 +70,8 @@ struct TokenResponse {
 
     /// Parses a token response.
     ///
-    /// - Throws: ``KeysmithError/Code/malformedData`` naming what is wrong (never quoting the
-    ///   token); ``KeysmithError/Code/invalidScope`` for a bad scope.
+    /// - Throws: `KeysmithError.Code.malformedData` naming what is wrong (never quoting the
+    ///   token); `KeysmithError.Code.invalidScope` for a bad scope.
     static func parse(_ data: Data) throws -> TokenResponse {
         // RFC 8259 §8.1: JSON between systems is UTF-8 (Foundation would also take UTF-16 and
         // UTF-32); and a name twice is read differently by different parsers (the first value

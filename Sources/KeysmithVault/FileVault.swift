@@ -84,10 +84,10 @@ public final class FileVault: SecureStore {
     ///     omitted); `nil` keeps none.
     ///   - logger: Where the vault reports what it does (``defaultLogger()`` if omitted).
     /// - Returns: The open vault.
-    /// - Throws: ``KeysmithError/Code/duplicateItem`` if a vault or other files are already
-    ///   there, or `path` is a file; ``KeysmithError/Code/invalidArgument`` for scrypt
+    /// - Throws: `KeysmithError.Code.duplicateItem` if a vault or other files are already
+    ///   there, or `path` is a file; `KeysmithError.Code.invalidArgument` for scrypt
     ///   parameters out of bounds or an empty passphrase;
-    ///   ``KeysmithError/Code/ioFailure`` if the directory cannot be made.
+    ///   `KeysmithError.Code.ioFailure` if the directory cannot be made.
     public static func create(
         at path: String, credential: VaultCredential, scrypt: ScryptParameters = .default,
         clock: @escaping @Sendable () -> Date = { Date() }, anchorDirectory: String? = FileVault.defaultAnchorDirectory,
@@ -125,9 +125,9 @@ public final class FileVault: SecureStore {
     ///   - logger: Where the vault reports what it does (``defaultLogger()`` if omitted).
     /// - Returns: The open vault. Damaged records do not stop it from opening; reads of them
     ///   throw, and ``verify()`` lists them.
-    /// - Throws: ``KeysmithError/Code/storeUnavailable`` if there is no vault there;
-    ///   ``KeysmithError/Code/authenticationFailed`` for a wrong passphrase or keyfile (or a
-    ///   header altered by someone without it); ``KeysmithError/Code/corruptData`` if both
+    /// - Throws: `KeysmithError.Code.storeUnavailable` if there is no vault there;
+    ///   `KeysmithError.Code.authenticationFailed` for a wrong passphrase or keyfile (or a
+    ///   header altered by someone without it); `KeysmithError.Code.corruptData` if both
     ///   copies of the header are damaged, or its KDF parameters are out of bounds.
     public static func open(
         at path: String, credential: VaultCredential, clock: @escaping @Sendable () -> Date = { Date() },
@@ -231,18 +231,18 @@ public final class FileVault: SecureStore {
     /// `file vault at PATH`.
     public var storeDescription: String { "file vault at \(path)" }
 
-    /// ``StoreIsolation/serializable``: every batch is one commit file written under the vault's
+    /// `StoreIsolation.serializable`: every batch is one commit file written under the vault's
     /// exclusive `flock`, across handles and processes.
     public var isolation: StoreIsolation { .serializable }
 
-    /// ``StoreLimits/standard``: secrets up to 32 MiB, names and metadata up to 64 KiB each, so
+    /// `StoreLimits.standard`: secrets up to 32 MiB, names and metadata up to 64 KiB each, so
     /// that every sealed record stays under the 64 MiB a frame may hold.
     public var limits: StoreLimits { .standard }
 
     /// Reads one item, decrypting its secret. In a format 2 vault this reads one index page and
     /// one record, whatever the vault's size.
     ///
-    /// - Throws: ``KeysmithError/Code/corruptData`` naming the record and the file if the
+    /// - Throws: `KeysmithError.Code.corruptData` naming the record and the file if the
     ///   item's latest version is damaged, or if the vault is damaged where a newer version of
     ///   it may have been (a missing or damaged commit, a rollback). A missing item returns `nil`.
     public func read(_ key: ItemKey) throws -> SecureRecord? {
@@ -263,7 +263,7 @@ public final class FileVault: SecureStore {
     /// Lists matching items; secrets are decrypted only to be dropped. A format 2 vault streams
     /// its records, so memory follows the matches, not the vault.
     ///
-    /// - Throws: ``KeysmithError/Code/corruptData`` when the vault has damage, known when it
+    /// - Throws: `KeysmithError.Code.corruptData` when the vault has damage, known when it
     ///   was opened or found while listing (a missing or damaged file, a damaged record, a
     ///   rollback): a listing that left out what it cannot read would look whole. Superseded
     ///   damage (a record written again since) and a damaged header copy do not count.
@@ -289,7 +289,7 @@ public final class FileVault: SecureStore {
     /// vault walks its index in record-id order, catching up with other processes before each
     /// chunk; memory follows the chunk, not the vault.
     ///
-    /// - Throws: ``KeysmithError/Code/corruptData`` when the vault has damage (as
+    /// - Throws: `KeysmithError.Code.corruptData` when the vault has damage (as
     ///   ``search(_:)``): before the first chunk when it is known, else after the walk that
     ///   found it, so a caller that applies what it read only once this returns (a bulk
     ///   revocation) applies nothing.
@@ -358,9 +358,9 @@ public final class FileVault: SecureStore {
     /// - Parameters:
     ///   - credential: The new passphrase or keyfile.
     ///   - scrypt: scrypt's cost for a new passphrase.
-    /// - Throws: ``KeysmithError/Code/invalidArgument`` for an empty passphrase;
-    ///   ``KeysmithError/Code/storeLocked`` if another process changed the credential
-    ///   since this handle opened the vault; ``KeysmithError/Code/ioFailure`` if the header
+    /// - Throws: `KeysmithError.Code.invalidArgument` for an empty passphrase;
+    ///   `KeysmithError.Code.storeLocked` if another process changed the credential
+    ///   since this handle opened the vault; `KeysmithError.Code.ioFailure` if the header
     ///   cannot be written.
     public func changeCredential(to credential: VaultCredential, scrypt: ScryptParameters = .default) throws {
         guard !credential.isEmptyPassphrase else {
@@ -379,8 +379,8 @@ public final class FileVault: SecureStore {
     /// Every record is read and authenticated first (as ``verify()`` does): a vault with damage
     /// is refused before the header changes.
     ///
-    /// - Throws: ``KeysmithError/Code/corruptData`` if the vault has damage (repair it first);
-    ///   nothing changes then. ``KeysmithError/Code/storeLocked`` if another process changed
+    /// - Throws: `KeysmithError.Code.corruptData` if the vault has damage (repair it first);
+    ///   nothing changes then. `KeysmithError.Code.storeLocked` if another process changed
     ///   the credential since this handle opened the vault.
     public func rekey() throws {
         try withWriteLock { backend in
@@ -395,7 +395,7 @@ public final class FileVault: SecureStore {
     /// every record (as ``verify()`` does), so it never folds a damaged record into the
     /// snapshot and removes the log that showed where the damage was.
     ///
-    /// - Throws: ``KeysmithError/Code/corruptData`` if the vault has damage; nothing changes then.
+    /// - Throws: `KeysmithError.Code.corruptData` if the vault has damage; nothing changes then.
     public func compact() throws {
         try withWriteLock { backend in
             try Self.requireVerified(backend)
@@ -415,7 +415,7 @@ public final class FileVault: SecureStore {
     /// superseded damage only) means the vault is intact.
     ///
     /// - Returns: The damage found, by file and record.
-    /// - Throws: ``KeysmithError/Code/ioFailure`` if the files cannot be read.
+    /// - Throws: `KeysmithError.Code.ioFailure` if the files cannot be read.
     public func verify() throws -> [VaultDamage] {
         try backend.withLock { backend in try backend.verify() }
     }
@@ -464,10 +464,10 @@ public final class FileVault: SecureStore {
     /// - Parameter dryRun: Report what a repair would do and change nothing (not even the lock
     ///   file is created).
     /// - Returns: What was found, kept and possibly lost.
-    /// - Throws: ``KeysmithError/Code/corruptData`` when the vault was rolled back (a repair
+    /// - Throws: `KeysmithError.Code.corruptData` when the vault was rolled back (a repair
     ///   never accepts a rollback: that is ``acceptRollback()``'s deliberate step);
-    ///   ``KeysmithError/Code/invalidArgument`` for a format 1 vault;
-    ///   ``KeysmithError/Code/ioFailure`` when the files cannot be read or written.
+    ///   `KeysmithError.Code.invalidArgument` for a format 1 vault;
+    ///   `KeysmithError.Code.ioFailure` when the files cannot be read or written.
     @discardableResult
     public func repair(dryRun: Bool = false) throws -> VaultRepairReport {
         let report = try backend.withLock { backend -> VaultRepairReport in
@@ -546,7 +546,7 @@ extension FileVault {
     ///   - scrypt: scrypt's cost for a passphrase in the new header.
     ///   - logger: Where the upgrade is reported.
     /// - Returns: `true` if the vault was upgraded, `false` if it already was format 2.
-    /// - Throws: ``KeysmithError/Code/corruptData`` if the format 1 vault has damage (an
+    /// - Throws: `KeysmithError.Code.corruptData` if the format 1 vault has damage (an
     ///   upgrade never drops a record silently: repair or restore it first), and what
     ///   ``open(at:credential:clock:anchorDirectory:logger:)`` throws.
     @discardableResult

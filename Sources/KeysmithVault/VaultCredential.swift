@@ -68,7 +68,7 @@ public struct VaultCredential: Sendable, CustomStringConvertible {
     /// failing that, `KEYSMITH_PASSPHRASE`.
     ///
     /// - Returns: The credential.
-    /// - Throws: ``KeysmithError/Code/storeLocked`` when neither variable is set.
+    /// - Throws: `KeysmithError.Code.storeLocked` when neither variable is set.
     public static func fromEnvironment() throws -> VaultCredential {
         if let path = System.environment("KEYSMITH_KEYFILE"), !path.isEmpty { return .keyfile(at: path) }
         if let passphrase = System.environment("KEYSMITH_PASSPHRASE") { return .passphrase(passphrase) }
@@ -79,8 +79,8 @@ public struct VaultCredential: Sendable, CustomStringConvertible {
     /// Writes a new random keyfile with mode 0600. Refuses to overwrite an existing file.
     ///
     /// - Parameter path: Where to write it.
-    /// - Throws: ``KeysmithError/Code/duplicateItem`` if the file exists;
-    ///   ``KeysmithError/Code/ioFailure`` if it cannot be written.
+    /// - Throws: `KeysmithError.Code.duplicateItem` if the file exists;
+    ///   `KeysmithError.Code.ioFailure` if it cannot be written.
     public static func generateKeyfile(at path: String) throws {
         var key = try vaultCrypto { try Random.bytes(count: 32) }
         var text = Array((key.hexString + "\n").utf8)

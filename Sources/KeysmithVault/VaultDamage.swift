@@ -3,7 +3,7 @@ public import Keysmith
 /// A problem that ``FileVault/verify()`` found in a vault's files.
 ///
 /// Damage is confined: a damaged record makes reads of that record throw
-/// ``KeysmithError/Code/corruptData`` while every other record stays readable; writing the
+/// `KeysmithError.Code.corruptData` while every other record stays readable; writing the
 /// record again (update or delete) repairs it.
 public struct VaultDamage: Sendable, Hashable, CustomStringConvertible {
     /// The file, relative to the vault directory, such as `log/0000000000000012`.

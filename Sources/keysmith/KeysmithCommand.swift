@@ -27,7 +27,7 @@ struct KeysmithCommand: ParsableCommand {
             4 authentication failed, 5 store unavailable or locked, 6 corrupt data, \
             7 already exists, 8 changed by another writer (retry), 64 usage error or bad input.
             """,
-        version: KeysmithVersion.current,
+        version: Keysmith.version,
         subcommands: [Init.self, Secret.self, Token.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self, PostgresCommand.self, Watch.self, Walkthrough.self]
     )
 

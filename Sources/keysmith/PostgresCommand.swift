@@ -267,7 +267,7 @@ extension KeysmithCommand {
                                               name: label, after: after)
             // SIGTERM and SIGINT end the watch cleanly: it deregisters (so `revoke --wait` stops
             // waiting for it) and exits 0.
-            let signals = [SIGTERM, SIGINT].map { number -> DispatchSourceSignal in
+            let signals = [SIGTERM, SIGINT].map { number -> any DispatchSourceSignal in
                 signal(number, SIG_IGN)
                 let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
                 source.setEventHandler { watcher.stop() }

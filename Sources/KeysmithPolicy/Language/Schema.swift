@@ -89,8 +89,8 @@ public struct ActionDeclaration: Sendable, Hashable {
 /// action view, edit appliesTo { principal: [User], resource: [Photo], context: { ip: ipaddr } };
 /// ```
 ///
-/// With a schema, policies are type-checked (``validate(_:)``) and entities and requests are
-/// checked before any decision (``validate(_:)-entities``, ``validate(_:)-request``): an
+/// With a schema, policies are type-checked (``validate(_:)-(Policies)``) and entities and requests are
+/// checked before any decision (``validate(_:)-(EntityStore)``, ``validate(_:location:)``): an
 /// undeclared or mistyped attribute, entity type or action is an error, never a decision.
 public struct Schema: Sendable {
     /// Entity types by name.

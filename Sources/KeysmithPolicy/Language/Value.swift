@@ -138,7 +138,7 @@ public enum PolicyValue: Sendable, Hashable, CustomStringConvertible {
         hasher.combine(text.utf8.count)
     }
 
-    /// Hashes the kind and the value (consistent with ``==``: values equal byte by byte hash alike).
+    /// Hashes the kind and the value (consistent with `==`: values equal byte by byte hash alike).
     public func hash(into hasher: inout Hasher) {
         switch self {
         case .bool(let value): hasher.combine(0); hasher.combine(value)

@@ -15,7 +15,7 @@ final class WriterLock: Sendable {
 
     /// The lock for this user's Secret Service.
     ///
-    /// - Throws: ``KeysmithError/Code/ioFailure`` if the lock's directory cannot be made.
+    /// - Throws: `KeysmithError.Code.ioFailure` if the lock's directory cannot be made.
     static func forSecretService() throws -> WriterLock {
         let base: String
         if let runtime = System.environment("XDG_RUNTIME_DIR"), runtime.hasPrefix("/") {
@@ -33,8 +33,8 @@ final class WriterLock: Sendable {
 
     /// Runs `body` holding the lock, waiting for it at most `timeout`.
     ///
-    /// - Throws: ``KeysmithError/Code/timedOut`` when another process holds it past the
-    ///   deadline; ``KeysmithError/Code/ioFailure`` when the lock file cannot be opened; what
+    /// - Throws: `KeysmithError.Code.timedOut` when another process holds it past the
+    ///   deadline; `KeysmithError.Code.ioFailure` when the lock file cannot be opened; what
     ///   `body` throws.
     func withExclusive<T>(timeout: Duration, _ body: () throws -> T) throws -> T {
         let fd: Int32
