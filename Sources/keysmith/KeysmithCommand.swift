@@ -28,7 +28,7 @@ struct KeysmithCommand: ParsableCommand {
             7 already exists, 8 changed by another writer (retry), 64 usage error or bad input.
             """,
         version: Keysmith.version,
-        subcommands: [Init.self, Secret.self, Token.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self, PostgresCommand.self, Watch.self, Walkthrough.self]
+        subcommands: [Init.self, Secret.self, Token.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self, PostgresCommand.self, Watch.self, GitCredentialCommand.self, Walkthrough.self]
     )
 
     /// Runs the command, turning every error into one line on stderr and a stable exit code.
@@ -39,10 +39,15 @@ struct KeysmithCommand: ParsableCommand {
             fail("argument \(index) is not UTF-8 text; names and options must be UTF-8 (a secret of any bytes goes on standard input, "
                  + "or in `batch` as secretBase64)", code: ExitCode(64))
         }
-        checkCommandName(Array(CommandLine.arguments.dropFirst()))
-        checkShortOptions(Array(CommandLine.arguments.dropFirst()))
+        var arguments = Array(CommandLine.arguments.dropFirst())
+        // Run as git-credential-keysmith (a link git finds for `credential.helper keysmith`).
+        if CommandLine.arguments.first?.split(separator: "/").last == "git-credential-keysmith" {
+            arguments = ["git-credential"] + arguments
+        }
+        checkCommandName(arguments)
+        checkShortOptions(arguments)
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(arguments)
             try command.run()
         } catch let error as KeysmithError {
             // A usage error (exit 64) about an argument (a scope, a type, a descriptor number)
