@@ -182,7 +182,7 @@ extension PostgresStore {
                 try transaction.execute("""
                     SELECT count(*) FROM (
                         SELECT DISTINCT ON (blind_index) blind_index, deleted FROM keysmith_changes
-                        WHERE namespace_id = \(namespaceBuffer) ORDER BY blind_index, version DESC, seq DESC) n
+                        WHERE namespace_id = \(namespaceBuffer) ORDER BY blind_index, seq DESC) n
                     WHERE NOT n.deleted
                       AND NOT EXISTS (SELECT 1 FROM keysmith_records r WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = n.blind_index)
                       AND NOT EXISTS (SELECT 1 FROM keysmith_audit a WHERE a.namespace_id = \(namespaceBuffer) AND a.blind_index = n.blind_index)

@@ -852,7 +852,7 @@ enum RecordRows {
         for row in try transaction.execute("""
             SELECT DISTINCT ON (blind_index) blind_index, deleted FROM keysmith_changes
             WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(buffers))
-            ORDER BY blind_index, version DESC
+            ORDER BY blind_index, seq DESC
             """) {
             let (index, deleted) = try row.decode((ByteBuffer, Bool).self)
             if !deleted { live.insert(index.bytes) }

@@ -551,13 +551,17 @@ public final class PostgresStore: SecureStore {
     private static let appendOnly = KeysmithError(.invalidArgument, "the audit log in PostgreSQL is append-only: an entry is never changed or deleted; nothing was applied")
 
     private func apply(_ operations: [StoreOperation], now: Date, in transaction: Transaction) throws -> Int64 {
+        var touched: [ItemKey: [UInt8]] = [:]
+        for operation in operations where touched[operation.key] == nil { touched[operation.key] = keys.blindIndex(operation.key) }
+        let rows = try fetch(touched.map { ($0.key, $0.value) }, in: transaction, lock: true)
+        // The version is taken after the rows are locked: two writers of one item then number
+        // their versions in the order they commit (taken before, the one that waited for the
+        // lock wrote the lower version over the higher, and the item's newest change looked
+        // newer than its row).
         let (version, newestKey) = try transaction.nextVersion(namespace: keys.namespaceID)
         // A data key rotated in elsewhere: load it, and seal this batch with it.
         if newestKey > keys.currentKeyID { try keys.refresh(in: transaction) }
         let dataKey = keys.current
-        var touched: [ItemKey: [UInt8]] = [:]
-        for operation in operations where touched[operation.key] == nil { touched[operation.key] = keys.blindIndex(operation.key) }
-        let rows = try fetch(touched.map { ($0.key, $0.value) }, in: transaction, lock: true)
         let writes = try resolveBatch(operations, now: now, version: ItemVersion(rawValue: String(version)), limits: limits,
                                       store: storeDescription) { key, needsMetadata in
             guard let index = touched[key], let row = rows[index] else { return .absent }

@@ -230,7 +230,7 @@ public final class PostgresWatcher: Sendable {
             FROM keysmith_changes c
             CROSS JOIN LATERAL (SELECT c2.version, c2.deleted FROM keysmith_changes c2
                                 WHERE c2.namespace_id = c.namespace_id AND c2.blind_index = c.blind_index
-                                ORDER BY c2.version DESC, c2.seq DESC LIMIT 1) n
+                                ORDER BY c2.seq DESC LIMIT 1) n
             LEFT JOIN keysmith_records r ON r.namespace_id = c.namespace_id AND r.blind_index = c.blind_index
             LEFT JOIN keysmith_audit a ON a.namespace_id = c.namespace_id AND a.blind_index = c.blind_index
             WHERE c.namespace_id = \(namespaceBuffer) AND c.seq > \(applied) ORDER BY c.seq LIMIT 4096

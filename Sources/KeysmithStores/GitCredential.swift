@@ -56,8 +56,11 @@ public struct GitCredential: Sendable, Hashable {
             throw KeysmithError(.malformedData, "the credential description is not UTF-8 text without NUL bytes")
         }
         self.init()
-        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
-            let line = line.hasSuffix("\r") ? line.dropLast() : line
+        // Split on the scalar: Swift reads "\r\n" as one Character, which a split on "\n" misses.
+        for raw in text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false) {
+            var scalars = raw
+            if scalars.last == "\r" { scalars = scalars.dropLast() }
+            let line = Substring(String(String.UnicodeScalarView(scalars)))
             if line.isEmpty { break }
             guard let equals = line.firstIndex(of: "=") else {
                 throw KeysmithError(.malformedData, "a line of the credential description has no '=' (key=value)")
@@ -141,8 +144,12 @@ public struct GitCredential: Sendable, Hashable {
         }
         candidates.sort { $0.modified > $1.modified }
         for info in candidates {
+            // An item git could not be given back whole (a line break in its password or account,
+            // from `keysmith secret set`, would add fields to the answer) is passed over.
             guard let record = try store.read(info.key), case .internetPassword(let key) = record.key,
-                  let password = String(validating: record.secret, as: UTF8.self)
+                  let password = String(validating: record.secret, as: UTF8.self),
+                  !password.unicodeScalars.contains(where: { $0 == "\n" || $0 == "\r" || $0 == "\0" }),
+                  !key.account.unicodeScalars.contains(where: { $0 == "\n" || $0 == "\r" || $0 == "\0" })
             else { continue }
             let expiry = record.attributes.comment.flatMap(Self.expiry(fromComment:))
             if let expiry, expiry <= now { continue }
@@ -167,11 +174,17 @@ public struct GitCredential: Sendable, Hashable {
         guard !password.contains("\n"), !password.contains("\r") else {
             throw KeysmithError(.malformedData, "the password holds a line break, which git's credential protocol cannot give back")
         }
-        let where_ = "\(place.internetProtocol.rawValue)://\(place.server)" + (request.path.map { "/" + $0 } ?? "")
-        let attributes = ItemAttributes(
-            key: key, label: "git: \(where_)", comment: request.passwordExpiry.map { "password_expiry_utc=\($0)" } ?? "",
-            type: itemType)
-        try store.upsert(attributes, secret: Data(password.utf8))
+        let expiry = request.passwordExpiry.map { "password_expiry_utc=\($0)" }
+        if let existing = try store.read(key) {
+            // An item that exists (made by git or by hand): its secret is replaced; its label and
+            // type are kept (nil keeps a field); its comment carries the expiry git gave, and an
+            // old expiry is cleared when git gives none (another comment is kept).
+            let stale = existing.attributes.comment.map { Self.expiry(fromComment: $0) != nil } ?? false
+            try store.upsert(ItemAttributes(key: key, comment: expiry ?? (stale ? "" : nil)), secret: Data(password.utf8))
+        } else {
+            let place = "\(place.internetProtocol.rawValue)://\(place.server)" + (request.path.map { "/" + $0 } ?? "")
+            try store.upsert(ItemAttributes(key: key, label: "git: \(place)", comment: expiry, type: itemType), secret: Data(password.utf8))
+        }
         return true
     }
 

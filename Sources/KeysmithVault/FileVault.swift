@@ -483,7 +483,7 @@ public final class FileVault: SecureStore {
             defer { if let locked { System.unlock(locked) } }
             // Every file and record read first: damage no read met yet is known too, and so
             // are header copies that the write below heals.
-            let headerCopies = try engine.verify().filter(\.isHeaderCopy).map { "\($0.file): \($0.reason)" }
+            let headerCopies = try engine.verify(heal: !dryRun).filter { $0.isHeaderCopy && !$0.isLeftover }.map { "\($0.file): \($0.reason)" }
             if let rollback = engine.rollback {
                 throw KeysmithError(.corruptData, "\(rollback.reason); a repair never accepts a rollback, nothing was changed")
             }

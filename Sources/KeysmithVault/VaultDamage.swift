@@ -33,14 +33,17 @@ public struct VaultDamage: Sendable, Hashable, CustomStringConvertible {
     public let isIgnored: Bool
 
     /// Whether this is what a crash left of an interrupted write rather than damage (a header
-    /// copy older than the one in force, a format 1 file an upgrade did not remove): the next
-    /// open, `verify` or write finishes the job.
-    let isLeftover: Bool
+    /// copy of another generation than the one in force, a format 1 file an upgrade did not
+    /// remove): it does not count against the vault (``isSuperseded`` is `true` too), and the
+    /// next open, `verify` or write finishes the job (a newer header copy: the next `passwd` or
+    /// `rekey`).
+    public let isLeftover: Bool
 
     init(file: String, offset: Int, recordID: String?, key: ItemKey?, reason: String, hidesRecords: Bool = false,
          isSuperseded: Bool = false, isIgnored: Bool = false, isLeftover: Bool = false) {
         self.isLeftover = isLeftover
-        self.isSuperseded = isSuperseded || isIgnored
+        // A leftover does not count against the vault either (``isSuperseded``).
+        self.isSuperseded = isSuperseded || isIgnored || isLeftover
         self.isIgnored = isIgnored
         self.file = file
         self.offset = offset

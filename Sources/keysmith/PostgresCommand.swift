@@ -42,7 +42,7 @@ extension KeysmithCommand.PostgresCommand {
             valueName: "role"))
         var grantTo: String?
 
-        @Flag(help: "Print one JSON document: {database, namespace}.")
+        @Flag(help: "Print one JSON document: {database, namespace, store}.")
         var json = false
 
         func validate() throws {
@@ -55,7 +55,7 @@ extension KeysmithCommand.PostgresCommand {
             try PostgresStore.initialize(settings, masterKey: masterKey, scrypt: ScryptCost(logN: scryptLogN), applicationRole: grantTo)
             let opened = try PostgresStore(settings, namespace: try store.postgresNamespace(), masterKey: masterKey)
             if json {
-                print("{\"database\":\(jsonString(settings.description)),\"namespace\":\(jsonString(opened.namespace))}")
+                print("{\"database\":\(jsonString(settings.database)),\"namespace\":\(jsonString(opened.namespace)),\"store\":\(jsonString(settings.description))}")
             } else {
                 print("ready: \(opened.storeDescription)")
             }

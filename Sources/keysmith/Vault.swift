@@ -99,6 +99,7 @@ extension KeysmithCommand.Vault {
         /// A line of the text report: what does not count says why.
         static func label(_ problem: VaultDamage) -> String {
             if problem.isIgnored { return "ignored (not named as a log): \(problem)" }
+            if problem.isLeftover { return "interrupted, not damage: \(problem)" }
             return problem.isSuperseded ? "superseded (repaired): \(problem)" : "\(problem)"
         }
     }

@@ -61,15 +61,18 @@ struct KeyChangeCrashTests {
                 #expect(!oldOpens || Self.opens(damaged, new) == nil, "step \(step), byte \(offset): both open")
                 try FileManager.default.removeItem(atPath: damaged)
             }
-            // The open finishes what the kill interrupted: verify finds nothing at all.
+            // The open finishes what the kill interrupted: verify finds no damage (a backup written
+            // ahead of a switch that never came is reported as interrupted, and does not count).
             let opened = try #require(Self.opens(path, switched ? new : old), "step \(step)")
             #expect(try opened.read(genericKey("a7"))?.secret == Data("v7".utf8))
-            let damage = try opened.verify()
+            let damage = try opened.verify().filter { !$0.isSuperseded }
             #expect(damage.isEmpty, "step \(step): \(damage)")
-            // And now a damaged primary falls back to a backup that holds the same credential.
+            // And now a damaged primary: after the switch only the new credential opens; before
+            // it, one of the two (the backup may already hold the new one), never both.
             try Self.flip(path, "header", at: 40)
-            #expect(Self.opens(path, switched ? old : new) == nil, "step \(step): the other credential opens after a heal")
-            #expect(Self.opens(path, switched ? new : old) != nil, "step \(step): the backup does not open")
+            let oldOpens = Self.opens(path, old) != nil, newOpens = Self.opens(path, new) != nil
+            #expect(oldOpens != newOpens, "step \(step): old \(oldOpens), new \(newOpens)")
+            if switched { #expect(newOpens, "step \(step): the backup does not open with the new credential") }
             try FileManager.default.removeItem(atPath: path)
             if finished { break }
             step += 1
@@ -96,10 +99,10 @@ struct KeyChangeCrashTests {
             let finished = run.0.terminationStatus == 0
             #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
             let opened = try #require(Self.opens(path, keyfile), "step \(step)")
-            let damage = try opened.verify()
+            let damage = try opened.verify().filter { !$0.isSuperseded }
             #expect(damage.isEmpty, "step \(step): \(damage)")
             try opened.rekey()
-            #expect(try opened.verify().isEmpty, "step \(step) after a second rekey")
+            #expect(try opened.verify().isEmpty, "step \(step) after a second rekey: both copies written")
             let header = try String(contentsOfFile: path + "/header", encoding: .utf8)
             #expect(header.components(separatedBy: "\"epoch\" : ").count == 3, "step \(step): the id key and one data key")
             #expect(try opened.read(genericKey("a29"))?.secret == Data("v29".utf8))

@@ -255,10 +255,15 @@ final class Engine2 {
                         reason = "the header copy belongs to another vault"
                     } else if let inForce, inForce.bytes != copy.bytes {
                         stale = copy.header.generation != inForce.header.generation
-                        reason = stale
-                            ? "the header copy is of generation \(copy.header.generation), the one in force of "
-                                + "\(inForce.header.generation): a header change was interrupted (the next open, verify or write heals it)"
-                            : "the header copy differs from the primary"
+                        reason = copy.header.generation > inForce.header.generation
+                            ? "the header copy is of generation \(copy.header.generation), newer than the one in force "
+                                + "(\(inForce.header.generation)): a header change was interrupted before it took effect; the next "
+                                + "`vault passwd` or `vault rekey` writes both copies"
+                            : stale
+                                ? "the header copy is of generation \(copy.header.generation), older than the one in force "
+                                    + "(\(inForce.header.generation)): left behind by an interrupted header change (the next open, "
+                                    + "verify or write heals it)"
+                                : "the header copy differs from the primary"
                     } else {
                         inForce = copy
                     }
@@ -289,16 +294,25 @@ final class Engine2 {
     /// written. Damaged copies are left for `vault verify` to report and the next write to heal.
     func finishInterruptedWrites() {
         guard fileDamage.contains(where: \.isLeftover) else { return }
-        guard let fd = try? lockFD(), (try? System.tryLockExclusive(fd, path: paths.lock)) == true else { return }
+        // A descriptor of its own: flock locks belong to an open file description, so when this
+        // process already holds the vault's lock (a write, a repair) this try fails and nothing
+        // here runs, instead of taking the caller's lock and releasing it at the end.
+        guard let fd = try? System.open(paths.lock, flags: OpenFlags.readWrite | OpenFlags.noFollow) else { return }
+        defer { System.close(fd) }
+        guard (try? System.tryLockExclusive(fd, path: paths.lock)) == true else { return }
         defer { System.unlock(fd) }
-        guard let copy = try? headerInForce(), copy.header.vaultIDBytes == vaultID else { return }
+        // Only a copy in force that this handle's credential authenticates is spread, and only
+        // over an older copy (never over a newer one, which may hold the only wrap of a key).
+        guard let copy = try? headerInForce(), copy.header.vaultIDBytes == vaultID,
+              constantTimeEqual(VaultHeader2.mac(copy.body, kek: unlocked.kek), copy.mac)
+        else { return }
         for path in [paths.header, paths.headerBackup] {
             let bytes = (try? HeaderFormat.readCopy(path)) ?? nil
             guard let bytes, bytes != copy.bytes else { continue }
             switch HeaderFormat.probe(bytes) {
-            case .version2(let other) where other.header.generation != copy.header.generation: break  // an interrupted write's
+            case .version2(let other) where other.header.generation < copy.header.generation: break  // left behind
             case .version1: break  // the format 1 header an upgrade replaced
-            default: continue  // damaged, newer or unsupported: reported; the next write heals it
+            default: continue  // damaged, newer or unsupported: reported (a newer one is not counted)
             }
             try? Durable.write(copy.bytes, to: path, directory: paths.root)
         }
@@ -743,12 +757,16 @@ final class Engine2 {
                 "another process changed this vault's passphrase or keyfile and re-keyed it since it was opened; open it again with the new credential")
         }
         writeEpoch = copy.header.currentEpoch
-        // Heal the other copy from the one in force. Under the lock no one else writes a header,
-        // so a copy of another generation is what a crashed header write left (a backup written
-        // ahead of a switch that never came, or one left behind by an older Keysmith).
+        // Heal the other copy from the one in force, unless it is a newer intact header: never
+        // spread an older header over a newer one (a header put back could otherwise destroy the
+        // only wrap of a newer key). A newer backup is what a header write killed before its
+        // switch leaves; the next header write replaces both.
         for path in [paths.header, paths.headerBackup] {
             let bytes = (try? HeaderFormat.readCopy(path)) ?? nil
             guard bytes != copy.bytes else { continue }
+            if let bytes, case .version2(let other) = HeaderFormat.probe(bytes), other.header.generation > copy.header.generation {
+                continue
+            }
             try Durable.write(copy.bytes, to: path, directory: paths.root)
         }
         removeFormat1Leftovers()
@@ -1575,9 +1593,12 @@ final class Engine2 {
 
     /// Reads every file and every record again and lists everything wrong. Streams: memory
     /// follows the damage found, not the vault.
-    func verify() throws -> [VaultDamage] {
+    func verify() throws -> [VaultDamage] { try verify(heal: true) }
+
+    /// ``verify()``, finishing what a crash interrupted first only with `heal` (a dry run does not).
+    func verify(heal: Bool) throws -> [VaultDamage] {
         try reloadAll()
-        finishInterruptedWrites()
+        if heal { finishInterruptedWrites() }
         if let head = snapshotHead, snapshotUsable {
             var recordBytes = 0
             for index in 0..<head.pageCount {

@@ -199,6 +199,8 @@ extension Engine2 {
         }
         logs.sort { $0.number < $1.number }
         var historyBroken = false
+        /// Set after a log that neither authenticates nor links: later logs link to it at best.
+        var afterUntrusted = false
         let base = snapshotThrough ?? 0
         var expected = base + 1
         var chain: [UInt8]? = snapshotThroughMAC ?? (snapshotPresent ? nil : Format2.genesisMAC)
@@ -207,6 +209,8 @@ extension Engine2 {
                                 reason: "the snapshot is missing: commits 1 to \(first - 1) it held are lost", salvaged: 0))
             lostThrough = max(lostThrough, first - 1)
             absentMayBeLost = true
+            chain = nil
+            afterUntrusted = true  // the logs cannot be linked to a history the snapshot held
         }
         for (number, name) in logs where number > base {
             if number > expected {
@@ -216,6 +220,7 @@ extension Engine2 {
                 lostThrough = max(lostThrough, number - 1)
                 absentMayBeLost = true
                 chain = nil
+                afterUntrusted = true  // what follows a gap cannot be linked to the history before it
             }
             expected = number + 1
             let file = Format2.dataDirectory + "/log/" + name
@@ -228,6 +233,7 @@ extension Engine2 {
                 lostThrough = max(lostThrough, number)
                 absentMayBeLost = true
                 chain = nil
+                afterUntrusted = true
                 continue
             }
             guard let (fd, status) = opened else { continue }
@@ -243,27 +249,58 @@ extension Engine2 {
                 lostThrough = max(lostThrough, number)
                 absentMayBeLost = true
                 chain = nil
+                afterUntrusted = true
                 continue
             }
             if head.vaultID != vaultID { problem = problem ?? "it belongs to another vault" }
             if head.sequence != number { problem = problem ?? "it holds commit \(head.sequence), not \(number)" }
             let tableSize = head.count * Format2.tableEntrySize
             let rest = try io { try System.read(fd, count: tableSize + Format2.macSize, at: Format2.logHeaderSize, path: path) }
-            if let keys = unlocked.epochs[head.epoch] {
-                if rest.count != tableSize + Format2.macSize
-                    || !constantTimeEqual(LogFile2.commitMAC(chainKey: keys.chain, headerAndTable: headBytes + rest.prefix(tableSize)),
-                                          Array(rest.suffix(Format2.macSize)))
-                {
-                    problem = problem ?? "the commit fails authentication"
+            // Authenticity and the link to the chain, told apart from damage: the commit MAC is
+            // checked as the file stands, and again with the fields that are known beforehand put
+            // back (magic, vault id, sequence = the name, previous MAC = the chain). A commit whose
+            // MAC holds only that way is this vault's, linked, with damage in those fields alone.
+            var macHolds = false, macHoldsNormalized = false
+            if let keys = unlocked.epochs[head.epoch], rest.count == tableSize + Format2.macSize {
+                let stored = Array(rest.suffix(Format2.macSize))
+                let table = Array(rest.prefix(tableSize))
+                macHolds = constantTimeEqual(LogFile2.commitMAC(chainKey: keys.chain, headerAndTable: headBytes + table), stored)
+                if !macHolds, let chain {
+                    var normalized = headBytes
+                    normalized.replaceSubrange(0..<8, with: Format2.logMagic)
+                    normalized.replaceSubrange(8..<24, with: vaultID)
+                    normalized.replaceSubrange(24..<32, with: (0..<8).map { UInt8(truncatingIfNeeded: number >> (56 - 8 * $0)) })
+                    normalized.replaceSubrange(40..<72, with: chain)
+                    macHoldsNormalized = constantTimeEqual(LogFile2.commitMAC(chainKey: keys.chain, headerAndTable: normalized + table), stored)
                 }
-            } else {
+                if !macHolds { problem = problem ?? "the commit fails authentication" }
+            } else if unlocked.epochs[head.epoch] == nil {
                 problem = problem ?? "it is authenticated under key epoch \(head.epoch), which the header does not hold"
+            } else {
+                problem = problem ?? "it is cut short inside its table"
             }
+            // The link to the chain is checked whatever else is wrong with the log (a renamed or
+            // re-headed old log must not slip in through another problem).
             var chainBroken = false
-            if problem == nil, let previous = chain, !constantTimeEqual(head.previousMAC, previous) {
+            let linked = macHoldsNormalized || (chain.map { constantTimeEqual(head.previousMAC, $0) } ?? false)
+            if chain != nil, !linked, macHolds {
+                // An authentic commit of this vault that follows another commit: another history.
                 problem = "the commit does not follow the one before it (another history, such as an older copy's): its records are not kept"
                 chainBroken = true
                 historyBroken = true
+            } else if !linked, chain != nil || afterUntrusted {
+                // Neither authentic as it stands nor linked (or after such a log, or after a gap):
+                // it cannot be told from an older copy's log with a byte changed to pass as damage;
+                // it, and every log after it, are not kept (they stay in the damaged-* directory).
+                problem = (problem ?? "it does not link to the commit before it")
+                    + (afterUntrusted && chain == nil ? " (after a log that could not be linked)" : "")
+                    + ": it cannot be told from another history's commit, so its records are not kept"
+                chainBroken = true
+                afterUntrusted = true
+            } else if afterUntrusted {
+                problem = (problem.map { $0 + "; " } ?? "")
+                    + "it comes after a log that could not be linked to the history: its records are not kept"
+                chainBroken = true
             } else if historyBroken {
                 // After a break, what follows continues the other history (or cannot be told apart from it).
                 problem = problem ?? "it comes after a break in the chain (another history): its records are not kept"
@@ -307,7 +344,7 @@ extension Engine2 {
             // says: the damage is in fields that bind nothing of the records (its vault id, say),
             // and the whole commit is known. A break in the chain is never "complete": the
             // history before it is another one.
-            let complete = problem != nil && lostRecords == 0 && reader.remaining == 0 && table.count == tableSize && !chainBroken
+            let complete = problem != nil && lostRecords == 0 && reader.remaining == 0 && table.count == tableSize && !chainBroken && linked
                 && LogFile2.parseTable(Array(table), count: head.count, bodiesStart: Format2.logHeaderSize + tableSize + Format2.macSize,
                                        fileSize: status.size).problem == nil
             if let problem {
@@ -315,10 +352,10 @@ extension Engine2 {
                 if !complete {
                     lostThrough = max(lostThrough, number)
                     absentMayBeLost = true
-                } else {
-                    highest = max(highest, number)
                 }
-                chain = nil
+                // The next log must still link to this one: to the MAC bytes it holds, when its
+                // table and MAC were read whole (a damaged field elsewhere does not unlink it).
+                chain = rest.count == tableSize + Format2.macSize ? Array(rest.suffix(Format2.macSize)) : nil
             } else {
                 chain = Array(rest.suffix(Format2.macSize))
                 chainMACs[number] = chain
@@ -384,6 +421,7 @@ extension Engine2 {
         try FaultInjection.step()
         let asidePath = paths.root + "/" + aside
         var linkedLogs: [String] = []
+        var linkedHistories: [String] = []
         try io {
             if plan.snapshotPresent {
                 if (try? System.link(paths.snapshot, asidePath + "/snapshot")) == nil {
@@ -407,9 +445,12 @@ extension Engine2 {
                 _ = try System.mkdir(paths.logDirectory)
                 try System.fsyncDirectory(paths.logDirectory)
             }
-            // The histories of the replaced snapshots: the repaired vault's history starts at its snapshot.
+            // The histories of the replaced snapshots: kept aside (linked now, removed after the
+            // switch, so a crash before it leaves the old snapshot with its history).
             for name in try System.listDirectory(paths.data) where name.hasPrefix("history-") {
-                try System.rename(paths.data + "/" + name, asidePath + "/" + name)
+                if (try? System.link(paths.data + "/" + name, asidePath + "/" + name)) != nil {
+                    linkedHistories.append(paths.data + "/" + name)
+                }
             }
             try System.fsyncDirectory(asidePath)
             try System.fsyncDirectory(paths.data)
@@ -436,6 +477,8 @@ extension Engine2 {
         try io {
             for path in linkedLogs { try System.unlink(path) }
             try System.fsyncDirectory(paths.logDirectory)
+            for path in linkedHistories where path != paths.data + "/" + HistoryFile2.name(through: sequence) { try System.unlink(path) }
+            try System.fsyncDirectory(paths.data)
         }
         try FaultInjection.step()
         anchor?.write(vaultID, AnchorStore.Mark(sequence: sequence, mac: throughMAC))
