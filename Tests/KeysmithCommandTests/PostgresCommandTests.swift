@@ -68,6 +68,19 @@ struct PostgresCommandTests {
         #expect(back.status == 0, "\(back.output)")
     }
 
+    @Test("postgres init --json names the database by its name, the namespace, and the store as the text line does")
+    func initJSON() throws {
+        let keysmith = try Self.keysmith()
+        defer { keysmith.cleanup() }
+        let result = try keysmith.run(["postgres", "init", "--json"])
+        #expect(result.status == 0, "\(result.output)")
+        let document = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(result.stdout)")
+        let expected = try #require(URLComponents(string: Self.url)?.path.split(separator: "/").first.map(String.init))
+        #expect(document["database"] as? String == expected, "\(document)")
+        #expect(document["namespace"] as? String == keysmith.environment["KEYSMITH_NAMESPACE"])
+        #expect((document["store"] as? String)?.contains(expected) == true)
+    }
+
     @Test("no database configured is a clear error; a malformed URL exits 64")
     func configuration() throws {
         var keysmith = try Self.keysmith()
