@@ -212,6 +212,14 @@ extension Engine2 {
             chain = nil
             afterUntrusted = true  // the logs cannot be linked to a history the snapshot held
         }
+        /// A log none of whose records can be found: lost, and the chain cannot be followed past it.
+        func unreadableLog(_ file: String, _ number: UInt64, _ reason: String) {
+            losses.append(.init(file: file, sequence: number, reason: reason, salvaged: 0))
+            lostThrough = max(lostThrough, number)
+            absentMayBeLost = true
+            chain = nil
+            afterUntrusted = true
+        }
         for (number, name) in logs where number > base {
             if number > expected {
                 losses.append(.init(file: paths.logName(expected), sequence: expected,
@@ -229,11 +237,7 @@ extension Engine2 {
             do {
                 opened = try System.openRegularFile(path, maximumSize: Format2.maximumFileSize)
             } catch let error as SystemError where error.isUnusableFile {
-                losses.append(.init(file: file, sequence: number, reason: "the log is not a regular file (\(error))", salvaged: 0))
-                lostThrough = max(lostThrough, number)
-                absentMayBeLost = true
-                chain = nil
-                afterUntrusted = true
+                unreadableLog(file, number, "the log is not a regular file (\(error))")
                 continue
             }
             guard let (fd, status) = opened else { continue }
@@ -245,11 +249,7 @@ extension Engine2 {
                 headBytes.replaceSubrange(0..<8, with: Format2.logMagic)
             }
             guard let head = try? LogFile2.parseHead(headBytes, fileSize: status.size) else {
-                losses.append(.init(file: file, sequence: number, reason: "the log's header is damaged: its records cannot be found", salvaged: 0))
-                lostThrough = max(lostThrough, number)
-                absentMayBeLost = true
-                chain = nil
-                afterUntrusted = true
+                unreadableLog(file, number, "the log's header is damaged: its records cannot be found")
                 continue
             }
             if head.vaultID != vaultID { problem = problem ?? "it belongs to another vault" }
