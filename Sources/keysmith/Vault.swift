@@ -110,8 +110,9 @@ extension KeysmithCommand.Vault {
             abstract: "Rebuild a damaged vault from every record that authenticates, and say what may be lost.",
             discussion: """
                 Under the vault's lock, every file is read and every record tried; the newest version of each \
-                record that authenticates is kept, in a new snapshot that replaces the damaged files in one \
-                atomic step. The report names what could not be read (commits, the snapshot), the items kept at \
+                record that authenticates and belongs to the vault's history is kept (logs after a gap, or \
+                from an older copy, are reported and not merged), in a new snapshot that replaces the \
+                damaged files in one atomic step. The report names what could not be read (commits, the snapshot), the items kept at \
                 a version that may not be their newest, and the records that could not be read at all (their \
                 names are sealed inside them). Nothing is deleted: the replaced files are moved into \
                 damaged-<time>/ under the vault. The rollback anchor moves to the repaired vault, and the \
