@@ -196,6 +196,10 @@ public struct PostgresConnectionSettings: Sendable, Hashable {
             // a terminal escape or a bidirectional control.
             throw KeysmithError.invalidArgument("the database URL's \(part) holds a control character")
         }
+        // libpq's lists of hosts (host=h1,h2, or h1,h2 before the path): Keysmith connects to one.
+        if host.contains(",") || (queryHost?.contains(",") ?? false) {
+            throw KeysmithError.invalidArgument("the database URL names several hosts (a comma-separated list); Keysmith connects to one: name one host")
+        }
         // libpq's form of a socket: the directory, %-encoded, as the host.
         if queryHost == nil, host.hasPrefix("/") { queryHost = host }
         if let queryHost, queryHost.hasPrefix("/") {

@@ -74,6 +74,10 @@ struct ConnectionSettingsTests {
         // An unbracketed IPv6 address however written, and libpq's lists of hosts.
         "postgresql://u:pw@%3A%3A1/db",
         "postgresql://u:pw@h1:1,h2:2/db",
+        "postgresql://u:pw@h1,h2/db",
+        "postgresql://u:pw@/db?host=h1,h2",
+        "postgresql://u:pw@/db?host=/run/one,/run/two",
+        "postgresql://u:pw@/db?host=h1%2Ch2",
     ])
     func ambiguousURLs(url: String) {
         let error = #expect(throws: KeysmithError.self, "\(url)") { try PostgresConnectionSettings(url: url) }
