@@ -320,7 +320,9 @@ final class Session: @unchecked Sendable {
             try transaction.execute("COMMIT")
             return result
         } catch {
-            if !connection.isClosed { _ = try? connection.query("ROLLBACK", logger: logger).wait() }
+            // Bounded: after a server crash the connection may not know yet that it is dead, and an
+            // unbounded wait here hung a writer for good (found by the server-crash test).
+            if !connection.isClosed { _ = try? connection.query("ROLLBACK", logger: logger).wait(timeout: .seconds(5)) }
             throw error
         }
     }
