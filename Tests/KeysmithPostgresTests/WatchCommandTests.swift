@@ -29,15 +29,6 @@ struct WatchCommandTests {
         return pids
     }
 
-    static func waitFor(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(50_000)
-        }
-        return condition()
-    }
-
     @Test("a server that stops answering: watch says it is not current within the bound, then current again; SIGTERM exits 0 and removes its registration")
     func staleThenCurrentThenStopped() throws {
         let server = try PrivatePostgres()  // started
@@ -59,7 +50,7 @@ struct WatchCommandTests {
         defer { if watch.isRunning { kill(watch.processIdentifier, SIGKILL) } }
         func text(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
         // Current: a change arrives.
-        #expect(Self.waitFor(20) {
+        #expect(WatcherTests.waitUntil(20) {
             try? store.perform([.upsert(ItemAttributes(key: .genericPassword(service: "s", account: "a")), secret: Data("1".utf8))])
             return text(out).contains("\"account\":\"a\"")
         }, "no change printed: \(text(err))")
@@ -67,10 +58,10 @@ struct WatchCommandTests {
         let pids = try Self.serverProcesses(server.directory)
         try #require(pids.count > 1)
         for pid in pids { kill(pid, SIGSTOP) }
-        let stale = Self.waitFor(15) { text(err).contains("not current") }
+        let stale = WatcherTests.waitUntil(15) { text(err).contains("not current") }
         for pid in pids { kill(pid, SIGCONT) }
         #expect(stale, "nothing said while the server did not answer: \(text(err))")
-        #expect(Self.waitFor(30) { text(err).contains("current again") }, "\(text(err))")
+        #expect(WatcherTests.waitUntil(30) { text(err).contains("current again") }, "\(text(err))")
         #expect(watch.isRunning)
         // SIGTERM: a clean end, exit 0, and no registration left to wait for.
         kill(watch.processIdentifier, SIGTERM)
