@@ -40,6 +40,7 @@ let package = Package(
                 .product(name: "Keysmith", package: root),
                 .product(name: "KeysmithPostgres", package: root),
                 .product(name: "KeysmithTokens", package: root),
+                .product(name: "KeysmithVault", package: root),  // the file vault's figures beside PostgreSQL's
             ]
         ),
         .executableTarget(

@@ -281,10 +281,44 @@ final class Session: @unchecked Sendable {
             // or terminal escapes meant to forge output.
             if let message = error.serverInfo?[.message] { return OneLine.escaped(message) }
             if error.code == .sslUnsupported { return "the server does not offer TLS (sslmode asks for it)" }
+            if error.code == .authMechanismRequiresPassword {
+                return "the server asks for a password and the URL gives none (postgresql://USER:PASSWORD@HOST/DATABASE; docs/postgres.md)"
+            }
             if let underlying = error.underlying, let tls = tlsReason(underlying) { return tls }
+            if let underlying = error.underlying, let connection = connectionReason(underlying) { return connection }
+            if error.code == .serverClosedConnection { return "the server closed the connection" }
             return String(describing: error.code)
         }
-        return tlsReason(error) ?? String(describing: type(of: error))
+        return tlsReason(error) ?? connectionReason(error) ?? String(describing: type(of: error))
+    }
+
+    /// Why a connection could not be made, in words: refused, timed out, a name not found, a
+    /// socket that is not there.
+    private static func connectionReason(_ error: any Error) -> String? {
+        if let error = error as? NIOConnectionError {
+            if error.dnsAError != nil || error.dnsAAAAError != nil, error.connectionErrors.isEmpty {
+                return "the host name \(OneLine.escaped(error.host)) was not found"
+            }
+            let reasons = Set(error.connectionErrors.compactMap { connectionReason($0.error) })
+            if reasons.count == 1, let reason = reasons.first { return reason }
+            if !reasons.isEmpty { return reasons.sorted().joined(separator: "; ") }
+            return "no address of \(OneLine.escaped(error.host)) accepted a connection"
+        }
+        if case ChannelError.connectTimeout(let timeout) = error {
+            return "the connection timed out (no answer in \(timeout.nanoseconds / 1_000_000_000) s)"
+        }
+        if error is SocketAddressError { return "the host name was not found" }
+        if let error = error as? IOError {
+            switch error.errnoCode {
+            case ECONNREFUSED: return "the connection was refused (no server listens there)"
+            case ENOENT: return "no server socket at that path (is the server running, and the directory right?)"
+            case EACCES, EPERM: return "permission denied on the server's socket"
+            case ETIMEDOUT: return "the connection timed out"
+            case EHOSTUNREACH, ENETUNREACH: return "the host cannot be reached"
+            default: return "the connection failed (errno \(error.errnoCode))"
+            }
+        }
+        return nil
     }
 
     /// A failed TLS handshake, in words: a certificate that did not verify, or a name it does

@@ -163,4 +163,20 @@ extension PostgresStore {
             return ids.count
         }
     }
+
+    /// Whether `key` opens the database now: after a rotation that failed, whether it committed
+    /// anyway (the connection lost during COMMIT), so that a new keyfile made for it is removed
+    /// only when nothing uses it.
+    package static func isCurrentMasterKey(_ settings: PostgresConnectionSettings, _ key: PostgresMasterKey) throws -> Bool {
+        let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"))
+        defer { session.close() }
+        return try session.transaction { transaction in
+            do {
+                _ = try MasterKeyRecord.loadOrCreate(key, transaction: transaction, scrypt: .standard, create: false)
+                return true
+            } catch let error as KeysmithError where error.code == .authenticationFailed {
+                return false
+            }
+        }
+    }
 }

@@ -65,9 +65,19 @@ public final class TokenKeeper: Sendable {
 
     /// A token with the store's version of its record, for a conditional write.
     func versionedToken(service: String, account: String) throws -> (token: OAuthToken, version: ItemVersion, record: SecureRecord)? {
-        guard let record = try store.read(Self.key(service: service, account: account)) else { return nil }
-        let token = try TokenCodec.decode(Array(record.secret), what: "the token for \(account) at \(service)")
-        return (token, record.info.version, record)
+        try versionedTokens([(service, account)])[0]
+    }
+
+    /// Many tokens at once (``SecureStore/read(_:)-([ItemKey])``), in order, `nil` where none is kept.
+    func versionedTokens(_ references: [(service: String, account: String)]) throws
+        -> [(token: OAuthToken, version: ItemVersion, record: SecureRecord)?]
+    {
+        let records = try store.read(references.map { Self.key(service: $0.service, account: $0.account) })
+        return try zip(references, records).map { reference, record in
+            guard let record else { return nil }
+            let token = try TokenCodec.decode(Array(record.secret), what: "the token for \(reference.account) at \(reference.service)")
+            return (token, record.info.version, record)
+        }
     }
 
     /// Every stored token that matches the filter, with where it is kept, sorted by service
@@ -205,10 +215,13 @@ public final class TokenKeeper: Sendable {
             imported = []
             updated = []
             var writes: [StoreOperation] = []
-            for (item, token) in zip(imports, fresh) {
+            // One read for the whole batch (a store that can, PostgreSQL, answers it in one
+            // query: read one at a time, 20,000 tokens took 53 s there).
+            let kept = try versionedTokens(imports.map { (service: $0.service, account: $0.account) })
+            for ((item, token), existing) in zip(zip(imports, fresh), kept) {
                 let reference = TokenReference(service: item.service, account: item.account)
                 let stored = StoredToken(service: item.service, account: item.account, token: token)
-                guard let existing = try versionedToken(service: item.service, account: item.account) else {
+                guard let existing else {
                     writes.append(Self.tokenWrite(stored, replacing: nil))
                     imported.append(reference)
                     continue

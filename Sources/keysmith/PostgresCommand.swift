@@ -102,8 +102,12 @@ extension KeysmithCommand.PostgresCommand {
             let settings = try PostgresConnectionSettings(url: try store.databaseURL())
             let current = try store.postgresMasterKey()
             let replacement: PostgresMasterKey
+            var createdKeyfile: String?
             if let newKeyfile {
-                if try System.status(newKeyfile) == nil { try VaultCredential.generateKeyfile(at: newKeyfile) }
+                if try System.status(newKeyfile) == nil {
+                    try VaultCredential.generateKeyfile(at: newKeyfile)
+                    createdKeyfile = newKeyfile
+                }
                 replacement = .keyfile(path: newKeyfile)
             } else if let newPassphraseFD {
                 var bytes = try readPassphrase(fd: newPassphraseFD)
@@ -122,7 +126,25 @@ extension KeysmithCommand.PostgresCommand {
                 guard first == second, !first.isEmpty else { throw KeysmithError.invalidArgument("the passphrases differ or are empty; nothing changed") }
                 replacement = .passphrase(try masterPassphrase(first, making: true, source: "the typed passphrase"))
             }
-            let count = try PostgresStore.rotateMasterKey(settings, from: current, to: replacement, scrypt: ScryptCost(logN: scryptLogN))
+            let count: Int
+            do {
+                count = try PostgresStore.rotateMasterKey(settings, from: current, to: replacement, scrypt: ScryptCost(logN: scryptLogN))
+            } catch let error as KeysmithError {
+                guard let createdKeyfile else { throw error }
+                // The keyfile made for this rotation opens nothing unless the rotation committed
+                // after all (a connection lost during COMMIT): removed then, kept otherwise.
+                switch try? PostgresStore.isCurrentMasterKey(settings, replacement) {
+                case false?:
+                    _ = try? System.unlink(createdKeyfile)
+                    throw KeysmithError(error.code, error.message + " (the new keyfile \(OneLine.escaped(createdKeyfile)) made for it was removed)")
+                case true?:
+                    throw KeysmithError(error.code, error.message + " (yet the database's master key is now the new keyfile "
+                                        + "\(OneLine.escaped(createdKeyfile)): keep it)")
+                case nil:
+                    throw KeysmithError(error.code, error.message + " (the new keyfile \(OneLine.escaped(createdKeyfile)) was kept: "
+                                        + "whether the database took it is unknown; try it with `keysmith postgres verify`)")
+                }
+            }
             if json {
                 print("{\"rewrapped\":\(count)}")
             } else {

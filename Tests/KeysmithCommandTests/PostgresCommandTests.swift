@@ -210,6 +210,12 @@ struct PostgresCommandTests {
         #expect(master.status == 0 && master.stdout == "{\"rewrapped\":2}\n", "\(master.output)")
         let old = try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"])
         #expect(old.status == 4)
+        // A rotation that fails (here: the old key no longer opens the database) leaves no new
+        // keyfile behind: a key that opens nothing would only mislead.
+        let unused = keysmith.directory + "/unused-master.key"
+        let failed = try keysmith.run(["postgres", "rotate-master-key", "--new-keyfile", unused])
+        #expect(failed.status == 4 && failed.stderr.contains("made for it was removed"), "\(failed.output)")
+        #expect(!FileManager.default.fileExists(atPath: unused))
         keysmith.environment["KEYSMITH_KEYFILE"] = newKeyfile
         #expect(try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"]).stdout == "before-rotation\n")
         #expect(try keysmith.run(["secret", "get", "--service", "mail", "--account", "carol"]).stdout == "after-rotation\n")

@@ -100,6 +100,21 @@ final class PrivatePostgres {
         try Self.run(asOwner + ["\(bin)/pg_ctl", "-D", "\(directory)/data", "-m", mode, "-w", "-t", "60", "stop"])
     }
 
+    /// From now on every socket connection must give the role's password (SCRAM).
+    func requirePasswords() throws {
+        try Self.run(asOwner + ["/bin/sh", "-c", "printf 'local all all scram-sha-256\\n' > '\(directory)/data/pg_hba.conf'"])
+        try Self.run(asOwner + ["\(bin)/pg_ctl", "-D", "\(directory)/data", "reload"])
+        // A reload is a signal: wait until a connection without the password is turned away.
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            let probe = try spawnAndWait("\(bin)/psql", ["-w", "-h", directory, "-p", "\(port)", "-U", "keysmith", "-d", "keysmith", "-c", "select 1"],
+                                         deadline: 20)
+            if probe.status != 0 { return }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        throw KeysmithError(.ioFailure, "the server still takes connections without a password after its reload")
+    }
+
     func destroy() {
         try? stop(mode: "immediate")
         try? FileManager.default.removeItem(atPath: directory)

@@ -7,6 +7,7 @@ import Foundation
 import Keysmith
 import KeysmithPostgres
 import KeysmithTokens
+import KeysmithVault
 import Synchronization
 
 func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
@@ -117,6 +118,42 @@ let keeper = TokenKeeper(store: store)
 let revokeStart = now()
 let report = try keeper.revoke(scope: try Scope("posts:write"), matching: TokenFilter(), reason: "bench")
 print("bulk revocation of one scope across \(report.changed) tokens (one transaction): \(ms(now() - revokeStart))")
+
+// The same revocation on a file vault, in the same run (the machine is shared: compare the two).
+let vaultDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("keysmith-bench-\(UUID().uuidString)")
+defer { try? FileManager.default.removeItem(at: vaultDirectory) }
+let vault = try FileVault.create(at: vaultDirectory.path, credential: .key([UInt8](repeating: 7, count: 32)), anchorDirectory: nil)
+filled = 0
+while filled < tokenCount {
+    let batch = min(10_000, tokenCount - filled)
+    try vault.perform((filled..<filled + batch).map { index in
+        var token = token
+        token.accessToken = "access-\(index)"
+        let item = StoredToken(service: "news", account: "user\(index)", token: token)
+        return .create(item.attributes, secret: item.secret)
+    })
+    filled += batch
+}
+let vaultRevokeStart = now()
+let vaultReport = try TokenKeeper(store: vault).revoke(scope: try Scope("posts:write"), matching: TokenFilter(), reason: "bench")
+print("the same on a file vault: \(vaultReport.changed) tokens: \(ms(now() - vaultRevokeStart))")
+
+// `token import --batch`: 20,000 token responses in one commit, new, then again (each an update).
+let importCount = 20_000
+let imports = (0..<importCount).map { index in
+    TokenImport(service: "imported", account: "user\(index)",
+                response: Data(#"{"access_token":"i\#(index)","token_type":"Bearer","expires_in":3600,"scope":"groups:read posts:write"}"#.utf8),
+                requested: [try! Scope("groups:read"), try! Scope("posts:write")])
+}
+for (name, target) in [("PostgreSQL", store as any SecureStore), ("file vault", vault as any SecureStore)] {
+    let importer = TokenKeeper(store: target)
+    let importStart = now()
+    let first = try importer.importBatch(imports)
+    let importTime = now() - importStart
+    let updateStart = now()
+    let second = try importer.importBatch(imports)
+    print("\(name): batch import of \(first.imported.count) new tokens \(ms(importTime)); again, \(second.updated.count) updated \(ms(now() - updateStart))")
+}
 
 // Propagation: 8 `keysmith watch` processes (the built command, --keysmith PATH), a revocation
 // committed here, the time until each process has printed it; then `revoke --wait`'s overhead.
