@@ -155,27 +155,6 @@ extension PostgresStore {
         if head == nil, link != nil {
             problem("the namespace's chain head is missing, though its changes are chained")
         }
-        // Every record and audit entry has the change row of its own version, and none is older
-        // than its item's newest change.
-        let (orphans, behind) = try withSessionPublic { session in
-            try session.transaction { transaction in
-                try RecordTable.allCases.reduce((Int64(0), Int64(0))) { total, table in
-                    let row = try transaction.execute("""
-                        SELECT count(*) FILTER (WHERE newest IS NULL OR NOT EXISTS (
-                                   SELECT 1 FROM keysmith_changes c
-                                   WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index AND c.version = r.version)),
-                               count(*) FILTER (WHERE r.version < newest)
-                        FROM \(unescaped: table.rawValue) r
-                        CROSS JOIN LATERAL (SELECT max(c.version) AS newest FROM keysmith_changes c
-                                            WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index) n
-                        WHERE r.namespace_id = \(namespaceBuffer)
-                        """).first
-                    guard let row else { return total }
-                    let (orphans, behind) = try row.decode((Int64, Int64).self)
-                    return (total.0 + orphans, total.1 + behind)
-                }
-            }
-        }
         // Every item the feed says exists (its newest change is not a deletion) has its row.
         let missing = try withSessionPublic { session in
             try session.transaction(snapshot: true) { transaction in
@@ -193,16 +172,36 @@ extension PostgresStore {
             problem("\(missing) item(s) that the change feed says exist have no row: deleted by hand (reading one names it; "
                     + "writing or deleting it again repairs it)")
         }
-        if behind > 0 {
-            problem("\(behind) row(s) are older than their item's newest change: put back from an older copy")
-        }
-        if orphans > 0 {
-            problem("\(orphans) row(s) have no change row for their version: their change rows were deleted, "
-                    + "or the row's version or index was edited")
+        // Every record and audit entry has the change row of its own version, and none is older
+        // than its item's newest change: the rows that fail either, and how.
+        let flagged = try withSessionPublic { session in
+            try session.transaction { transaction in
+                var flagged: [RecordTable: [[UInt8]: (orphan: Bool, behind: Bool)]] = [:]
+                for table in RecordTable.allCases {
+                    let rows = try transaction.execute("""
+                        SELECT blind_index, orphan, behind FROM (
+                            SELECT r.blind_index,
+                                   (newest IS NULL OR NOT EXISTS (
+                                       SELECT 1 FROM keysmith_changes c
+                                       WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index AND c.version = r.version)) AS orphan,
+                                   coalesce(r.version < newest, false) AS behind
+                            FROM \(unescaped: table.rawValue) r
+                            CROSS JOIN LATERAL (SELECT max(c.version) AS newest FROM keysmith_changes c
+                                                WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index) n
+                            WHERE r.namespace_id = \(namespaceBuffer)) f
+                        WHERE orphan OR behind
+                        """)
+                    for row in rows {
+                        let (index, orphan, behind) = try row.decode((ByteBuffer, Bool, Bool).self)
+                        flagged[table, default: [:]][index.bytes] = (orphan, behind)
+                    }
+                }
+                return flagged
+            }
         }
         // Every row opens under the keys (its associated data binds its index, version and
         // key): an edited, swapped or moved row is found here, not only when its item is read.
-        var unopened = 0
+        var unopened: [RecordTable: Set<[UInt8]>] = [:]
         for table in RecordTable.allCases {
             var after: [UInt8]? = nil
             while true {
@@ -215,12 +214,36 @@ extension PostgresStore {
                 }
                 guard let last = page.last else { break }
                 after = last.blindIndex
-                for row in page where (try? keys.open(row, withSecret: false)) == nil { unopened += 1 }
+                for row in page where (try? keys.open(row, withSecret: false)) == nil { unopened[table, default: []].insert(row.blindIndex) }
                 if page.count < Int(size) { break }
             }
         }
-        if unopened > 0 {
-            problem("\(unopened) row(s) do not open: edited, swapped or moved by hand (reading the item names it; writing it again repairs it)")
+        // Each damaged row counted once, under the one heading that explains it: a row with the
+        // change row of its (older) version was put back whole; any other that does not open
+        // was edited, swapped or moved; one that opens but lacks its change row lost it.
+        var putBack = 0, broken = 0, orphaned = 0
+        for table in RecordTable.allCases {
+            let rows = Set(flagged[table, default: [:]].keys).union(unopened[table, default: []])
+            for index in rows {
+                let flags = flagged[table]?[index] ?? (orphan: false, behind: false)
+                if flags.behind && !flags.orphan {
+                    putBack += 1
+                } else if unopened[table]?.contains(index) == true {
+                    broken += 1
+                } else {
+                    orphaned += 1
+                }
+            }
+        }
+        if putBack > 0 {
+            problem("\(putBack) row(s) are older than their item's newest change: put back from an older copy")
+        }
+        if orphaned > 0 {
+            problem("\(orphaned) row(s) have no change row for their version: their change rows were deleted, "
+                    + "or the row's version or index was edited")
+        }
+        if broken > 0 {
+            problem("\(broken) row(s) do not open: edited, swapped or moved by hand (reading the item names it; writing it again repairs it)")
         }
         if result.isIntact, let anchor, let markName, let link, after > 0 {
             anchor.marks.advance(markName, header: ChangeFeedAnchor.header, sequence: UInt64(after),

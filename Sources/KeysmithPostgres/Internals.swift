@@ -896,6 +896,28 @@ enum RecordRows {
         return live
     }
 
+    /// Items whose newest change says they exist, with a blind index in (`after`, `through`]
+    /// (open ends where `nil`), that have no row in either table: rows deleted by hand. One
+    /// statement, so a write committing meanwhile is seen whole or not at all.
+    static func missing(namespace: [UInt8], after: [UInt8]?, through: [UInt8]?, in transaction: Transaction) throws
+        -> [(blindIndex: [UInt8], version: Int64, sealedKey: [UInt8])]
+    {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        let lower = ByteBuffer(bytes: after ?? []), upper = through.map { ByteBuffer(bytes: $0) }
+        return try transaction.execute("""
+            SELECT n.blind_index, n.version, n.sealed_key FROM (
+                SELECT DISTINCT ON (blind_index) blind_index, version, deleted, sealed_key FROM keysmith_changes
+                WHERE namespace_id = \(namespaceBuffer) AND blind_index > \(lower) AND (\(upper)::bytea IS NULL OR blind_index <= \(upper))
+                ORDER BY blind_index, seq DESC) n
+            WHERE NOT n.deleted
+              AND NOT EXISTS (SELECT 1 FROM keysmith_records r WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = n.blind_index)
+              AND NOT EXISTS (SELECT 1 FROM keysmith_audit a WHERE a.namespace_id = \(namespaceBuffer) AND a.blind_index = n.blind_index)
+            """).map { row in
+            let (index, version, sealedKey) = try row.decode((ByteBuffer, Int64, ByteBuffer).self)
+            return (index.bytes, version, sealedKey.bytes)
+        }
+    }
+
     static func page(namespace: [UInt8], table: RecordTable, after: [UInt8]?, limit: Int, in transaction: Transaction) throws -> [RecordRow] {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
         let rows: [PostgresRow]
