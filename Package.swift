@@ -13,6 +13,8 @@ let package = Package(
         .library(name: "KeysmithPolicy", targets: ["KeysmithPolicy"]),
         // A product of its own: only programs that use PostgreSQL pay for postgres-nio.
         .library(name: "KeysmithPostgres", targets: ["KeysmithPostgres"]),
+        // OAuth providers: sign-in, single-flight refresh, revocation and introspection (HTTP).
+        .library(name: "KeysmithProvider", targets: ["KeysmithProvider"]),
         .executable(name: "keysmith", targets: ["keysmith"]),
     ],
     dependencies: [
@@ -21,6 +23,8 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         // Already built for postgres-nio; named for the PostgreSQL store's TLS settings.
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        // The provider's HTTP client (the Swift server ecosystem's, on the NIO postgres-nio uses).
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // C libraries: a module map and a shim header each. All unsafe calls into them stay in
@@ -77,6 +81,17 @@ let package = Package(
         // Tokens, scopes, the audit log and the permission manager.
         .target(name: "KeysmithTokens", dependencies: ["Keysmith", "KeysmithCrypto", "KeysmithSystem"]),
 
+        // The authorization servers that issue the tokens: providers, sign-in, refresh, revocation.
+        .target(
+            name: "KeysmithProvider",
+            dependencies: [
+                "Keysmith", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
         // Roles, actions, policies and the engine, fed by token scopes.
         .target(name: "KeysmithPolicy", dependencies: ["Keysmith", "KeysmithTokens"]),
 
@@ -85,7 +100,7 @@ let package = Package(
             name: "keysmith",
             dependencies: [
                 "Keysmith", "KeysmithVault", "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithCrypto", "KeysmithSystem",
-                "KeysmithPostgres",
+                "KeysmithPostgres", "KeysmithProvider", "KeysmithSecretService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -125,6 +140,10 @@ let package = Package(
             name: "KeysmithFuzzRegressionTests", dependencies: ["KeysmithVault", "KeysmithTokens", "KeysmithPolicy"]
         ),
         .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith", "KeysmithTestSupport"]),
+        .testTarget(
+            name: "KeysmithProviderTests",
+            dependencies: ["Keysmith", "KeysmithProvider", "KeysmithTokens", "KeysmithVault", "KeysmithTestSupport", "keysmith"]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

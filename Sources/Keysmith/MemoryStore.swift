@@ -18,6 +18,8 @@ public final class MemoryStore: SecureStore {
     }
 
     private let state = Mutex(State())
+    /// The names of the locks held (``ExclusiveLocking``).
+    let heldLocks = Mutex(Set<String>())
     private let clock: @Sendable () -> Date
     /// The largest item the store accepts.
     public let limits: StoreLimits
@@ -73,4 +75,31 @@ public final class MemoryStore: SecureStore {
             }
         }
     }
+}
+
+extension MemoryStore: ExclusiveLocking {
+    /// A lock held in this store's memory: its holders are this process's users of this store.
+    public func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
+        let taken = heldLocks.withLock { $0.insert(name).inserted }
+        return taken ? MemoryLock(name: name, store: self) : nil
+    }
+}
+
+/// A lock of a ``MemoryStore``.
+final class MemoryLock: HeldLock {
+    let name: String
+    let store: MemoryStore
+    let released = Mutex(false)
+
+    init(name: String, store: MemoryStore) {
+        self.name = name
+        self.store = store
+    }
+
+    func release() {
+        guard released.withLock({ done in defer { done = true }; return !done }) else { return }
+        _ = store.heldLocks.withLock { $0.remove(name) }
+    }
+
+    deinit { release() }
 }

@@ -302,6 +302,8 @@ public final class PostgresStore: SecureStore {
 
     let keys: NamespaceKeys
     private let session: Mutex<Session?>
+    /// The advisory locks this handle holds (``tryExclusiveLock(named:)``).
+    let advisory = Mutex(AdvisoryState())
     private let lastSequence = Mutex<Int64>(0)
 
     /// The change-feed sequence of this handle's newest committed change (0 before its first
@@ -393,6 +395,7 @@ public final class PostgresStore: SecureStore {
 
     deinit {
         session.withLock { $0?.close() }
+        advisory.withLock { $0.session?.close() }
     }
 
     /// Runs `body` on this handle's connection, reconnecting once if it was lost.

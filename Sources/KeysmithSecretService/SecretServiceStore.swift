@@ -445,3 +445,23 @@ public final class SecretServiceStore: SecureStore {
 struct SecretVanished: Error {
     let error: KeysmithError
 }
+
+extension SecretServiceStore: ExclusiveLocking {
+    /// A `flock` on a file beside the writer lock (`$XDG_RUNTIME_DIR/keysmith/locks/`), shared
+    /// by every Keysmith process of this user; released by the holder's end too.
+    public func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
+        let directory = String(writerLock.path[..<(writerLock.path.lastIndex(of: "/") ?? writerLock.path.endIndex)]) + "/locks"
+        do {
+            return try LockFile.tryAcquire(directory: directory, name: name).map(SecretServiceLock.init)
+        } catch let error as SystemError {
+            throw KeysmithError(.ioFailure, "cannot take the lock \"\(OneLine.escaped(String(name.prefix(64))))\": \(error)")
+        }
+    }
+}
+
+/// A held `LockFile`, as the core's ``HeldLock``.
+final class SecretServiceLock: HeldLock {
+    let file: LockFile
+    init(_ file: LockFile) { self.file = file }
+    func release() { file.release() }
+}

@@ -267,7 +267,14 @@ public final class TokenKeeper: Sendable {
     /// Applies a refresh response (which may narrow the grant, never widen it).
     @discardableResult
     public func refresh(_ response: Data, service: String, account: String) throws -> OAuthToken {
-        try change(service: service, account: account, event: "refresh", scopes: [], detail: "refreshed") { token, time in
+        try refresh(response, service: service, account: account, detail: "refreshed")
+    }
+
+    /// Applies a refresh response, with the audit entry's detail given (the KeysmithProvider
+    /// module names the provider and who refreshed).
+    @discardableResult
+    public func refresh(_ response: Data, service: String, account: String, detail: String) throws -> OAuthToken {
+        try change(service: service, account: account, event: "refresh", scopes: [], detail: detail) { token, time in
             try token.applyRefresh(response: response, at: time)
             return true
         }

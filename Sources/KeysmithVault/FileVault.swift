@@ -607,3 +607,22 @@ extension FileVault {
         return try open(at: path, credential: credential, clock: clock)
     }
 }
+
+extension FileVault: ExclusiveLocking {
+    /// A `flock` on a file in the vault's `locks/` directory (made 0700 when missing), shared by
+    /// every process that opens this vault on this machine; released by the holder's end too.
+    public func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
+        do {
+            return try LockFile.tryAcquire(directory: path + "/locks", name: name).map(FileLock.init)
+        } catch let error as SystemError {
+            throw KeysmithError(.ioFailure, "cannot take the vault's lock \"\(OneLine.escaped(String(name.prefix(64))))\": \(error)")
+        }
+    }
+}
+
+/// A held `LockFile`, as the core's ``HeldLock``.
+final class FileLock: HeldLock {
+    let file: LockFile
+    init(_ file: LockFile) { self.file = file }
+    func release() { file.release() }
+}

@@ -1,0 +1,86 @@
+public import Keysmith
+internal import KeysmithCrypto
+internal import Logging
+internal import PostgresNIO
+import Synchronization
+
+extension PostgresStore: ExclusiveLocking {
+    /// A PostgreSQL session-level advisory lock (`pg_try_advisory_lock`), on a connection of
+    /// its own that this handle keeps while it holds any lock: every process and machine
+    /// using this database's namespace contends for it, and the server releases it when that
+    /// connection ends (a killed holder's included). The lock's number is a keyed digest of the
+    /// namespace and the name (the database learns neither).
+    public func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
+        // One connection holds every lock of this handle, and a session may take a lock it
+        // already holds: callers of this handle are kept apart here first.
+        guard advisory.withLock({ $0.held.insert(name).inserted }) else { return nil }
+        let number = lockNumber(name)
+        do {
+            let taken = try advisory.withLock { state -> Bool in
+                if state.session == nil || state.session?.isClosed == true {
+                    state.session?.close()
+                    state.session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: "keysmith-lock")
+                }
+                let rows = try Transaction(session: state.session!).execute("SELECT pg_try_advisory_lock(\(number))")
+                return try rows.first?.decode(Bool.self) ?? false
+            }
+            guard taken else {
+                advisory.withLock { _ = $0.held.remove(name) }
+                return nil
+            }
+            return PostgresLock(store: self, name: name, number: number)
+        } catch {
+            advisory.withLock { _ = $0.held.remove(name) }
+            throw error
+        }
+    }
+
+    /// The advisory lock's number: 64 bits of an HMAC of the name under the namespace's index
+    /// key (the blind index's), so names are not visible to the database.
+    func lockNumber(_ name: String) -> Int64 {
+        let digest = keys.blindIndex(.keysmithRecord(KeysmithRecordKey(recordType: KeysmithRecordType(rawValue: "advisory-lock"),
+                                                                      service: name, account: "")))
+        return digest.prefix(8).reduce(Int64(0)) { $0 << 8 | Int64($1) }
+    }
+
+    func releaseAdvisory(name: String, number: Int64) {
+        advisory.withLock { state in
+            guard state.held.remove(name) != nil else { return }
+            if let session = state.session, !session.isClosed {
+                // A connection that fails here ends, and its locks with it.
+                if (try? Transaction(session: session).execute("SELECT pg_advisory_unlock(\(number))")) == nil { session.close() }
+            }
+            if state.held.isEmpty {
+                state.session?.close()
+                state.session = nil
+            }
+        }
+    }
+}
+
+/// The advisory locks a ``PostgresStore`` handle holds, and their connection.
+struct AdvisoryState: ~Copyable {
+    var held: Set<String> = []
+    var session: Session?
+}
+
+/// A held advisory lock.
+final class PostgresLock: HeldLock {
+    let store: PostgresStore
+    let name: String
+    let number: Int64
+    let released = Atomic(false)
+
+    init(store: PostgresStore, name: String, number: Int64) {
+        self.store = store
+        self.name = name
+        self.number = number
+    }
+
+    func release() {
+        guard !released.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        store.releaseAdvisory(name: name, number: number)
+    }
+
+    deinit { release() }
+}

@@ -1,0 +1,151 @@
+import Keysmith
+public import KeysmithTokens
+import Foundation
+import Synchronization
+
+/// Access tokens that are fresh when you ask for them, refreshed at their provider at most once
+/// per grant however many callers ask at the same moment: in one process (callers wait for the
+/// one refresh in flight) and across processes and machines (through the store's named lock,
+/// ``ExclusiveLocking``: the vault's lock file, the Secret Service's, a PostgreSQL advisory
+/// lock).
+///
+/// A refresh goes: take the grant's lock; read the token again (another process may have just
+/// refreshed it: then no request is made); send the refresh token; commit the new access token
+/// and the rotated refresh token with their audit entry, durably; release the lock; return.
+/// A provider that rotates refresh tokens with reuse detection therefore never sees one used
+/// twice by Keysmith.
+///
+/// ```swift
+/// let tokens = try ProviderTokens(keeper: TokenKeeper(store: vault))
+/// let token = try await tokens.freshToken(service: "news", account: "alice", minValidity: .seconds(60))
+/// request.setValue("Bearer \(token.accessToken)", forHTTPHeaderField: "Authorization")
+/// ```
+///
+/// The one window no client can close: the provider has answered (the old refresh token is
+/// spent) and the process dies before the commit. The new tokens are lost with it; the next
+/// refresh sends the spent refresh token, the provider answers `invalid_grant` (and, with reuse
+/// detection, ends the grant), and the token is marked dead: sign in again.
+public final class ProviderTokens: Sendable {
+    /// The tokens' keeper (its store must be ``ExclusiveLocking``).
+    public let keeper: TokenKeeper
+    let locks: any ExclusiveLocking
+    let registry: ProviderRegistry
+    let timeout: Duration
+    /// How long to wait for another holder of a grant's lock.
+    let lockTimeout: Duration
+
+    /// Fresh tokens from `keeper`'s store, refreshed at the providers kept there.
+    ///
+    /// - Parameters:
+    ///   - keeper: The tokens' keeper.
+    ///   - timeout: Each request's whole time.
+    ///   - lockTimeout: How long to wait for a refresh another process is making.
+    /// - Throws: `KeysmithError.Code.invalidArgument` when the store cannot hold locks between
+    ///   processes (every store Keysmith ships can).
+    public init(keeper: TokenKeeper, timeout: Duration = .seconds(30), lockTimeout: Duration = .seconds(90)) throws {
+        guard let locks = keeper.store as? any ExclusiveLocking else {
+            throw KeysmithError.invalidArgument("\(keeper.store.storeDescription) cannot hold a lock between processes, so refreshes could race")
+        }
+        self.keeper = keeper
+        self.locks = locks
+        self.registry = ProviderRegistry(store: keeper.store)
+        self.timeout = timeout
+        self.lockTimeout = lockTimeout
+    }
+
+    /// The refreshes in flight in this process, by store, service and account: a caller that
+    /// finds one waits for it instead of starting its own.
+    private static let flights = Mutex<[String: Task<OAuthToken, any Error>]>([:])
+
+    /// A token whose access token is valid for at least `minValidity` (or that has no expiry),
+    /// refreshed at its provider if needed. A token that needs no refresh costs no request and
+    /// takes no lock.
+    ///
+    /// - Parameters:
+    ///   - service: The token's service: the provider's name.
+    ///   - account: The token's account.
+    ///   - minValidity: How long the access token must stay valid.
+    /// - Returns: The token, fresh.
+    /// - Throws: `KeysmithError.Code.itemNotFound` for no such token, or no provider of that
+    ///   name; `KeysmithError.Code.invalidArgument` for a token logged out or without a refresh
+    ///   token; ``ProviderError`` from the provider (`invalid_grant`: the grant is dead, and its
+    ///   token is now revoked locally, audited); `KeysmithError.Code.timedOut` when another
+    ///   process held the grant's lock past the lock timeout; a store failure.
+    public func freshToken(service: String, account: String, minValidity: Duration = .seconds(60)) async throws -> OAuthToken {
+        let token = try current(service: service, account: account)
+        if isFresh(token, minValidity) { return token }
+        let flight = "\(keeper.store.storeDescription)\u{0}\(service)\u{0}\(account)"
+        let task = Self.flights.withLock { flights -> Task<OAuthToken, any Error> in
+            if let running = flights[flight] { return running }
+            let task = Task { try await self.refreshHoldingLock(service: service, account: account, minValidity: minValidity) }
+            flights[flight] = task
+            return task
+        }
+        defer { _ = Self.flights.withLock { flights in flights[flight] == task ? flights.removeValue(forKey: flight) : nil } }
+        let refreshed = try await task.value
+        // A flight started by a caller that wanted less validity: refresh again for this one.
+        if isFresh(refreshed, minValidity) { return refreshed }
+        return try await refreshHoldingLock(service: service, account: account, minValidity: minValidity)
+    }
+
+    func current(service: String, account: String) throws -> OAuthToken {
+        guard let token = try keeper.token(service: service, account: account) else {
+            throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
+        }
+        return token
+    }
+
+    func isFresh(_ token: OAuthToken, _ minValidity: Duration) -> Bool {
+        guard token.revokedAt == nil else { return false }
+        guard let expiry = token.expiresAt else { return true }
+        return expiry.timeIntervalSince(keeper.now) >= Double(minValidity.components.seconds) + Double(minValidity.components.attoseconds) / 1e18
+    }
+
+    /// Takes the grant's lock (waiting for another holder, without holding a thread), reads the
+    /// token again, and refreshes only if it still needs it.
+    private func refreshHoldingLock(service: String, account: String, minValidity: Duration) async throws -> OAuthToken {
+        let lock = try await acquire("refresh \(service)\u{0}\(account)")
+        defer { lock.release() }
+        // Another process may have refreshed while this one waited.
+        let token = try current(service: service, account: account)
+        if isFresh(token, minValidity) { return token }
+        guard token.revokedAt == nil else {
+            throw KeysmithError.invalidArgument("the token for \(account) at \(service) was logged out (revoke-all); sign in again")
+        }
+        guard let refreshToken = token.refreshToken else {
+            throw KeysmithError.invalidArgument("the token for \(account) at \(service) has no refresh token; sign in again")
+        }
+        guard let provider = try registry.provider(named: service) else {
+            throw KeysmithError(.itemNotFound, "there is no provider named \(service) to refresh the token at (add one with `keysmith provider add \(service) …`)")
+        }
+        let client = try ProviderClient(provider: provider, registry: registry, timeout: timeout)
+        let response: Data
+        do {
+            response = try await client.refresh(refreshToken: refreshToken)
+        } catch let error as ProviderError where error.kind == .rejected && error.oauthError == "invalid_grant" {
+            // Read again before calling the grant dead: a writer that does not take the lock
+            // (an older Keysmith, a script) may have refreshed it meanwhile.
+            let again = try current(service: service, account: account)
+            if again.refreshToken != refreshToken, isFresh(again, minValidity) { return again }
+            try keeper.revokeAll(service: service, account: account,
+                                 reason: "the provider \(provider.name) refused the refresh token (invalid_grant): the grant is over; sign in again")
+            throw error
+        }
+        return try keeper.refresh(response, service: service, account: account, detail: "refreshed at provider \(provider.name)")
+    }
+
+    /// The named lock, waited for with growing pauses (never a blocked thread).
+    func acquire(_ name: String) async throws -> any HeldLock {
+        let clock = ContinuousClock()
+        let deadline = clock.now + lockTimeout
+        var pause = Duration.milliseconds(2)
+        while true {
+            if let lock = try locks.tryExclusiveLock(named: name) { return lock }
+            guard clock.now < deadline else {
+                throw KeysmithError(.timedOut, "another process held the refresh lock of this token for over \(lockTimeout); is a keysmith process hung?")
+            }
+            try await Task.sleep(for: pause)
+            pause = min(pause * 2, .milliseconds(50))
+        }
+    }
+}
