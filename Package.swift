@@ -142,7 +142,7 @@ let package = Package(
         .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith", "KeysmithTestSupport"]),
         .testTarget(
             name: "KeysmithProviderTests",
-            dependencies: ["Keysmith", "KeysmithProvider", "KeysmithTokens", "KeysmithVault", "KeysmithTestSupport", "keysmith"]
+            dependencies: ["Keysmith", "KeysmithProvider", "KeysmithTokens", "KeysmithVault", "KeysmithTestSupport"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -11,7 +11,10 @@ if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import cryptography' 2>/d
     echo "keysmith: installing the Python package cryptography for the format tests" >&2
     python3 -m pip install --quiet cryptography >&2 || packages+=(python3-cryptography)
 fi
-command -v python3 >/dev/null 2>&1 || packages+=(python3 python3-cryptography python3-pip)
+command -v python3 >/dev/null 2>&1 || packages+=(python3 python3-cryptography python3-pip python3-venv)
+# The test authorization server (django-oauth-toolkit, scripts/with-oauth-server.sh) lives in a
+# virtual environment: Debian's python3 makes one only with python3-venv (ensurepip).
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then packages+=(python3-venv); fi
 # The policy tests compare every decision with Cedar's own (cedarpy, from PyPI; no Debian package).
 need_cedarpy=0
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import cedarpy' 2>/dev/null; then

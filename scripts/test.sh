@@ -46,4 +46,4 @@ trap 'pkill -P "$watchdog_pid" 2>/dev/null; kill "$watchdog_pid" 2>/dev/null || 
 
 # Every real part is started above: a suite that cannot find its part fails, never skips silently.
 export KEYSMITH_REQUIRE_ALL_PARTS=1
-scripts/with-postgres.sh scripts/with-secret-service.sh swift test --skip-build "$@"
+scripts/with-postgres.sh scripts/with-secret-service.sh scripts/with-oauth-server.sh swift test --skip-build "$@"

@@ -82,10 +82,9 @@ public final class ProviderTokens: Sendable {
             return task
         }
         defer { _ = Self.flights.withLock { flights in flights[flight] == task ? flights.removeValue(forKey: flight) : nil } }
-        let refreshed = try await task.value
-        // A flight started by a caller that wanted less validity: refresh again for this one.
-        if isFresh(refreshed, minValidity) { return refreshed }
-        return try await refreshHoldingLock(service: service, account: account, minValidity: minValidity)
+        // A token refreshed just now is as fresh as the provider makes them, even if its
+        // lifetime is shorter than `minValidity`: it is not refreshed again.
+        return try await task.value
     }
 
     func current(service: String, account: String) throws -> OAuthToken {
@@ -104,11 +103,15 @@ public final class ProviderTokens: Sendable {
     /// Takes the grant's lock (waiting for another holder, without holding a thread), reads the
     /// token again, and refreshes only if it still needs it.
     private func refreshHoldingLock(service: String, account: String, minValidity: Duration) async throws -> OAuthToken {
+        let asked = keeper.now
         let lock = try await acquire("refresh \(service)\u{0}\(account)")
         defer { lock.release() }
-        // Another process may have refreshed while this one waited.
+        // Another process may have refreshed while this one waited: then its token is used,
+        // even when the provider's tokens live shorter than `minValidity` (refreshing again
+        // would not make them live longer).
         let token = try current(service: service, account: account)
         if isFresh(token, minValidity) { return token }
+        if token.revokedAt == nil, let refreshed = token.refreshedAt, refreshed >= asked.addingTimeInterval(-1) { return token }
         guard token.revokedAt == nil else {
             throw KeysmithError.invalidArgument("the token for \(account) at \(service) was logged out (revoke-all); sign in again")
         }

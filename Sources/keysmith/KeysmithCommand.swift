@@ -1,6 +1,7 @@
 import ArgumentParser
 import FoundationEssentials
 import Keysmith
+import KeysmithProvider
 import KeysmithSystem
 import Logging
 
@@ -25,10 +26,12 @@ struct KeysmithCommand: ParsableCommand {
 
             Exit codes: 0 success, 1 other failure, 2 not found, 3 denied or not granted, \
             4 authentication failed, 5 store unavailable or locked, 6 corrupt data, \
-            7 already exists, 8 changed by another writer (retry), 64 usage error or bad input.
+            7 already exists, 8 changed by another writer (retry), 9 watchers did not acknowledge \
+            (revoke --wait), 10 the provider refused (invalid_grant, access_denied, …), 11 the provider \
+            could not be reached or answered badly, 64 usage error or bad input.
             """,
         version: Keysmith.version,
-        subcommands: [Init.self, Secret.self, Token.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self, PostgresCommand.self, Watch.self, GitCredentialCommand.self, Walkthrough.self]
+        subcommands: [Init.self, Secret.self, Token.self, Provider.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self, PostgresCommand.self, Watch.self, GitCredentialCommand.self, Walkthrough.self]
     )
 
     /// Runs the command, turning every error into one line on stderr and a stable exit code.
@@ -54,6 +57,8 @@ struct KeysmithCommand: ParsableCommand {
             // must not repeat it either: it could be a secret typed in the wrong place.
             let code = exitCode(for: error.code)
             fail(code == 64 ? masked(error.message, Array(CommandLine.arguments.dropFirst())) : error.message, code: ExitCode(code))
+        } catch let error as ProviderError {
+            fail(error.message, code: ExitCode(exitCode(for: error)))
         } catch let error as CommandFailure {
             if error.message.isEmpty { Self.exit(withError: error.exitCode) }
             fail(error.message, code: error.exitCode)
@@ -234,6 +239,16 @@ struct KeysmithCommand: ParsableCommand {
     }
 
     /// The documented exit code of each error code (docs/cli.md).
+    /// 10 when the provider refused, 11 when it could not be reached or answered badly, 64 when
+    /// it cannot do what was asked (no such endpoint).
+    static func exitCode(for error: ProviderError) -> Int32 {
+        switch error.kind {
+        case .rejected, .abandoned: 10
+        case .unreachable, .timedOut, .tls, .badResponse: 11
+        case .unsupported: 64
+        }
+    }
+
     static func exitCode(for code: KeysmithError.Code) -> Int32 {
         switch code {
         case .itemNotFound: 2

@@ -2,6 +2,7 @@ import ArgumentParser
 import Keysmith
 import KeysmithPostgres
 import KeysmithSystem
+import KeysmithProvider
 import KeysmithTokens
 import KeysmithVault
 
@@ -34,7 +35,7 @@ extension KeysmithCommand {
     struct Token: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "token", 
             abstract: "Import OAuth tokens and inspect, check and revoke their scopes.",
-            subcommands: [Import.self, List.self, Get.self, Scopes.self, Revoke.self, RevokeAll.self, Check.self, Introspect.self,
+            subcommands: [Import.self, Login.self, List.self, Get.self, Scopes.self, Revoke.self, RevokeAll.self, Check.self, Introspect.self,
                           Delete.self]
         )
     }
@@ -415,13 +416,29 @@ extension KeysmithCommand.Token {
         @Flag(name: .customLong("no-newline"), help: "Do not print a newline after the token.")
         var noNewline = false
 
+        @Flag(help: "Refresh the token at its provider first if its access token expires within --min-validity (one refresh per grant across processes).")
+        var fresh = false
+
+        @Option(name: .customLong("min-validity"), help: ArgumentHelp("With --fresh: how long the access token must stay valid (default 60s).", valueName: "duration"))
+        var minValidity: String?
+
         func validate() throws {
             if refresh && field != nil { throw ValidationError("--refresh and --field are exclusive") }
+            if minValidity != nil && !fresh { throw ValidationError("--min-validity goes with --fresh") }
+            if let minValidity { _ = try parseDuration(minValidity) }
         }
 
         func run() throws {
             let keeper = makeKeeper(try store.openStore())
-            let token = try loadToken(keeper, location)
+            let token: OAuthToken
+            if fresh {
+                let tokens = try ProviderTokens(keeper: keeper)
+                let seconds = try minValidity.map(parseDuration) ?? 60
+                let (service, account) = (location.service, location.account)
+                token = try runAsync { try await tokens.freshToken(service: service, account: account, minValidity: .seconds(seconds)) }
+            } else {
+                token = try loadToken(keeper, location)
+            }
             let value: String
             if let field {
                 guard let kept = token.additionalFields[field] else {

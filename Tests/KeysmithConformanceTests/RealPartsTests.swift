@@ -37,6 +37,8 @@ struct RealPartsTests {
             ("cedarpy, the policy oracle (python3 -c 'import cedarpy')", runs(["python3", "-c", "import cedarpy"])),
             ("openssl(1), for the TLS tests' certificates", runs(["openssl", "version"])),
             ("git", runs(["git", "--version"])),
+            ("the test authorization server, django-oauth-toolkit (KEYSMITH_TEST_OAUTH_PYTHON, scripts/with-oauth-server.sh)",
+             environment["KEYSMITH_TEST_OAUTH_PYTHON"].map { runs([$0, "-c", "import oauth2_provider"]) } ?? false),
         ]
     }
 

@@ -2,6 +2,8 @@
 
     KEYSMITH_OAUTH_STATE=DIR python serve.py
 
+(KEYSMITH_OAUTH_PORT=N binds that port instead: a server started again where it was.)
+
 Creates DIR/db.sqlite3 (migrated), the test clients, writes DIR/server.json with the server's
 URL, port, PID and clients (client secrets included: they exist only for this server), then
 serves until killed. Settings come from the environment (settings.py)."""
@@ -48,7 +50,7 @@ for user in ("alice", "bob"):
     if not get_user_model().objects.filter(username=user).exists():
         get_user_model().objects.create_user(username=user, password="pw-" + user)
 
-server = ThreadedWSGIServer(("127.0.0.1", 0), WSGIRequestHandler)
+server = ThreadedWSGIServer(("127.0.0.1", int(os.environ.get("KEYSMITH_OAUTH_PORT", "0"))), WSGIRequestHandler)
 server.daemon_threads = True
 server.set_app(get_wsgi_application())
 port = server.server_address[1]

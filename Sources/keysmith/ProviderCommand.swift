@@ -1,0 +1,287 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import Keysmith
+import KeysmithCrypto
+import KeysmithProvider
+import KeysmithSystem
+import KeysmithTokens
+
+/// Runs async work from a synchronous command: the main thread waits (it is not one of the
+/// cooperative pool's threads, so the work never waits for it).
+func runAsync<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    let result = Mutex<Result<T, any Error>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        let outcome: Result<T, any Error>
+        do { outcome = .success(try await body()) } catch { outcome = .failure(error) }
+        result.withLock { $0 = outcome }
+        done.signal()
+    }
+    done.wait()
+    return try result.withLock { $0! }.get()
+}
+
+import Synchronization
+
+extension KeysmithCommand {
+    /// The authorization servers that issue the tokens kept here.
+    struct Provider: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "provider",
+            abstract: "Describe the OAuth authorization servers (providers) whose tokens are kept here.",
+            discussion: """
+                A provider's tokens are the tokens kept under its name as their service: `token login \
+                --provider NAME` stores there, and a token imported with `token import --service NAME` is \
+                refreshed (`token get --fresh`) and revoked (`--at-provider`) through it. A client secret \
+                is kept in the store beside the provider, never in a file or on the command line.
+                """,
+            subcommands: [Add.self, List.self, Show.self, Remove.self]
+        )
+
+        struct Add: ParsableCommand {
+            static let configuration = CommandConfiguration(
+                commandName: "add",
+                abstract: "Keep a provider: from its issuer's metadata (RFC 8414), or its endpoints given one by one.")
+
+            @OptionGroup var store: StoreOptions
+
+            @Argument(help: "The provider's name: the service its tokens are kept under.")
+            var name: String
+
+            @Option(help: ArgumentHelp("The issuer: its metadata fills the endpoints.", valueName: "url"))
+            var issuer: String?
+
+            @Option(name: .customLong("token-endpoint"), help: ArgumentHelp("The token endpoint (without --issuer).", valueName: "url"))
+            var tokenEndpoint: String?
+
+            @Option(name: .customLong("authorization-endpoint"), help: ArgumentHelp("The authorization endpoint (sign-in with --browser).", valueName: "url"))
+            var authorizationEndpoint: String?
+
+            @Option(name: .customLong("device-endpoint"), help: ArgumentHelp("The device authorization endpoint (RFC 8628).", valueName: "url"))
+            var deviceEndpoint: String?
+
+            @Option(name: .customLong("revocation-endpoint"), help: ArgumentHelp("The revocation endpoint (RFC 7009).", valueName: "url"))
+            var revocationEndpoint: String?
+
+            @Option(name: .customLong("introspection-endpoint"), help: ArgumentHelp("The introspection endpoint (RFC 7662).", valueName: "url"))
+            var introspectionEndpoint: String?
+
+            @Option(name: .customLong("client-id"), help: "This client's id at the provider.")
+            var clientID: String
+
+            @Option(name: .customLong("client-auth"),
+                    help: ArgumentHelp("How the client authenticates: none (a public client), client_secret_basic or client_secret_post.", valueName: "method"))
+            var clientAuth: String?
+
+            @Option(name: .customLong("client-secret-fd"), help: ArgumentHelp("Read the client secret from this file descriptor (its first line).", valueName: "n"))
+            var clientSecretFD: Int32?
+
+            @Option(name: .customLong("trusted-roots"), help: ArgumentHelp("A PEM file of roots to trust for this provider's TLS instead of the system's.", valueName: "file"))
+            var trustedRoots: String?
+
+            @Flag(name: .customLong("no-rotation"), help: "The provider keeps a refresh token across refreshes (shown only; refreshes are single-flight either way).")
+            var noRotation = false
+
+            @Flag(help: "Replace a provider of that name.")
+            var replace = false
+
+            @Flag(help: "Print the provider as JSON.")
+            var json = false
+
+            func validate() throws {
+                guard (issuer == nil) != (tokenEndpoint == nil) else {
+                    throw ValidationError("give --issuer (its metadata names the endpoints) or --token-endpoint, one of them")
+                }
+                if let clientAuth, ClientAuthentication(rawValue: clientAuth) == nil {
+                    throw ValidationError("--client-auth is none, client_secret_basic or client_secret_post")
+                }
+                if clientSecretFD != nil, clientAuth == "none" { throw ValidationError("a public client (--client-auth none) has no client secret") }
+            }
+
+            func run() throws {
+                var secret: [UInt8]? = nil
+                if let clientSecretFD {
+                    secret = try readPassphrase(fd: clientSecretFD)
+                    guard secret?.isEmpty == false else { throw KeysmithError.invalidArgument("the client secret on descriptor \(clientSecretFD) is empty") }
+                }
+                defer { if secret != nil { cleanse(&secret!) } }
+                var provider: OAuthProvider
+                if let issuer {
+                    let (name, clientID, trustedRoots) = (name, clientID, trustedRoots)
+                    provider = try runAsync { try await OAuthProvider.discover(name: name, issuer: issuer, clientID: clientID, trustedRoots: trustedRoots) }
+                    provider.authorizationEndpoint = authorizationEndpoint ?? provider.authorizationEndpoint
+                    provider.deviceAuthorizationEndpoint = deviceEndpoint ?? provider.deviceAuthorizationEndpoint
+                    provider.revocationEndpoint = revocationEndpoint ?? provider.revocationEndpoint
+                    provider.introspectionEndpoint = introspectionEndpoint ?? provider.introspectionEndpoint
+                } else {
+                    provider = OAuthProvider(name: name, tokenEndpoint: tokenEndpoint!, authorizationEndpoint: authorizationEndpoint,
+                                             deviceAuthorizationEndpoint: deviceEndpoint, revocationEndpoint: revocationEndpoint,
+                                             introspectionEndpoint: introspectionEndpoint, clientID: clientID, trustedRoots: trustedRoots)
+                }
+                provider.clientAuthentication = clientAuth.flatMap(ClientAuthentication.init(rawValue:))
+                    ?? (secret != nil ? .clientSecretBasic : .none)
+                provider.rotatesRefreshTokens = !noRotation
+                try ProviderRegistry(store: try store.openStore()).add(provider, clientSecret: secret, replacing: replace)
+                if json { return print(try jsonLine(ProviderJSON(provider))) }
+                print("Kept provider \(escaped(provider.name)) (token endpoint \(escaped(provider.tokenEndpoint)))."
+                      + (provider.revocationEndpoint == nil ? " It has no revocation endpoint: tokens cannot be revoked at it." : ""))
+            }
+        }
+
+        struct List: ParsableCommand {
+            static let configuration = CommandConfiguration(commandName: "list", abstract: "List the providers kept here.")
+            @OptionGroup var store: StoreOptions
+            @Flag(help: "Print one JSON array.") var json = false
+
+            func run() throws {
+                let providers = try ProviderRegistry(store: try store.openStore()).providers()
+                if json { return print(try jsonLine(providers.map(ProviderJSON.init))) }
+                for provider in providers { print("\(escaped(provider.name))\t\(escaped(provider.tokenEndpoint))") }
+            }
+        }
+
+        struct Show: ParsableCommand {
+            static let configuration = CommandConfiguration(commandName: "show", abstract: "Show a provider (never its client secret).")
+            @OptionGroup var store: StoreOptions
+            @Argument(help: "The provider's name.") var name: String
+            @Flag(help: "Print JSON.") var json = false
+
+            func run() throws {
+                guard let provider = try ProviderRegistry(store: try store.openStore()).provider(named: name) else {
+                    throw CommandFailure.notFound("there is no provider named \(escaped(name))")
+                }
+                if json { return print(try jsonLine(ProviderJSON(provider))) }
+                let rows: [(String, String?)] = [
+                    ("name", provider.name), ("issuer", provider.issuer), ("token endpoint", provider.tokenEndpoint),
+                    ("authorization endpoint", provider.authorizationEndpoint), ("device endpoint", provider.deviceAuthorizationEndpoint),
+                    ("revocation endpoint", provider.revocationEndpoint ?? "none: tokens cannot be revoked at this provider"),
+                    ("introspection endpoint", provider.introspectionEndpoint), ("client id", provider.clientID),
+                    ("client authentication", provider.clientAuthentication.rawValue),
+                    ("rotates refresh tokens", provider.rotatesRefreshTokens ? "yes" : "no"), ("trusted roots", provider.trustedRoots),
+                ]
+                for (label, value) in rows { if let value { print("\(label): \(escaped(value))") } }
+            }
+        }
+
+        struct Remove: ParsableCommand {
+            static let configuration = CommandConfiguration(
+                commandName: "remove", abstract: "Remove a provider and its client secret (its tokens stay, no longer refreshed or revoked at it).")
+            @OptionGroup var store: StoreOptions
+            @Argument(help: "The provider's name.") var name: String
+
+            func run() throws {
+                guard try ProviderRegistry(store: try store.openStore()).remove(named: name) else {
+                    throw CommandFailure.notFound("there is no provider named \(escaped(name))")
+                }
+                print("Removed provider \(escaped(name)).")
+            }
+        }
+    }
+}
+
+/// A provider as `provider show --json` prints it (never the client secret).
+struct ProviderJSON: Encodable {
+    var name: String
+    var issuer: String?
+    var tokenEndpoint: String
+    var authorizationEndpoint: String?
+    var deviceAuthorizationEndpoint: String?
+    var revocationEndpoint: String?
+    var introspectionEndpoint: String?
+    var clientID: String
+    var clientAuthentication: String
+    var rotatesRefreshTokens: Bool
+    var trustedRoots: String?
+
+    init(_ provider: OAuthProvider) {
+        name = provider.name
+        issuer = provider.issuer
+        tokenEndpoint = provider.tokenEndpoint
+        authorizationEndpoint = provider.authorizationEndpoint
+        deviceAuthorizationEndpoint = provider.deviceAuthorizationEndpoint
+        revocationEndpoint = provider.revocationEndpoint
+        introspectionEndpoint = provider.introspectionEndpoint
+        clientID = provider.clientID
+        clientAuthentication = provider.clientAuthentication.rawValue
+        rotatesRefreshTokens = provider.rotatesRefreshTokens
+        trustedRoots = provider.trustedRoots
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name, issuer
+        case tokenEndpoint = "token_endpoint", authorizationEndpoint = "authorization_endpoint"
+        case deviceAuthorizationEndpoint = "device_authorization_endpoint", revocationEndpoint = "revocation_endpoint"
+        case introspectionEndpoint = "introspection_endpoint", clientID = "client_id", clientAuthentication = "client_auth"
+        case rotatesRefreshTokens = "rotates_refresh_tokens", trustedRoots = "trusted_roots"
+    }
+}
+
+extension KeysmithCommand.Token {
+    /// Signs in at a provider and keeps the token.
+    struct Login: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "login",
+            abstract: "Sign in at a provider (device flow, or client credentials for a service) and keep the token under the provider's name.",
+            discussion: """
+                --device (the default) prints a code and where to enter it, on standard error, and waits \
+                for the approval (polling at the provider's interval; slow_down is honoured). \
+                --client-credentials signs the client itself in. The token is kept at service PROVIDER, \
+                account ACCOUNT, through the usual rules (requested and granted scopes, history, audit); a \
+                token kept there already is updated. Nothing is kept when the sign-in fails.
+                """)
+
+        @OptionGroup var store: StoreOptions
+
+        @Option(help: "The provider to sign in at (`keysmith provider list`).")
+        var provider: String
+
+        @Option(help: "The account to keep the token under.")
+        var account: String
+
+        @Option(help: "The scopes to ask for (a list separated by spaces, or repeated).")
+        var scope: [String] = []
+
+        @Flag(help: "The device authorization grant (RFC 8628): the default.")
+        var device = false
+
+        @Flag(name: .customLong("client-credentials"), help: "The client credentials grant, for a service (no person, no refresh token).")
+        var clientCredentials = false
+
+        @Flag(help: "Replace a token kept there (its history goes with it) instead of updating it.")
+        var replace = false
+
+        @Flag(help: "Print the token's summary as JSON (never the token itself).")
+        var json = false
+
+        func validate() throws {
+            if device && clientCredentials { throw ValidationError("give --device or --client-credentials, not both") }
+        }
+
+        func run() throws {
+            let scopes = Set(try parseScopes(scope))
+            let keeper = makeKeeper(try store.openStore())
+            let signIn = try ProviderSignIn(keeper: keeper, provider: provider)
+            let (account, replace) = (account, replace)
+            let token: OAuthToken
+            if clientCredentials {
+                token = try runAsync { try await signIn.clientCredentials(account: account, scopes: scopes, replacing: replace) }
+            } else {
+                let started = try runAsync { try await signIn.startDevice(scopes: scopes) }
+                var prompt = "To sign in at \(escaped(signIn.client.provider.name)), open \(escaped(started.verificationURI)) and enter the code "
+                    + "\(escaped(started.userCode))"
+                if let complete = started.verificationURIComplete { prompt += " (or open \(escaped(complete)))" }
+                Terminal.write(Array((prompt + ". Waiting for the approval…\n").utf8), to: 2)
+                token = try runAsync { try await signIn.completeDevice(started, account: account, replacing: replace) }
+            }
+            let granted = token.scopes.filter { $0.value.state == .granted }.map(\.key.rawValue).sorted()
+            if json {
+                struct Report: Encodable { var service: String; var account: String; var granted: [String]; var expires: String? }
+                return print(try jsonLine(Report(service: provider, account: account, granted: granted, expires: token.expiresAt.map(iso8601))))
+            }
+            print("Signed in: the token for \(shownToken(service: provider, account: account)) is kept"
+                  + (granted.isEmpty ? "." : ", granting \(granted.joined(separator: " ")).")
+                  + (token.refreshToken == nil ? "" : " It refreshes with `keysmith token get --fresh`."))
+        }
+    }
+}

@@ -1,0 +1,192 @@
+import Foundation
+import KeysmithTestSupport
+import Testing
+
+/// The provider commands against the real test authorization server (django-oauth-toolkit).
+@Suite("the keysmith command: providers, sign-in and fresh tokens", .enabled(if: OAuthTestServer.available))
+struct ProviderCommandTests {
+    /// A vault with the server's provider kept as `dot` for the client `client` (its secret
+    /// given on a descriptor, never on the command line).
+    static func setUp(_ server: OAuthTestServer, client: String = "ks-password", auth: String? = nil) throws -> Keysmith {
+        let keysmith = try Keysmith.withVault()
+        var arguments = ["provider", "add", "dot", "--issuer", server.url, "--client-id", client, "--device-endpoint", server.url + "/device-authorization/"]
+        if let auth { arguments += ["--client-auth", auth] }
+        let secretFile = keysmith.directory + "/client-secret"
+        try (server.clientSecret + "\n").write(toFile: secretFile, atomically: true, encoding: .utf8)
+        let added: Keysmith.Result
+        if auth == "none" {
+            added = try keysmith.run(arguments)
+        } else {
+            added = try CommandLineMistakesTests.shell(keysmith, "\"$KS\" " + arguments.map { "'\($0)'" }.joined(separator: " ")
+                                                       + " --client-secret-fd 3 3<'\(secretFile)'")
+        }
+        #expect(added.status == 0, "\(added.output)")
+        return keysmith
+    }
+
+    @Test("provider add --issuer fills the endpoints from RFC 8414 metadata; show and list never print the client secret; a provider without a revocation endpoint says so")
+    func addShowList() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server)
+        defer { keysmith.cleanup() }
+        let shown = try keysmith.run(["provider", "show", "dot", "--json"])
+        #expect(shown.status == 0, "\(shown.output)")
+        let provider = try #require(try JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [String: Any])
+        #expect(provider["token_endpoint"] as? String == server.url + "/token/")
+        #expect(provider["revocation_endpoint"] as? String == server.url + "/revoke_token/")
+        #expect(provider["introspection_endpoint"] as? String == server.url + "/introspect/")
+        #expect(provider["client_auth"] as? String == "client_secret_basic")
+        for output in [shown.output, try keysmith.run(["provider", "list", "--json"]).output, try keysmith.run(["provider", "show", "dot"]).output] {
+            #expect(!output.contains(server.clientSecret))
+        }
+        // By hand, without a revocation endpoint: show says tokens cannot be revoked there.
+        let bare = try keysmith.run(["provider", "add", "bare", "--token-endpoint", server.url + "/token/", "--client-id", "ks-device"])
+        #expect(bare.status == 0 && bare.stdout.contains("no revocation endpoint"), "\(bare.output)")
+        #expect(try keysmith.run(["provider", "show", "bare"]).stdout.contains("revocation endpoint: none: tokens cannot be revoked at this provider"))
+        // Refused: plain http to another host, a secret in the URL, a secret for a public client, a name kept already.
+        for (arguments, fragment) in [
+            (["provider", "add", "x", "--token-endpoint", "http://auth.example/token", "--client-id", "c"], "http:// to a host other than this machine"),
+            (["provider", "add", "x", "--token-endpoint", "https://u:pw@auth.example/token", "--client-id", "c"], "holds a user or password"),
+            (["provider", "add", "bare", "--token-endpoint", server.url + "/token/", "--client-id", "c"], "already kept"),
+            (["provider", "add", "x", "--client-id", "c"], "--issuer"),
+        ] {
+            let refused = try keysmith.run(arguments)
+            #expect(refused.status == 64 || refused.status == 7, "\(arguments): \(refused.output)")
+            #expect(refused.stderr.contains(fragment), "\(arguments): \(refused.stderr)")
+            #expect(!refused.stderr.contains("pw@"))
+        }
+        #expect(try keysmith.run(["provider", "remove", "bare"]).status == 0)
+        #expect(try keysmith.run(["provider", "show", "bare"]).status == 2)
+    }
+
+    @Test("token login --client-credentials keeps a token the provider says is active; a wrong client secret is exit 10 and keeps nothing")
+    func clientCredentials() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server, client: "ks-service")
+        defer { keysmith.cleanup() }
+        let login = try keysmith.run(["token", "login", "--provider", "dot", "--account", "reporter", "--scope", "read", "--client-credentials", "--json"])
+        #expect(login.status == 0, "\(login.output)")
+        #expect(login.stdout.contains(#""granted":["read"]"#), "\(login.stdout)")
+        let token = try keysmith.run(["token", "get", "--service", "dot", "--account", "reporter", "--no-newline"]).stdout
+        #expect(try server.isActive(token))
+        #expect(!login.output.contains(token))
+        // A wrong secret: the provider refuses (invalid_client), nothing is kept.
+        let wrong = keysmith.directory + "/wrong"
+        try "not-the-secret\n".write(toFile: wrong, atomically: true, encoding: .utf8)
+        let replaced = try CommandLineMistakesTests.shell(keysmith, "\"$KS\" provider add dot --replace --token-endpoint '\(server.url)/token/' --client-id ks-service --client-secret-fd 3 3<'\(wrong)'")
+        #expect(replaced.status == 0, "\(replaced.output)")
+        let refused = try keysmith.run(["token", "login", "--provider", "dot", "--account", "other", "--scope", "read", "--client-credentials"])
+        #expect(refused.status == 10 && refused.stderr.contains("invalid_client"), "\(refused.output)")
+        #expect(try keysmith.run(["token", "get", "--service", "dot", "--account", "other"]).status == 2)
+    }
+
+    @Test("token login --device prints the code, waits for the approval and keeps the token; denied, it is exit 10 and keeps nothing")
+    func deviceFlow() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server, client: "ks-device", auth: "none")
+        defer { keysmith.cleanup() }
+        for deny in [false, true] {
+            let account = deny ? "denied" : "alice"
+            let stderr = keysmith.directory + "/login-\(account).err"
+            let login = try SpawnedProcess(Keysmith.binary, ["token", "login", "--provider", "dot", "--account", account, "--scope", "read write"],
+                                           environment: keysmith.environment, directory: keysmith.directory,
+                                           standardOutput: .file(keysmith.directory + "/login-\(account).out"), standardError: .file(stderr), deadline: 120)
+            // The code appears on standard error; the person (here, the test) approves it.
+            var code: String?
+            let deadline = Date().addingTimeInterval(30)
+            while code == nil, Date() < deadline {
+                let text = (try? String(contentsOfFile: stderr, encoding: .utf8)) ?? ""
+                if let range = text.range(of: #"enter the code ([A-Z0-9]+)"#, options: .regularExpression) {
+                    code = String(text[range].split(separator: " ").last!)
+                } else {
+                    Thread.sleep(forTimeInterval: 0.05)
+                }
+            }
+            let userCode = try #require(code, "no code printed")
+            var form = ["user_code": userCode, "user": "alice"]
+            if deny { form["deny"] = "1" }
+            #expect(try server.request("/test/approve-device", form: form).status == 200)
+            login.waitUntilExit()
+            let output = (try? String(contentsOfFile: stderr, encoding: .utf8)) ?? ""
+            if deny {
+                #expect(login.terminationStatus == 10 && output.contains("access_denied"), "\(output)")
+                #expect(try keysmith.run(["token", "get", "--service", "dot", "--account", account]).status == 2)
+            } else {
+                #expect(login.terminationStatus == 0, "\(output)")
+                let token = try keysmith.run(["token", "get", "--service", "dot", "--account", account, "--no-newline"]).stdout
+                #expect(try server.isActive(token))
+                #expect(try keysmith.run(["token", "get", "--service", "dot", "--account", account, "--refresh"]).status == 0)
+            }
+        }
+    }
+
+    @Test("token get --fresh: 8 processes, 50 calls each, on one grant whose access tokens live 2 s, reuse protection on: every call succeeds with the provider's current token (no invalid_grant), the grant lives, the provider saw as many refreshes as the audit log, at most one per second")
+    func raceOfRefreshes() throws {
+        let server = try OAuthTestServer(accessSeconds: 2)
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server)
+        defer { keysmith.cleanup() }
+        let imported = try keysmith.run(["token", "import", "--service", "dot", "--account", "alice", "--requested", "read write"],
+                                        stdin: try server.passwordGrant())
+        #expect(imported.status == 0, "\(imported.output)")
+        // Each worker: `token get --fresh`, then introspection of what it got, at once.
+        let worker = keysmith.directory + "/worker.py"
+        try """
+            import base64, json, subprocess, sys, time, urllib.parse, urllib.request
+            url, secret, out = sys.argv[1], sys.argv[2], sys.argv[3]
+            auth = "Basic " + base64.b64encode(("ks-password:" + secret).encode()).decode()
+            with open(out, "w") as log:
+                for i in range(50):
+                    run = subprocess.run([sys.argv[4], "token", "get", "--service", "dot", "--account", "alice", "--fresh",
+                                          "--min-validity", "1s", "--no-newline"], capture_output=True, text=True)
+                    if run.returncode != 0:
+                        log.write("fail %d %s\\n" % (run.returncode, run.stderr.strip())); continue
+                    request = urllib.request.Request(url + "/introspect/", data=urllib.parse.urlencode({"token": run.stdout}).encode(),
+                                                     headers={"Authorization": auth})
+                    active = json.load(urllib.request.urlopen(request, timeout=30)).get("active")
+                    if active is True:
+                        log.write("active\\n"); continue
+                    # Inactive: the provider revokes an access token when its grant is refreshed,
+                    # so another process's refresh since may have ended it ("superseded"). Still
+                    # the kept token, it was handed out dead ("stale").
+                    now = subprocess.run([sys.argv[4], "token", "get", "--service", "dot", "--account", "alice", "--no-newline"],
+                                         capture_output=True, text=True).stdout
+                    log.write(("superseded" if now != run.stdout else "stale") + "\\n")
+            """.write(toFile: worker, atomically: true, encoding: .utf8)
+        let python = try #require(ProcessInfo.processInfo.environment["KEYSMITH_TEST_OAUTH_PYTHON"])
+        let started = Date()
+        let workers = try (0..<8).map { index in
+            try SpawnedProcess(python, [worker, server.url, server.clientSecret, keysmith.directory + "/worker-\(index).log", Keysmith.binary],
+                               environment: keysmith.environment, directory: keysmith.directory,
+                               standardError: .file(keysmith.directory + "/worker-\(index).err"), deadline: 600)
+        }
+        for worker in workers { worker.waitUntilExit() }
+        let elapsed = Date().timeIntervalSince(started)
+        var lines: [String] = []
+        for index in 0..<8 {
+            #expect(workers[index].terminationStatus == 0, "\((try? String(contentsOfFile: keysmith.directory + "/worker-\(index).err", encoding: .utf8)) ?? "")")
+            lines += ((try? String(contentsOfFile: keysmith.directory + "/worker-\(index).log", encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        }
+        #expect(lines.count == 400)
+        // Every call succeeded (no invalid_grant, no lock timeout), and every token was the
+        // provider's current one when it was handed out: active, or ended since by the next
+        // refresh (django-oauth-toolkit revokes the previous access token when it rotates).
+        #expect(lines.allSatisfy { $0 == "active" || $0 == "superseded" }, "\(lines.filter { $0 != "active" && $0 != "superseded" }.prefix(5))")
+        #expect(try server.request("/test/grant-alive?client_id=ks-password").json["alive"] as? Bool == true)
+        let issued = try #require(try server.request("/test/refreshes?client_id=ks-password").json["issued"] as? Int)
+        let refreshes = issued - 1  // the first refresh token came with the grant
+        // One refresh per expiry: a token is refreshed once it has less than 1 s of its 2 s left,
+        // so about one refresh a second, and never more than one per second of the run.
+        let audit = try keysmith.run(["audit", "show", "--event", "refresh", "--json"])
+        let audited = audit.stdout.components(separatedBy: "\"event\":\"refresh\"").count - 1
+        #expect(audited == refreshes, "the audit log has \(audited) refreshes, the provider saw \(refreshes)")
+        #expect(refreshes >= 1 && Double(refreshes) <= elapsed + 1, "\(refreshes) refreshes in \(elapsed) s")
+        let active = lines.filter { $0 == "active" }.count, superseded = lines.filter { $0 == "superseded" }.count
+        print("refresh race: 8 processes x 50 `token get --fresh --min-validity 1s`, 2 s tokens: \(refreshes) refreshes in "
+              + "\(String(format: "%.1f", elapsed)) s; of \(lines.count) tokens, \(active) introspected active, \(superseded) had been ended "
+              + "by the next refresh by then, \(lines.count - active - superseded) stale")
+    }
+}

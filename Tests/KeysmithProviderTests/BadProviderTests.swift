@@ -1,0 +1,90 @@
+import Foundation
+import Keysmith
+import KeysmithProvider
+import KeysmithTestSupport
+import KeysmithTokens
+import Testing
+
+/// A provider that answers wrongly: each answer is a clear error of its kind, nothing is kept,
+/// nothing crashes, and nothing the server wrote reaches a message unescaped.
+@Suite("providers: bad answers", .enabled(if: OAuthTestServer.available))
+struct BadProviderTests {
+    /// The misbehaving server (scripts/oauth_server/bad_server.py), on a port of its own.
+    final class BadServer {
+        let process: SpawnedProcess
+        let url: String
+        let directory: String
+
+        init() throws {
+            let environment = ProcessInfo.processInfo.environment
+            let python = try #require(environment["KEYSMITH_TEST_OAUTH_PYTHON"])
+            let script = URL(fileURLWithPath: try #require(environment["KEYSMITH_TEST_OAUTH_SERVER"])).deletingLastPathComponent().path + "/bad_server.py"
+            directory = FileManager.default.temporaryDirectory.appendingPathComponent("keysmith-bad-\(UUID().uuidString.prefix(8))").path
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            process = try SpawnedProcess(python, [script, directory + "/port"], standardError: .file(directory + "/err"), deadline: 600)
+            var port: String?
+            for _ in 0..<400 where port == nil {
+                port = try? String(contentsOfFile: directory + "/port", encoding: .utf8)
+                if port == nil { Thread.sleep(forTimeInterval: 0.025) }
+            }
+            url = "http://127.0.0.1:" + (try #require(port))
+        }
+
+        deinit {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+    }
+
+    func signIn(_ server: BadServer, path: String, timeout: Duration = .seconds(10)) throws -> (ProviderSignIn, MemoryStore) {
+        let store = MemoryStore()
+        try ProviderRegistry(store: store).add(OAuthProvider(name: "bad", tokenEndpoint: server.url + path, clientID: "c"))
+        return (try ProviderSignIn(keeper: TokenKeeper(store: store), provider: "bad", timeout: timeout), store)
+    }
+
+    @Test("each bad answer is a ProviderError of its kind, escaped onto one line, and nothing is kept", arguments: [
+        ("/oversize", ProviderError.Kind.badResponse, "over 256 KiB"),
+        ("/not-json", .badResponse, "not a JSON object"),
+        ("/wrong-types", .badResponse, "no access_token string"),
+        ("/expires-text", .badResponse, "expires_in that is not a number"),
+        ("/missing", .badResponse, "no access_token"),
+        ("/redirect", .badResponse, "redirect (HTTP 302)"),
+        ("/error", .rejected, "invalid_grant: line one\\nline two \\u{1B}[31mred"),
+        ("/unavailable", .unreachable, "unavailable for now (HTTP 503)"),
+        ("/slow", .timedOut, "did not answer in time"),
+    ])
+    func badAnswers(path: String, kind: ProviderError.Kind, fragment: String) async throws {
+        let server = try BadServer()
+        let (signIn, store) = try signIn(server, path: path, timeout: .seconds(2))
+        let error = await #expect(throws: ProviderError.self) {
+            _ = try await signIn.clientCredentials(account: "a", scopes: [try Scope("read")])
+        }
+        #expect(error?.kind == kind, "\(String(describing: error))")
+        #expect(error?.message.contains(fragment) == true, "\(String(describing: error?.message))")
+        #expect(error?.message.contains("\n") == false && error?.message.contains("\u{1b}") == false)
+        if path == "/unavailable" { #expect(error?.retryAfter == 7) }
+        #expect(try store.search(ItemQuery(recordType: .oauthToken)).isEmpty)
+    }
+
+    @Test("a good answer from the same server is kept (the harness is not what fails above)")
+    func goodAnswer() async throws {
+        let server = try BadServer()
+        let (signIn, store) = try signIn(server, path: "/good")
+        let token = try await signIn.clientCredentials(account: "a", scopes: [try Scope("read")])
+        #expect(token.accessToken == "good")
+        #expect(try TokenKeeper(store: store).token(service: "bad", account: "a")?.accessToken == "good")
+    }
+
+    @Test("endpoints are checked before anything is sent: http to another host, credentials in the URL, a fragment, another scheme")
+    func endpointChecks() throws {
+        for url in ["http://auth.example/token", "https://user:pw@auth.example/token", "https://auth.example/token#x", "ftp://auth.example/token", "token"] {
+            let error = #expect(throws: KeysmithError.self) { try OAuthProvider(name: "p", tokenEndpoint: url, clientID: "c").validate() }
+            #expect(error?.code == .invalidArgument, "\(url)")
+            #expect(error?.message.contains("pw") == false)
+        }
+        for url in ["https://auth.example/token", "http://127.0.0.1:8080/token", "http://localhost/token", "http://[::1]:9/token"] {
+            #expect(throws: Never.self, "\(url)") { try OAuthProvider(name: "p", tokenEndpoint: url, clientID: "c").validate() }
+        }
+    }
+}
