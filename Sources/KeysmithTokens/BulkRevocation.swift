@@ -126,6 +126,27 @@ extension TokenKeeper {
         scopes: [Scope], matching filter: TokenFilter, reason: String, dryRun: Bool = false,
         progress: ((Int, Int) -> Void)? = nil
     ) throws -> BulkRevocationReport {
+        try bulkRevoke(scopes: scopes, matching: filter, reason: reason, dryRun: dryRun, progress: progress, alongside: nil)
+    }
+
+    /// Revokes scopes across every matching token as ``revoke(scopes:matching:reason:dryRun:progress:)``
+    /// does, and ends each changed token's grant: the token is made inactive (every scope
+    /// revoked), and `alongside` is given each changed token as it was read and returns
+    /// operations committed in the same batch (the KeysmithProvider module queues each
+    /// revocation at the provider this way, all or nothing with the local change).
+    public func revokeEndingGrants(
+        scopes: [Scope], matching filter: TokenFilter, reason: String, progress: ((Int, Int) -> Void)? = nil,
+        alongside: (TokenReference, OAuthToken) throws -> [StoreOperation]
+    ) throws -> BulkRevocationReport {
+        try withoutActuallyEscaping(alongside) { alongside in
+            try bulkRevoke(scopes: scopes, matching: filter, reason: reason, dryRun: false, progress: progress, alongside: alongside)
+        }
+    }
+
+    private func bulkRevoke(
+        scopes: [Scope], matching filter: TokenFilter, reason: String, dryRun: Bool, progress: ((Int, Int) -> Void)?,
+        alongside: ((TokenReference, OAuthToken) throws -> [StoreOperation])?
+    ) throws -> BulkRevocationReport {
         let scopes = Array(Set(scopes)).sorted()
         guard !scopes.isEmpty else { throw KeysmithError.invalidArgument("name at least one scope to revoke") }
         var report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
@@ -133,6 +154,7 @@ extension TokenKeeper {
         try commit(at: time) { _ in
             report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
             var tokens: [StoreOperation] = []
+            var extra: [StoreOperation] = []
             var examined = 0
             var heardOf = Set<Scope>()
             // One pass, a chunk at a time: each token is read (and decrypted) once.
@@ -149,6 +171,10 @@ extension TokenKeeper {
                     // refresh would bring it back otherwise).
                     let granted = scopes.filter { token.scopes[$0]?.state == .granted }
                     guard !granted.isEmpty else { continue }
+                    if let alongside {
+                        extra += try alongside(TokenReference(service: service, account: account), token)
+                        _ = token.revokeAll(reason: reason, at: time)
+                    }
                     for scope in granted { try token.revoke(scope, reason: reason, at: time) }
                     report.changed += 1
                     report.changedTokens.append(TokenReference(service: service, account: account))
@@ -175,7 +201,7 @@ extension TokenKeeper {
                               "bulk: \(reason); service \(filter.service ?? "*"); client \(filter.clientID ?? "*"); "
                                   + "subject \(filter.subject ?? "*"); \(tokens.count) token(s)",
                               tokens: report.changedTokens.map(\.description))
-            return (tokens, [event])
+            return (tokens + extra, [event])
         }
         return report
     }

@@ -342,6 +342,67 @@ public final class TokenKeeper: Sendable {
         } extra: { deletion }
     }
 
+    /// Ends a token here and commits other records with it, in one commit with one audit
+    /// entry: the scopes named (every scope when `scopes` is `nil`) revoked and the token made
+    /// inactive, as ``revokeAll(service:account:reason:)`` does, or with `deleting` the token
+    /// deleted. `alongside` is given the token as it was read and returns the operations to
+    /// commit beside the change (the KeysmithProvider module queues the revocation at the
+    /// provider this way: the local revocation and the queued one are durable together or not
+    /// at all). A token already inactive is committed again when `alongside` returns operations.
+    ///
+    /// ```swift
+    /// try keeper.endToken(service: "news", account: "bob", scopes: nil, reason: "left the team", event: "revoke-all") { token in
+    ///     [.create(ItemAttributes(key: myRecordKey), secret: Data(token.refreshToken!.utf8))]
+    /// }
+    /// ```
+    ///
+    /// - Throws: `KeysmithError.Code.itemNotFound` for no such token, or a scope it never had;
+    ///   what `alongside` throws; a store failure. Nothing is committed then.
+    @discardableResult
+    public func endToken(service: String, account: String, scopes: [Scope]?, deleting: Bool = false, reason: String, event: String,
+                         alongside: (OAuthToken) throws -> [StoreOperation]) throws -> OAuthToken {
+        let time = now
+        var result: OAuthToken?
+        var extra: [StoreOperation] = []
+        try commit(at: time) { _ in
+            guard let (read, version, record) = try self.versionedToken(service: service, account: account) else {
+                throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
+            }
+            extra = try alongside(read)
+            var token = read
+            if let scopes {
+                for scope in scopes { _ = try token.revoke(scope, reason: reason, at: time) }
+            }
+            _ = token.revokeAll(reason: reason, at: time)
+            result = token
+            let touched = token.scopes.filter { read.scopes[$0.key]?.state != $0.value.state }.map(\.key.rawValue).sorted()
+            if deleting {
+                extra.insert(.delete(Self.key(service: service, account: account), ifVersion: version), at: 0)
+                return ([], [Event(event, service, account, touched, reason)])
+            }
+            return ([Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record)],
+                    [Event(event, service, account, touched, reason)])
+        } extra: { extra }
+        guard let result else { throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)") }
+        return result
+    }
+
+    /// Appends one audit entry, with other operations in the same commit (for modules that
+    /// keep records of their own beside the tokens: the provider's revocation outbox records
+    /// each confirmation and failure this way).
+    ///
+    /// - Parameters:
+    ///   - event: The entry's event, such as `provider-revoke`.
+    ///   - service: The token's service (`*` for none).
+    ///   - account: The token's account (`*` for none).
+    ///   - detail: What happened, for people (never a secret).
+    ///   - alongside: Operations committed with the entry.
+    ///   - tokens: The tokens the entry is about, for an entry about many (`ACCOUNT at SERVICE`).
+    public func recordEvent(_ event: String, service: String, account: String, detail: String, tokens: [TokenReference] = [],
+                            alongside: [StoreOperation] = []) throws {
+        try commit(at: now) { _ in ([], [Event(event, service, account, [], detail, tokens: tokens.map(\.description))]) } extra: { alongside }
+    }
+
     /// Verifies the audit log's hash chain, and against ``auditAnchor`` that the log still
     /// reaches the newest entry this machine saw, unchanged. An intact log moves the anchor up.
     public func verifyAuditLog() throws -> AuditVerification { try AuditLog.verify(in: store, anchor: auditAnchor) }

@@ -285,3 +285,85 @@ extension KeysmithCommand.Token {
         }
     }
 }
+
+/// Ends a token here and at its provider: the local change and the queued revocation in one
+/// commit, then one attempt to send it. A provider that cannot be reached leaves it queued
+/// (`keysmith token outbox --send` sends it again); it is not lost.
+func revokeAtProvider(_ keeper: TokenKeeper, _ location: TokenLocation, scopes: [Scope]?, deleting: Bool = false, reason: String, json: Bool) throws {
+    let outbox = RevocationOutbox(keeper: keeper)
+    let queued = try outbox.revoke(service: location.service, account: location.account, scopes: scopes, deleting: deleting, reason: reason)
+    let report = runAsyncReport(outbox)
+    let state = queued == nil ? "nothing to revoke" : report.confirmed > 0 && report.pending == 0 && report.failed == 0 ? "confirmed"
+        : report.failed > 0 ? "failed" : "pending"
+    if json {
+        struct Document: Encodable { var service: String; var account: String; var provider: String }
+        print(try jsonLine(Document(service: location.service, account: location.account, provider: state)))
+    } else {
+        let here = deleting ? "Deleted the token for \(location.shown)" : "Revoked every scope of the token for \(location.shown)"
+        switch state {
+        case "confirmed": print("\(here); the provider confirmed the revocation.")
+        case "nothing to revoke": print("\(here); it held no token to revoke at the provider.")
+        default:
+            print("\(here); the revocation at the provider is queued (\(state)): see `keysmith token outbox`.")
+        }
+    }
+    if state == "pending", let entry = try outbox.entries().first(where: { $0.id == queued }), let why = entry.lastError {
+        Terminal.write(Array("keysmith: the provider has not confirmed yet: \(why); it stays queued and is sent again by `keysmith token outbox --send`\n".utf8), to: 2)
+    }
+}
+
+/// Sends what is due in the outbox, from a synchronous command.
+func runAsyncReport(_ outbox: RevocationOutbox, force: Bool = false) -> RevocationOutbox.SendReport {
+    (try? runAsync { await outbox.send(force: force) }) ?? RevocationOutbox.SendReport()
+}
+
+extension KeysmithCommand.Token {
+    /// The revocations queued for providers.
+    struct Outbox: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "outbox",
+            abstract: "Show the revocations queued for providers (pending or failed, and why); --send sends them now.",
+            discussion: """
+                A revocation with --at-provider is queued in the store in the same commit as the local \
+                change, and stays until the provider confirms it. With --send, every pending entry is sent \
+                now (refresh token first), at most 8 at a time per provider. Exit 0 when nothing is left \
+                pending or failed; 11 when some are still pending (the provider was unreachable: they are \
+                sent again later); 10 when some failed for good (named, with why).
+                """)
+
+        @OptionGroup var store: StoreOptions
+
+        @Flag(help: "Send every pending revocation now.")
+        var send = false
+
+        @Flag(help: "Print one JSON document.")
+        var json = false
+
+        func run() throws {
+            let outbox = RevocationOutbox(keeper: makeKeeper(try store.openStore()))
+            var confirmed = 0
+            if send { confirmed = runAsyncReport(outbox, force: true).confirmed }
+            let entries = try outbox.entries()
+            if json {
+                struct Entry: Encodable {
+                    var id: String; var provider: String; var account: String; var state: String; var attempts: Int
+                    var queued: String; var next_attempt: String; var last_error: String?; var reason: String
+                }
+                struct Document: Encodable { var confirmed: Int; var entries: [Entry] }
+                print(try jsonLine(Document(confirmed: confirmed, entries: entries.map {
+                    Entry(id: $0.id, provider: $0.provider, account: $0.account, state: $0.state, attempts: $0.attempts, queued: iso8601($0.queuedAt),
+                          next_attempt: iso8601($0.nextAttemptAt), last_error: $0.lastError, reason: $0.reason)
+                })))
+            } else {
+                if send { print("Confirmed \(confirmed) revocation(s).") }
+                for entry in entries {
+                    print("\(entry.state)\t\(escaped(entry.account)) at \(escaped(entry.provider))\tattempts \(entry.attempts)"
+                          + (entry.lastError.map { "\t\(escaped($0))" } ?? ""))
+                }
+                if entries.isEmpty && !send { print("No revocation is queued.") }
+            }
+            if entries.contains(where: { $0.state == "failed" }) { throw CommandFailure.silent(ExitCode(10)) }
+            if !entries.isEmpty { throw CommandFailure.silent(ExitCode(11)) }
+        }
+    }
+}

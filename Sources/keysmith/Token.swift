@@ -35,7 +35,7 @@ extension KeysmithCommand {
     struct Token: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "token", 
             abstract: "Import OAuth tokens and inspect, check and revoke their scopes.",
-            subcommands: [Import.self, Login.self, List.self, Get.self, Scopes.self, Revoke.self, RevokeAll.self, Check.self, Introspect.self,
+            subcommands: [Import.self, Login.self, Outbox.self, List.self, Get.self, Scopes.self, Revoke.self, RevokeAll.self, Check.self, Introspect.self,
                           Delete.self]
         )
     }
@@ -198,10 +198,17 @@ extension KeysmithCommand.Token {
         @Flag(help: "Print the token as stored afterwards as one JSON document.")
         var json = false
 
+        @Flag(name: .customLong("at-provider"), help: "Also revoke at the token's provider (RFC 7009): the whole grant ends there, and the token becomes inactive here.")
+        var atProvider = false
+
         func run() throws {
             let revoking = try parseScopes(scopes)
             guard !revoking.isEmpty else { throw ValidationError("name at least one scope to revoke") }
             let keeper = makeKeeper(try store.openStore())
+            if atProvider {
+                try revokeAtProvider(keeper, location, scopes: revoking, reason: reason, json: json)
+                return
+            }
             let token = try keeper.revoke(revoking, service: location.service, account: location.account, reason: reason)
             if json { return try printTokenDocument(location, token, at: keeper.now) }
             print("Revoked \(Scope.formatList(revoking)) for \(location.shown).")
@@ -222,8 +229,15 @@ extension KeysmithCommand.Token {
         @Flag(help: "Print the token as stored afterwards as one JSON document.")
         var json = false
 
+        @Flag(name: .customLong("at-provider"), help: "Also revoke at the token's provider (RFC 7009), refresh token first.")
+        var atProvider = false
+
         func run() throws {
             let keeper = makeKeeper(try store.openStore())
+            if atProvider {
+                try revokeAtProvider(keeper, location, scopes: nil, reason: reason, json: json)
+                return
+            }
             let token = try keeper.revokeAll(service: location.service, account: location.account, reason: reason)
             if json { return try printTokenDocument(location, token, at: keeper.now) }
             print("Revoked every scope of the token for \(location.shown).")
@@ -471,8 +485,16 @@ extension KeysmithCommand.Token {
         @OptionGroup var store: StoreOptions
         @OptionGroup var location: TokenLocation
 
+        @Flag(name: .customLong("at-provider"), help: "Revoke it at its provider first (RFC 7009; queued until the provider confirms).")
+        var atProvider = false
+
         func run() throws {
-            try makeKeeper(try store.openStore()).delete(service: location.service, account: location.account)
+            let keeper = makeKeeper(try store.openStore())
+            if atProvider {
+                try revokeAtProvider(keeper, location, scopes: nil, deleting: true, reason: "deleted with keysmith", json: false)
+                return
+            }
+            try keeper.delete(service: location.service, account: location.account)
             print("Deleted the token for \(location.shown).")
         }
     }
@@ -735,6 +757,10 @@ extension KeysmithCommand {
         @Flag(help: "Print the report as JSON.")
         var json = false
 
+        @Flag(name: .customLong("at-provider"),
+              help: "Also revoke each changed token at its provider (RFC 7009): its grant ends there and it becomes inactive here; queued until confirmed.")
+        var atProvider = false
+
         @Flag(help: "Do not ask before revoking from every token (no --service, --client or --subject) on a terminal.")
         var yes = false
 
@@ -774,10 +800,14 @@ extension KeysmithCommand {
             let waitLimit = try parseDuration(waitTimeout)
             let keeper = makeKeeper(opened)
             let bar = ProgressBar(enabled: Terminal.isTerminal(2))
-            let report = try keeper.revoke(
-                scopes: revoking, matching: TokenFilter(service: service, clientID: client, subject: subject),
-                reason: reason, dryRun: dryRun, progress: bar.update)
+            let filter = TokenFilter(service: service, clientID: client, subject: subject)
+            let report = atProvider && !dryRun
+                ? try RevocationOutbox(keeper: keeper).revoke(scopes: revoking, matching: filter, reason: reason)
+                : try keeper.revoke(scopes: revoking, matching: filter, reason: reason, dryRun: dryRun, progress: bar.update)
             bar.finish()
+            // The queued revocations at the providers: sent now, at most 8 at a time per provider;
+            // what is not confirmed stays queued (`keysmith token outbox`).
+            let sent = atProvider && !dryRun ? runAsyncReport(RevocationOutbox(keeper: keeper)) : RevocationOutbox.SendReport()
             var pending: [PendingWatcher] = []
             if wait, !dryRun, let postgres = opened as? PostgresStore, postgres.lastCommittedSequence > 0 {
                 pending = try postgres.waitForWatchers(through: postgres.lastCommittedSequence,
@@ -802,9 +832,17 @@ extension KeysmithCommand {
                     document.removeLast()
                     document += ",\"not_acknowledged\":[" + pending.map { jsonString($0.name) }.joined(separator: ",") + "]}"
                 }
+                if atProvider && !dryRun {
+                    document.removeLast()
+                    document += ",\"at_provider\":{\"confirmed\":\(sent.confirmed),\"pending\":\(sent.pending),\"failed\":\(sent.failed)}}"
+                }
                 print(document)
             } else {
                 print("\(dryRun ? "Would revoke" : "Revoked") \(names) on \(report.changed) of \(report.matched) matching token(s).")
+                if atProvider && !dryRun {
+                    print("At the providers: \(sent.confirmed) revocation(s) confirmed, \(sent.pending) still queued, \(sent.failed) failed"
+                          + (sent.pending + sent.failed > 0 ? " (see `keysmith token outbox`)." : "."))
+                }
                 if wait && pending.isEmpty { print("Every live watcher applied it.") }
             }
             if !pending.isEmpty {

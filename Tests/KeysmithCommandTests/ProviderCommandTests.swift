@@ -189,4 +189,94 @@ struct ProviderCommandTests {
               + "\(String(format: "%.1f", elapsed)) s; of \(lines.count) tokens, \(active) introspected active, \(superseded) had been ended "
               + "by the next refresh by then, \(lines.count - active - superseded) stale")
     }
+
+    /// The access and refresh tokens of a kept token.
+    static func tokens(_ keysmith: Keysmith, account: String) throws -> (access: String, refresh: String) {
+        (try keysmith.run(["token", "get", "--service", "dot", "--account", account, "--no-newline"]).stdout,
+         try keysmith.run(["token", "get", "--service", "dot", "--account", account, "--refresh", "--no-newline"]).stdout)
+    }
+
+    @Test("token revoke-all --at-provider: the provider confirms, both tokens introspect inactive, the audit log records it; with the server down it stays queued and a second process sends it when the server is back")
+    func revokeAtProvider() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server)
+        defer { keysmith.cleanup() }
+        for account in ["alice", "bob"] {
+            let imported = try keysmith.run(["token", "import", "--service", "dot", "--account", account, "--requested", "read write"],
+                                            stdin: try server.passwordGrant(user: account))
+            #expect(imported.status == 0, "\(imported.output)")
+        }
+        let alice = try Self.tokens(keysmith, account: "alice")
+        #expect(try server.isActive(alice.access))
+        let revoked = try keysmith.run(["token", "revoke-all", "--service", "dot", "--account", "alice", "--at-provider", "--json"])
+        #expect(revoked.status == 0 && revoked.stdout.contains(#""provider":"confirmed""#), "\(revoked.output)")
+        #expect(try !server.isActive(alice.access) && !server.refreshWorks(alice.refresh))
+        #expect(try keysmith.run(["token", "check", "--service", "dot", "--account", "alice", "read"]).status == 3)
+        let audit = try keysmith.run(["audit", "show", "--json"]).stdout
+        #expect(audit.contains(#""event":"provider-revoke""#), "\(audit)")
+        #expect(!audit.contains(alice.access) && !audit.contains(alice.refresh))
+        #expect(try keysmith.run(["token", "outbox"]).status == 0)
+
+        // The server is down: revoked here at once, queued for the provider.
+        let bob = try Self.tokens(keysmith, account: "bob")
+        server.stop()
+        let queued = try keysmith.run(["token", "revoke-all", "--service", "dot", "--account", "bob", "--at-provider"])
+        #expect(queued.status == 0 && queued.stdout.contains("queued (pending)"), "\(queued.output)")
+        #expect(try keysmith.run(["token", "check", "--service", "dot", "--account", "bob", "read"]).status == 3)
+        let pending = try keysmith.run(["token", "outbox", "--json"])
+        #expect(pending.status == 11 && pending.stdout.contains(#""state":"pending""#) && pending.stdout.contains("refused the connection"), "\(pending.output)")
+        #expect(!pending.stdout.contains(bob.refresh) && !pending.stdout.contains(bob.access))
+        try server.start()
+        #expect(try server.isActive(bob.access))
+        // Another process sends it.
+        let sent = try keysmith.run(["token", "outbox", "--send"])
+        #expect(sent.status == 0 && sent.stdout.contains("Confirmed 1 revocation(s)."), "\(sent.output)")
+        #expect(try !server.isActive(bob.access) && !server.refreshWorks(bob.refresh))
+        let events = try keysmith.run(["audit", "show", "--json"]).stdout
+        #expect(events.contains(#""event":"provider-revoke-retry""#) && events.components(separatedBy: #""event":"provider-revoke""#).count == 3, "\(events)")
+    }
+
+    @Test("--at-provider at a provider without a revocation endpoint is refused, naming why, and changes nothing here either")
+    func noRevocationEndpoint() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server)
+        defer { keysmith.cleanup() }
+        let secretFile = keysmith.directory + "/client-secret"
+        let replaced = try CommandLineMistakesTests.shell(keysmith, "\"$KS\" provider add dot --replace --token-endpoint '\(server.url)/token/' --client-id ks-password --client-secret-fd 3 3<'\(secretFile)'")
+        #expect(replaced.status == 0, "\(replaced.output)")
+        try keysmith.run(["token", "import", "--service", "dot", "--account", "alice", "--requested", "read write"], stdin: try server.passwordGrant())
+        for arguments in [["token", "revoke-all", "--service", "dot", "--account", "alice", "--at-provider"],
+                          ["token", "delete", "--service", "dot", "--account", "alice", "--at-provider"],
+                          ["revoke", "--scope", "read", "--service", "dot", "--at-provider"]] {
+            let refused = try keysmith.run(arguments)
+            #expect(refused.status == 64 && refused.stderr.contains("no revocation endpoint"), "\(arguments): \(refused.output)")
+        }
+        #expect(try keysmith.run(["token", "check", "--service", "dot", "--account", "alice", "read", "write"]).status == 0)
+        #expect(try keysmith.run(["token", "outbox"]).status == 0)
+    }
+
+    @Test("bulk revoke --at-provider: every changed token's grant is revoked at the provider, 8 requests at a time; the figure is printed")
+    func bulkRevokeAtProvider() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server)
+        defer { keysmith.cleanup() }
+        let count = Int(ProcessInfo.processInfo.environment["KEYSMITH_PROVIDER_BULK_COUNT"] ?? "") ?? 100  // 1,000 for the figure in the notes
+        var lines: [String] = []
+        for index in 0..<count {
+            lines.append(#"{"service":"dot","account":"user\#(index)","requested":"read write","response":\#(try server.passwordGrant(user: index % 2 == 0 ? "alice" : "bob"))}"#)
+        }
+        let imported = try keysmith.run(["token", "import", "--batch"], stdin: lines.joined(separator: "\n"))
+        #expect(imported.status == 0, "\(imported.output)")
+        let sample = try Self.tokens(keysmith, account: "user7")
+        let started = Date()
+        let revoked = try keysmith.run(["revoke", "--scope", "write", "--service", "dot", "--at-provider", "--json"])
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(revoked.status == 0 && revoked.stdout.contains(#""at_provider":{"confirmed":\#(count),"pending":0,"failed":0}"#), "\(revoked.output)")
+        #expect(try !server.isActive(sample.access) && !server.refreshWorks(sample.refresh))
+        #expect(try server.request("/test/grant-alive?client_id=ks-password").json["alive"] as? Bool == false)
+        print("bulk revocation at the provider: \(count) tokens (refresh and access token each) in \(String(format: "%.2f", elapsed)) s, 8 requests at a time")
+    }
 }

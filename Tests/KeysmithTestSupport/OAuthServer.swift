@@ -114,6 +114,12 @@ public final class OAuthTestServer: @unchecked Sendable {
         return String(decoding: data, as: UTF8.self)
     }
 
+    /// Whether the provider still takes a refresh token (django-oauth-toolkit introspects access
+    /// tokens only). Using it spends it: ask only of a token that should be dead.
+    public func refreshWorks(_ refreshToken: String) throws -> Bool {
+        try request("/token/", form: ["grant_type": "refresh_token", "refresh_token": refreshToken], basic: ("ks-password", clientSecret)).status == 200
+    }
+
     /// Whether the provider says a token is active (introspection as the `ks-password` client).
     public func isActive(_ token: String) throws -> Bool {
         let (status, json) = try request("/introspect/", form: ["token": token], basic: ("ks-password", clientSecret))

@@ -38,6 +38,10 @@ LOGGING = {"version": 1, "disable_existing_loggers": False,
            "handlers": {"file": {"class": "logging.FileHandler", "filename": os.path.join(BASE, "server.log")}},
            "root": {"handlers": ["file"], "level": "WARNING"}}
 
+# Test-only: client secrets and passwords hashed fast (Django's default, PBKDF2 with a million
+# rounds, made every confidential client's request cost half a second on the test machine).
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
 OAUTH2_PROVIDER = {
     "ACCESS_TOKEN_EXPIRE_SECONDS": int(os.environ.get("KEYSMITH_OAUTH_ACCESS_SECONDS", "3600")),
     "ROTATE_REFRESH_TOKEN": True,

@@ -1,0 +1,295 @@
+public import Keysmith
+public import KeysmithTokens
+import Foundation
+
+extension KeysmithRecordType {
+    /// A revocation at a provider that is queued until the provider confirms it
+    /// (``RevocationOutbox``); it holds the tokens to revoke, sealed like every record.
+    public static let providerRevocation = KeysmithRecordType(rawValue: "provider-revocation")
+}
+
+/// One queued revocation, as ``RevocationOutbox/entries()`` lists it (never its tokens).
+public struct QueuedRevocation: Sendable, Hashable, Codable {
+    /// The entry's id.
+    public var id: String
+    /// The provider (the token's service).
+    public var provider: String
+    /// The token's account.
+    public var account: String
+    /// Why it was revoked.
+    public var reason: String
+    /// When it was queued.
+    public var queuedAt: Date
+    /// Requests made so far.
+    public var attempts: Int
+    /// When the next attempt is due.
+    public var nextAttemptAt: Date
+    /// The last failure, when there was one.
+    public var lastError: String?
+    /// `pending` (to be sent, or sent again) or `failed` (the provider cannot revoke it: no
+    /// revocation endpoint, or it refused for good); a confirmed one is removed.
+    public var state: String
+    /// The tokens still to revoke, refresh token first (kept in the record only).
+    var tokens: [PendingToken]
+
+    struct PendingToken: Sendable, Hashable, Codable {
+        var token: String
+        var hint: String
+    }
+}
+
+/// Revocations at providers (RFC 7009), queued in the store in the same commit as the local
+/// revocation and sent until each provider confirms: a revocation accepted here is durable at
+/// once, survives the provider being down and the process being killed, and is sent again with
+/// growing pauses (honouring `Retry-After`) until the provider answers 200. Every request,
+/// confirmation and failure is an audit entry (without the token).
+///
+/// The refresh token is revoked first: a server that implements RFC 7009 §2.1 then drops the
+/// grant's access tokens too; the access token is revoked after it.
+///
+/// ```swift
+/// let outbox = RevocationOutbox(keeper: keeper)
+/// try outbox.revoke(service: "news", account: "bob", reason: "left the team")   // local + queued, one commit
+/// let report = await outbox.send()                                              // to the provider
+/// ```
+public struct RevocationOutbox: Sendable {
+    /// The keeper of the tokens and the queue.
+    public let keeper: TokenKeeper
+    /// Each request's whole time.
+    public var timeout: Duration
+    /// Requests in flight at once to one provider.
+    public var concurrency: Int
+
+    /// The outbox of `keeper`'s store.
+    public init(keeper: TokenKeeper, timeout: Duration = .seconds(30), concurrency: Int = 8) {
+        self.keeper = keeper
+        self.timeout = timeout
+        self.concurrency = max(1, concurrency)
+    }
+
+    static func key(_ id: String, provider: String) -> ItemKey {
+        .keysmithRecord(KeysmithRecordKey(recordType: .providerRevocation, service: provider, account: id))
+    }
+
+    /// Ends the token here (every scope revoked, the token inactive; with `deleting`, deleted)
+    /// and queues its revocation at its provider, in one commit.
+    ///
+    /// - Parameters:
+    ///   - scopes: The scopes the person named (recorded as revoked); the provider cannot take
+    ///     back part of a grant, so the whole grant ends there and the token is inactive here.
+    /// - Returns: The queued entry's id, or `nil` when the token holds nothing to revoke.
+    /// - Throws: `KeysmithError.Code.itemNotFound` for no such token or no provider of its
+    ///   service; ``ProviderError`` (``ProviderError/Kind/unsupported``) when the provider has
+    ///   no revocation endpoint: nothing changes then, here either.
+    @discardableResult
+    public func revoke(service: String, account: String, scopes: [Scope]? = nil, deleting: Bool = false, reason: String) throws -> String? {
+        guard let provider = try ProviderRegistry(store: keeper.store).provider(named: service) else {
+            throw KeysmithError(.itemNotFound, "there is no provider named \(service) to revoke the token at (see `keysmith provider list`)")
+        }
+        guard provider.revocationEndpoint != nil else {
+            throw ProviderError(.unsupported, "provider \(OneLine.escaped(service)) has no revocation endpoint: the token cannot be revoked there; "
+                                + "nothing was changed (revoke without --at-provider to end it here only)")
+        }
+        var queued: String?
+        let event = deleting ? "delete" : "revoke-all"
+        try keeper.endToken(service: service, account: account, scopes: scopes, deleting: deleting,
+                            reason: reason + " (queued for revocation at provider \(service))", event: event) { token in
+            var tokens: [QueuedRevocation.PendingToken] = []
+            if let refresh = token.refreshToken { tokens.append(.init(token: refresh, hint: "refresh_token")) }
+            if !token.accessToken.isEmpty { tokens.append(.init(token: token.accessToken, hint: "access_token")) }
+            guard !tokens.isEmpty else { return [] }
+            let id = Self.newID()
+            queued = id
+            let entry = QueuedRevocation(id: id, provider: service, account: account, reason: reason, queuedAt: keeper.now, attempts: 0,
+                                         nextAttemptAt: keeper.now, lastError: nil, state: "pending", tokens: tokens)
+            return [.create(ItemAttributes(key: Self.key(id, provider: service), label: "revocation at \(service)"), secret: try Self.encode(entry))]
+        }
+        return queued
+    }
+
+    /// Revokes scopes across every matching token (``TokenKeeper/revokeEndingGrants(scopes:matching:reason:progress:alongside:)``)
+    /// and queues each changed token's revocation at its provider, in one commit. Every
+    /// matching token's service must be a provider with a revocation endpoint: otherwise
+    /// nothing changes.
+    ///
+    /// - Returns: The bulk report; the queued entries are sent by ``send(force:)``.
+    public func revoke(scopes: [Scope], matching filter: TokenFilter, reason: String) throws -> BulkRevocationReport {
+        let registry = ProviderRegistry(store: keeper.store)
+        var providers: [String: Bool] = [:]
+        return try keeper.revokeEndingGrants(scopes: scopes, matching: filter, reason: reason + " (queued for revocation at the provider)") { reference, token in
+            let known = try providers[reference.service] ?? {
+                let provider = try registry.provider(named: reference.service)
+                guard provider != nil else {
+                    throw KeysmithError(.itemNotFound, "the token for \(reference) is kept under \(reference.service), which is no provider "
+                                        + "(see `keysmith provider list`); nothing was revoked")
+                }
+                return provider?.revocationEndpoint != nil
+            }()
+            providers[reference.service] = known
+            guard known else {
+                throw ProviderError(.unsupported, "provider \(OneLine.escaped(reference.service)) has no revocation endpoint; nothing was revoked")
+            }
+            var tokens: [QueuedRevocation.PendingToken] = []
+            if let refresh = token.refreshToken { tokens.append(.init(token: refresh, hint: "refresh_token")) }
+            if !token.accessToken.isEmpty { tokens.append(.init(token: token.accessToken, hint: "access_token")) }
+            guard !tokens.isEmpty else { return [] }
+            let id = Self.newID()
+            let entry = QueuedRevocation(id: id, provider: reference.service, account: reference.account, reason: reason, queuedAt: keeper.now,
+                                         attempts: 0, nextAttemptAt: keeper.now, lastError: nil, state: "pending", tokens: tokens)
+            return [.create(ItemAttributes(key: Self.key(id, provider: reference.service), label: "revocation at \(reference.service)"),
+                            secret: try Self.encode(entry))]
+        }
+    }
+
+    /// Every queued revocation, oldest first.
+    public func entries() throws -> [QueuedRevocation] {
+        var found: [QueuedRevocation] = []
+        try keeper.store.forEachRecord(matching: ItemQuery(recordType: .providerRevocation), chunkSize: 512) { records, _ in
+            for record in records { found.append(try Self.decode(record.secret)) }
+        }
+        return found.sorted { ($0.queuedAt, $0.id) < ($1.queuedAt, $1.id) }
+    }
+
+    /// What ``send(now:)`` did.
+    public struct SendReport: Sendable, Hashable {
+        /// Entries the provider confirmed (removed from the queue).
+        public var confirmed: Int = 0
+        /// Entries still pending (sent and failed for now, or not due yet).
+        public var pending: Int = 0
+        /// Entries that failed for good (kept, with why).
+        public var failed: Int = 0
+        /// An empty report.
+        public init() {}
+    }
+
+    /// Sends every pending entry that is due (all of them with `force`), at most
+    /// ``concurrency`` requests at a time per provider. Each entry is sent under its own named
+    /// lock, held until its outcome is committed, so two processes never send the same one;
+    /// it is read again after the lock (another process may have finished it). Confirmations
+    /// are committed in batches of up to 64, each batch one audit entry naming its tokens: a
+    /// process killed before a batch's commit sends those again (revocation is idempotent,
+    /// RFC 7009 §2.2), and forgets none.
+    public func send(force: Bool = false) async -> SendReport {
+        var report = SendReport()
+        let all: [QueuedRevocation]
+        do { all = try entries() } catch { return report }
+        let due = all.filter { $0.state == "pending" && (force || $0.nextAttemptAt <= keeper.now) }
+        report.pending = all.filter { $0.state == "pending" }.count - due.count
+        report.failed = all.filter { $0.state == "failed" }.count
+        for (provider, group) in Dictionary(grouping: due, by: \.provider) {
+            var next = group.makeIterator()
+            var batch: [Outcome] = []
+            func flush() {
+                let confirmed = batch.filter { $0.state == "confirmed" && $0.operation != nil }
+                if !confirmed.isEmpty {
+                    do {
+                        try keeper.recordEvent("provider-revoke", service: provider, account: confirmed.count == 1 ? confirmed[0].account : "*",
+                                               detail: "revoked at provider \(provider): \(confirmed.count) token(s) confirmed",
+                                               tokens: confirmed.map { TokenReference(service: provider, account: $0.account) },
+                                               alongside: confirmed.compactMap(\.operation))
+                    } catch {
+                        // Not recorded: they stay queued, and are sent again (idempotent).
+                        report.confirmed -= confirmed.count
+                        report.pending += confirmed.count
+                    }
+                }
+                for outcome in batch { outcome.lock?.release() }
+                batch = []
+            }
+            await withTaskGroup(of: Outcome.self) { tasks in
+                var running = 0
+                while running < concurrency, let entry = next.next() {
+                    tasks.addTask { await self.sendOne(entry) }
+                    running += 1
+                }
+                for await outcome in tasks {
+                    switch outcome.state {
+                    case "confirmed": report.confirmed += 1
+                    case "failed": report.failed += 1
+                    default: report.pending += 1
+                    }
+                    batch.append(outcome)
+                    if batch.count >= 64 { flush() }
+                    if let entry = next.next() { tasks.addTask { await self.sendOne(entry) } }
+                }
+            }
+            flush()
+        }
+        return report
+    }
+
+    /// What sending one entry came to: its state, the operation that records it (the entry's
+    /// removal), and its lock, held until that is committed.
+    struct Outcome: Sendable {
+        var state: String
+        var account: String
+        var operation: StoreOperation?
+        var lock: (any HeldLock)?
+    }
+
+    /// Sends one entry. A failure is committed at once (with its audit entry); a confirmation
+    /// is returned for the batch's commit.
+    private func sendOne(_ listed: QueuedRevocation) async -> Outcome {
+        let key = Self.key(listed.id, provider: listed.provider)
+        guard let locks = keeper.store as? any ExclusiveLocking,
+              let lock = try? locks.tryExclusiveLock(named: "outbox \(listed.provider)\u{0}\(listed.id)")
+        else { return Outcome(state: "pending", account: listed.account) }  // another process is sending it
+        guard let record = try? keeper.store.read(key), var entry = try? Self.decode(record.secret), entry.state == "pending" else {
+            lock.release()
+            return Outcome(state: "confirmed", account: listed.account)  // finished meanwhile
+        }
+        let registry = ProviderRegistry(store: keeper.store)
+        do {
+            guard let provider = try registry.provider(named: entry.provider) else {
+                throw ProviderError(.unsupported, "provider \(OneLine.escaped(entry.provider)) is no longer kept")
+            }
+            let client = try ProviderClient(provider: provider, registry: registry, timeout: timeout)
+            entry.attempts += 1
+            while let first = entry.tokens.first {
+                try await client.revoke(first.token, hint: first.hint)
+                entry.tokens.removeFirst()
+            }
+            return Outcome(state: "confirmed", account: entry.account, operation: .delete(key, ifVersion: record.info.version), lock: lock)
+        } catch {
+            defer { lock.release() }
+            let failure = (error as? ProviderError) ?? ProviderError(.unreachable, (error as? KeysmithError)?.message ?? "\(type(of: error))")
+            let transient = failure.isTransient || (error as? KeysmithError).map { [.storeUnavailable, .timedOut].contains($0.code) } == true
+            entry.lastError = failure.message
+            if transient {
+                // 2, 4, 8 … s, at most 15 min; a Retry-After the provider sent wins.
+                let pause = failure.retryAfter.map(Double.init) ?? min(900, pow(2, Double(min(entry.attempts, 10))))
+                entry.nextAttemptAt = keeper.now.addingTimeInterval(pause)
+            } else {
+                entry.state = "failed"
+            }
+            var updated = record
+            guard let secret = try? Self.encode(entry) else { return Outcome(state: "pending", account: entry.account) }
+            updated.secret = secret
+            try? keeper.recordEvent(transient ? "provider-revoke-retry" : "provider-revoke-failed", service: entry.provider, account: entry.account,
+                                    detail: "revocation at provider \(entry.provider) " + (transient ? "will be retried" : "failed")
+                                        + ": \(failure.message)", alongside: [.replace(updated)])
+            return Outcome(state: transient ? "pending" : "failed", account: entry.account)
+        }
+    }
+
+    static func newID() -> String {
+        let bytes = (0..<12).map { _ in UInt8.random(in: 0...255) }
+        return bytes.map { String(format: "%02x", $0) }.joined()
+    }
+
+    static func encode(_ entry: QueuedRevocation) throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .secondsSince1970
+        return try encoder.encode(entry)
+    }
+
+    static func decode(_ data: Data) throws -> QueuedRevocation {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        do {
+            return try decoder.decode(QueuedRevocation.self, from: data)
+        } catch {
+            throw KeysmithError(.corruptData, "a queued revocation does not decode")
+        }
+    }
+}
