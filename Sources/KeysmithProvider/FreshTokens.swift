@@ -6,7 +6,7 @@ import Synchronization
 /// Access tokens that are fresh when you ask for them, refreshed at their provider at most once
 /// per grant however many callers ask at the same moment: in one process (callers wait for the
 /// one refresh in flight) and across processes and machines (through the store's named lock,
-/// ``ExclusiveLocking``: the vault's lock file, the Secret Service's, a PostgreSQL advisory
+/// `ExclusiveLocking`: the vault's lock file, the Secret Service's, a PostgreSQL advisory
 /// lock).
 ///
 /// A refresh goes: take the grant's lock; read the token again (another process may have just
@@ -26,7 +26,7 @@ import Synchronization
 /// refresh sends the spent refresh token, the provider answers `invalid_grant` (and, with reuse
 /// detection, ends the grant), and the token is marked dead: sign in again.
 public final class ProviderTokens: Sendable {
-    /// The tokens' keeper (its store must be ``ExclusiveLocking``).
+    /// The tokens' keeper (its store must be `ExclusiveLocking`).
     public let keeper: TokenKeeper
     let locks: any ExclusiveLocking
     let registry: ProviderRegistry

@@ -107,7 +107,7 @@ public struct RevocationOutbox: Sendable {
         return queued
     }
 
-    /// Revokes scopes across every matching token (``TokenKeeper/revokeEndingGrants(scopes:matching:reason:progress:alongside:)``)
+    /// Revokes scopes across every matching token (`TokenKeeper.revokeEndingGrants(scopes:matching:reason:progress:alongside:)`)
     /// and queues each changed token's revocation at its provider, in one commit. Every
     /// matching token's service must be a provider with a revocation endpoint: otherwise
     /// nothing changes.
@@ -150,7 +150,7 @@ public struct RevocationOutbox: Sendable {
         return found.sorted { ($0.queuedAt, $0.id) < ($1.queuedAt, $1.id) }
     }
 
-    /// What ``send(now:)`` did.
+    /// What ``RevocationOutbox/send(force:)`` did.
     public struct SendReport: Sendable, Hashable {
         /// Entries the provider confirmed (removed from the queue).
         public var confirmed: Int = 0
