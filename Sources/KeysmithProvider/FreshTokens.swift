@@ -111,7 +111,7 @@ public final class ProviderTokens: Sendable {
         // would not make them live longer).
         let token = try current(service: service, account: account)
         if isFresh(token, minValidity) { return token }
-        if token.revokedAt == nil, let refreshed = token.refreshedAt, refreshed >= asked.addingTimeInterval(-1) { return token }
+        if token.revokedAt == nil, let refreshed = token.refreshedAt, refreshed >= asked { return token }
         guard token.revokedAt == nil else {
             throw KeysmithError.invalidArgument("the token for \(account) at \(service) was logged out (revoke-all); sign in again")
         }
@@ -129,12 +129,30 @@ public final class ProviderTokens: Sendable {
             // Read again before calling the grant dead: a writer that does not take the lock
             // (an older Keysmith, a script) may have refreshed it meanwhile.
             let again = try current(service: service, account: account)
-            if again.refreshToken != refreshToken, isFresh(again, minValidity) { return again }
+            if again.refreshToken != refreshToken, again.revokedAt == nil { return again }
             try keeper.revokeAll(service: service, account: account,
                                  reason: "the provider \(provider.name) refused the refresh token (invalid_grant): the grant is over; sign in again")
             throw error
         }
-        return try keeper.refresh(response, service: service, account: account, detail: "refreshed at provider \(provider.name)")
+        let refreshed: OAuthToken
+        do {
+            refreshed = try keeper.refresh(response, service: service, account: account, detail: "refreshed at provider \(provider.name)")
+        } catch let error as KeysmithError where error.code == .itemNotFound {
+            // Deleted while the provider answered: the new tokens live there; queue their end.
+            try RevocationOutbox(keeper: keeper).queue(response: response, provider: provider.name, account: account,
+                                                       reason: "the token was deleted while it was being refreshed")
+            throw KeysmithError(.itemNotFound, "the token for \(account) at \(service) was deleted while it was being refreshed; "
+                                + "the tokens the provider had just issued are queued for revocation there")
+        }
+        if refreshed.revokedAt != nil {
+            // Logged out (perhaps at the provider too) while the provider answered: the queued
+            // revocation names the old tokens, so the new ones are queued as well.
+            try RevocationOutbox(keeper: keeper).queue(response: response, provider: provider.name, account: account,
+                                                       reason: "the token was logged out while it was being refreshed")
+            throw KeysmithError.invalidArgument("the token for \(account) at \(service) was logged out while it was being refreshed; "
+                                                + "the tokens the provider had just issued are queued for revocation there")
+        }
+        return refreshed
     }
 
     /// The named lock, waited for with growing pauses (never a blocked thread).

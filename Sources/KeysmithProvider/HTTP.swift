@@ -62,7 +62,20 @@ struct ProviderHTTP: Sendable {
         configuration.tlsConfiguration = tls
         let client = HTTPClient(eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: configuration)
         do {
-            let response = try await exchange(client, url, method: method, headers: headers, body: body)
+            // The whole exchange, body included, within `timeout`: the client's own deadline ends
+            // when the response's head arrives, and a body sent a byte at a time never trips its
+            // idle read timeout.
+            let limit = timeout
+            let response = try await withThrowingTaskGroup(of: Response?.self) { group in
+                group.addTask { try await exchange(client, url, method: method, headers: headers, body: body) }
+                group.addTask {
+                    try await Task.sleep(for: limit)
+                    return nil
+                }
+                defer { group.cancelAll() }
+                guard let first = try await group.next(), let response = first else { throw HTTPClientError.deadlineExceeded }
+                return response
+            }
             try? await client.shutdown()
             return response
         } catch {

@@ -112,11 +112,13 @@ public struct RevocationOutbox: Sendable {
     /// matching token's service must be a provider with a revocation endpoint: otherwise
     /// nothing changes.
     ///
-    /// - Returns: The bulk report; the queued entries are sent by ``send(force:)``.
-    public func revoke(scopes: [Scope], matching filter: TokenFilter, reason: String) throws -> BulkRevocationReport {
+    /// - Returns: The bulk report, and the ids of the entries queued (send them with
+    ///   ``send(force:only:)``).
+    public func revoke(scopes: [Scope], matching filter: TokenFilter, reason: String) throws -> (report: BulkRevocationReport, queued: [String]) {
         let registry = ProviderRegistry(store: keeper.store)
         var providers: [String: Bool] = [:]
-        return try keeper.revokeEndingGrants(scopes: scopes, matching: filter, reason: reason + " (queued for revocation at the provider)") { reference, token in
+        var queued: [String] = []
+        let report = try keeper.revokeEndingGrants(scopes: scopes, matching: filter, reason: reason + " (queued for revocation at the provider)") { reference, token in
             let known = try providers[reference.service] ?? {
                 let provider = try registry.provider(named: reference.service)
                 guard provider != nil else {
@@ -134,11 +136,28 @@ public struct RevocationOutbox: Sendable {
             if !token.accessToken.isEmpty { tokens.append(.init(token: token.accessToken, hint: "access_token")) }
             guard !tokens.isEmpty else { return [] }
             let id = Self.newID()
+            queued.append(id)
             let entry = QueuedRevocation(id: id, provider: reference.service, account: reference.account, reason: reason, queuedAt: keeper.now,
                                          attempts: 0, nextAttemptAt: keeper.now, lastError: nil, state: "pending", tokens: tokens)
             return [.create(ItemAttributes(key: Self.key(id, provider: reference.service), label: "revocation at \(reference.service)"),
                             secret: try Self.encode(entry))]
         }
+        return (report, queued)
+    }
+
+    /// Queues the revocation of the tokens in a token response (never kept as a token), with an
+    /// audit entry saying why: the tokens a refresh obtained for a token that ended meanwhile.
+    func queue(response: Data, provider: String, account: String, reason: String) throws {
+        let parsed = try TokenResponse.parse(response)
+        var tokens: [QueuedRevocation.PendingToken] = []
+        if let refresh = parsed.refreshToken { tokens.append(.init(token: refresh, hint: "refresh_token")) }
+        tokens.append(.init(token: parsed.accessToken, hint: "access_token"))
+        let id = Self.newID()
+        let entry = QueuedRevocation(id: id, provider: provider, account: account, reason: reason, queuedAt: keeper.now, attempts: 0,
+                                     nextAttemptAt: keeper.now, lastError: nil, state: "pending", tokens: tokens)
+        try keeper.recordEvent("provider-revoke-queued", service: provider, account: account, detail: reason,
+                               alongside: [.create(ItemAttributes(key: Self.key(id, provider: provider), label: "revocation at \(provider)"),
+                                                   secret: try Self.encode(entry))])
     }
 
     /// Every queued revocation, oldest first.
@@ -158,6 +177,9 @@ public struct RevocationOutbox: Sendable {
         public var pending: Int = 0
         /// Entries that failed for good (kept, with why).
         public var failed: Int = 0
+        /// What became of each entry sent, by id: `confirmed`, `pending`, `failed`, or `gone`
+        /// (finished by another process meanwhile).
+        public var outcomes: [String: String] = [:]
         /// An empty report.
         public init() {}
     }
@@ -169,10 +191,14 @@ public struct RevocationOutbox: Sendable {
     /// are committed in batches of up to 64, each batch one audit entry naming its tokens: a
     /// process killed before a batch's commit sends those again (revocation is idempotent,
     /// RFC 7009 §2.2), and forgets none.
-    public func send(force: Bool = false) async -> SendReport {
+    ///
+    /// - Parameters:
+    ///   - force: Send pending entries whatever their back-off.
+    ///   - only: Send only these entries (those a command just queued); `nil` for all.
+    /// - Throws: A store failure reading the queue.
+    public func send(force: Bool = false, only: Set<String>? = nil) async throws -> SendReport {
         var report = SendReport()
-        let all: [QueuedRevocation]
-        do { all = try entries() } catch { return report }
+        let all = try entries().filter { only?.contains($0.id) ?? true }
         let due = all.filter { $0.state == "pending" && (force || $0.nextAttemptAt <= keeper.now) }
         report.pending = all.filter { $0.state == "pending" }.count - due.count
         report.failed = all.filter { $0.state == "failed" }.count
@@ -191,6 +217,7 @@ public struct RevocationOutbox: Sendable {
                         // Not recorded: they stay queued, and are sent again (idempotent).
                         report.confirmed -= confirmed.count
                         report.pending += confirmed.count
+                        for outcome in confirmed { report.outcomes[outcome.id] = "pending" }
                     }
                 }
                 for outcome in batch { outcome.lock?.release() }
@@ -203,9 +230,11 @@ public struct RevocationOutbox: Sendable {
                     running += 1
                 }
                 for await outcome in tasks {
+                    report.outcomes[outcome.id] = outcome.state
                     switch outcome.state {
                     case "confirmed": report.confirmed += 1
                     case "failed": report.failed += 1
+                    case "gone": break
                     default: report.pending += 1
                     }
                     batch.append(outcome)
@@ -221,6 +250,7 @@ public struct RevocationOutbox: Sendable {
     /// What sending one entry came to: its state, the operation that records it (the entry's
     /// removal), and its lock, held until that is committed.
     struct Outcome: Sendable {
+        var id: String
         var state: String
         var account: String
         var operation: StoreOperation?
@@ -233,10 +263,23 @@ public struct RevocationOutbox: Sendable {
         let key = Self.key(listed.id, provider: listed.provider)
         guard let locks = keeper.store as? any ExclusiveLocking,
               let lock = try? locks.tryExclusiveLock(named: "outbox \(listed.provider)\u{0}\(listed.id)")
-        else { return Outcome(state: "pending", account: listed.account) }  // another process is sending it
-        guard let record = try? keeper.store.read(key), var entry = try? Self.decode(record.secret), entry.state == "pending" else {
+        else { return Outcome(id: listed.id, state: "pending", account: listed.account) }  // another process is sending it
+        let record: SecureRecord
+        var entry: QueuedRevocation
+        do {
+            guard let read = try keeper.store.read(key) else {
+                lock.release()
+                return Outcome(id: listed.id, state: "gone", account: listed.account)  // confirmed by another process meanwhile
+            }
+            record = read
+            entry = try Self.decode(read.secret)
+        } catch {
+            lock.release()  // unreadable now: left as it is, for the next attempt
+            return Outcome(id: listed.id, state: (error as? KeysmithError)?.code == .corruptData ? "failed" : "pending", account: listed.account)
+        }
+        guard entry.state == "pending" else {
             lock.release()
-            return Outcome(state: "confirmed", account: listed.account)  // finished meanwhile
+            return Outcome(id: listed.id, state: entry.state, account: listed.account)
         }
         let registry = ProviderRegistry(store: keeper.store)
         do {
@@ -245,16 +288,37 @@ public struct RevocationOutbox: Sendable {
             }
             let client = try ProviderClient(provider: provider, registry: registry, timeout: timeout)
             entry.attempts += 1
+            let endedGrant = entry.tokens.first?.hint == "refresh_token"
             while let first = entry.tokens.first {
-                try await client.revoke(first.token, hint: first.hint)
+                do {
+                    try await client.revoke(first.token, hint: first.hint)
+                } catch let error as ProviderError
+                    where error.oauthError == "unsupported_token_type" && first.hint == "access_token" && (endedGrant || entry.attempts > 1)
+                {
+                    // RFC 7009 §2.2.1: the server does not revoke access tokens by themselves;
+                    // the grant they belong to ended with its refresh token.
+                }
                 entry.tokens.removeFirst()
             }
-            return Outcome(state: "confirmed", account: entry.account, operation: .delete(key, ifVersion: record.info.version), lock: lock)
+            return Outcome(id: entry.id, state: "confirmed", account: entry.account, operation: .delete(key, ifVersion: record.info.version), lock: lock)
         } catch {
             defer { lock.release() }
-            let failure = (error as? ProviderError) ?? ProviderError(.unreachable, (error as? KeysmithError)?.message ?? "\(type(of: error))")
-            let transient = failure.isTransient || (error as? KeysmithError).map { [.storeUnavailable, .timedOut].contains($0.code) } == true
-            entry.lastError = failure.message
+            let failure: ProviderError
+            let transient: Bool
+            if let error = error as? ProviderError {
+                failure = error
+                transient = error.isTransient
+            } else {
+                // The store or the provider's description: waiting may help only a store that
+                // is away for now; a missing secret or a bad description needs a person.
+                let code = (error as? KeysmithError)?.code
+                failure = ProviderError(.unsupported, (error as? KeysmithError)?.message ?? "\(type(of: error))")
+                transient = [.storeUnavailable, .storeLocked, .timedOut, .writeConflict].contains(code)
+            }
+            // What the server wrote is escaped already; it never gets to repeat a token here.
+            var message = failure.message
+            for pending in entry.tokens where !pending.token.isEmpty { message = message.replacingOccurrences(of: pending.token, with: "[token]") }
+            entry.lastError = message
             if transient {
                 // 2, 4, 8 … s, at most 15 min; a Retry-After the provider sent wins.
                 let pause = failure.retryAfter.map(Double.init) ?? min(900, pow(2, Double(min(entry.attempts, 10))))
@@ -263,12 +327,12 @@ public struct RevocationOutbox: Sendable {
                 entry.state = "failed"
             }
             var updated = record
-            guard let secret = try? Self.encode(entry) else { return Outcome(state: "pending", account: entry.account) }
+            guard let secret = try? Self.encode(entry) else { return Outcome(id: entry.id, state: "pending", account: entry.account) }
             updated.secret = secret
             try? keeper.recordEvent(transient ? "provider-revoke-retry" : "provider-revoke-failed", service: entry.provider, account: entry.account,
                                     detail: "revocation at provider \(entry.provider) " + (transient ? "will be retried" : "failed")
-                                        + ": \(failure.message)", alongside: [.replace(updated)])
-            return Outcome(state: transient ? "pending" : "failed", account: entry.account)
+                                        + ": \(message)", alongside: [.replace(updated)])
+            return Outcome(id: entry.id, state: transient ? "pending" : "failed", account: entry.account)
         }
     }
 

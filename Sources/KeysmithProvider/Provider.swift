@@ -116,7 +116,12 @@ struct EndpointURL: Sendable, Hashable {
             throw KeysmithError.invalidArgument("the \(role) is not an absolute URL")
         }
         let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        let loopback = bare == "localhost" || bare == "::1" || bare.hasPrefix("127.") && bare.split(separator: ".").count == 4
+        // An IPv4 literal in 127.0.0.0/8 (four numbers 0–255, the first 127), `::1` or
+        // `localhost`: never a name that merely starts with "127." (127.0.0.attacker.example).
+        let octets = bare.split(separator: ".", omittingEmptySubsequences: false)
+        let isIPv4Loopback = octets.count == 4 && octets[0] == "127"
+            && octets.allSatisfy { $0.count <= 3 && !$0.isEmpty && $0.allSatisfy(\.isASCII) && UInt8($0) != nil }
+        let loopback = bare.lowercased() == "localhost" || bare == "::1" || isIPv4Loopback
         guard components.user == nil, components.password == nil else {
             throw KeysmithError.invalidArgument("the \(role) holds a user or password; give a client secret with --client-secret-fd instead")
         }

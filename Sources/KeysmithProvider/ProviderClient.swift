@@ -191,26 +191,20 @@ enum JSONValue: Decodable, Sendable {
     var bool: Bool? { if case .bool(let value) = self { value } else { nil } }
 }
 
-/// The checks a token response gets before anything of it is kept.
+/// The checks a token response gets before anything of it is kept: the token rules' own parser
+/// (the one `TokenKeeper` applies), so nothing it would refuse is accepted here, and nothing it
+/// takes is refused (a refresh token the provider spent for this answer is never thrown away
+/// for a check the keeper would not have made).
 enum TokenResponseCheck {
     static func check(_ body: [UInt8], provider: String) throws {
         let name = OneLine.escaped(provider)
-        guard let object = JSONValue.object(body) else {
+        guard JSONValue.object(body) != nil else {
             throw ProviderError(.badResponse, "the token endpoint of \(name) answered with something that is not a JSON object; nothing was kept")
         }
-        guard let access = object["access_token"]?.string, !access.isEmpty else {
-            throw ProviderError(.badResponse, "the token response of \(name) has no access_token string; nothing was kept")
-        }
-        guard object["token_type"]?.string != nil else {
-            throw ProviderError(.badResponse, "the token response of \(name) has no token_type string; nothing was kept")
-        }
-        for field in ["refresh_token", "scope"] where object[field] != nil && object[field]?.string == nil {
-            throw ProviderError(.badResponse, "the token response of \(name) has a \(field) that is not a string; nothing was kept")
-        }
-        if let expires = object["expires_in"] {
-            guard let seconds = expires.number, seconds >= 0, seconds < 1e10 else {
-                throw ProviderError(.badResponse, "the token response of \(name) has an expires_in that is not a number of seconds; nothing was kept")
-            }
+        do {
+            _ = try TokenResponse.parse(Data(body))
+        } catch let error as KeysmithError {
+            throw ProviderError(.badResponse, "the token response of \(name) is not one Keysmith can keep (\(error.message)); nothing was kept")
         }
     }
 }

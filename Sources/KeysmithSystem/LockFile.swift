@@ -1,11 +1,17 @@
 import Synchronization
 
-/// An exclusive `flock` on a file of a directory, held until ``release()`` or the process's
-/// end: the named locks of the file vault and the Secret Service (`ExclusiveLocking`).
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+/// An exclusive lock on one byte of a directory's `named.lock` file, held until ``release()``
+/// or the process's end: the named locks of the file vault and the Secret Service
+/// (`ExclusiveLocking`).
 ///
-/// `flock` locks belong to an open file description, so two holders in one process contend as
-/// two processes do. The file is never removed (removing it while another process waits on
-/// its descriptor would let a third lock a new file of the same name).
+/// The lock is an open file description lock (`fcntl` `F_OFD_SETLK`) on the byte at an offset
+/// taken from a 62-bit digest of the name: two holders in one process contend as two
+/// processes do (unlike classic `fcntl` locks), and every name shares one file (a lock file
+/// per name would leave one file behind for each: one per queued revocation).
 package final class LockFile: Sendable {
     private let fd: Mutex<Int32?>
     package let path: String
@@ -15,25 +21,31 @@ package final class LockFile: Sendable {
         self.path = path
     }
 
+    /// Linux's `F_OFD_SETLK` (Glibc defines it only for `_GNU_SOURCE`).
+    private static let setOpenFileDescriptionLock: Int32 = 37
+
     /// Takes the lock for `name` in `directory` (made 0700 when missing), without waiting.
-    /// The file's name is a 128-bit digest of `name` (any text), so names of any length or
-    /// content are safe; two names sharing a digest would only share a lock.
     ///
     /// - Returns: The lock, or `nil` when another open file description holds it.
     package static func tryAcquire(directory: String, name: String) throws -> LockFile? {
         _ = try System.mkdir(directory, mode: 0o700)
-        let path = directory + "/" + digest(name) + ".lock"
+        let path = directory + "/named.lock"
         let fd = try System.open(path, flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600)
-        do {
-            guard try System.tryLockExclusive(fd, path: path) else {
-                System.close(fd)
-                return nil
-            }
-        } catch {
-            System.close(fd)
-            throw error
+        // One byte at the name's offset; l_pid must be 0 for an OFD lock.
+        var request = flock()
+        request.l_type = Int16(F_WRLCK)
+        request.l_whence = Int16(SEEK_SET)
+        request.l_start = off_t(offset(name))
+        request.l_len = 1
+        request.l_pid = 0
+        let result = withUnsafeMutablePointer(to: &request) { pointer in
+            System.retrying { fcntl(fd, setOpenFileDescriptionLock, pointer) }
         }
-        return LockFile(fd: fd, path: path)
+        if result == 0 { return LockFile(fd: fd, path: path) }
+        let failure = errno
+        System.close(fd)
+        if failure == EAGAIN || failure == EACCES { return nil }
+        throw SystemError(call: "fcntl(F_OFD_SETLK)", path: path, errno: failure)
     }
 
     /// Releases the lock (closing its descriptor); again, does nothing.
@@ -48,18 +60,14 @@ package final class LockFile: Sendable {
 
     deinit { release() }
 
-    /// Two FNV-1a 64-bit hashes of the name's bytes with different offsets, in hex: a file name.
-    static func digest(_ name: String) -> String {
-        var first: UInt64 = 0xcbf2_9ce4_8422_2325, second: UInt64 = 0x84222325_cbf29ce4
-        for byte in name.utf8 {
-            first = (first ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
-            second = (second ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
-            second = second &+ first >> 29
-        }
-        func hex(_ value: UInt64) -> String {
-            let text = String(value, radix: 16)
-            return String(repeating: "0", count: 16 - text.count) + text
-        }
-        return hex(first) + hex(second)
+    /// The byte to lock for a name: FNV-1a (64-bit) of its bytes, mixed, kept to 62 bits so
+    /// the offset is positive. Two names sharing it would only share a lock.
+    static func offset(_ name: String) -> Int64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in name.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        hash ^= hash >> 33
+        hash = hash &* 0xff51_afd7_ed55_8ccd
+        hash ^= hash >> 33
+        return Int64(hash & 0x3fff_ffff_ffff_ffff)
     }
 }

@@ -40,7 +40,7 @@ package struct SystemError: Error, Sendable, Equatable, CustomStringConvertible 
 /// no pointer code leaks into the stores.
 package enum System {
     /// Retries a call interrupted by a signal.
-    private static func retrying(_ body: () -> Int32) -> Int32 {
+    static func retrying(_ body: () -> Int32) -> Int32 {
         while true {
             let result = body()
             if result == -1 && errno == EINTR { continue }

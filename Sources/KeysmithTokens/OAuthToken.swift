@@ -257,11 +257,23 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
     ///   granted now; `KeysmithError.Code.malformedData` for a malformed response. The token is
     ///   unchanged when it throws.
     public mutating func applyRefresh(response: Data, at date: Date) throws {
+        _ = try applyRefresh(response: response, at: date, keepingWhatItCannotWiden: false)
+    }
+
+    /// Applies a refresh response; with `keepingWhatItCannotWiden`, a response that names scopes
+    /// the token does not hold as granted (revoked here, or never held) is applied anyway, those
+    /// scopes keeping their state: what a refresh at the provider must do, since the old refresh
+    /// token is spent by then and the new one must be kept.
+    ///
+    /// - Returns: The scopes the response named that were not applied.
+    package mutating func applyRefresh(response: Data, at date: Date, keepingWhatItCannotWiden: Bool) throws -> Set<Scope> {
         let parsed = try TokenResponse.parse(response)
         let grantedNow = Set(scopes.lazy.filter { $0.value.state == .granted }.map(\.key))
+        var notApplied: Set<Scope> = []
         if let narrowed = parsed.scope {
             let widened = narrowed.subtracting(grantedNow)
-            guard widened.isEmpty else {
+            notApplied = widened
+            guard widened.isEmpty || keepingWhatItCannotWiden else {
                 throw KeysmithError(
                     .invalidScope,
                     "the refresh response grants \(Scope.formatList(widened)), which the token did not have; "
@@ -281,6 +293,7 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
             }
         }
         self = next
+        return notApplied
     }
 
     /// Applies an incremental grant: a new token response for more scopes, which adds to the

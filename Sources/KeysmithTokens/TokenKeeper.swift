@@ -267,13 +267,27 @@ public final class TokenKeeper: Sendable {
     /// Applies a refresh response (which may narrow the grant, never widen it).
     @discardableResult
     public func refresh(_ response: Data, service: String, account: String) throws -> OAuthToken {
-        try refresh(response, service: service, account: account, detail: "refreshed")
+        try strictRefresh(response, service: service, account: account, detail: "refreshed")
     }
 
-    /// Applies a refresh response, with the audit entry's detail given (the KeysmithProvider
-    /// module names the provider and who refreshed).
+    /// Applies a refresh response obtained from the provider, with the audit entry's detail
+    /// given. Unlike ``refresh(_:service:account:)``, the response is kept even when it names
+    /// scopes the token does not hold as granted (the provider has spent the old refresh token:
+    /// the new one must be kept); those scopes keep their state here, and the detail says so.
+    /// A token logged out meanwhile stays logged out (its new tokens are kept so that they can
+    /// be revoked at the provider).
     @discardableResult
     public func refresh(_ response: Data, service: String, account: String, detail: String) throws -> OAuthToken {
+        var ignored: Set<Scope> = []
+        return try change(service: service, account: account, event: "refresh", scopes: [], detail: detail, { token, time in
+            ignored = try token.applyRefresh(response: response, at: time, keepingWhatItCannotWiden: true)
+            return true
+        }, describe: {
+            ignored.isEmpty ? detail : detail + "; the response also named \(Scope.formatList(ignored)), which stay as they were here"
+        })
+    }
+
+    private func strictRefresh(_ response: Data, service: String, account: String, detail: String) throws -> OAuthToken {
         try change(service: service, account: account, event: "refresh", scopes: [], detail: detail) { token, time in
             try token.applyRefresh(response: response, at: time)
             return true

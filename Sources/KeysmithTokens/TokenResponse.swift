@@ -2,14 +2,14 @@ public import Keysmith
 import Foundation
 
 /// An RFC 6749 §5.1 token response, parsed and checked.
-struct TokenResponse {
+package struct TokenResponse {
     /// The longest lifetime a response may give: 100 years, in seconds. Every number a response
     /// carries is bounded, so no stored date can overflow a conversion later.
     static let maximumExpiresIn = 100 * 365 * 86_400
-    var accessToken: String
+    package var accessToken: String
     var tokenType: String
     var expiresIn: Int?
-    var refreshToken: String?
+    package var refreshToken: String?
     var scope: Set<Scope>?
     /// Fields beyond RFC 6749's, as compact JSON text by name.
     var additionalFields: [String: String] = [:]
@@ -72,7 +72,7 @@ struct TokenResponse {
     ///
     /// - Throws: `KeysmithError.Code.malformedData` naming what is wrong (never quoting the
     ///   token); `KeysmithError.Code.invalidScope` for a bad scope.
-    static func parse(_ data: Data) throws -> TokenResponse {
+    package static func parse(_ data: Data) throws -> TokenResponse {
         // RFC 8259 §8.1: JSON between systems is UTF-8 (Foundation would also take UTF-16 and
         // UTF-32); and a name twice is read differently by different parsers (the first value
         // here, the last elsewhere), so it is refused rather than guessed.

@@ -287,14 +287,17 @@ extension KeysmithCommand.Token {
 }
 
 /// Ends a token here and at its provider: the local change and the queued revocation in one
-/// commit, then one attempt to send it. A provider that cannot be reached leaves it queued
-/// (`keysmith token outbox --send` sends it again); it is not lost.
+/// commit, then one attempt to send that entry. A provider that cannot be reached leaves it
+/// queued (`keysmith token outbox --send` sends it again; exit 0, the reason on standard
+/// error); a provider that refuses it for good is exit 10.
 func revokeAtProvider(_ keeper: TokenKeeper, _ location: TokenLocation, scopes: [Scope]?, deleting: Bool = false, reason: String, json: Bool) throws {
     let outbox = RevocationOutbox(keeper: keeper)
     let queued = try outbox.revoke(service: location.service, account: location.account, scopes: scopes, deleting: deleting, reason: reason)
-    let report = runAsyncReport(outbox)
-    let state = queued == nil ? "nothing to revoke" : report.confirmed > 0 && report.pending == 0 && report.failed == 0 ? "confirmed"
-        : report.failed > 0 ? "failed" : "pending"
+    var state = "nothing to revoke"
+    if let queued {
+        let report = try runAsync { try await outbox.send(only: [queued]) }
+        state = report.outcomes[queued] == "gone" ? "confirmed" : report.outcomes[queued] ?? "pending"
+    }
     if json {
         struct Document: Encodable { var service: String; var account: String; var provider: String }
         print(try jsonLine(Document(service: location.service, account: location.account, provider: state)))
@@ -303,18 +306,16 @@ func revokeAtProvider(_ keeper: TokenKeeper, _ location: TokenLocation, scopes: 
         switch state {
         case "confirmed": print("\(here); the provider confirmed the revocation.")
         case "nothing to revoke": print("\(here); it held no token to revoke at the provider.")
-        default:
-            print("\(here); the revocation at the provider is queued (\(state)): see `keysmith token outbox`.")
+        default: print("\(here); the revocation at the provider is queued (\(state)): see `keysmith token outbox`.")
         }
     }
-    if state == "pending", let entry = try outbox.entries().first(where: { $0.id == queued }), let why = entry.lastError {
-        Terminal.write(Array("keysmith: the provider has not confirmed yet: \(why); it stays queued and is sent again by `keysmith token outbox --send`\n".utf8), to: 2)
+    guard let queued, state != "confirmed", let entry = try outbox.entries().first(where: { $0.id == queued }) else { return }
+    let why = entry.lastError.map(escaped) ?? "not sent yet"
+    if state == "failed" {
+        throw CommandFailure(message: "the provider refused the revocation for good: \(why) (it stays listed in `keysmith token outbox`)",
+                             exitCode: ExitCode(10))
     }
-}
-
-/// Sends what is due in the outbox, from a synchronous command.
-func runAsyncReport(_ outbox: RevocationOutbox, force: Bool = false) -> RevocationOutbox.SendReport {
-    (try? runAsync { await outbox.send(force: force) }) ?? RevocationOutbox.SendReport()
+    Terminal.write(Array("keysmith: the provider has not confirmed yet: \(why); it stays queued and is sent again by `keysmith token outbox --send`\n".utf8), to: 2)
 }
 
 extension KeysmithCommand.Token {
@@ -342,7 +343,7 @@ extension KeysmithCommand.Token {
         func run() throws {
             let outbox = RevocationOutbox(keeper: makeKeeper(try store.openStore()))
             var confirmed = 0
-            if send { confirmed = runAsyncReport(outbox, force: true).confirmed }
+            if send { confirmed = try runAsync { try await outbox.send(force: true) }.confirmed }
             let entries = try outbox.entries()
             if json {
                 struct Entry: Encodable {

@@ -801,13 +801,20 @@ extension KeysmithCommand {
             let keeper = makeKeeper(opened)
             let bar = ProgressBar(enabled: Terminal.isTerminal(2))
             let filter = TokenFilter(service: service, clientID: client, subject: subject)
-            let report = atProvider && !dryRun
-                ? try RevocationOutbox(keeper: keeper).revoke(scopes: revoking, matching: filter, reason: reason)
-                : try keeper.revoke(scopes: revoking, matching: filter, reason: reason, dryRun: dryRun, progress: bar.update)
+            let report: BulkRevocationReport
+            var sent = RevocationOutbox.SendReport()
+            if atProvider && !dryRun {
+                // The queued revocations at the providers: the ones this command queued are sent
+                // now, at most 8 at a time per provider; what is not confirmed stays queued
+                // (`keysmith token outbox`).
+                let outbox = RevocationOutbox(keeper: keeper)
+                let (revoked, queued) = try outbox.revoke(scopes: revoking, matching: filter, reason: reason)
+                report = revoked
+                sent = try runAsync { try await outbox.send(only: Set(queued)) }
+            } else {
+                report = try keeper.revoke(scopes: revoking, matching: filter, reason: reason, dryRun: dryRun, progress: bar.update)
+            }
             bar.finish()
-            // The queued revocations at the providers: sent now, at most 8 at a time per provider;
-            // what is not confirmed stays queued (`keysmith token outbox`).
-            let sent = atProvider && !dryRun ? runAsyncReport(RevocationOutbox(keeper: keeper)) : RevocationOutbox.SendReport()
             var pending: [PendingWatcher] = []
             if wait, !dryRun, let postgres = opened as? PostgresStore, postgres.lastCommittedSequence > 0 {
                 pending = try postgres.waitForWatchers(through: postgres.lastCommittedSequence,
@@ -848,6 +855,10 @@ extension KeysmithCommand {
             if !pending.isEmpty {
                 throw CommandFailure(message: "committed, but not applied by \(pending.count) live watcher(s) within \(waitTimeout): "
                                      + pending.map { escaped($0.name) }.joined(separator: ", "), exitCode: ExitCode(9))
+            }
+            if sent.failed > 0 {
+                throw CommandFailure(message: "revoked here, but \(sent.failed) provider revocation(s) were refused for good (see `keysmith token outbox`)",
+                                     exitCode: ExitCode(10))
             }
         }
     }

@@ -5,6 +5,7 @@
 //     increment SERVICE ACCOUNT COUNT   read, add one, write back conditionally; retry on conflict
 //     create PREFIX COUNT               try to create PREFIX-0 … PREFIX-(COUNT-1); print each one won
 //     revoke SERVICE ACCOUNT SCOPE…     revoke each scope of one token through the TokenKeeper
+//     lock NAME                         try the store's named lock once: print "held" or "busy"
 //
 // Every mode waits for the file named by $STORE_RACE_START to exist before it begins, so that
 // the racers start together. It prints one line per result and exits 0, or prints the error
@@ -71,6 +72,14 @@ do {
             } catch let error as KeysmithError where error.code == .duplicateItem {
                 print("lost \(index)")
             }
+        }
+    case "lock" where rest.count == 1:
+        guard let locking = store as? any ExclusiveLocking else { throw KeysmithError.invalidArgument("the store takes no locks") }
+        if let lock = try locking.tryExclusiveLock(named: rest[0]) {
+            print("held")
+            lock.release()
+        } else {
+            print("busy")
         }
     case "revoke" where rest.count >= 3:
         let keeper = TokenKeeper(store: store)

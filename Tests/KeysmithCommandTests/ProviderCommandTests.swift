@@ -279,4 +279,32 @@ struct ProviderCommandTests {
         #expect(try server.request("/test/grant-alive?client_id=ks-password").json["alive"] as? Bool == false)
         print("bulk revocation at the provider: \(count) tokens (refresh and access token each) in \(String(format: "%.2f", elapsed)) s, 8 requests at a time")
     }
+
+    @Test("a refresh whose answer names a scope revoked here keeps the new tokens and the revocation (the spent refresh token is never thrown away); invalid_grant ends the grant here, audited, exit 10")
+    func refreshKeepsLocalRevocations() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server)
+        defer { keysmith.cleanup() }
+        try keysmith.run(["token", "import", "--service", "dot", "--account", "alice", "--requested", "read write"], stdin: try server.passwordGrant())
+        #expect(try keysmith.run(["token", "revoke", "--service", "dot", "--account", "alice", "write"]).status == 0)
+        let before = try Self.tokens(keysmith, account: "alice")
+        // The server's tokens live an hour: asking for more forces a refresh; its answer names
+        // "read write", and write was revoked here.
+        let fresh = try keysmith.run(["token", "get", "--service", "dot", "--account", "alice", "--fresh", "--min-validity", "2h"])
+        #expect(fresh.status == 0, "\(fresh.output)")
+        let after = try Self.tokens(keysmith, account: "alice")
+        #expect(after.access != before.access && after.refresh != before.refresh)
+        #expect(try server.isActive(after.access))
+        #expect(try keysmith.run(["token", "check", "--service", "dot", "--account", "alice", "read"]).status == 0)
+        #expect(try keysmith.run(["token", "check", "--service", "dot", "--account", "alice", "write"]).status == 3)
+        let audit = try keysmith.run(["audit", "show", "--event", "refresh", "--json"]).stdout
+        #expect(audit.contains("which stay as they were here"), "\(audit)")
+        // The grant ended at the provider behind Keysmith's back: invalid_grant ends it here too.
+        #expect(try server.refreshWorks(after.refresh))  // spends it: the kept refresh token is now dead
+        let dead = try keysmith.run(["token", "get", "--service", "dot", "--account", "alice", "--fresh", "--min-validity", "2h"])
+        #expect(dead.status == 10 && dead.stderr.contains("invalid_grant"), "\(dead.output)")
+        #expect(try keysmith.run(["token", "check", "--service", "dot", "--account", "alice", "read"]).status == 3)
+        #expect(try keysmith.run(["audit", "show", "--event", "revoke-all", "--json"]).stdout.contains("invalid_grant"))
+    }
 }

@@ -415,6 +415,36 @@ struct StoreContractTests {
         }
     }
 
+    @Test("a named lock has one holder: a second handle, in this process or another, cannot take it until it is released; other names are free",
+          arguments: StoreFixture.shared)
+    func namedLocks(_ fixture: StoreFixture) throws {
+        try fixture.withOpened { opened in
+            let first = try #require(opened.store as? any ExclusiveLocking)
+            let second = try #require(try opened.reopen() as? any ExclusiveLocking)
+            let held = try #require(try first.tryExclusiveLock(named: "refresh news/alice"))
+            #expect(try first.tryExclusiveLock(named: "refresh news/alice") == nil, "the same handle, again")
+            #expect(try second.tryExclusiveLock(named: "refresh news/alice") == nil, "another handle")
+            #expect(try race(opened, [["lock", "refresh news/alice"]]) == [["busy"]], "another process")
+            let other = try #require(try second.tryExclusiveLock(named: "refresh news/bob"), "another name is free")
+            other.release()
+            held.release()
+            held.release()  // again: nothing
+            #expect(try race(opened, [["lock", "refresh news/alice"]]) == [["held"]])
+            let again = try #require(try second.tryExclusiveLock(named: "refresh news/alice"))
+            again.release()
+        }
+    }
+
+    @Test("the in-memory store's named lock has one holder among its users")
+    func memoryLocks() throws {
+        let store = MemoryStore()
+        let held = try #require(try store.tryExclusiveLock(named: "n"))
+        #expect(try store.tryExclusiveLock(named: "n") == nil)
+        #expect(try store.tryExclusiveLock(named: "m") != nil)
+        held.release()
+        #expect(try store.tryExclusiveLock(named: "n") != nil)
+    }
+
     @Test("two processes revoking scopes of one token keep every revocation and one intact audit chain",
           arguments: StoreFixture.shared)
     func tokenRevocationRace(_ fixture: StoreFixture) throws {

@@ -46,9 +46,10 @@ struct BadProviderTests {
     @Test("each bad answer is a ProviderError of its kind, escaped onto one line, and nothing is kept", arguments: [
         ("/oversize", ProviderError.Kind.badResponse, "over 256 KiB"),
         ("/not-json", .badResponse, "not a JSON object"),
-        ("/wrong-types", .badResponse, "no access_token string"),
-        ("/expires-text", .badResponse, "expires_in that is not a number"),
-        ("/missing", .badResponse, "no access_token"),
+        ("/wrong-types", .badResponse, "not one Keysmith can keep"),
+        ("/expires-fraction", .badResponse, "expires_in is not a whole number of seconds"),
+        ("/missing", .badResponse, "has no access_token"),
+        ("/trickle", .timedOut, "did not answer in time"),
         ("/redirect", .badResponse, "redirect (HTTP 302)"),
         ("/error", .rejected, "invalid_grant: line one\\nline two \\u{1B}[31mred"),
         ("/unavailable", .unreachable, "unavailable for now (HTTP 503)"),
@@ -78,7 +79,8 @@ struct BadProviderTests {
 
     @Test("endpoints are checked before anything is sent: http to another host, credentials in the URL, a fragment, another scheme")
     func endpointChecks() throws {
-        for url in ["http://auth.example/token", "https://user:pw@auth.example/token", "https://auth.example/token#x", "ftp://auth.example/token", "token"] {
+        for url in ["http://auth.example/token", "http://127.0.0.1.attacker.example/token", "http://127.0.0.attacker/token",
+                    "https://user:pw@auth.example/token", "https://auth.example/token#x", "ftp://auth.example/token", "token"] {
             let error = #expect(throws: KeysmithError.self) { try OAuthProvider(name: "p", tokenEndpoint: url, clientID: "c").validate() }
             #expect(error?.code == .invalidArgument, "\(url)")
             #expect(error?.message.contains("pw") == false)

@@ -33,8 +33,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(200, b"<html>hello</html>")
         elif path == "/wrong-types":
             self.answer(200, {"access_token": 5, "token_type": "Bearer"})
-        elif path == "/expires-text":
-            self.answer(200, {"access_token": "a", "token_type": "Bearer", "expires_in": "3600"})
+        elif path == "/expires-fraction":
+            self.answer(200, {"access_token": "a", "token_type": "Bearer", "expires_in": 1.5})
+        elif path == "/trickle":
+            # The head at once, then the body a byte at a time, slower than any whole-request bound.
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            for _ in range(100):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(1)
         elif path == "/missing":
             self.answer(200, {"token_type": "Bearer"})
         elif path == "/redirect":
