@@ -169,7 +169,7 @@ public struct RevocationOutbox: Sendable {
         return found.sorted { ($0.queuedAt, $0.id) < ($1.queuedAt, $1.id) }
     }
 
-    /// What ``RevocationOutbox/send(force:)`` did.
+    /// What ``RevocationOutbox/send(force:only:)`` did.
     public struct SendReport: Sendable, Hashable {
         /// Entries the provider confirmed (removed from the queue).
         public var confirmed: Int = 0

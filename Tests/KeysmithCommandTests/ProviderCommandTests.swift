@@ -7,8 +7,8 @@ import Testing
 struct ProviderCommandTests {
     /// A vault with the server's provider kept as `dot` for the client `client` (its secret
     /// given on a descriptor, never on the command line).
-    static func setUp(_ server: OAuthTestServer, client: String = "ks-password", auth: String? = nil) throws -> Keysmith {
-        let keysmith = try Keysmith.withVault()
+    static func setUp(_ server: OAuthTestServer, client: String = "ks-password", auth: String? = nil, on store: Keysmith? = nil) throws -> Keysmith {
+        let keysmith = try store ?? Keysmith.withVault()
         var arguments = ["provider", "add", "dot", "--issuer", server.url, "--client-id", client, "--device-endpoint", server.url + "/device-authorization/"]
         if let auth { arguments += ["--client-auth", auth] }
         let secretFile = keysmith.directory + "/client-secret"
@@ -129,6 +129,24 @@ struct ProviderCommandTests {
         defer { server.destroy() }
         let keysmith = try Self.setUp(server)
         defer { keysmith.cleanup() }
+        try Self.race(keysmith, server, store: "the file vault", machines: false)
+    }
+
+    @Test("token get --fresh on the PostgreSQL store: 8 processes standing for 8 machines (no local state shared), the same race: no failure, the grant lives, one refresh per expiry",
+          .enabled(if: ProcessInfo.processInfo.environment["KEYSMITH_TEST_DATABASE_URL"] != nil))
+    func raceOfRefreshesOnPostgres() throws {
+        let server = try OAuthTestServer(accessSeconds: 2)
+        defer { server.destroy() }
+        let database = try PostgresCommandTests.keysmith()
+        #expect(try database.run(["postgres", "init"]).status == 0)
+        let keysmith = try Self.setUp(server, on: database)
+        defer { keysmith.cleanup() }
+        try Self.race(keysmith, server, store: "PostgreSQL", machines: true)
+    }
+
+    /// 8 processes, 50 `token get --fresh --min-validity 1s` each, each token introspected at
+    /// once. With `machines`, each process has a home of its own (no file shared but the store).
+    static func race(_ keysmith: Keysmith, _ server: OAuthTestServer, store: String, machines: Bool) throws {
         let imported = try keysmith.run(["token", "import", "--service", "dot", "--account", "alice", "--requested", "read write"],
                                         stdin: try server.passwordGrant())
         #expect(imported.status == 0, "\(imported.output)")
@@ -159,9 +177,16 @@ struct ProviderCommandTests {
         let python = try #require(ProcessInfo.processInfo.environment["KEYSMITH_TEST_OAUTH_PYTHON"])
         let started = Date()
         let workers = try (0..<8).map { index in
-            try SpawnedProcess(python, [worker, server.url, server.clientSecret, keysmith.directory + "/worker-\(index).log", Keysmith.binary],
-                               environment: keysmith.environment, directory: keysmith.directory,
-                               standardError: .file(keysmith.directory + "/worker-\(index).err"), deadline: 600)
+            var environment = keysmith.environment
+            if machines {
+                let home = keysmith.directory + "/machine-\(index)"
+                try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+                environment["HOME"] = home
+                environment["TMPDIR"] = home
+            }
+            return try SpawnedProcess(python, [worker, server.url, server.clientSecret, keysmith.directory + "/worker-\(index).log", Keysmith.binary],
+                                      environment: environment, directory: keysmith.directory,
+                                      standardError: .file(keysmith.directory + "/worker-\(index).err"), deadline: 600)
         }
         for worker in workers { worker.waitUntilExit() }
         let elapsed = Date().timeIntervalSince(started)
@@ -185,7 +210,7 @@ struct ProviderCommandTests {
         #expect(audited == refreshes, "the audit log has \(audited) refreshes, the provider saw \(refreshes)")
         #expect(refreshes >= 1 && Double(refreshes) <= elapsed + 1, "\(refreshes) refreshes in \(elapsed) s")
         let active = lines.filter { $0 == "active" }.count, superseded = lines.filter { $0 == "superseded" }.count
-        print("refresh race: 8 processes x 50 `token get --fresh --min-validity 1s`, 2 s tokens: \(refreshes) refreshes in "
+        print("refresh race on \(store): 8 processes x 50 `token get --fresh --min-validity 1s`, 2 s tokens: \(refreshes) refreshes in "
               + "\(String(format: "%.1f", elapsed)) s; of \(lines.count) tokens, \(active) introspected active, \(superseded) had been ended "
               + "by the next refresh by then, \(lines.count - active - superseded) stale")
     }
