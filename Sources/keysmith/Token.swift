@@ -35,7 +35,7 @@ extension KeysmithCommand {
     struct Token: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "token", 
             abstract: "Import OAuth tokens and inspect, check and revoke their scopes.",
-            subcommands: [Import.self, Login.self, Outbox.self, List.self, Get.self, Scopes.self, Revoke.self, RevokeAll.self, Check.self, Introspect.self,
+            subcommands: [Import.self, Login.self, Outbox.self, Reconcile.self, List.self, Get.self, Scopes.self, Revoke.self, RevokeAll.self, Check.self, Introspect.self,
                           Delete.self]
         )
     }
@@ -306,9 +306,63 @@ extension KeysmithCommand.Token {
         @Flag(help: "Accepted for uniformity: the output is always one JSON document (RFC 7662).")
         var json = false
 
+        @Flag(name: .customLong("at-provider"),
+              help: "Ask the token's provider instead (RFC 7662); a token it reports inactive while valid here is revoked here (exit 3).")
+        var atProvider = false
+
         func run() throws {
             let keeper = makeKeeper(try store.openStore())
-            print(try jsonLine(try loadToken(keeper, location).introspection(at: keeper.now)))
+            guard atProvider else {
+                return print(try jsonLine(try loadToken(keeper, location).introspection(at: keeper.now)))
+            }
+            let introspection = ProviderIntrospection(keeper: keeper)
+            let (service, account) = (location.service, location.account)
+            let (answer, revokedHere) = try runAsync { try await introspection.introspect(service: service, account: account) }
+            struct Document: Encodable {
+                var active: Bool; var scope: String?; var exp: Int?; var client_id: String?; var revoked_here: Bool
+            }
+            print(try jsonLine(Document(active: answer.active, scope: answer.scope, exp: answer.expiresAt.map { Int($0.timeIntervalSince1970) },
+                                        client_id: answer.clientID, revoked_here: revokedHere)))
+            if !answer.active { throw CommandFailure.silent(ExitCode(3)) }
+        }
+    }
+
+    /// Asks a provider about every token kept for it.
+    struct Reconcile: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "reconcile",
+            abstract: "Ask a provider about every token of its service that is valid here (RFC 7662); revoke here those it reports inactive.",
+            discussion: """
+                Tokens whose access token has expired here are not asked about (an expired access token \
+                is inactive everywhere and says nothing of its grant). A token the provider reports \
+                inactive is revoked here with the reason "inactive at the provider", audited. 8 requests \
+                at a time. Exit 0 when every question was answered; 11 when some failed (named).
+                """)
+
+        @OptionGroup var store: StoreOptions
+
+        @Option(help: "The provider (the tokens' service).")
+        var service: String
+
+        @Flag(help: "Print one JSON document: {checked, revoked: [accounts], failed: {account: why}}.")
+        var json = false
+
+        func run() throws {
+            let introspection = ProviderIntrospection(keeper: makeKeeper(try store.openStore()))
+            let service = service
+            let report = try runAsync { try await introspection.reconcile(service: service) }
+            if json {
+                struct Document: Encodable { var checked: Int; var revoked: [String]; var failed: [String: String] }
+                print(try jsonLine(Document(checked: report.checked, revoked: report.revoked, failed: report.failed)))
+            } else {
+                print("Asked \(escaped(service)) about \(report.checked) token(s): \(report.revoked.count) inactive there, now revoked here"
+                      + (report.revoked.isEmpty ? "." : " (\(report.revoked.map(escaped).joined(separator: ", "))).")
+                      + (report.failed.isEmpty ? "" : " \(report.failed.count) question(s) failed."))
+                for (account, why) in report.failed.sorted(by: { $0.key < $1.key }) {
+                    Terminal.write(Array("keysmith: \(escaped(account)): \(escaped(why))\n".utf8), to: 2)
+                }
+            }
+            if !report.failed.isEmpty { throw CommandFailure.silent(ExitCode(11)) }
         }
     }
 }

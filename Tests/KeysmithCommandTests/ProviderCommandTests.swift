@@ -332,4 +332,32 @@ struct ProviderCommandTests {
         #expect(try keysmith.run(["token", "check", "--service", "dot", "--account", "alice", "read"]).status == 3)
         #expect(try keysmith.run(["audit", "show", "--event", "revoke-all", "--json"]).stdout.contains("invalid_grant"))
     }
+
+    @Test("token introspect --at-provider and token reconcile: a token revoked at the provider behind Keysmith's back becomes revoked here, audited; one still active stays")
+    func introspectAndReconcile() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server)
+        defer { keysmith.cleanup() }
+        for account in ["alice", "bob"] {
+            try keysmith.run(["token", "import", "--service", "dot", "--account", account, "--requested", "read write"],
+                             stdin: try server.passwordGrant(user: account))
+        }
+        let alice = try keysmith.run(["token", "introspect", "--service", "dot", "--account", "alice", "--at-provider"])
+        #expect(alice.status == 0 && alice.stdout.contains(#""active":true"#) && alice.stdout.contains(#""revoked_here":false"#), "\(alice.output)")
+        // Bob's grant is revoked at the provider by someone else (its console, say).
+        let bob = try Self.tokens(keysmith, account: "bob")
+        #expect(try server.request("/revoke_token/", form: ["token": bob.refresh, "token_type_hint": "refresh_token"],
+                                   basic: ("ks-password", server.clientSecret)).status == 200)
+        #expect(try keysmith.run(["token", "check", "--service", "dot", "--account", "bob", "read"]).status == 0)  // not known here yet
+        let reconciled = try keysmith.run(["token", "reconcile", "--service", "dot", "--json"])
+        #expect(reconciled.status == 0 && reconciled.stdout == #"{"checked":2,"failed":{},"revoked":["bob"]}"# + "\n", "\(reconciled.output)")
+        #expect(try keysmith.run(["token", "check", "--service", "dot", "--account", "bob", "read"]).status == 3)
+        #expect(try keysmith.run(["token", "check", "--service", "dot", "--account", "alice", "read"]).status == 0)
+        let audit = try keysmith.run(["audit", "show", "--event", "revoke-all", "--json"]).stdout
+        #expect(audit.contains("inactive at the provider"), "\(audit)")
+        let again = try keysmith.run(["token", "introspect", "--service", "dot", "--account", "bob", "--at-provider"])
+        #expect(again.status == 3 && again.stdout.contains(#""active":false"#), "\(again.output)")
+        #expect(!reconciled.output.contains(bob.access) && !again.output.contains(bob.access))
+    }
 }
