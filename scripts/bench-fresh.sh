@@ -13,7 +13,7 @@ if [ -z "${KEYSMITH:-}" ]; then
 fi
 work=$(mktemp -d)
 trap 'kill "$(cat "$work/server.pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$work"' EXIT
-export KEYSMITH_VAULT="$work/vault" KEYSMITH_ANCHOR_DIR="$work/anchors" HOME="$work"
+export KEYSMITH_VAULT="$work/vault" KEYSMITH_ANCHOR_DIR="$work/anchors"
 "$KEYSMITH" init --keyfile "$work/key" >/dev/null
 export KEYSMITH_KEYFILE="$work/key"
 scripts/with-oauth-server.sh sh -c '

@@ -87,6 +87,17 @@ public final class ProviderTokens: Sendable {
         return try await task.value
     }
 
+    /// The token when it needs no refresh (valid for `minValidity`, or without an expiry), read
+    /// synchronously: what ``freshToken(service:account:minValidity:)`` does first, for callers
+    /// that would rather not start an async task when nothing needs the network.
+    ///
+    /// - Returns: The token, or `nil` when it needs a refresh (or is logged out).
+    /// - Throws: `KeysmithError.Code.itemNotFound` for no such token; a store failure.
+    public func tokenIfFresh(service: String, account: String, minValidity: Duration = .seconds(60)) throws -> OAuthToken? {
+        let token = try current(service: service, account: account)
+        return isFresh(token, minValidity) ? token : nil
+    }
+
     func current(service: String, account: String) throws -> OAuthToken {
         guard let token = try keeper.token(service: service, account: account) else {
             throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")

@@ -503,7 +503,12 @@ extension KeysmithCommand.Token {
                 let tokens = try ProviderTokens(keeper: keeper)
                 let seconds = try minValidity.map(parseDuration) ?? 60
                 let (service, account) = (location.service, location.account)
-                token = try runAsync { try await tokens.freshToken(service: service, account: account, minValidity: .seconds(seconds)) }
+                // No task and no network when the token needs no refresh.
+                if let current = try tokens.tokenIfFresh(service: service, account: account, minValidity: .seconds(seconds)) {
+                    token = current
+                } else {
+                    token = try runAsync { try await tokens.freshToken(service: service, account: account, minValidity: .seconds(seconds)) }
+                }
             } else {
                 token = try loadToken(keeper, location)
             }
