@@ -1,6 +1,8 @@
 public import Keysmith
 public import KeysmithTokens
 import Foundation
+import KeysmithCrypto
+import KeysmithSystem
 
 /// What the device authorization endpoint answered (RFC 8628 §3.2): what the person must see.
 /// The device code itself is kept inside and never shown.
@@ -126,5 +128,125 @@ public struct ProviderSignIn: Sendable {
         }
         return try keeper.importResponse(response, service: provider.name, account: account, requested: requested, clientID: provider.clientID,
                                          issuer: provider.issuer, replacing: replacing)
+    }
+}
+
+/// A browser sign-in in progress (authorization code with PKCE S256, RFC 7636, and a loopback
+/// redirect, RFC 8252): the URL to open, and the listener waiting on 127.0.0.1 for the one
+/// redirect that ends it. The `state` and the PKCE verifier never leave this value.
+public struct BrowserAuthorization: Sendable {
+    /// The URL the person opens in a browser.
+    public var url: String
+    /// Where the provider sends the browser back: `http://127.0.0.1:PORT/callback`.
+    public var redirectURI: String
+    let state: String
+    let verifier: String
+    let listener: LoopbackListener
+    let scopes: Set<Scope>
+}
+
+extension ProviderSignIn {
+    /// Starts a browser sign-in: a listener on 127.0.0.1 at an ephemeral port, a fresh `state`
+    /// and PKCE verifier (32 random bytes each), and the authorization URL with the S256
+    /// challenge.
+    ///
+    /// - Throws: ``ProviderError`` (``ProviderError/Kind/unsupported``) without an
+    ///   authorization endpoint; `KeysmithError.Code.ioFailure` when no port can be bound.
+    public func startBrowser(scopes: Set<Scope>) throws -> BrowserAuthorization {
+        let provider = client.provider
+        guard let endpoint = provider.authorizationEndpoint else {
+            throw ProviderError(.unsupported, "provider \(OneLine.escaped(provider.name)) has no authorization endpoint "
+                                + "(add it with --authorization-endpoint, or sign in with --device)")
+        }
+        _ = try EndpointURL(endpoint, role: "authorization endpoint")
+        let listener: LoopbackListener
+        do {
+            listener = try LoopbackListener()
+        } catch {
+            throw KeysmithError(.ioFailure, "cannot listen on 127.0.0.1 for the sign-in's redirect: \(error)")
+        }
+        let state = PKCE.randomText(), verifier = PKCE.randomText()
+        let redirect = "http://127.0.0.1:\(listener.port)/callback"
+        var components = URLComponents(string: endpoint)!
+        var query = components.queryItems ?? []
+        query += [URLQueryItem(name: "response_type", value: "code"), URLQueryItem(name: "client_id", value: provider.clientID),
+                  URLQueryItem(name: "redirect_uri", value: redirect), URLQueryItem(name: "state", value: state),
+                  URLQueryItem(name: "code_challenge", value: PKCE.challenge(verifier)), URLQueryItem(name: "code_challenge_method", value: "S256")]
+        if !scopes.isEmpty { query.append(URLQueryItem(name: "scope", value: client.scopeText(scopes))) }
+        components.percentEncodedQuery = query.map { FormEncoding.encode($0.name) + "=" + FormEncoding.encode($0.value ?? "") }.joined(separator: "&")
+        return BrowserAuthorization(url: components.string ?? endpoint, redirectURI: redirect, state: state, verifier: verifier,
+                                    listener: listener, scopes: scopes)
+    }
+
+    /// Waits for the one redirect to the listener (it answers that request and stops listening),
+    /// checks its `state`, exchanges the code with the PKCE verifier, and keeps the token.
+    ///
+    /// - Throws: ``ProviderError``: ``ProviderError/Kind/rejected`` for an `error` in the
+    ///   redirect (`access_denied`, …) or a refused exchange; ``ProviderError/Kind/badResponse``
+    ///   for a redirect with a wrong `state` or no code; ``ProviderError/Kind/abandoned`` when
+    ///   none came within `timeout`. Nothing is kept then.
+    public func completeBrowser(_ authorization: BrowserAuthorization, account: String, replacing: Bool = false,
+                                timeout: Duration = .seconds(300)) async throws -> OAuthToken {
+        defer { authorization.listener.close() }
+        let deadline = ContinuousClock.now + timeout
+        var connection: LoopbackConnection?
+        while connection == nil {
+            connection = try authorization.listener.tryAccept()
+            if connection == nil {
+                guard ContinuousClock.now < deadline else {
+                    throw ProviderError(.abandoned, "no redirect came back from the browser within \(timeout); nothing was stored (sign in again)")
+                }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        // One request only: nothing else is answered, or even accepted.
+        authorization.listener.close()
+        let accepted = connection!
+        func answer(_ status: String, _ text: String) {
+            let body = Array("<!doctype html><title>Keysmith</title><p>\(text)</p>\n".utf8)
+            accepted.answer(Array("HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n".utf8) + body)
+        }
+        guard let head = accepted.readHead(), let line = String(decoding: head, as: UTF8.self).split(separator: "\r\n").first,
+              line.hasPrefix("GET "), let target = line.split(separator: " ").dropFirst().first,
+              let components = URLComponents(string: "http://127.0.0.1" + target), components.path == "/callback"
+        else {
+            answer("400 Bad Request", "This is not the sign-in's redirect. Sign in again from the terminal.")
+            throw ProviderError(.badResponse, "the request to the sign-in's listener was not its redirect; nothing was stored (sign in again)")
+        }
+        let items = components.queryItems ?? []
+        func value(_ name: String) -> String? { items.first { $0.name == name }?.value }
+        guard let state = value("state"), constantTimeEqual(Array(state.utf8), Array(authorization.state.utf8)) else {
+            answer("400 Bad Request", "The sign-in's state does not match. Sign in again from the terminal.")
+            throw ProviderError(.badResponse, "the redirect's state does not match the sign-in's (a forged or stale redirect); nothing was stored")
+        }
+        if let error = value("error") {
+            answer("200 OK", "The sign-in was refused. You can close this window.")
+            let description = value("error_description").map { ": " + OneLine.escaped(String($0.prefix(300))) } ?? ""
+            throw ProviderError(.rejected, "\(OneLine.escaped(client.provider.name)) refused the sign-in: \(OneLine.escaped(String(error.prefix(128))))\(description)",
+                                oauthError: error)
+        }
+        guard let code = value("code"), !code.isEmpty else {
+            answer("400 Bad Request", "The redirect has no code. Sign in again from the terminal.")
+            throw ProviderError(.badResponse, "the redirect has no authorization code; nothing was stored")
+        }
+        answer("200 OK", "Signed in to Keysmith. You can close this window.")
+        let response = try await client.exchange(code: code, redirectURI: authorization.redirectURI, verifier: authorization.verifier)
+        return try keep(response, account: account, requested: authorization.scopes, replacing: replacing)
+    }
+}
+
+/// PKCE (RFC 7636) and `state` values.
+enum PKCE {
+    /// 32 random bytes, base64url without padding (43 characters).
+    static func randomText() -> String {
+        base64URL((try? Random.bytes(count: 32)) ?? (0..<32).map { _ in UInt8.random(in: 0...255) })
+    }
+
+    /// The S256 challenge of a verifier.
+    static func challenge(_ verifier: String) -> String { base64URL(SHA256.hash(Array(verifier.utf8))) }
+
+    static func base64URL(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
     }
 }

@@ -222,10 +222,13 @@ extension KeysmithCommand.Token {
     struct Login: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "login",
-            abstract: "Sign in at a provider (device flow, or client credentials for a service) and keep the token under the provider's name.",
+            abstract: "Sign in at a provider (device flow, a browser with PKCE, or client credentials for a service) and keep the token under the provider's name.",
             discussion: """
                 --device (the default) prints a code and where to enter it, on standard error, and waits \
-                for the approval (polling at the provider's interval; slow_down is honoured). \
+                for the approval (polling at the provider's interval; slow_down is honoured). --browser \
+                prints an address to open, and waits for the browser's redirect to a listener on \
+                127.0.0.1 at an ephemeral port, which answers that one request and closes; the state and \
+                the PKCE verifier (S256) are checked and never shown. \
                 --client-credentials signs the client itself in. The token is kept at service PROVIDER, \
                 account ACCOUNT, through the usual rules (requested and granted scopes, history, audit); a \
                 token kept there already is updated. Nothing is kept when the sign-in fails.
@@ -248,6 +251,12 @@ extension KeysmithCommand.Token {
         @Flag(name: .customLong("client-credentials"), help: "The client credentials grant, for a service (no person, no refresh token).")
         var clientCredentials = false
 
+        @Flag(help: "Authorization code with PKCE in a browser, redirected to a listener on 127.0.0.1 (RFC 8252).")
+        var browser = false
+
+        @Option(name: .customLong("browser-timeout"), help: ArgumentHelp("With --browser: how long to wait for the redirect (default 5m).", valueName: "duration"))
+        var browserTimeout: String?
+
         @Flag(help: "Replace a token kept there (its history goes with it) instead of updating it.")
         var replace = false
 
@@ -255,7 +264,11 @@ extension KeysmithCommand.Token {
         var json = false
 
         func validate() throws {
-            if device && clientCredentials { throw ValidationError("give --device or --client-credentials, not both") }
+            guard [device, clientCredentials, browser].filter({ $0 }).count <= 1 else {
+                throw ValidationError("give one of --device, --browser and --client-credentials")
+            }
+            if browserTimeout != nil && !browser { throw ValidationError("--browser-timeout goes with --browser") }
+            if let browserTimeout { _ = try parseDuration(browserTimeout) }
         }
 
         func run() throws {
@@ -266,6 +279,11 @@ extension KeysmithCommand.Token {
             let token: OAuthToken
             if clientCredentials {
                 token = try runAsync { try await signIn.clientCredentials(account: account, scopes: scopes, replacing: replace) }
+            } else if browser {
+                let started = try signIn.startBrowser(scopes: scopes)
+                let seconds = try browserTimeout.map(parseDuration) ?? 300
+                Terminal.write(Array("To sign in at \(escaped(signIn.client.provider.name)), open this address in a browser on this machine:\n\(escaped(started.url))\nWaiting for the browser to come back to \(started.redirectURI)…\n".utf8), to: 2)
+                token = try runAsync { try await signIn.completeBrowser(started, account: account, replacing: replace, timeout: .seconds(seconds)) }
             } else {
                 let started = try runAsync { try await signIn.startDevice(scopes: scopes) }
                 var prompt = "To sign in at \(escaped(signIn.client.provider.name)), open \(escaped(started.verificationURI)) and enter the code "

@@ -360,4 +360,92 @@ struct ProviderCommandTests {
         #expect(again.status == 3 && again.stdout.contains(#""active":false"#), "\(again.output)")
         #expect(!reconciled.output.contains(bob.access) && !again.output.contains(bob.access))
     }
+
+    /// A person's browser, played by Python: `authorize URL` prints where the provider redirects
+    /// (as user alice, approved at once); `get URL` prints the answer's status, or `refused`.
+    static func browser(_ keysmith: Keysmith, _ arguments: [String]) throws -> String {
+        let script = keysmith.directory + "/browser.py"
+        if !FileManager.default.fileExists(atPath: script) {
+            try """
+                import sys, urllib.error, urllib.request
+                class Stay(urllib.request.HTTPRedirectHandler):
+                    def redirect_request(self, *args, **kwargs): return None
+                mode, url = sys.argv[1], sys.argv[2]
+                if mode == "authorize":
+                    try:
+                        urllib.request.build_opener(Stay).open(urllib.request.Request(url, headers={"X-Test-User": "alice"}), timeout=30)
+                        print("no redirect")
+                    except urllib.error.HTTPError as error:
+                        print(error.headers.get("Location", "no location"))
+                else:
+                    try:
+                        print(urllib.request.urlopen(url, timeout=30).status)
+                    except urllib.error.HTTPError as error:
+                        print(error.code)
+                    except (ConnectionRefusedError, urllib.error.URLError):
+                        print("refused")
+                """.write(toFile: script, atomically: true, encoding: .utf8)
+        }
+        let python = try #require(ProcessInfo.processInfo.environment["KEYSMITH_TEST_OAUTH_PYTHON"])
+        let result = try spawnAndWait(python, [script] + arguments, deadline: 60)
+        return String(decoding: result.stdout, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Starts `token login --browser` and waits for the address it prints.
+    static func startBrowserLogin(_ keysmith: Keysmith, account: String) throws -> (SpawnedProcess, url: String, stderr: String) {
+        let stderr = keysmith.directory + "/browser-\(account).err"
+        let login = try SpawnedProcess(Keysmith.binary, ["token", "login", "--provider", "dot", "--account", account, "--scope", "read", "--browser",
+                                                         "--browser-timeout", "60s"],
+                                       environment: keysmith.environment, directory: keysmith.directory,
+                                       standardOutput: .file(keysmith.directory + "/browser-\(account).out"), standardError: .file(stderr), deadline: 120)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            let text = (try? String(contentsOfFile: stderr, encoding: .utf8)) ?? ""
+            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("http") }) { return (login, String(line), stderr) }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        throw TestServerError("token login --browser printed no address")
+    }
+
+    @Test("token login --browser: PKCE S256 and a loopback redirect complete the sign-in; the listener answers one request and closes; a wrong state and a code exchanged without the verifier are refused, and nothing is kept")
+    func browserSignIn() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server, client: "ks-code", auth: "none")
+        defer { keysmith.cleanup() }
+        // The sign-in that works.
+        let (login, url, stderr) = try Self.startBrowserLogin(keysmith, account: "alice")
+        #expect(url.contains("code_challenge_method=S256") && url.contains("code_challenge=") && url.contains("state="), "\(url)")
+        #expect(!url.contains("code_verifier"))
+        let redirect = try Self.browser(keysmith, ["authorize", url])
+        #expect(redirect.hasPrefix("http://127.0.0.1:") && redirect.contains("code="), "\(redirect)")
+        #expect(try Self.browser(keysmith, ["get", redirect]) == "200")
+        login.waitUntilExit()
+        #expect(login.terminationStatus == 0, "\((try? String(contentsOfFile: stderr, encoding: .utf8)) ?? "")")
+        // The listener answered one request and closed.
+        #expect(try Self.browser(keysmith, ["get", redirect]) == "refused")
+        let token = try keysmith.run(["token", "get", "--service", "dot", "--account", "alice", "--no-newline"]).stdout
+        #expect(try server.isActive(token))
+
+        // A redirect whose state is not the sign-in's: refused, nothing kept.
+        let (forged, forgedURL, forgedErr) = try Self.startBrowserLogin(keysmith, account: "mallory")
+        let genuine = try Self.browser(keysmith, ["authorize", forgedURL])
+        let tampered = genuine.replacingOccurrences(of: "state=", with: "state=x")
+        #expect(try Self.browser(keysmith, ["get", tampered]) == "400")
+        forged.waitUntilExit()
+        let forgedOutput = (try? String(contentsOfFile: forgedErr, encoding: .utf8)) ?? ""
+        #expect(forged.terminationStatus == 11 && forgedOutput.contains("state does not match"), "\(forgedOutput)")
+        #expect(try keysmith.run(["token", "get", "--service", "dot", "--account", "mallory"]).status == 2)
+
+        // A code taken on its way, exchanged without the verifier: the provider refuses it (PKCE).
+        let (third, thirdURL, _) = try Self.startBrowserLogin(keysmith, account: "carol")
+        let intercepted = try Self.browser(keysmith, ["authorize", thirdURL])
+        let code = try #require(URLComponents(string: intercepted)?.queryItems?.first { $0.name == "code" }?.value)
+        let redirectURI = try #require(URLComponents(string: thirdURL)?.queryItems?.first { $0.name == "redirect_uri" }?.value)
+        let stolen = try server.request("/token/", form: ["grant_type": "authorization_code", "code": code, "redirect_uri": redirectURI,
+                                                          "client_id": "ks-code", "code_verifier": String(repeating: "x", count: 43)])
+        #expect(stolen.status == 400 && stolen.json["access_token"] == nil, "\(stolen)")
+        kill(third.processIdentifier, SIGTERM)
+        third.waitUntilExit()
+    }
 }
