@@ -106,7 +106,8 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     /// `damaged` marker a repair puts in place of an entry that did not read, and a
     /// `store-repair` (`keysmith vault repair`).
     public static let events = ["import", "replace", "update", "import-batch", "revoke", "revoke-all", "refresh", "grant", "delete", "bulk-revoke",
-                                "audit-repair", "damaged", "store-repair"]
+                                "audit-repair", "damaged", "store-repair",
+                                "provider-revoke", "provider-revoke-retry", "provider-revoke-failed", "provider-revoke-queued"]
 
     /// Whether the entry is about the token of `service` and `account` (either `nil`: any):
     /// its own service and account, or, for a bulk change (service or account `*`), one of

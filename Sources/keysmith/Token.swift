@@ -1024,7 +1024,7 @@ extension KeysmithCommand {
             @Option(help: "Only entries at or before this time (ISO 8601, or a duration back from now).")
             var until: String?
 
-            @Option(help: "Only entries of this event: import, replace, update, import-batch, revoke, revoke-all, refresh, grant, delete, bulk-revoke.")
+            @Option(help: "Only entries of this event: import, replace, update, import-batch, revoke, revoke-all, refresh, grant, delete, bulk-revoke, provider-revoke, provider-revoke-retry, provider-revoke-failed, provider-revoke-queued.")
             var event: String?
 
             func validate() throws {

@@ -448,4 +448,48 @@ struct ProviderCommandTests {
         kill(third.processIdentifier, SIGTERM)
         third.waitUntilExit()
     }
+
+    @Test("a bulk revocation at the provider killed (SIGKILL) halfway: the local revocation and the whole queue were committed first; a second process sends the rest; every grant ends at the provider, none is forgotten")
+    func bulkRevocationKilledHalfway() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server)
+        defer { keysmith.cleanup() }
+        let count = 300
+        var lines: [String] = []
+        for index in 0..<count {
+            lines.append(#"{"service":"dot","account":"user\#(index)","requested":"read write","response":\#(try server.passwordGrant(user: index % 2 == 0 ? "alice" : "bob"))}"#)
+        }
+        #expect(try keysmith.run(["token", "import", "--batch"], stdin: lines.joined(separator: "\n")).status == 0)
+        let samples = try [0, 150, 299].map { try Self.tokens(keysmith, account: "user\($0)") }
+        let revoking = try SpawnedProcess(Keysmith.binary, ["revoke", "--scope", "write", "--service", "dot", "--at-provider"],
+                                          environment: keysmith.environment, directory: keysmith.directory, deadline: 300)
+        // Killed once the provider has confirmed some and not all.
+        var pendingAtKill = 0
+        let deadline = Date().addingTimeInterval(120)
+        while Date() < deadline, revoking.isRunning {
+            let listed = try keysmith.run(["token", "outbox", "--json"])
+            let pending = listed.stdout.components(separatedBy: #""state":"pending""#).count - 1
+            if pending > 0 && pending < count {
+                kill(revoking.processIdentifier, SIGKILL)
+                pendingAtKill = pending
+                break
+            }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        revoking.waitUntilExit()
+        #expect(pendingAtKill > 0, "the revocation finished before it could be killed halfway")
+        // Revoked here at once, all of them: the local change and the queue were one commit.
+        let listed = try keysmith.run(["token", "list", "--service", "dot", "--json"]).stdout
+        #expect(!listed.contains(#""active":true"#))
+        // A second process sends the rest.
+        let sent = try keysmith.run(["token", "outbox", "--send", "--json"])
+        #expect(sent.status == 0 && sent.stdout.contains(#""entries":[]"#), "\(sent.output)")
+        for sample in samples { #expect(try !server.isActive(sample.access) && !server.refreshWorks(sample.refresh)) }
+        #expect(try server.request("/test/grant-alive?client_id=ks-password").json["alive"] as? Bool == false)
+        let audit = try keysmith.run(["audit", "show", "--event", "provider-revoke", "--json"]).stdout
+        let confirmedTokens = audit.components(separatedBy: "user").count - 1
+        #expect(confirmedTokens >= count, "every token is named by a provider-revoke entry (\(confirmedTokens))")
+        print("bulk revocation at the provider killed with \(pendingAtKill) of \(count) pending; the outbox sent the rest in a second process")
+    }
 }
