@@ -160,6 +160,46 @@ public struct RevocationOutbox: Sendable {
                                                    secret: try Self.encode(entry))])
     }
 
+    /// Makes every failed entry pending again (due now), after the cause was mended (the
+    /// provider added again, its secret replaced), with an audit entry.
+    ///
+    /// - Returns: How many entries were failed.
+    @discardableResult
+    public func retryFailed() throws -> Int {
+        var operations: [StoreOperation] = []
+        var accounts: [TokenReference] = []
+        try keeper.store.forEachRecord(matching: ItemQuery(recordType: .providerRevocation), chunkSize: 512) { records, _ in
+            for record in records {
+                var entry = try Self.decode(record.secret)
+                guard entry.state == "failed" else { continue }
+                entry.state = "pending"
+                entry.nextAttemptAt = keeper.now
+                var updated = record
+                updated.secret = try Self.encode(entry)
+                operations.append(.replace(updated))
+                accounts.append(TokenReference(service: entry.provider, account: entry.account))
+            }
+        }
+        guard !operations.isEmpty else { return 0 }
+        try keeper.recordEvent("provider-revoke-retry", service: "*", account: "*",
+                               detail: "\(operations.count) failed revocation(s) at providers made pending again", tokens: accounts, alongside: operations)
+        return operations.count
+    }
+
+    /// Gives up one queued revocation: the entry (and the tokens it holds) is removed without
+    /// being sent, with a `provider-revoke-dropped` audit entry. For a provider that is gone
+    /// for good; the token may still work there.
+    ///
+    /// - Throws: `KeysmithError.Code.itemNotFound` for no such entry.
+    public func drop(id: String, reason: String) throws {
+        guard let entry = try entries().first(where: { $0.id == id }) else {
+            throw KeysmithError(.itemNotFound, "no queued revocation has the id \(OneLine.escaped(String(id.prefix(64))))")
+        }
+        try keeper.recordEvent("provider-revoke-dropped", service: entry.provider, account: entry.account,
+                               detail: "the revocation at provider \(entry.provider) was given up, unsent: \(reason)",
+                               alongside: [.delete(Self.key(id, provider: entry.provider))])
+    }
+
     /// Every queued revocation, oldest first.
     public func entries() throws -> [QueuedRevocation] {
         var found: [QueuedRevocation] = []

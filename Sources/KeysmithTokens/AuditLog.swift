@@ -107,7 +107,7 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     /// `store-repair` (`keysmith vault repair`).
     public static let events = ["import", "replace", "update", "import-batch", "revoke", "revoke-all", "refresh", "grant", "delete", "bulk-revoke",
                                 "audit-repair", "damaged", "store-repair",
-                                "provider-revoke", "provider-revoke-retry", "provider-revoke-failed", "provider-revoke-queued"]
+                                "provider-revoke", "provider-revoke-retry", "provider-revoke-failed", "provider-revoke-queued", "provider-revoke-dropped"]
 
     /// Whether the entry is about the token of `service` and `account` (either `nil`: any):
     /// its own service and account, or, for a bulk change (service or account `*`), one of

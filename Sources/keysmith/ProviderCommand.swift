@@ -355,13 +355,29 @@ extension KeysmithCommand.Token {
         @Flag(help: "Send every pending revocation now.")
         var send = false
 
+        @Flag(name: .customLong("retry-failed"), help: "Make the failed revocations pending again (after mending their cause), then send them.")
+        var retryFailed = false
+
+        @Option(help: ArgumentHelp("Give up this queued revocation, unsent (its provider is gone for good); the audit log records it.", valueName: "id"))
+        var drop: String?
+
+        func validate() throws {
+            if drop != nil && (send || retryFailed) { throw ValidationError("--drop goes alone") }
+        }
+
         @Flag(help: "Print one JSON document.")
         var json = false
 
         func run() throws {
             let outbox = RevocationOutbox(keeper: makeKeeper(try store.openStore()))
+            if let drop {
+                try outbox.drop(id: drop, reason: "dropped with keysmith token outbox --drop")
+                print("Dropped the queued revocation \(escaped(drop)); the token may still work at its provider.")
+                return
+            }
             var confirmed = 0
-            if send { confirmed = try runAsync { try await outbox.send(force: true) }.confirmed }
+            if retryFailed { _ = try outbox.retryFailed() }
+            if send || retryFailed { confirmed = try runAsync { try await outbox.send(force: true) }.confirmed }
             let entries = try outbox.entries()
             if json {
                 struct Entry: Encodable {
@@ -374,9 +390,9 @@ extension KeysmithCommand.Token {
                           next_attempt: iso8601($0.nextAttemptAt), last_error: $0.lastError, reason: $0.reason)
                 })))
             } else {
-                if send { print("Confirmed \(confirmed) revocation(s).") }
+                if send || retryFailed { print("Confirmed \(confirmed) revocation(s).") }
                 for entry in entries {
-                    print("\(entry.state)\t\(escaped(entry.account)) at \(escaped(entry.provider))\tattempts \(entry.attempts)"
+                    print("\(entry.state)\t\(entry.id)\t\(escaped(entry.account)) at \(escaped(entry.provider))\tattempts \(entry.attempts)"
                           + (entry.lastError.map { "\t\(escaped($0))" } ?? ""))
                 }
                 if entries.isEmpty && !send { print("No revocation is queued.") }

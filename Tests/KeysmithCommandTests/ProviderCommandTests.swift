@@ -492,4 +492,41 @@ struct ProviderCommandTests {
         #expect(confirmedTokens >= count, "every token is named by a provider-revoke entry (\(confirmedTokens))")
         print("bulk revocation at the provider killed with \(pendingAtKill) of \(count) pending; the outbox sent the rest in a second process")
     }
+
+    @Test("a revocation the provider refuses for good (a wrong client secret) is exit 10 and stays failed; --retry-failed sends it once the secret is mended; --drop gives one up, audited")
+    func outboxRetryAndDrop() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server)
+        defer { keysmith.cleanup() }
+        for account in ["alice", "bob"] {
+            try keysmith.run(["token", "import", "--service", "dot", "--account", account, "--requested", "read write"],
+                             stdin: try server.passwordGrant(user: account))
+        }
+        let alice = try Self.tokens(keysmith, account: "alice")
+        func provider(secret: String) throws {
+            let file = keysmith.directory + "/secret-\(UUID().uuidString)"
+            try (secret + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+            let added = try CommandLineMistakesTests.shell(keysmith, "\"$KS\" provider add dot --replace --issuer '\(server.url)' --client-id ks-password --client-secret-fd 3 3<'\(file)'")
+            #expect(added.status == 0, "\(added.output)")
+        }
+        try provider(secret: "not-the-secret")
+        let refused = try keysmith.run(["token", "revoke-all", "--service", "dot", "--account", "alice", "--at-provider"])
+        #expect(refused.status == 10 && refused.stderr.contains("invalid_client"), "\(refused.output)")
+        #expect(try keysmith.run(["token", "outbox"]).status == 10)
+        #expect(try server.isActive(alice.access))
+        try provider(secret: server.clientSecret)
+        let retried = try keysmith.run(["token", "outbox", "--retry-failed"])
+        #expect(retried.status == 0 && retried.stdout.contains("Confirmed 1 revocation(s)."), "\(retried.output)")
+        #expect(try !server.isActive(alice.access))
+
+        try provider(secret: "not-the-secret")
+        #expect(try keysmith.run(["token", "revoke-all", "--service", "dot", "--account", "bob", "--at-provider"]).status == 10)
+        let listed = try keysmith.run(["token", "outbox", "--json"])
+        let document = try #require(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [String: Any])
+        let id = try #require((document["entries"] as? [[String: Any]])?.first?["id"] as? String)
+        #expect(try keysmith.run(["token", "outbox", "--drop", id]).status == 0)
+        #expect(try keysmith.run(["token", "outbox"]).status == 0)
+        #expect(try keysmith.run(["audit", "show", "--event", "provider-revoke-dropped", "--json"]).stdout.contains("given up"))
+    }
 }
