@@ -166,31 +166,6 @@ public struct ProviderClient: Sendable {
     }
 }
 
-/// A JSON value, decoded strictly (a boolean is never a number, nor a number a boolean).
-enum JSONValue: Decodable, Sendable {
-    case null, bool(Bool), number(Double), string(String), array([JSONValue]), object([String: JSONValue])
-
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() { self = .null }
-        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
-        else if let value = try? container.decode(Double.self) { self = .number(value) }
-        else if let value = try? container.decode(String.self) { self = .string(value) }
-        else if let value = try? container.decode([JSONValue].self) { self = .array(value) }
-        else { self = .object(try container.decode([String: JSONValue].self)) }
-    }
-
-    /// The bytes as a JSON object, or `nil`.
-    static func object(_ bytes: [UInt8]) -> [String: JSONValue]? {
-        guard case .object(let object)? = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) else { return nil }
-        return object
-    }
-
-    var string: String? { if case .string(let value) = self { value } else { nil } }
-    var number: Double? { if case .number(let value) = self { value } else { nil } }
-    var bool: Bool? { if case .bool(let value) = self { value } else { nil } }
-}
-
 /// The checks a token response gets before anything of it is kept: the token rules' own parser
 /// (the one `TokenKeeper` applies), so nothing it would refuse is accepted here, and nothing it
 /// takes is refused (a refresh token the provider spent for this answer is never thrown away

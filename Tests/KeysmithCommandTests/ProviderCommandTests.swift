@@ -7,7 +7,10 @@ import Testing
 struct ProviderCommandTests {
     /// A vault with the server's provider kept as `dot` for the client `client` (its secret
     /// given on a descriptor, never on the command line).
-    static func setUp(_ server: OAuthTestServer, client: String = "ks-password", auth: String? = nil, on store: Keysmith? = nil) throws -> Keysmith {
+    /// With `grants`, each account gets a token of its own from the password grant (user alice
+    /// or bob by turns), imported at service `dot`.
+    static func setUp(_ server: OAuthTestServer, client: String = "ks-password", auth: String? = nil, on store: Keysmith? = nil,
+                      grants: [String] = []) throws -> Keysmith {
         let keysmith = try store ?? Keysmith.withVault()
         var arguments = ["provider", "add", "dot", "--issuer", server.url, "--client-id", client, "--device-endpoint", server.url + "/device-authorization/"]
         if let auth { arguments += ["--client-auth", auth] }
@@ -21,6 +24,11 @@ struct ProviderCommandTests {
                                                        + " --client-secret-fd 3 3<'\(secretFile)'")
         }
         #expect(added.status == 0, "\(added.output)")
+        for (index, account) in grants.enumerated() {
+            let imported = try keysmith.run(["token", "import", "--service", "dot", "--account", account, "--requested", "read write"],
+                                            stdin: try server.passwordGrant(user: index % 2 == 0 ? "alice" : "bob"))
+            #expect(imported.status == 0, "\(imported.output)")
+        }
         return keysmith
     }
 
@@ -225,13 +233,8 @@ struct ProviderCommandTests {
     func revokeAtProvider() throws {
         let server = try OAuthTestServer()
         defer { server.destroy() }
-        let keysmith = try Self.setUp(server)
+        let keysmith = try Self.setUp(server, grants: ["alice", "bob"])
         defer { keysmith.cleanup() }
-        for account in ["alice", "bob"] {
-            let imported = try keysmith.run(["token", "import", "--service", "dot", "--account", account, "--requested", "read write"],
-                                            stdin: try server.passwordGrant(user: account))
-            #expect(imported.status == 0, "\(imported.output)")
-        }
         let alice = try Self.tokens(keysmith, account: "alice")
         #expect(try server.isActive(alice.access))
         let revoked = try keysmith.run(["token", "revoke-all", "--service", "dot", "--account", "alice", "--at-provider", "--json"])
@@ -309,9 +312,8 @@ struct ProviderCommandTests {
     func refreshKeepsLocalRevocations() throws {
         let server = try OAuthTestServer()
         defer { server.destroy() }
-        let keysmith = try Self.setUp(server)
+        let keysmith = try Self.setUp(server, grants: ["alice"])
         defer { keysmith.cleanup() }
-        try keysmith.run(["token", "import", "--service", "dot", "--account", "alice", "--requested", "read write"], stdin: try server.passwordGrant())
         #expect(try keysmith.run(["token", "revoke", "--service", "dot", "--account", "alice", "write"]).status == 0)
         let before = try Self.tokens(keysmith, account: "alice")
         // The server's tokens live an hour: asking for more forces a refresh; its answer names
@@ -337,12 +339,8 @@ struct ProviderCommandTests {
     func introspectAndReconcile() throws {
         let server = try OAuthTestServer()
         defer { server.destroy() }
-        let keysmith = try Self.setUp(server)
+        let keysmith = try Self.setUp(server, grants: ["alice", "bob"])
         defer { keysmith.cleanup() }
-        for account in ["alice", "bob"] {
-            try keysmith.run(["token", "import", "--service", "dot", "--account", account, "--requested", "read write"],
-                             stdin: try server.passwordGrant(user: account))
-        }
         let alice = try keysmith.run(["token", "introspect", "--service", "dot", "--account", "alice", "--at-provider"])
         #expect(alice.status == 0 && alice.stdout.contains(#""active":true"#) && alice.stdout.contains(#""revoked_here":false"#), "\(alice.output)")
         // Bob's grant is revoked at the provider by someone else (its console, say).
@@ -497,12 +495,8 @@ struct ProviderCommandTests {
     func outboxRetryAndDrop() throws {
         let server = try OAuthTestServer()
         defer { server.destroy() }
-        let keysmith = try Self.setUp(server)
+        let keysmith = try Self.setUp(server, grants: ["alice", "bob"])
         defer { keysmith.cleanup() }
-        for account in ["alice", "bob"] {
-            try keysmith.run(["token", "import", "--service", "dot", "--account", account, "--requested", "read write"],
-                             stdin: try server.passwordGrant(user: account))
-        }
         let alice = try Self.tokens(keysmith, account: "alice")
         func provider(secret: String) throws {
             let file = keysmith.directory + "/secret-\(UUID().uuidString)"

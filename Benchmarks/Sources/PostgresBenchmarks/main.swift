@@ -101,18 +101,22 @@ print("8 writers, one item: 800 increments in \(String(format: "%.2f", same.seco
 let token = try OAuthToken(
     response: Data(#"{"access_token":"a","token_type":"Bearer","expires_in":3600,"scope":"groups:read posts:write"}"#.utf8),
     requested: [try Scope("groups:read"), try Scope("posts:write")], now: Date())
-var filled = 0
-let fillStart = now()
-while filled < tokenCount {
-    let batch = min(10_000, tokenCount - filled)
-    try store.perform((filled..<filled + batch).map { index in
-        var token = token
-        token.accessToken = "access-\(index)"
-        let item = StoredToken(service: "news", account: "user\(index)", token: token)
-        return .create(item.attributes, secret: item.secret)
-    })
-    filled += batch
+/// Stores `tokenCount` tokens in `target`, 10,000 per commit.
+func fill(_ target: any SecureStore) throws {
+    var filled = 0
+    while filled < tokenCount {
+        let batch = min(10_000, tokenCount - filled)
+        try target.perform((filled..<filled + batch).map { index in
+            var token = token
+            token.accessToken = "access-\(index)"
+            let item = StoredToken(service: "news", account: "user\(index)", token: token)
+            return .create(item.attributes, secret: item.secret)
+        })
+        filled += batch
+    }
 }
+let fillStart = now()
+try fill(store)
 print("stored \(tokenCount) tokens in \(ms(now() - fillStart)) (batches of 10,000)")
 let keeper = TokenKeeper(store: store)
 let revokeStart = now()
@@ -123,17 +127,7 @@ print("bulk revocation of one scope across \(report.changed) tokens (one transac
 let vaultDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("keysmith-bench-\(UUID().uuidString)")
 defer { try? FileManager.default.removeItem(at: vaultDirectory) }
 let vault = try FileVault.create(at: vaultDirectory.path, credential: .key([UInt8](repeating: 7, count: 32)), anchorDirectory: nil)
-filled = 0
-while filled < tokenCount {
-    let batch = min(10_000, tokenCount - filled)
-    try vault.perform((filled..<filled + batch).map { index in
-        var token = token
-        token.accessToken = "access-\(index)"
-        let item = StoredToken(service: "news", account: "user\(index)", token: token)
-        return .create(item.attributes, secret: item.secret)
-    })
-    filled += batch
-}
+try fill(vault)
 let vaultRevokeStart = now()
 let vaultReport = try TokenKeeper(store: vault).revoke(scope: try Scope("posts:write"), matching: TokenFilter(), reason: "bench")
 print("the same on a file vault: \(vaultReport.changed) tokens: \(ms(now() - vaultRevokeStart))")
