@@ -146,20 +146,35 @@ public final class ProviderTokens: Sendable {
             throw error
         }
         let refreshed: OAuthToken
+        let outbox = RevocationOutbox(keeper: keeper)
         do {
-            refreshed = try keeper.refresh(response, service: service, account: account, detail: "refreshed at provider \(provider.name)")
+            refreshed = try keeper.refresh(response, service: service, account: account, detail: "refreshed at provider \(provider.name)",
+                                           answering: refreshToken)
+        } catch let error as KeysmithError where error.code == .writeConflict {
+            // A sign-in or import that does not take the lock replaced the token meanwhile: it
+            // stays; the tokens this refresh obtained are ended at the provider.
+            if provider.revocationEndpoint != nil {
+                try outbox.queue(response: response, provider: provider.name, account: account,
+                                 reason: "a newer token was kept while this one was being refreshed")
+            }
+            return try current(service: service, account: account)
         } catch let error as KeysmithError where error.code == .itemNotFound {
+            guard provider.revocationEndpoint != nil else { throw error }
             // Deleted while the provider answered: the new tokens live there; queue their end.
-            try RevocationOutbox(keeper: keeper).queue(response: response, provider: provider.name, account: account,
-                                                       reason: "the token was deleted while it was being refreshed")
+            try outbox.queue(response: response, provider: provider.name, account: account,
+                             reason: "the token was deleted while it was being refreshed")
             throw KeysmithError(.itemNotFound, "the token for \(account) at \(service) was deleted while it was being refreshed; "
                                 + "the tokens the provider had just issued are queued for revocation there")
         }
         if refreshed.revokedAt != nil {
             // Logged out (perhaps at the provider too) while the provider answered: the queued
-            // revocation names the old tokens, so the new ones are queued as well.
-            try RevocationOutbox(keeper: keeper).queue(response: response, provider: provider.name, account: account,
-                                                       reason: "the token was logged out while it was being refreshed")
+            // revocation names the old tokens, so the new ones are queued as well (a second
+            // commit: a crash between the two leaves them in the logged-out token, where
+            // `token revoke-all --at-provider` still finds them).
+            if provider.revocationEndpoint != nil {
+                try outbox.queue(response: response, provider: provider.name, account: account,
+                                 reason: "the token was logged out while it was being refreshed")
+            }
             throw KeysmithError.invalidArgument("the token for \(account) at \(service) was logged out while it was being refreshed; "
                                                 + "the tokens the provider had just issued are queued for revocation there")
         }

@@ -8,8 +8,9 @@ extension KeysmithRecordType {
     public static let providerRevocation = KeysmithRecordType(rawValue: "provider-revocation")
 }
 
-/// One queued revocation, as ``RevocationOutbox/entries()`` lists it (never its tokens).
-public struct QueuedRevocation: Sendable, Hashable, Codable {
+/// One queued revocation, as ``RevocationOutbox/entries()`` lists it. Its tokens stay inside:
+/// they are not public, and its description and reflection (`print`, `dump`) leave them out.
+public struct QueuedRevocation: Sendable, Hashable, CustomStringConvertible, CustomReflectable {
     /// The entry's id.
     public var id: String
     /// The provider (the token's service).
@@ -26,8 +27,9 @@ public struct QueuedRevocation: Sendable, Hashable, Codable {
     public var nextAttemptAt: Date
     /// The last failure, when there was one.
     public var lastError: String?
-    /// `pending` (to be sent, or sent again) or `failed` (the provider cannot revoke it: no
-    /// revocation endpoint, or it refused for good); a confirmed one is removed.
+    /// `pending` (to be sent, or sent again), `failed` (the provider cannot revoke it: no
+    /// revocation endpoint, or it refused for good) or `damaged` (its record does not decode:
+    /// drop it); a confirmed one is removed.
     public var state: String
     /// The tokens still to revoke, refresh token first (kept in the record only).
     var tokens: [PendingToken]
@@ -35,6 +37,21 @@ public struct QueuedRevocation: Sendable, Hashable, Codable {
     struct PendingToken: Sendable, Hashable, Codable {
         var token: String
         var hint: String
+    }
+
+    /// `STATE ID ACCOUNT at PROVIDER`, never a token.
+    public var description: String { "\(state) \(id) \(account) at \(provider)" }
+
+    /// Everything but the tokens.
+    public var customMirror: Mirror {
+        Mirror(self, children: ["id": id, "provider": provider, "account": account, "state": state, "attempts": attempts,
+                                "queuedAt": queuedAt, "nextAttemptAt": nextAttemptAt, "lastError": lastError as Any, "reason": reason])
+    }
+
+    /// The record's JSON (internal: the tokens are in it).
+    struct Stored: Codable {
+        var id: String, provider: String, account: String, reason: String, queuedAt: Date, attempts: Int, nextAttemptAt: Date
+        var lastError: String?, state: String, tokens: [PendingToken]
     }
 }
 
@@ -142,7 +159,9 @@ public struct RevocationOutbox: Sendable {
             return [.create(ItemAttributes(key: Self.key(id, provider: reference.service), label: "revocation at \(reference.service)"),
                             secret: try Self.encode(entry))]
         }
-        return (report, queued)
+        // The build may have run more than once (a conflict retried): only ids committed count.
+        let committed = Set(try entries().map(\.id))
+        return (report, queued.filter(committed.contains))
     }
 
     /// Queues the revocation of the tokens in a token response (never kept as a token), with an
@@ -201,10 +220,20 @@ public struct RevocationOutbox: Sendable {
     }
 
     /// Every queued revocation, oldest first.
+    /// A record that does not decode is listed as `damaged` (its provider and id from its key),
+    /// so that one bad record neither stops the others nor hides from ``drop(id:reason:)``.
     public func entries() throws -> [QueuedRevocation] {
         var found: [QueuedRevocation] = []
         try keeper.store.forEachRecord(matching: ItemQuery(recordType: .providerRevocation), chunkSize: 512) { records, _ in
-            for record in records { found.append(try Self.decode(record.secret)) }
+            for record in records {
+                if let entry = try? Self.decode(record.secret) {
+                    found.append(entry)
+                } else if case .keysmithRecord(let key) = record.key {
+                    found.append(QueuedRevocation(id: key.account, provider: key.service, account: "?", reason: "", queuedAt: record.info.created,
+                                                  attempts: 0, nextAttemptAt: record.info.created, lastError: "its record does not decode",
+                                                  state: "damaged", tokens: []))
+                }
+            }
         }
         return found.sorted { ($0.queuedAt, $0.id) < ($1.queuedAt, $1.id) }
     }
@@ -384,14 +413,19 @@ public struct RevocationOutbox: Sendable {
     static func encode(_ entry: QueuedRevocation) throws -> Data {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .secondsSince1970
-        return try encoder.encode(entry)
+        return try encoder.encode(QueuedRevocation.Stored(id: entry.id, provider: entry.provider, account: entry.account, reason: entry.reason,
+                                                          queuedAt: entry.queuedAt, attempts: entry.attempts, nextAttemptAt: entry.nextAttemptAt,
+                                                          lastError: entry.lastError, state: entry.state, tokens: entry.tokens))
     }
 
     static func decode(_ data: Data) throws -> QueuedRevocation {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .secondsSince1970
         do {
-            return try decoder.decode(QueuedRevocation.self, from: data)
+            let stored = try decoder.decode(QueuedRevocation.Stored.self, from: data)
+            return QueuedRevocation(id: stored.id, provider: stored.provider, account: stored.account, reason: stored.reason, queuedAt: stored.queuedAt,
+                                    attempts: stored.attempts, nextAttemptAt: stored.nextAttemptAt, lastError: stored.lastError, state: stored.state,
+                                    tokens: stored.tokens)
         } catch {
             throw KeysmithError(.corruptData, "a queued revocation does not decode")
         }

@@ -48,10 +48,10 @@ public struct ProviderError: Error, Sendable, Hashable, CustomStringConvertible 
     /// to come back): what the revocation outbox retries.
     public var isTransient: Bool {
         switch kind {
-        case .unreachable, .timedOut: true
+        case .unreachable, .timedOut, .abandoned: true  // abandoned: a request cancelled, not refused
         case .badResponse: retryAfter != nil
         case .rejected: oauthError == "temporarily_unavailable" || oauthError == "server_error" || oauthError == "slow_down"
-        case .tls, .unsupported, .abandoned: false
+        case .tls, .unsupported: false
         }
     }
 }

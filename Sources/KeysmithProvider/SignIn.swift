@@ -134,7 +134,12 @@ public struct ProviderSignIn: Sendable {
 /// A browser sign-in in progress (authorization code with PKCE S256, RFC 7636, and a loopback
 /// redirect, RFC 8252): the URL to open, and the listener waiting on 127.0.0.1 for the one
 /// redirect that ends it. The `state` and the PKCE verifier never leave this value.
-public struct BrowserAuthorization: Sendable {
+public struct BrowserAuthorization: Sendable, CustomStringConvertible, CustomReflectable {
+    /// The URL (it carries the state and the challenge, never the verifier).
+    public var description: String { url }
+    /// The URL and the redirect only.
+    public var customMirror: Mirror { Mirror(self, children: ["url": url, "redirectURI": redirectURI]) }
+
     /// The URL the person opens in a browser.
     public var url: String
     /// Where the provider sends the browser back: `http://127.0.0.1:PORT/callback`.
@@ -189,49 +194,63 @@ extension ProviderSignIn {
                                 timeout: Duration = .seconds(300)) async throws -> OAuthToken {
         defer { authorization.listener.close() }
         let deadline = ContinuousClock.now + timeout
-        var connection: LoopbackConnection?
-        while connection == nil {
-            connection = try authorization.listener.tryAccept()
-            if connection == nil {
-                guard ContinuousClock.now < deadline else {
-                    throw ProviderError(.abandoned, "no redirect came back from the browser within \(timeout); nothing was stored (sign in again)")
-                }
-                try await Task.sleep(for: .milliseconds(50))
-            }
-        }
-        // One request only: nothing else is answered, or even accepted.
-        authorization.listener.close()
-        let accepted = connection!
-        func answer(_ status: String, _ text: String) {
+        func answer(_ connection: LoopbackConnection, _ status: String, _ text: String) {
             let body = Array("<!doctype html><title>Keysmith</title><p>\(text)</p>\n".utf8)
-            accepted.answer(Array("HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n".utf8) + body)
+            connection.answer(Array("HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n".utf8) + body)
         }
-        guard let head = accepted.readHead(), let line = String(decoding: head, as: UTF8.self).split(separator: "\r\n").first,
-              line.hasPrefix("GET "), let target = line.split(separator: " ").dropFirst().first,
-              let components = URLComponents(string: "http://127.0.0.1" + target), components.path == "/callback"
-        else {
-            answer("400 Bad Request", "This is not the sign-in's redirect. Sign in again from the terminal.")
+        // Connections that send no request (a browser's speculative connection) or not a GET
+        // (a preflight) are closed and the wait goes on; the first GET is the one request
+        // answered, and then nothing more is accepted.
+        var request: (connection: LoopbackConnection, target: Substring)?
+        while request == nil {
+            guard ContinuousClock.now < deadline else {
+                throw ProviderError(.abandoned, "no redirect came back from the browser within \(timeout); nothing was stored (sign in again)")
+            }
+            try Task.checkCancellation()
+            guard let connection = try authorization.listener.tryAccept() else {
+                try await Task.sleep(for: .milliseconds(50))
+                continue
+            }
+            guard let head = connection.readHead(), let line = String(decoding: head, as: UTF8.self).split(separator: "\r\n").first,
+                  line.hasPrefix("GET "), let target = line.split(separator: " ").dropFirst().first
+            else {
+                answer(connection, "400 Bad Request", "Keysmith is waiting for the sign-in's redirect.")
+                continue
+            }
+            request = (connection, target)
+        }
+        authorization.listener.close()
+        let (connection, target) = request!
+        guard let components = URLComponents(string: "http://127.0.0.1" + target), components.path == "/callback" else {
+            answer(connection, "400 Bad Request", "This is not the sign-in's redirect. Sign in again from the terminal.")
             throw ProviderError(.badResponse, "the request to the sign-in's listener was not its redirect; nothing was stored (sign in again)")
         }
         let items = components.queryItems ?? []
         func value(_ name: String) -> String? { items.first { $0.name == name }?.value }
         guard let state = value("state"), constantTimeEqual(Array(state.utf8), Array(authorization.state.utf8)) else {
-            answer("400 Bad Request", "The sign-in's state does not match. Sign in again from the terminal.")
+            answer(connection, "400 Bad Request", "The sign-in's state does not match. Sign in again from the terminal.")
             throw ProviderError(.badResponse, "the redirect's state does not match the sign-in's (a forged or stale redirect); nothing was stored")
         }
         if let error = value("error") {
-            answer("200 OK", "The sign-in was refused. You can close this window.")
+            answer(connection, "200 OK", "The sign-in was refused. You can close this window.")
             let description = value("error_description").map { ": " + OneLine.escaped(String($0.prefix(300))) } ?? ""
             throw ProviderError(.rejected, "\(OneLine.escaped(client.provider.name)) refused the sign-in: \(OneLine.escaped(String(error.prefix(128))))\(description)",
                                 oauthError: error)
         }
         guard let code = value("code"), !code.isEmpty else {
-            answer("400 Bad Request", "The redirect has no code. Sign in again from the terminal.")
+            answer(connection, "400 Bad Request", "The redirect has no code. Sign in again from the terminal.")
             throw ProviderError(.badResponse, "the redirect has no authorization code; nothing was stored")
         }
-        answer("200 OK", "Signed in to Keysmith. You can close this window.")
-        let response = try await client.exchange(code: code, redirectURI: authorization.redirectURI, verifier: authorization.verifier)
-        return try keep(response, account: account, requested: authorization.scopes, replacing: replacing)
+        // The browser hears how it ended only once the code is exchanged and the token kept.
+        do {
+            let response = try await client.exchange(code: code, redirectURI: authorization.redirectURI, verifier: authorization.verifier)
+            let token = try keep(response, account: account, requested: authorization.scopes, replacing: replacing)
+            answer(connection, "200 OK", "Signed in to Keysmith. You can close this window.")
+            return token
+        } catch {
+            answer(connection, "200 OK", "The sign-in failed; the terminal says why.")
+            throw error
+        }
     }
 }
 

@@ -447,7 +447,7 @@ struct SecretVanished: Error {
 }
 
 extension SecretServiceStore: ExclusiveLocking {
-    /// A `flock` on a file beside the writer lock (`$XDG_RUNTIME_DIR/keysmith/locks/`), shared
+    /// An open-file-description lock on one byte of `$XDG_RUNTIME_DIR/keysmith/locks/named.lock`, shared
     /// by every Keysmith process of this user; released by the holder's end too.
     public func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
         let directory = String(writerLock.path[..<(writerLock.path.lastIndex(of: "/") ?? writerLock.path.endIndex)]) + "/locks"

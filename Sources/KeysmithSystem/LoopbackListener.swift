@@ -44,7 +44,8 @@ package final class LoopbackListener: Sendable {
                 _ = fcntl(accepted, F_SETFD, FD_CLOEXEC)
                 return LoopbackConnection(fd: accepted)
             }
-            if errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { return nil }
+            // Nothing waiting, or a connection that went away before it was taken.
+            if errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED { return nil }
             throw SystemError(call: "accept", path: "127.0.0.1:\(port)", errno: errno)
         }
     }
@@ -66,20 +67,26 @@ package final class LoopbackConnection: Sendable {
 
     init(fd: Int32) { self.fd = fd }
 
-    /// Reads until the end of the request head (`\r\n\r\n`), at most `limit` bytes, giving up
-    /// after `timeout` milliseconds without data.
-    package func readHead(limit: Int = 8192, timeout: Int32 = 5000) -> [UInt8]? {
+    /// Reads until the end of the request head (`\r\n\r\n`), at most `limit` bytes and at
+    /// most `timeout` in all (a client trickling bytes is cut off too); `nil` when no whole
+    /// head came.
+    package func readHead(limit: Int = 8192, timeout: Duration = .seconds(3)) -> [UInt8]? {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
         var head: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 1024)
         while head.count < limit {
+            let left = deadline - clock.now
+            guard left > .zero else { return nil }
+            let milliseconds = Int32(min(Int64(left.components.seconds) * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1, 60_000))
             var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&descriptor, 1, timeout) == 1 else { return nil }
+            guard poll(&descriptor, 1, milliseconds) == 1 else { continue }
             let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if count <= 0 { return head.isEmpty ? nil : head }
+            if count <= 0 { return nil }
             head += chunk[..<count]
             if containsEnd(head) { return head }
         }
-        return head
+        return nil
     }
 
     private func containsEnd(_ bytes: [UInt8]) -> Bool {

@@ -287,6 +287,11 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
         next.additionalFields.merge(parsed.additionalFields) { _, new in new }
         next.refreshedAt = date
         next.expiresAt = parsed.expiresIn.map { date.addingTimeInterval(TimeInterval($0)) }
+        if keepingWhatItCannotWiden, parsed.expiresIn == nil, let expiry = expiresAt {
+            // No expires_in: the new access token is taken to live as long as the last one did
+            // (nil would read as "never expires", and it would never be refreshed again).
+            next.expiresAt = date.addingTimeInterval(max(0, expiry.timeIntervalSince(refreshedAt ?? issuedAt)))
+        }
         if let narrowed = parsed.scope {
             for scope in grantedNow.subtracting(narrowed) {
                 next.scopes[scope] = ScopeStatus(state: .declined, changedAt: date, reason: "dropped by refresh")

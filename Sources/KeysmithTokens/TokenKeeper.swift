@@ -276,10 +276,18 @@ public final class TokenKeeper: Sendable {
     /// the new one must be kept); those scopes keep their state here, and the detail says so.
     /// A token logged out meanwhile stays logged out (its new tokens are kept so that they can
     /// be revoked at the provider).
+    ///
+    /// - Parameter sent: The refresh token the response answers: when the token kept now holds
+    ///   another (a sign-in or an import replaced it meanwhile), nothing is applied and
+    ///   `KeysmithError.Code.writeConflict` is thrown (the caller then ends the response's tokens
+    ///   at the provider; the newer ones stay).
     @discardableResult
-    public func refresh(_ response: Data, service: String, account: String, detail: String) throws -> OAuthToken {
+    public func refresh(_ response: Data, service: String, account: String, detail: String, answering sent: String? = nil) throws -> OAuthToken {
         var ignored: Set<Scope> = []
         return try change(service: service, account: account, event: "refresh", scopes: [], detail: detail, { token, time in
+            if let sent, token.refreshToken != sent {
+                throw KeysmithError(.writeConflict, "the token for \(account) at \(service) was replaced while it was being refreshed")
+            }
             ignored = try token.applyRefresh(response: response, at: time, keepingWhatItCannotWiden: true)
             return true
         }, describe: {

@@ -609,7 +609,7 @@ extension FileVault {
 }
 
 extension FileVault: ExclusiveLocking {
-    /// A `flock` on a file in the vault's `locks/` directory (made 0700 when missing), shared by
+    /// An open-file-description lock on one byte of `locks/named.lock` in the vault's directory (made 0700 when missing), shared by
     /// every process that opens this vault on this machine; released by the holder's end too.
     public func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
         do {

@@ -397,7 +397,7 @@ extension KeysmithCommand.Token {
                 }
                 if entries.isEmpty && !send { print("No revocation is queued.") }
             }
-            if entries.contains(where: { $0.state == "failed" }) { throw CommandFailure.silent(ExitCode(10)) }
+            if entries.contains(where: { $0.state == "failed" || $0.state == "damaged" }) { throw CommandFailure.silent(ExitCode(10)) }
             if !entries.isEmpty { throw CommandFailure.silent(ExitCode(11)) }
         }
     }
