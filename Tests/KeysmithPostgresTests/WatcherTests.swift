@@ -113,7 +113,11 @@ struct WatcherTests {
             return thread
         }
         let slowWriter = writer(slow, slowKey)
-        usleep(300_000)  // the slow writer is now waiting inside its insert
+        // The slow writer must be waiting inside its insert before the fast one starts: asked of
+        // the server (pg_locks), not assumed after a fixed pause (under a loaded full run 300 ms
+        // was not always enough, and the fast writer went first).
+        let waiting = "SELECT count(*)::text FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = \(UInt32(truncatingIfNeeded: lockID))"
+        #expect(Self.waitUntil { (try? PostgresStoreTests.sql(waiting))?.first?.first == "1" }, "the slow writer never reached its insert")
         let fastWriter = writer(fast, fastKey)
         usleep(300_000)
         // The fast writer cannot commit a change while the slow one holds the namespace's feed.
