@@ -111,15 +111,10 @@ public struct RevocationOutbox: Sendable {
         let event = deleting ? "delete" : "revoke-all"
         try keeper.endToken(service: service, account: account, scopes: scopes, deleting: deleting,
                             reason: reason + " (queued for revocation at provider \(service))", event: event) { token in
-            var tokens: [QueuedRevocation.PendingToken] = []
-            if let refresh = token.refreshToken { tokens.append(.init(token: refresh, hint: "refresh_token")) }
-            if !token.accessToken.isEmpty { tokens.append(.init(token: token.accessToken, hint: "access_token")) }
-            guard !tokens.isEmpty else { return [] }
-            let id = Self.newID()
+            guard let (id, operation) = try newEntry(provider: service, account: account, reason: reason,
+                                                     refreshToken: token.refreshToken, accessToken: token.accessToken) else { return [] }
             queued = id
-            let entry = QueuedRevocation(id: id, provider: service, account: account, reason: reason, queuedAt: keeper.now, attempts: 0,
-                                         nextAttemptAt: keeper.now, lastError: nil, state: "pending", tokens: tokens)
-            return [.create(ItemAttributes(key: Self.key(id, provider: service), label: "revocation at \(service)"), secret: try Self.encode(entry))]
+            return [operation]
         }
         return queued
     }
@@ -148,16 +143,10 @@ public struct RevocationOutbox: Sendable {
             guard known else {
                 throw ProviderError(.unsupported, "provider \(OneLine.escaped(reference.service)) has no revocation endpoint; nothing was revoked")
             }
-            var tokens: [QueuedRevocation.PendingToken] = []
-            if let refresh = token.refreshToken { tokens.append(.init(token: refresh, hint: "refresh_token")) }
-            if !token.accessToken.isEmpty { tokens.append(.init(token: token.accessToken, hint: "access_token")) }
-            guard !tokens.isEmpty else { return [] }
-            let id = Self.newID()
+            guard let (id, operation) = try newEntry(provider: reference.service, account: reference.account, reason: reason,
+                                                     refreshToken: token.refreshToken, accessToken: token.accessToken) else { return [] }
             queued.append(id)
-            let entry = QueuedRevocation(id: id, provider: reference.service, account: reference.account, reason: reason, queuedAt: keeper.now,
-                                         attempts: 0, nextAttemptAt: keeper.now, lastError: nil, state: "pending", tokens: tokens)
-            return [.create(ItemAttributes(key: Self.key(id, provider: reference.service), label: "revocation at \(reference.service)"),
-                            secret: try Self.encode(entry))]
+            return [operation]
         }
         // The build may have run more than once (a conflict retried): only ids committed count.
         let committed = Set(try entries().map(\.id))
@@ -168,15 +157,24 @@ public struct RevocationOutbox: Sendable {
     /// audit entry saying why: the tokens a refresh obtained for a token that ended meanwhile.
     func queue(response: Data, provider: String, account: String, reason: String) throws {
         let parsed = try TokenResponse.parse(response)
+        guard let (_, operation) = try newEntry(provider: provider, account: account, reason: reason,
+                                                refreshToken: parsed.refreshToken, accessToken: parsed.accessToken) else { return }
+        try keeper.recordEvent("provider-revoke-queued", service: provider, account: account, detail: reason, alongside: [operation])
+    }
+
+    /// A new pending entry for these tokens (refresh token first) and the operation that
+    /// creates its record; `nil` when there is no token to revoke.
+    func newEntry(provider: String, account: String, reason: String, refreshToken: String?, accessToken: String) throws
+        -> (id: String, operation: StoreOperation)?
+    {
         var tokens: [QueuedRevocation.PendingToken] = []
-        if let refresh = parsed.refreshToken { tokens.append(.init(token: refresh, hint: "refresh_token")) }
-        tokens.append(.init(token: parsed.accessToken, hint: "access_token"))
+        if let refreshToken { tokens.append(.init(token: refreshToken, hint: "refresh_token")) }
+        if !accessToken.isEmpty { tokens.append(.init(token: accessToken, hint: "access_token")) }
+        guard !tokens.isEmpty else { return nil }
         let id = Self.newID()
         let entry = QueuedRevocation(id: id, provider: provider, account: account, reason: reason, queuedAt: keeper.now, attempts: 0,
                                      nextAttemptAt: keeper.now, lastError: nil, state: "pending", tokens: tokens)
-        try keeper.recordEvent("provider-revoke-queued", service: provider, account: account, detail: reason,
-                               alongside: [.create(ItemAttributes(key: Self.key(id, provider: provider), label: "revocation at \(provider)"),
-                                                   secret: try Self.encode(entry))])
+        return (id, .create(ItemAttributes(key: Self.key(id, provider: provider), label: "revocation at \(provider)"), secret: try Self.encode(entry)))
     }
 
     /// Makes every failed entry pending again (due now), after the cause was mended (the
