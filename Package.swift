@@ -63,7 +63,8 @@ let package = Package(
 
         // A process that races others on one store, for the conformance suite (not a product).
         .executableTarget(
-            name: "store-race", dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithTokens", "KeysmithPostgres"]),
+            name: "store-race",
+            dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithTokens", "KeysmithPostgres", "KeysmithProvider"]),
 
         // The choice of store: vault, Secret Service or auto.
         .target(name: "KeysmithStores", dependencies: ["Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithSystem"]),
@@ -142,7 +143,7 @@ let package = Package(
         .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith", "KeysmithTestSupport"]),
         .testTarget(
             name: "KeysmithProviderTests",
-            dependencies: ["Keysmith", "KeysmithProvider", "KeysmithTokens", "KeysmithVault", "KeysmithTestSupport"]
+            dependencies: ["Keysmith", "KeysmithProvider", "KeysmithTokens", "KeysmithVault", "KeysmithPostgres", "KeysmithTestSupport", "store-race"]
         ),
     ],
     swiftLanguageModes: [.v6]
