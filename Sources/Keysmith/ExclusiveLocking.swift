@@ -27,4 +27,23 @@ public protocol ExclusiveLocking: SecureStore {
 public protocol HeldLock: AnyObject, Sendable {
     /// Releases the lock; calling it again does nothing.
     func release()
+
+    /// Whether the lock is still this holder's, asked of whatever keeps it: `false` once it
+    /// was released, or when what held it is gone (for PostgreSQL, its connection dropped, so
+    /// the server let another holder take it). Ask before an action the lock exists to keep
+    /// single, such as sending a refresh token.
+    ///
+    /// ```swift
+    /// guard lock.isHeld else { /* take the lock again and start over */ }
+    /// ```
+    ///
+    /// - Throws: ``KeysmithError`` when the store cannot tell now; treat it as not held.
+    func isHeld() throws -> Bool
+}
+
+extension HeldLock {
+    /// `true`: what a lock that its holder cannot lose answers (Keysmith's own locks each say
+    /// whether they were released; this default is for other conformers, which existed
+    /// before this requirement).
+    public func isHeld() throws -> Bool { true }
 }

@@ -101,5 +101,7 @@ final class MemoryLock: HeldLock {
         _ = store.heldLocks.withLock { $0.remove(name) }
     }
 
+    func isHeld() -> Bool { !released.withLock { $0 } }
+
     deinit { release() }
 }

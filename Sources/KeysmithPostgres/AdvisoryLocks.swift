@@ -20,6 +20,7 @@ extension PostgresStore: ExclusiveLocking {
                 if state.session == nil || state.session?.isClosed == true {
                     state.session?.close()
                     state.session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: "keysmith-lock")
+                    state.generation += 1
                 }
                 let rows = try Transaction(session: state.session!).execute("SELECT pg_try_advisory_lock(\(number))")
                 return try rows.first?.decode(Bool.self) ?? false
@@ -28,7 +29,7 @@ extension PostgresStore: ExclusiveLocking {
                 advisory.withLock { _ = $0.held.remove(name) }
                 return nil
             }
-            return PostgresLock(store: self, name: name, number: number)
+            return PostgresLock(store: self, name: name, number: number, generation: advisory.withLock { $0.generation })
         } catch {
             advisory.withLock { _ = $0.held.remove(name) }
             throw error
@@ -41,6 +42,24 @@ extension PostgresStore: ExclusiveLocking {
         let digest = keys.blindIndex(.keysmithRecord(KeysmithRecordKey(recordType: KeysmithRecordType(rawValue: "advisory-lock"),
                                                                       service: name, account: "")))
         return digest.prefix(8).reduce(Int64(0)) { $0 << 8 | Int64($1) }
+    }
+
+    /// Whether the lock `number`, taken on the connection of `generation`, is still held: that
+    /// connection is still this handle's, open, and the server lists the lock as its session's.
+    /// A connection that fails to answer is closed (the server then releases its locks) and the
+    /// answer is `false`.
+    func advisoryHeld(number: Int64, generation: Int) -> Bool {
+        advisory.withLock { state in
+            guard state.generation == generation, let session = state.session, !session.isClosed else { return false }
+            // A bigint advisory lock is listed with its high 32 bits as classid, its low as objid.
+            let high = UInt32(truncatingIfNeeded: UInt64(bitPattern: number) >> 32), low = UInt32(truncatingIfNeeded: UInt64(bitPattern: number))
+            let query: PostgresQuery = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND classid::bigint = \(Int64(high)) AND objid::bigint = \(Int64(low)) AND objsubid = 1)"
+            guard let rows = try? Transaction(session: session).execute(query), let held = try? rows.first?.decode(Bool.self) else {
+                session.close()
+                return false
+            }
+            return held
+        }
     }
 
     func releaseAdvisory(name: String, number: Int64) {
@@ -62,6 +81,8 @@ extension PostgresStore: ExclusiveLocking {
 struct AdvisoryState: ~Copyable {
     var held: Set<String> = []
     var session: Session?
+    /// Counts the connections opened for locks: a lock taken on an earlier one is not held on a later one.
+    var generation = 0
 }
 
 /// A held advisory lock.
@@ -69,12 +90,18 @@ final class PostgresLock: HeldLock {
     let store: PostgresStore
     let name: String
     let number: Int64
+    let generation: Int
     let released = Atomic(false)
 
-    init(store: PostgresStore, name: String, number: Int64) {
+    init(store: PostgresStore, name: String, number: Int64, generation: Int) {
         self.store = store
         self.name = name
         self.number = number
+        self.generation = generation
+    }
+
+    func isHeld() -> Bool {
+        !released.load(ordering: .acquiring) && store.advisoryHeld(number: number, generation: generation)
     }
 
     func release() {

@@ -74,10 +74,13 @@ public final class ProviderTokens: Sendable {
     public func freshToken(service: String, account: String, minValidity: Duration = .seconds(60)) async throws -> OAuthToken {
         let token = try current(service: service, account: account)
         if isFresh(token, minValidity) { return token }
-        let flight = "\(keeper.store.storeDescription)\u{0}\(service)\u{0}\(account)"
+        // By the store handle itself, not its description: two stores that describe themselves
+        // alike (two memory stores, two databases with one namespace name) share no refresh.
+        // The task keeps the handle alive, so its identity is not reused while it runs.
+        let flight = "\(ObjectIdentifier(keeper.store))\u{0}\(service)\u{0}\(account)"
         let task = Self.flights.withLock { flights -> Task<OAuthToken, any Error> in
             if let running = flights[flight] { return running }
-            let task = Task { try await self.refreshHoldingLock(service: service, account: account, minValidity: minValidity) }
+            let task = Task { try await self.refreshOnce(service: service, account: account, minValidity: minValidity) }
             flights[flight] = task
             return task
         }
@@ -111,8 +114,29 @@ public final class ProviderTokens: Sendable {
         return expiry.timeIntervalSince(keeper.now) >= Double(minValidity.components.seconds) + Double(minValidity.components.attoseconds) / 1e18
     }
 
+    /// The grant's lock was lost before the refresh token was sent (see ``refreshHoldingLock``).
+    struct LockLost: Error {}
+
+    /// Refreshes under the grant's lock, starting over (at most three times) when the lock is
+    /// lost before the refresh token goes out.
+    private func refreshOnce(service: String, account: String, minValidity: Duration) async throws -> OAuthToken {
+        for _ in 0..<3 {
+            do {
+                return try await refreshHoldingLock(service: service, account: account, minValidity: minValidity)
+            } catch is LockLost {
+                continue
+            }
+        }
+        throw KeysmithError(.storeUnavailable, "the refresh lock of the token for \(account) at \(service) was lost three times before the "
+                            + "refresh could be sent (the store's connection keeps dropping); nothing was sent")
+    }
+
     /// Takes the grant's lock (waiting for another holder, without holding a thread), reads the
-    /// token again, and refreshes only if it still needs it.
+    /// token again, and refreshes only if it still needs it. Just before the refresh token is
+    /// sent, it asks whether the lock is still held (``HeldLock/isHeld()``: on PostgreSQL it
+    /// rides on a connection that may have dropped, letting another machine take it and send
+    /// the same refresh token, which a rotating provider takes for theft); if not, nothing is
+    /// sent and ``LockLost`` starts it over.
     private func refreshHoldingLock(service: String, account: String, minValidity: Duration) async throws -> OAuthToken {
         let asked = keeper.now
         let lock = try await acquire("refresh \(service)\u{0}\(account)")
@@ -133,6 +157,7 @@ public final class ProviderTokens: Sendable {
             throw KeysmithError(.itemNotFound, "there is no provider named \(service) to refresh the token at (add one with `keysmith provider add \(service) …`)")
         }
         let client = try ProviderClient(provider: provider, registry: registry, timeout: timeout)
+        guard (try? lock.isHeld()) == true else { throw LockLost() }
         let response: Data
         do {
             response = try await client.refresh(refreshToken: refreshToken)

@@ -464,4 +464,5 @@ final class SecretServiceLock: HeldLock {
     let file: LockFile
     init(_ file: LockFile) { self.file = file }
     func release() { file.release() }
+    func isHeld() -> Bool { file.isHeld }
 }

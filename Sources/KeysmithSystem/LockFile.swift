@@ -58,6 +58,9 @@ package final class LockFile: Sendable {
         }
     }
 
+    /// Whether this lock was not released yet (the process holds it while its descriptor is open).
+    package var isHeld: Bool { fd.withLock { $0 != nil } }
+
     deinit { release() }
 
     /// The byte to lock for a name: FNV-1a (64-bit) of its bytes, mixed, kept to 62 bits so

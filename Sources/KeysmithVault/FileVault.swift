@@ -625,4 +625,5 @@ final class FileLock: HeldLock {
     let file: LockFile
     init(_ file: LockFile) { self.file = file }
     func release() { file.release() }
+    func isHeld() -> Bool { file.isHeld }
 }

@@ -426,9 +426,12 @@ struct StoreContractTests {
             #expect(try second.tryExclusiveLock(named: "refresh news/alice") == nil, "another handle")
             #expect(try race(opened, [["lock", "refresh news/alice"]]) == [["busy"]], "another process")
             let other = try #require(try second.tryExclusiveLock(named: "refresh news/bob"), "another name is free")
+            #expect(try held.isHeld() && other.isHeld())
             other.release()
+            #expect(try !other.isHeld() && held.isHeld(), "a released lock says so; the other stays held")
             held.release()
             held.release()  // again: nothing
+            #expect(try !held.isHeld())
             #expect(try race(opened, [["lock", "refresh news/alice"]]) == [["held"]])
             let again = try #require(try second.tryExclusiveLock(named: "refresh news/alice"))
             again.release()
@@ -441,7 +444,9 @@ struct StoreContractTests {
         let held = try #require(try store.tryExclusiveLock(named: "n"))
         #expect(try store.tryExclusiveLock(named: "n") == nil)
         #expect(try store.tryExclusiveLock(named: "m") != nil)
+        #expect(try held.isHeld())
         held.release()
+        #expect(try !held.isHeld())
         #expect(try store.tryExclusiveLock(named: "n") != nil)
     }
 

@@ -5,6 +5,7 @@ import KeysmithProvider
 import KeysmithTestSupport
 import KeysmithTokens
 import KeysmithVault
+import Synchronization
 import Testing
 
 /// A refresh killed with SIGKILL at each of its steps, in a real process (`store-race fresh`,
@@ -181,5 +182,81 @@ struct RefreshCrashTests {
         let again = try fixture.fresh(minValidity: 7200)
         #expect(again.status == 0, "\(again.output)")
         #expect(try fixture.grantAlive && fixture.server.isActive(fixture.token.accessToken))
+    }
+}
+
+/// A refresh checks that it still holds the grant's lock just before it sends the refresh token
+/// (on PostgreSQL a dropped connection releases the lock while its holder runs on): a lost lock
+/// sends nothing and starts over.
+@Suite("providers: a refresh whose lock was lost before sending starts over and sends nothing", .enabled(if: OAuthTestServer.available))
+struct LostRefreshLockTests {
+    /// A memory store whose first `losing` locks say they are no longer held (as a PostgreSQL
+    /// lock does when its connection dropped), counting the locks taken.
+    final class LosingLocks: ExclusiveLocking, @unchecked Sendable {
+        let inner = MemoryStore()
+        let losing: Int
+        let taken = Mutex(0)
+        init(losing: Int) { self.losing = losing }
+
+        final class Lost: HeldLock {
+            let lock: any HeldLock
+            init(_ lock: any HeldLock) { self.lock = lock }
+            func release() { lock.release() }
+            func isHeld() -> Bool { false }
+        }
+
+        var storeDescription: String { inner.storeDescription }
+        var isolation: StoreIsolation { inner.isolation }
+        var limits: StoreLimits { inner.limits }
+        func read(_ key: ItemKey) throws -> SecureRecord? { try inner.read(key) }
+        func search(_ query: ItemQuery) throws -> [ItemInfo] { try inner.search(query) }
+        func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
+            try inner.forEachRecord(matching: query, chunkSize: chunkSize, body)
+        }
+        func perform(_ operations: [StoreOperation]) throws { try inner.perform(operations) }
+        func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
+            guard let lock = try inner.tryExclusiveLock(named: name) else { return nil }
+            let count = taken.withLock { $0 += 1; return $0 }
+            return count <= losing ? Lost(lock) : lock
+        }
+    }
+
+    func setUp(_ server: OAuthTestServer, losing: Int) throws -> (LosingLocks, ProviderTokens, OAuthToken) {
+        let store = LosingLocks(losing: losing)
+        try ProviderRegistry(store: store).add(
+            OAuthProvider(name: "dot", tokenEndpoint: server.url + "/token/", clientID: "ks-password", clientAuthentication: .clientSecretBasic),
+            clientSecret: Array(server.clientSecret.utf8))
+        let keeper = TokenKeeper(store: store)
+        let token = try keeper.importResponse(Data(try server.passwordGrant().utf8), service: "dot", account: "alice", requested: [try Scope("read")])
+        return (store, try ProviderTokens(keeper: keeper), token)
+    }
+
+    func issued(_ server: OAuthTestServer) throws -> Int {
+        try #require(try server.request("/test/refreshes?client_id=ks-password").json["issued"] as? Int)
+    }
+
+    @Test("the first lock is lost before sending: nothing is sent under it; the lock is taken again and the grant refreshed once")
+    func lostOnce() async throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let (store, tokens, before) = try setUp(server, losing: 1)
+        let fresh = try await tokens.freshToken(service: "dot", account: "alice", minValidity: .seconds(7200))
+        #expect(fresh.accessToken != before.accessToken && fresh.refreshToken != before.refreshToken)
+        #expect(store.taken.withLock { $0 } == 2, "the lock was taken again")
+        #expect(try issued(server) == 2, "one refresh at the provider")
+        #expect(try server.isActive(fresh.accessToken))
+    }
+
+    @Test("every lock lost: the refresh gives up with storeUnavailable, having sent nothing; the kept token is unchanged and the grant lives")
+    func lostAlways() async throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let (store, tokens, before) = try setUp(server, losing: .max)
+        let error = await #expect(throws: KeysmithError.self) { try await tokens.freshToken(service: "dot", account: "alice", minValidity: .seconds(7200)) }
+        #expect(error?.code == .storeUnavailable && error?.message.contains("nothing was sent") == true, "\(String(describing: error))")
+        #expect(store.taken.withLock { $0 } == 3)
+        #expect(try issued(server) == 1, "no refresh reached the provider")
+        #expect(try tokens.keeper.token(service: "dot", account: "alice")?.refreshToken == before.refreshToken)
+        #expect(try server.refreshWorks(try #require(before.refreshToken)), "the grant's refresh token was never spent")
     }
 }
