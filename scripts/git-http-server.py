@@ -8,13 +8,20 @@ ROOT holds the bare repositories; USERS has one `user:password` line per user an
 on every request (a test changes a password by rewriting it); the port the server listens on is
 written to PORTFILE once it listens. Every request is logged to ROOT/requests.log as
 `METHOD PATH STATUS USER`. Stops on SIGTERM.
+
+With USERS given as `introspect=URL`, a password is instead an OAuth access token, accepted
+while the authorization server's introspection endpoint (RFC 7662, at URL) says it is active;
+the server authenticates there as $GIT_SERVER_INTROSPECT_CLIENT (`client_id:secret`).
 """
 import base64
 import http.server
+import json
 import os
 import signal
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 
 ROOT, USERS, PORTFILE = sys.argv[1], sys.argv[2], sys.argv[3]
 
@@ -27,6 +34,25 @@ def users():
             if name:
                 table[name] = password
     return table
+
+
+def token_active(token):
+    """Whether the authorization server says the access token is active."""
+    url = USERS[len("introspect="):]
+    client = os.environ["GIT_SERVER_INTROSPECT_CLIENT"]
+    request = urllib.request.Request(url, data=urllib.parse.urlencode({"token": token}).encode(),
+                                     headers={"Authorization": "Basic " + base64.b64encode(client.encode()).decode()})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return json.load(answer).get("active") is True
+    except Exception:
+        return False
+
+
+def valid(name, password):
+    if USERS.startswith("introspect="):
+        return token_active(password)
+    return users().get(name) == password
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -66,7 +92,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 name, _, password = base64.b64decode(auth[6:]).decode("utf-8").partition(":")
             except Exception:
                 name, password = None, None
-            if name is not None and users().get(name) == password:
+            if name is not None and valid(name, password):
                 user = name
         data = self.body()
         if user is None:

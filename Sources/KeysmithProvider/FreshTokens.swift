@@ -1,4 +1,5 @@
 import Keysmith
+import KeysmithCrypto
 public import KeysmithTokens
 import Foundation
 import Synchronization
@@ -80,7 +81,7 @@ public final class ProviderTokens: Sendable {
         let flight = "\(ObjectIdentifier(keeper.store))\u{0}\(service)\u{0}\(account)"
         let task = Self.flights.withLock { flights -> Task<OAuthToken, any Error> in
             if let running = flights[flight] { return running }
-            let task = Task { try await self.refreshOnce(service: service, account: account, minValidity: minValidity) }
+            let task = Task { try await self.refreshOnce(service: service, account: account, need: .validity(minValidity)) }
             flights[flight] = task
             return task
         }
@@ -117,12 +118,47 @@ public final class ProviderTokens: Sendable {
     /// The grant's lock was lost before the refresh token was sent (see ``refreshHoldingLock``).
     struct LockLost: Error {}
 
+    /// Why a refresh is wanted, read again under the grant's lock to decide whether it still is.
+    enum Need: Sendable {
+        /// The access token must stay valid this long.
+        case validity(Duration)
+        /// A server rejected this access token: refresh unless the kept one is another already.
+        case rejected(String)
+    }
+
+    /// A token whose access token a server rejected (HTTP 401 with it, as git reports with
+    /// `erase`), refreshed once however many callers report the same rejection: under the
+    /// grant's lock, a kept access token that is no longer `accessToken` (another caller
+    /// refreshed it, or someone signed in again) is returned as it is, with no request.
+    /// Otherwise the grant is refreshed at its provider, even if the token looks valid (a
+    /// provider may end an access token before its expiry). The grant is never deleted; when the
+    /// provider says it is over (`invalid_grant`), the token is logged out here, as
+    /// ``freshToken(service:account:minValidity:)`` does.
+    ///
+    /// ```swift
+    /// if response.status == .unauthorized {
+    ///     token = try await tokens.refresh(service: "news", account: "alice", rejected: token.accessToken)
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - service: The token's service: the provider's name.
+    ///   - account: The token's account.
+    ///   - accessToken: The access token the server rejected.
+    /// - Returns: The token to use now.
+    /// - Throws: As ``freshToken(service:account:minValidity:)``.
+    public func refresh(service: String, account: String, rejected accessToken: String) async throws -> OAuthToken {
+        let token = try current(service: service, account: account)
+        if token.revokedAt == nil, !constantTimeEqual(Array(token.accessToken.utf8), Array(accessToken.utf8)) { return token }
+        return try await refreshOnce(service: service, account: account, need: .rejected(accessToken))
+    }
+
     /// Refreshes under the grant's lock, starting over (at most three times) when the lock is
     /// lost before the refresh token goes out.
-    private func refreshOnce(service: String, account: String, minValidity: Duration) async throws -> OAuthToken {
+    private func refreshOnce(service: String, account: String, need: Need) async throws -> OAuthToken {
         for _ in 0..<3 {
             do {
-                return try await refreshHoldingLock(service: service, account: account, minValidity: minValidity)
+                return try await refreshHoldingLock(service: service, account: account, need: need)
             } catch is LockLost {
                 continue
             }
@@ -137,16 +173,22 @@ public final class ProviderTokens: Sendable {
     /// rides on a connection that may have dropped, letting another machine take it and send
     /// the same refresh token, which a rotating provider takes for theft); if not, nothing is
     /// sent and ``LockLost`` starts it over.
-    private func refreshHoldingLock(service: String, account: String, minValidity: Duration) async throws -> OAuthToken {
+    private func refreshHoldingLock(service: String, account: String, need: Need) async throws -> OAuthToken {
         let asked = keeper.now
         let lock = try await acquire("refresh \(service)\u{0}\(account)")
         defer { lock.release() }
-        // Another process may have refreshed while this one waited: then its token is used,
-        // even when the provider's tokens live shorter than `minValidity` (refreshing again
-        // would not make them live longer).
         let token = try current(service: service, account: account)
-        if isFresh(token, minValidity) { return token }
-        if token.revokedAt == nil, let refreshed = token.refreshedAt, refreshed >= asked { return token }
+        switch need {
+        case .validity(let minValidity):
+            // Another process may have refreshed while this one waited: then its token is used,
+            // even when the provider's tokens live shorter than `minValidity` (refreshing again
+            // would not make them live longer).
+            if isFresh(token, minValidity) { return token }
+            if token.revokedAt == nil, let refreshed = token.refreshedAt, refreshed >= asked { return token }
+        case .rejected(let accessToken):
+            // Refreshed (or signed in again) since the rejection: the kept token is the answer.
+            if token.revokedAt == nil, !constantTimeEqual(Array(token.accessToken.utf8), Array(accessToken.utf8)) { return token }
+        }
         guard token.revokedAt == nil else {
             throw KeysmithError.invalidArgument("the token for \(account) at \(service) was logged out (revoke-all); sign in again")
         }

@@ -49,6 +49,13 @@ public struct OAuthProvider: Sendable, Hashable, Codable {
     public var rotatesRefreshTokens: Bool
     /// A PEM file of the roots to trust for this provider's TLS, instead of the system's.
     public var trustedRoots: String?
+    /// The git hosts (`host` or `host:port`, as git names them, compared without case) whose
+    /// credentials are this provider's tokens: for them `keysmith git-credential get` gives a
+    /// fresh access token as the password (``GitTokenCredentials``). Empty: none.
+    public var gitHosts: [String] = []
+    /// The scopes (separated as ``scopeSeparator`` says) asked for when git starts a sign-in
+    /// at this provider (the device flow, on git's terminal); `nil`: the provider's default.
+    public var gitScope: String?
 
     /// Describes a provider.
     public init(name: String, issuer: String? = nil, tokenEndpoint: String, authorizationEndpoint: String? = nil,
@@ -67,6 +74,35 @@ public struct OAuthProvider: Sendable, Hashable, Codable {
         self.scopeSeparator = scopeSeparator
         self.rotatesRefreshTokens = rotatesRefreshTokens
         self.trustedRoots = trustedRoots
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name, issuer, tokenEndpoint, authorizationEndpoint, deviceAuthorizationEndpoint, revocationEndpoint, introspectionEndpoint
+        case clientID, clientAuthentication, scopeSeparator, rotatesRefreshTokens, trustedRoots, gitHosts, gitScope
+    }
+
+    /// Reads a description, including one kept before git hosts existed (it has none).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        name = try container.decode(String.self, forKey: .name)
+        issuer = try container.decodeIfPresent(String.self, forKey: .issuer)
+        tokenEndpoint = try container.decode(String.self, forKey: .tokenEndpoint)
+        authorizationEndpoint = try container.decodeIfPresent(String.self, forKey: .authorizationEndpoint)
+        deviceAuthorizationEndpoint = try container.decodeIfPresent(String.self, forKey: .deviceAuthorizationEndpoint)
+        revocationEndpoint = try container.decodeIfPresent(String.self, forKey: .revocationEndpoint)
+        introspectionEndpoint = try container.decodeIfPresent(String.self, forKey: .introspectionEndpoint)
+        clientID = try container.decode(String.self, forKey: .clientID)
+        clientAuthentication = try container.decode(ClientAuthentication.self, forKey: .clientAuthentication)
+        scopeSeparator = try container.decode(String.self, forKey: .scopeSeparator)
+        rotatesRefreshTokens = try container.decode(Bool.self, forKey: .rotatesRefreshTokens)
+        trustedRoots = try container.decodeIfPresent(String.self, forKey: .trustedRoots)
+        gitHosts = try container.decodeIfPresent([String].self, forKey: .gitHosts) ?? []
+        gitScope = try container.decodeIfPresent(String.self, forKey: .gitScope)
+    }
+
+    /// Whether `host` (as git sends it: `host` or `host:port`) is one of ``gitHosts``.
+    public func servesGit(host: String) -> Bool {
+        gitHosts.contains { $0.lowercased() == host.lowercased() }
     }
 
     /// Every endpoint set, with the name of its role.
@@ -89,6 +125,13 @@ public struct OAuthProvider: Sendable, Hashable, Codable {
             throw KeysmithError.invalidArgument("the scope separator is a space or a comma")
         }
         if let trustedRoots, trustedRoots.isEmpty { throw KeysmithError.invalidArgument("the trusted roots file's path is empty") }
+        for host in gitHosts {
+            try ProviderText.check(host, "a git host", maximum: 255)
+            guard !host.contains(where: { "/@?#\\ ".contains($0) }), !host.contains("://") else {
+                throw KeysmithError.invalidArgument("the git host \(OneLine.escaped(host)) is not a host or host:port (no scheme, user or path)")
+            }
+        }
+        if let gitScope { try ProviderText.check(gitScope, "the git sign-in's scope", maximum: 4096) }
     }
 }
 
@@ -186,6 +229,12 @@ public struct ProviderRegistry: Sendable {
         case (_, let secret?) where secret.isEmpty: throw KeysmithError.invalidArgument("the client secret is empty")
         default: break
         }
+        // A git host is one provider's: git's credential for it must not depend on which is found first.
+        for host in provider.gitHosts {
+            if let other = try providers().first(where: { $0.name != provider.name && $0.servesGit(host: host) }) {
+                throw KeysmithError(.duplicateItem, "the git host \(OneLine.escaped(host)) is already the provider \(OneLine.escaped(other.name))'s")
+            }
+        }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let attributes = ItemAttributes(key: Self.key(provider.name), label: "OAuth provider \(provider.name)")
@@ -210,6 +259,15 @@ public struct ProviderRegistry: Sendable {
     public func provider(named name: String) throws -> OAuthProvider? {
         guard let record = try store.read(Self.key(name)) else { return nil }
         return try Self.decode(record.secret, name: name)
+    }
+
+    /// The provider whose tokens are the credentials of a git host (``OAuthProvider/gitHosts``),
+    /// or `nil`.
+    ///
+    /// - Parameter host: The host as git sends it: `host` or `host:port`.
+    /// - Throws: As ``providers()``.
+    public func provider(forGitHost host: String) throws -> OAuthProvider? {
+        try providers().first { $0.servesGit(host: host) }
     }
 
     /// Every provider, sorted by name.

@@ -2,7 +2,9 @@ import ArgumentParser
 import Foundation
 import Keysmith
 import KeysmithStores
+import KeysmithProvider
 import KeysmithSystem
+import KeysmithTokens
 
 extension KeysmithCommand {
     /// git's credential helper (git-credential(1)); installed as `git-credential-keysmith`.
@@ -35,6 +37,11 @@ extension KeysmithCommand {
                 // Nothing Keysmith can name (another protocol, no host): not ours, and no store is opened.
                 guard request.isKeepable else { return }
                 let opened = try store.openStore()
+                if let locking = opened as? any ExclusiveLocking, let host = request.host,
+                   try oauth(request, host: host, git: GitTokenCredentials(tokens: ProviderTokens(keeper: makeKeeper(locking))))
+                {
+                    return
+                }
                 switch action {
                 case "get":
                     let now = Int64(Date().timeIntervalSince1970)
@@ -49,7 +56,62 @@ extension KeysmithCommand {
             } catch let error as KeysmithError {
                 // git goes on without us (its next helper, or the prompt): say why, print nothing.
                 Terminal.write(Array("keysmith: git-credential \(action): \(error.message)\n".utf8), to: 2)
+            } catch let error as ProviderError {
+                Terminal.write(Array("keysmith: git-credential \(action): \(error.description)\n".utf8), to: 2)
             }
+        }
+
+        /// A host bound to a provider (`provider add --git-host`): its credential is a token.
+        /// `get` gives a fresh access token (signing in with the device flow on git's terminal
+        /// when there is no token and git may prompt); `erase` after a rejection refreshes
+        /// once and never deletes the grant; `store` keeps nothing (the password is the token).
+        ///
+        /// - Returns: `false` when the host is not a provider's (its credential is a plain one).
+        func oauth(_ request: GitCredential, host: String, git: GitTokenCredentials) throws -> Bool {
+            guard let provider = try git.provider(protocol: request.protocol, host: host) else { return false }
+            let (scheme, username, password) = (request.protocol, request.username, request.password)
+            switch action {
+            case "get":
+                var answer = try runAsync { try await git.credential(protocol: scheme, host: host, username: username) }
+                if answer == nil, let signedIn = try signIn(at: provider, account: username ?? "git", git: git) {
+                    answer = try runAsync { try await git.credential(protocol: scheme, host: host, username: signedIn) }
+                }
+                guard let answer else {
+                    let account = username.map { " for \(escaped($0))" } ?? ""
+                    Terminal.write(Array("keysmith: git-credential get: the provider \(escaped(provider.name)) keeps no token\(account); sign in with `keysmith token login --provider \(escaped(provider.name)) --account \(escaped(username ?? "ACCOUNT"))`\n".utf8), to: 2)
+                    return true
+                }
+                let credential = GitCredential(username: answer.username, password: answer.password,
+                                               passwordExpiry: answer.expiry.map { Int64($0.timeIntervalSince1970) })
+                Terminal.write(credential.encoded(), to: 1)
+            case "erase":
+                _ = try runAsync { try await git.rejected(protocol: scheme, host: host, username: username, password: password) }
+            default:
+                break  // store: the password git approved is the token Keysmith keeps already.
+            }
+            return true
+        }
+
+        /// The device flow on git's terminal, when git may prompt (`GIT_TERMINAL_PROMPT` is not
+        /// off) and there is a terminal to prompt on (`/dev/tty`): the code and where to enter it
+        /// go to the terminal, never to git. Returns the account signed in, or `nil` when no
+        /// sign-in could start here.
+        func signIn(at provider: OAuthProvider, account: String, git: GitTokenCredentials) throws -> String? {
+            let prompt = ProcessInfo.processInfo.environment["GIT_TERMINAL_PROMPT"]?.lowercased()
+            guard !["0", "false", "no", "off"].contains(prompt ?? ""), provider.deviceAuthorizationEndpoint != nil,
+                  let terminal = FileHandle(forWritingAtPath: "/dev/tty")
+            else { return nil }
+            defer { try? terminal.close() }
+            let scopes = Set(try parseScopes(provider.gitScope.map { [$0] } ?? []))
+            let signIn = try ProviderSignIn(keeper: git.tokens.keeper, provider: provider.name)
+            let started = try runAsync { try await signIn.startDevice(scopes: scopes) }
+            var text = "keysmith: git needs a token from \(escaped(provider.name)): open \(escaped(started.verificationURI)) and enter the code "
+                + "\(escaped(started.userCode))"
+            if let complete = started.verificationURIComplete { text += " (or open \(escaped(complete)))" }
+            try? terminal.write(contentsOf: Data((text + ". Waiting for the approval…\n").utf8))
+            _ = try runAsync { try await signIn.completeDevice(started, account: account) }
+            try? terminal.write(contentsOf: Data("keysmith: signed in; the token for \(escaped(account)) at \(escaped(provider.name)) is kept.\n".utf8))
+            return account
         }
     }
 }

@@ -83,6 +83,14 @@ extension KeysmithCommand {
             @Flag(name: .customLong("no-rotation"), help: "The provider keeps a refresh token across refreshes (shown only; refreshes are single-flight either way).")
             var noRotation = false
 
+            @Option(name: .customLong("git-host"), help: ArgumentHelp(
+                "A git host (host or host:port) whose credential is this provider's token: git-credential gives a fresh access token as the password. Repeatable.",
+                valueName: "host"))
+            var gitHosts: [String] = []
+
+            @Option(name: .customLong("git-scope"), help: ArgumentHelp("The scopes a sign-in started by git asks for (default: the provider's).", valueName: "scopes"))
+            var gitScope: String?
+
             @Flag(help: "Replace a provider of that name.")
             var replace = false
 
@@ -122,6 +130,8 @@ extension KeysmithCommand {
                 provider.clientAuthentication = clientAuth.flatMap(ClientAuthentication.init(rawValue:))
                     ?? (secret != nil ? .clientSecretBasic : .none)
                 provider.rotatesRefreshTokens = !noRotation
+                provider.gitHosts = gitHosts
+                provider.gitScope = gitScope
                 try ProviderRegistry(store: try store.openStore()).add(provider, clientSecret: secret, replacing: replace)
                 if json { return print(try jsonLine(ProviderJSON(provider))) }
                 print("Kept provider \(escaped(provider.name)) (token endpoint \(escaped(provider.tokenEndpoint)))."
@@ -159,6 +169,7 @@ extension KeysmithCommand {
                     ("introspection endpoint", provider.introspectionEndpoint), ("client id", provider.clientID),
                     ("client authentication", provider.clientAuthentication.rawValue),
                     ("rotates refresh tokens", provider.rotatesRefreshTokens ? "yes" : "no"), ("trusted roots", provider.trustedRoots),
+                    ("git hosts", provider.gitHosts.isEmpty ? nil : provider.gitHosts.joined(separator: " ")), ("git scope", provider.gitScope),
                 ]
                 for (label, value) in rows { if let value { print("\(label): \(escaped(value))") } }
             }
@@ -193,6 +204,8 @@ struct ProviderJSON: Encodable {
     var clientAuthentication: String
     var rotatesRefreshTokens: Bool
     var trustedRoots: String?
+    var gitHosts: [String]
+    var gitScope: String?
 
     init(_ provider: OAuthProvider) {
         name = provider.name
@@ -206,6 +219,8 @@ struct ProviderJSON: Encodable {
         clientAuthentication = provider.clientAuthentication.rawValue
         rotatesRefreshTokens = provider.rotatesRefreshTokens
         trustedRoots = provider.trustedRoots
+        gitHosts = provider.gitHosts
+        gitScope = provider.gitScope
     }
 
     enum CodingKeys: String, CodingKey {
@@ -213,7 +228,7 @@ struct ProviderJSON: Encodable {
         case tokenEndpoint = "token_endpoint", authorizationEndpoint = "authorization_endpoint"
         case deviceAuthorizationEndpoint = "device_authorization_endpoint", revocationEndpoint = "revocation_endpoint"
         case introspectionEndpoint = "introspection_endpoint", clientID = "client_id", clientAuthentication = "client_auth"
-        case rotatesRefreshTokens = "rotates_refresh_tokens", trustedRoots = "trusted_roots"
+        case rotatesRefreshTokens = "rotates_refresh_tokens", trustedRoots = "trusted_roots", gitHosts = "git_hosts", gitScope = "git_scope"
     }
 }
 

@@ -110,15 +110,20 @@ struct GitCredentialTests {
         let port: Int
         var users: String { root + "/users" }
 
-        init(directory: String, users: [String: String]) throws {
+        /// A server for `users`, or (with `introspection`) one that takes a password while the
+        /// authorization server's introspection endpoint says it is an active token, asking
+        /// there as `client` (`id:secret`).
+        init(directory: String, users: [String: String], introspection: String? = nil, client: String? = nil) throws {
             root = directory + "/git-server"
             try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
             try users.map { "\($0.key):\($0.value)" }.joined(separator: "\n").write(toFile: root + "/users", atomically: true, encoding: .utf8)
             let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
                 .appendingPathComponent("scripts/git-http-server.py").path
             let portFile = root + "/port"
-            process = try SpawnedProcess("/usr/bin/env", ["python3", script, root, root + "/users", portFile],
-                                         standardError: .file(root + "/server.err"), deadline: 600)
+            var environment = ProcessInfo.processInfo.environment
+            if let client { environment["GIT_SERVER_INTROSPECT_CLIENT"] = client }
+            process = try SpawnedProcess("/usr/bin/env", ["python3", script, root, introspection.map { "introspect=" + $0 } ?? root + "/users", portFile],
+                                         environment: environment, standardError: .file(root + "/server.err"), deadline: 600)
             var found: Int?
             for _ in 0..<200 where found == nil {
                 found = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap { Int($0) }
