@@ -75,6 +75,16 @@ struct GitOAuthTests {
         let clear = try GitCredentialTests.helper(keysmith, bin, "get", "protocol=http\nhost=git.example:8443\n\n")
         #expect(clear.status == 0 && clear.stdout.isEmpty && clear.stderr.contains("https"), "\(clear.output)")
         #expect(!clear.stderr.contains(after.access))
+        // A git host is one provider's; a host is a host (no scheme, user or path).
+        let claimed = try keysmith.run(["provider", "add", "other", "--token-endpoint", server.url + "/token/", "--client-id", "x",
+                                        "--git-host", "git.EXAMPLE:8443"])
+        #expect(claimed.status == 7 && claimed.stderr.contains("already the provider dot's"), "\(claimed.output)")
+        for bad in ["https://git.example", "alice@git.example", "git.example/repo"] {
+            let refused = try keysmith.run(["provider", "add", "other", "--token-endpoint", server.url + "/token/", "--client-id", "x", "--git-host", bad])
+            #expect(refused.status == 64, "\(bad): \(refused.output)")
+        }
+        let shown = try keysmith.run(["provider", "show", "dot", "--json"])
+        #expect(shown.stdout.contains(#""git_hosts":["git.example:8443"]"#) && shown.stdout.contains(#""git_scope":"read write""#), "\(shown.output)")
         // Another host keeps its plain credentials.
         let plain = try GitCredentialTests.helper(keysmith, bin, "get", "protocol=https\nhost=other.example\n\n")
         #expect(plain.status == 0 && plain.stdout.isEmpty)
