@@ -4,7 +4,8 @@
 set -euo pipefail
 
 # gdb: the test script's watchdog prints a hung test's backtraces with it.
-packages=(pkg-config libssl-dev openssl libsecret-1-dev gnome-keyring libsecret-tools dbus dbus-bin postgresql gdb git)
+# man-db and binutils: scripts/install.sh strips the binary and its test reads the man pages.
+packages=(pkg-config libssl-dev openssl libsecret-1-dev gnome-keyring libsecret-tools dbus dbus-bin postgresql gdb git man-db binutils)
 
 # The format test runs an independent decryptor in Python (docs/examples/decrypt_vault.py).
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import cryptography' 2>/dev/null; then
