@@ -16,20 +16,20 @@ extension PostgresStore: ExclusiveLocking {
         guard advisory.withLock({ $0.held.insert(name).inserted }) else { return nil }
         let number = lockNumber(name)
         do {
-            let taken = try advisory.withLock { state -> Bool in
+            let (taken, generation) = try advisory.withLock { state -> (Bool, Int) in
                 if state.session == nil || state.session?.isClosed == true {
                     state.session?.close()
                     state.session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: "keysmith-lock")
                     state.generation += 1
                 }
                 let rows = try Transaction(session: state.session!).execute("SELECT pg_try_advisory_lock(\(number))")
-                return try rows.first?.decode(Bool.self) ?? false
+                return (try rows.first?.decode(Bool.self) ?? false, state.generation)
             }
             guard taken else {
                 advisory.withLock { _ = $0.held.remove(name) }
                 return nil
             }
-            return PostgresLock(store: self, name: name, number: number, generation: advisory.withLock { $0.generation })
+            return PostgresLock(store: self, name: name, number: number, generation: generation)
         } catch {
             advisory.withLock { _ = $0.held.remove(name) }
             throw error

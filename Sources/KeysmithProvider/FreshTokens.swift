@@ -213,10 +213,22 @@ public final class ProviderTokens: Sendable {
             throw error
         }
         let refreshed: OAuthToken
+        // Should the token turn out logged out meanwhile, the tokens this refresh brings are
+        // queued for revocation at the provider in the same commit that keeps them.
         let outbox = RevocationOutbox(keeper: keeper)
+        let loggedOutReason = "the token was logged out while it was being refreshed"
+        // Never allowed to fail the refresh: the provider has spent the old refresh token, so
+        // its answer must be kept whatever happens to this (then the second commit below).
+        var ifLoggedOut: (operations: [StoreOperation], event: String, detail: String)? = nil
+        if provider.revocationEndpoint != nil, let parsed = try? TokenResponse.parse(response),
+           let entry = try? outbox.newEntry(provider: provider.name, account: account, reason: loggedOutReason,
+                                            refreshToken: parsed.refreshToken, accessToken: parsed.accessToken)
+        {
+            ifLoggedOut = ([entry.operation], "provider-revoke-queued", loggedOutReason)
+        }
         do {
             refreshed = try keeper.refresh(response, service: service, account: account, detail: "refreshed at provider \(provider.name)",
-                                           answering: refreshToken)
+                                           answering: refreshToken, ifLoggedOut: ifLoggedOut)
         } catch let error as KeysmithError where error.code == .writeConflict {
             // A sign-in or import that does not take the lock replaced the token meanwhile: it
             // stays; the tokens this refresh obtained are ended at the provider.
@@ -235,12 +247,10 @@ public final class ProviderTokens: Sendable {
         }
         if refreshed.revokedAt != nil {
             // Logged out (perhaps at the provider too) while the provider answered: the queued
-            // revocation names the old tokens, so the new ones are queued as well (a second
-            // commit: a crash between the two leaves them in the logged-out token, where
-            // `token revoke-all --at-provider` still finds them).
-            if provider.revocationEndpoint != nil {
-                try outbox.queue(response: response, provider: provider.name, account: account,
-                                 reason: "the token was logged out while it was being refreshed")
+            // revocation names the old tokens, so the new ones were queued as well, in the
+            // commit that kept them (`ifLoggedOut`; when that could not be made, now).
+            if provider.revocationEndpoint != nil, ifLoggedOut == nil {
+                try outbox.queue(response: response, provider: provider.name, account: account, reason: loggedOutReason)
             }
             throw KeysmithError.invalidArgument("the token for \(account) at \(service) was logged out while it was being refreshed; "
                                                 + "the tokens the provider had just issued are queued for revocation there")

@@ -24,7 +24,7 @@ public struct GitTokenCredentials: Sendable {
 
     /// What git is given for a host: the token's account as the username and its access token
     /// as the password. Its description never shows the password.
-    public struct Answer: Sendable, CustomStringConvertible {
+    public struct Answer: Sendable, CustomStringConvertible, CustomReflectable {
         /// The token's account.
         public var username: String
         /// The access token.
@@ -37,6 +37,10 @@ public struct GitTokenCredentials: Sendable {
 
         /// `git credential for alice at news (password redacted)`.
         public var description: String { "git credential for \(username) at \(provider) (password redacted)" }
+        /// What `dump` and debuggers show: never the password.
+        public var customMirror: Mirror {
+            Mirror(self, children: ["username": username, "expiry": expiry as Any, "provider": provider, "password": "<redacted>"])
+        }
     }
 
     /// The provider bound to a git host, after checking the protocol: a token is given to
@@ -104,6 +108,13 @@ public struct GitTokenCredentials: Sendable {
         let minimum = Self.minValidity(kept)
         if let wait = Self.guardWait(kept, minimum: minimum, now: tokens.keeper.now) { try await Task.sleep(for: wait) }
         let token = try await tokens.freshToken(service: provider.name, account: account, minValidity: minimum)
+        // git reads `key=value` lines: a line break or NUL in what it is given would add lines
+        // of the provider's choosing (another host, `quit`). Tokens never hold them (RFC 6749
+        // A.12: printable ASCII); one that does is refused, not passed on.
+        guard !(token.accessToken + account).unicodeScalars.contains(where: { $0 == "\n" || $0 == "\r" || $0 == "\0" }) else {
+            throw KeysmithError(.malformedData, "the token for \(OneLine.escaped(account)) at \(OneLine.escaped(provider.name)) holds a line break "
+                                + "or NUL, which git's credential protocol cannot carry; it is not given to git")
+        }
         return Answer(username: account, password: token.accessToken, expiry: token.expiresAt, provider: provider.name)
     }
 

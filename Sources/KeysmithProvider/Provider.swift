@@ -102,7 +102,13 @@ public struct OAuthProvider: Sendable, Hashable, Codable {
 
     /// Whether `host` (as git sends it: `host` or `host:port`) is one of ``gitHosts``.
     public func servesGit(host: String) -> Bool {
-        gitHosts.contains { $0.lowercased() == host.lowercased() }
+        gitHosts.contains { Self.asciiLowercased($0) == Self.asciiLowercased(host) }
+    }
+
+    /// Host names compare without ASCII case only (no Unicode case folding: `K` and the Kelvin
+    /// sign are different hosts).
+    static func asciiLowercased(_ text: String) -> String {
+        String(decoding: text.utf8.map { (65...90).contains($0) ? $0 + 32 : $0 }, as: UTF8.self)
     }
 
     /// Every endpoint set, with the name of its role.
@@ -264,18 +270,30 @@ public struct ProviderRegistry: Sendable {
     /// The provider whose tokens are the credentials of a git host (``OAuthProvider/gitHosts``),
     /// or `nil`.
     ///
+    /// A provider record that does not decode is passed over here (it cannot serve a host it
+    /// cannot say), so that one damaged record does not stop git's plain credentials for
+    /// every host.
+    ///
     /// - Parameter host: The host as git sends it: `host` or `host:port`.
-    /// - Throws: As ``providers()``.
+    /// - Throws: A store failure.
     public func provider(forGitHost host: String) throws -> OAuthProvider? {
-        try providers().first { $0.servesGit(host: host) }
+        for name in try names() {
+            if let provider = try? provider(named: name), provider.servesGit(host: host) { return provider }
+        }
+        return nil
+    }
+
+    /// The names of the providers kept, sorted.
+    func names() throws -> [String] {
+        try store.search(ItemQuery(recordType: .oauthProvider)).compactMap { info -> String? in
+            guard case .keysmithRecord(let key) = info.key, key.recordType == .oauthProvider else { return nil }
+            return key.service
+        }.sorted()
     }
 
     /// Every provider, sorted by name.
     public func providers() throws -> [OAuthProvider] {
-        try store.search(ItemQuery(recordType: .oauthProvider)).compactMap { info -> String? in
-            guard case .keysmithRecord(let key) = info.key, key.recordType == .oauthProvider else { return nil }
-            return key.service
-        }.sorted().compactMap { try provider(named: $0) }
+        try names().compactMap { try provider(named: $0) }
     }
 
     /// Removes a provider and its client secret. Its tokens stay (they are tokens kept under

@@ -277,12 +277,17 @@ public final class TokenKeeper: Sendable {
     /// A token logged out meanwhile stays logged out (its new tokens are kept so that they can
     /// be revoked at the provider).
     ///
-    /// - Parameter sent: The refresh token the response answers: when the token kept now holds
-    ///   another (a sign-in or an import replaced it meanwhile), nothing is applied and
-    ///   `KeysmithError.Code.writeConflict` is thrown (the caller then ends the response's tokens
-    ///   at the provider; the newer ones stay).
+    /// - Parameters:
+    ///   - sent: The refresh token the response answers: when the token kept now holds
+    ///     another (a sign-in or an import replaced it meanwhile), nothing is applied and
+    ///     `KeysmithError.Code.writeConflict` is thrown (the caller then ends the response's
+    ///     tokens at the provider; the newer ones stay).
+    ///   - ifLoggedOut: Written in the same commit when the token turns out logged out (the
+    ///     revocation at the provider of the tokens the response brings, and what the audit
+    ///     log says of it), so that no crash can leave them kept without it.
     @discardableResult
-    public func refresh(_ response: Data, service: String, account: String, detail: String, answering sent: String? = nil) throws -> OAuthToken {
+    public func refresh(_ response: Data, service: String, account: String, detail: String, answering sent: String? = nil,
+                        ifLoggedOut: (operations: [StoreOperation], event: String, detail: String)? = nil) throws -> OAuthToken {
         var ignored: Set<Scope> = []
         return try change(service: service, account: account, event: "refresh", scopes: [], detail: detail, { token, time in
             if let sent, token.refreshToken != sent {
@@ -292,6 +297,9 @@ public final class TokenKeeper: Sendable {
             return true
         }, describe: {
             ignored.isEmpty ? detail : detail + "; the response also named \(Scope.formatList(ignored)), which stay as they were here"
+        }, alongside: { token in
+            guard token.revokedAt != nil, let ifLoggedOut else { return ([], []) }
+            return (ifLoggedOut.operations, [Event(ifLoggedOut.event, service, account, [], ifLoggedOut.detail)])
         })
     }
 
@@ -496,7 +504,8 @@ public final class TokenKeeper: Sendable {
 
     private func change(
         service: String, account: String, event: String, scopes: [String], detail: String,
-        _ body: (inout OAuthToken, Date) throws -> Bool, describe: (() -> String)? = nil
+        _ body: (inout OAuthToken, Date) throws -> Bool, describe: (() -> String)? = nil,
+        alongside: ((OAuthToken) throws -> (operations: [StoreOperation], events: [Event]))? = nil
     ) throws -> OAuthToken {
         let time = now
         var result: OAuthToken?
@@ -512,8 +521,9 @@ public final class TokenKeeper: Sendable {
             let touched = scopes.isEmpty
                 ? token.scopes.filter { read.scopes[$0.key]?.state != $0.value.state }.map(\.key.rawValue).sorted()
                 : scopes
-            return ([Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record)],
-                    [Event(event, service, account, touched, describe?() ?? detail)])
+            let extra: (operations: [StoreOperation], events: [Event]) = try alongside?(token) ?? ([], [])
+            return ([Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record)] + extra.operations,
+                    [Event(event, service, account, touched, describe?() ?? detail)] + extra.events)
         }
         guard let result else { throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)") }
         return result

@@ -92,24 +92,44 @@ extension KeysmithCommand {
             return true
         }
 
+        /// The longest a sign-in started by git waits for its approval (or for another git
+        /// process's sign-in at the same provider and account).
+        static let signInLimit: TimeInterval = 15 * 60
+
         /// The device flow on git's terminal, when git may prompt (`GIT_TERMINAL_PROMPT` is not
         /// off) and there is a terminal to prompt on (`/dev/tty`): the code and where to enter it
         /// go to the terminal, never to git. Returns the account signed in, or `nil` when no
         /// sign-in could start here.
         func signIn(at provider: OAuthProvider, account: String, git: GitTokenCredentials) throws -> String? {
-            let prompt = ProcessInfo.processInfo.environment["GIT_TERMINAL_PROMPT"]?.lowercased()
-            guard !["0", "false", "no", "off"].contains(prompt ?? ""), provider.deviceAuthorizationEndpoint != nil,
-                  let terminal = FileHandle(forWritingAtPath: "/dev/tty")
-            else { return nil }
+            // Unset: git may prompt; set, git's own reading (empty, 0, false, no, off: it may not).
+            if let prompt = ProcessInfo.processInfo.environment["GIT_TERMINAL_PROMPT"]?.lowercased(),
+               ["", "0", "false", "no", "off"].contains(prompt) { return nil }
+            guard provider.deviceAuthorizationEndpoint != nil, let terminal = FileHandle(forWritingAtPath: "/dev/tty") else { return nil }
             defer { try? terminal.close() }
+            // One sign-in at a time per provider and account: git processes started together
+            // (submodules, `fetch --all`) wait for the first one's, and then use its token.
+            guard let locks = git.tokens.keeper.store as? any ExclusiveLocking else { return nil }
+            let waitUntil = Date().addingTimeInterval(Self.signInLimit)
+            var held = try locks.tryExclusiveLock(named: "sign-in \(provider.name)\u{0}\(account)")
+            while held == nil, Date() < waitUntil {
+                Thread.sleep(forTimeInterval: 0.2)
+                held = try locks.tryExclusiveLock(named: "sign-in \(provider.name)\u{0}\(account)")
+            }
+            guard let lock = held else { return nil }
+            defer { lock.release() }
+            if try git.tokens.keeper.token(service: provider.name, account: account) != nil { return account }
             let scopes = Set(try parseScopes(provider.gitScope.map { [$0] } ?? []))
             let signIn = try ProviderSignIn(keeper: git.tokens.keeper, provider: provider.name)
-            let started = try runAsync { try await signIn.startDevice(scopes: scopes) }
+            var started = try runAsync { try await signIn.startDevice(scopes: scopes) }
+            // git waits for this helper: a sign-in nobody approves ends after 15 minutes at most,
+            // whatever the provider's device code allows (it may allow a day).
+            started.expiresAt = min(started.expiresAt, Date().addingTimeInterval(Self.signInLimit))
             var text = "keysmith: git needs a token from \(escaped(provider.name)): open \(escaped(started.verificationURI)) and enter the code "
                 + "\(escaped(started.userCode))"
             if let complete = started.verificationURIComplete { text += " (or open \(escaped(complete)))" }
-            try? terminal.write(contentsOf: Data((text + ". Waiting for the approval…\n").utf8))
-            _ = try runAsync { try await signIn.completeDevice(started, account: account) }
+            try? terminal.write(contentsOf: Data((text + ". Waiting for the approval (at most 15 minutes; Ctrl-C stops it)…\n").utf8))
+            let authorization = started
+            _ = try runAsync { try await signIn.completeDevice(authorization, account: account) }
             try? terminal.write(contentsOf: Data("keysmith: signed in; the token for \(escaped(account)) at \(escaped(provider.name)) is kept.\n".utf8))
             return account
         }

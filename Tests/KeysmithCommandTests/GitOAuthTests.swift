@@ -85,6 +85,12 @@ struct GitOAuthTests {
         }
         let shown = try keysmith.run(["provider", "show", "dot", "--json"])
         #expect(shown.stdout.contains(#""git_hosts":["git.example:8443"]"#) && shown.stdout.contains(#""git_scope":"read write""#), "\(shown.output)")
+        // A token holding a line break would add lines of the provider's choosing to git's
+        // input: it is refused, and nothing is printed.
+        let crafted = #"{"access_token":"abc\nhost=evil.example\nquit=1","token_type":"Bearer","expires_in":3600}"#
+        #expect(try keysmith.run(["token", "import", "--service", "dot", "--account", "mallory"], stdin: crafted).status == 0)
+        let smuggled = try GitCredentialTests.helper(keysmith, bin, "get", "protocol=https\nhost=git.example:8443\nusername=mallory\n\n")
+        #expect(smuggled.status == 0 && smuggled.stdout.isEmpty && smuggled.stderr.contains("line break"), "\(smuggled.output)")
         // Another host keeps its plain credentials.
         let plain = try GitCredentialTests.helper(keysmith, bin, "get", "protocol=https\nhost=other.example\n\n")
         #expect(plain.status == 0 && plain.stdout.isEmpty)
@@ -104,6 +110,17 @@ struct GitOAuthTests {
         let input = keysmith.directory + "/input", output = keysmith.directory + "/answer", terminal = keysmith.directory + "/terminal"
         try "protocol=https\nhost=git.example\nusername=carol\n\n".write(toFile: input, atomically: true, encoding: .utf8)
         var environment = keysmith.environment
+        // With a terminal but git told not to prompt (0, or set and empty, as git reads it): no sign-in starts.
+        for value in ["0", ""] {
+            environment["GIT_TERMINAL_PROMPT"] = value
+            let muted = try SpawnedProcess("/usr/bin/script", ["-qefc", "timeout 30 '\(bin)/git-credential-keysmith' get < '\(input)' > '\(output)'", "/dev/null"],
+                                           environment: environment, directory: keysmith.directory, standardOutput: .file(terminal), deadline: 120)
+            muted.waitUntilExit()
+            let shown = (try? String(contentsOfFile: terminal, encoding: .utf8)) ?? ""
+            #expect(muted.terminationStatus == 0 && !shown.contains("enter the code") && shown.contains("token login"),
+                    "GIT_TERMINAL_PROMPT=\(value): \(shown)")
+            #expect(((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").isEmpty)
+        }
         environment.removeValue(forKey: "GIT_TERMINAL_PROMPT")
         let helper = try SpawnedProcess("/usr/bin/script", ["-qefc", "'\(bin)/git-credential-keysmith' get < '\(input)' > '\(output)'", "/dev/null"],
                                         environment: environment, directory: keysmith.directory, standardOutput: .file(terminal), deadline: 120)

@@ -50,4 +50,23 @@ struct OutboxAndRefreshTests {
         let lifetime = try #require(refreshed.expiresAt).timeIntervalSince(try #require(refreshed.refreshedAt))
         #expect(abs(lifetime - 600) < 1, "\(lifetime)")
     }
+
+    @Test("a provider kept before git hosts existed reads back with none; a damaged provider record is passed over when a git host is looked up, and named when providers are listed")
+    func providerRecordsOldAndDamaged() throws {
+        let store = MemoryStore()
+        let old = #"{"clientAuthentication":"none","clientID":"cli","name":"news","rotatesRefreshTokens":true,"scopeSeparator":" ","tokenEndpoint":"https://auth.example/token"}"#
+        try store.create(ItemAttributes(key: .keysmithRecord(KeysmithRecordKey(recordType: .oauthProvider, service: "news", account: "provider"))),
+                         secret: Data(old.utf8))
+        let registry = ProviderRegistry(store: store)
+        let news = try #require(try registry.provider(named: "news"))
+        #expect(news.gitHosts.isEmpty && news.gitScope == nil && news.tokenEndpoint == "https://auth.example/token")
+        var forge = OAuthProvider(name: "forge", tokenEndpoint: "https://forge.example/token", clientID: "git")
+        forge.gitHosts = ["Git.Example:8443"]
+        try registry.add(forge)
+        try store.create(ItemAttributes(key: .keysmithRecord(KeysmithRecordKey(recordType: .oauthProvider, service: "broken", account: "provider"))),
+                         secret: Data("not json".utf8))
+        #expect(try registry.provider(forGitHost: "git.example:8443")?.name == "forge")
+        #expect(try registry.provider(forGitHost: "git.example") == nil, "the port is part of the host")
+        #expect(throws: KeysmithError.self) { try registry.providers() }
+    }
 }

@@ -260,3 +260,69 @@ struct LostRefreshLockTests {
         #expect(try server.refreshWorks(try #require(before.refreshToken)), "the grant's refresh token was never spent")
     }
 }
+
+/// A refresh whose token is logged out between the provider's answer and the commit keeps the
+/// answer (the old refresh token is spent) but leaves the token logged out, and queues the new
+/// tokens' revocation at the provider in the same commit, so that no crash can keep them
+/// without it.
+@Suite("providers: a refresh that meets a log-out queues the new tokens' revocation in the commit that keeps them", .enabled(if: OAuthTestServer.available))
+struct RefreshMeetsLogOutTests {
+    /// A memory store that logs the token out (as another process would) just before the first
+    /// token write after it is armed, and records what each commit held.
+    final class LoggingOut: ExclusiveLocking, @unchecked Sendable {
+        let inner = MemoryStore()
+        let armed = Mutex(false)
+        let commits = Mutex<[[String]]>([])
+
+        var storeDescription: String { inner.storeDescription }
+        var isolation: StoreIsolation { inner.isolation }
+        var limits: StoreLimits { inner.limits }
+        func read(_ key: ItemKey) throws -> SecureRecord? { try inner.read(key) }
+        func search(_ query: ItemQuery) throws -> [ItemInfo] { try inner.search(query) }
+        func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
+            try inner.forEachRecord(matching: query, chunkSize: chunkSize, body)
+        }
+        func tryExclusiveLock(named name: String) throws -> (any HeldLock)? { try inner.tryExclusiveLock(named: name) }
+
+        func perform(_ operations: [StoreOperation]) throws {
+            let types = operations.compactMap { operation -> String? in
+                if case .keysmithRecord(let key) = operation.key { return key.recordType.rawValue }
+                return nil
+            }
+            if types.contains("oauth-token"), armed.withLock({ let was = $0; $0 = false; return was }) {
+                try TokenKeeper(store: inner).revokeAll(service: "dot", account: "alice", reason: "logged out elsewhere")
+            }
+            try inner.perform(operations)
+            commits.withLock { $0.append(types) }
+        }
+    }
+
+    @Test("the refresh's commit holds the token and the queued revocation of its new tokens; the token stays logged out; the outbox sends them and the provider ends them")
+    func oneCommit() async throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let store = LoggingOut()
+        try ProviderRegistry(store: store).add(
+            OAuthProvider(name: "dot", tokenEndpoint: server.url + "/token/", revocationEndpoint: server.url + "/revoke_token/",
+                          clientID: "ks-password", clientAuthentication: .clientSecretBasic),
+            clientSecret: Array(server.clientSecret.utf8))
+        let keeper = TokenKeeper(store: store)
+        try keeper.importResponse(Data(try server.passwordGrant().utf8), service: "dot", account: "alice", requested: [try Scope("read")])
+        store.armed.withLock { $0 = true }
+        let tokens = try ProviderTokens(keeper: keeper)
+        let error = await #expect(throws: KeysmithError.self) { try await tokens.freshToken(service: "dot", account: "alice", minValidity: .seconds(7200)) }
+        #expect(error?.code == .invalidArgument && error?.message.contains("logged out while it was being refreshed") == true, "\(String(describing: error))")
+        let kept = try #require(try keeper.token(service: "dot", account: "alice"))
+        #expect(kept.revokedAt != nil, "still logged out")
+        // The commit that kept the refresh also created the outbox entry.
+        let refreshCommit = try #require(store.commits.withLock { $0 }.last { $0.contains("oauth-token") })
+        #expect(refreshCommit.contains("provider-revocation"), "\(refreshCommit)")
+        let entries = try RevocationOutbox(keeper: keeper).entries()
+        #expect(entries.count == 1 && entries.first?.reason.contains("logged out while it was being refreshed") == true)
+        let newAccess = kept.accessToken, newRefresh = try #require(kept.refreshToken)
+        #expect(try server.isActive(newAccess))
+        let sent = try await RevocationOutbox(keeper: keeper).send(force: true)
+        #expect(sent.confirmed == 1)
+        #expect(try !server.isActive(newAccess) && !server.refreshWorks(newRefresh))
+    }
+}
