@@ -75,7 +75,17 @@ public struct ProviderClient: Sendable {
     func tokenRequest(_ fields: [(String, String)]) async throws -> Data {
         let url = try EndpointURL(provider.tokenEndpoint, role: "token endpoint")
         let response = try await post(url, fields)
-        guard response.status == 200 else { throw error(from: response, at: "token endpoint") }
+        guard response.status == 200 else {
+            // A server that quotes what it was sent (a refresh token, a code, its verifier, the
+            // client secret) in its error text must not put it into a message or a log.
+            var failure = error(from: response, at: "token endpoint")
+            let secrets = fields.filter { ["refresh_token", "code", "code_verifier", "device_code"].contains($0.0) }.map(\.1)
+                + [String(decoding: clientSecret ?? [], as: UTF8.self)]
+            for secret in secrets where secret.count >= 4 {
+                failure.message = failure.message.replacingOccurrences(of: secret, with: "[token]")
+            }
+            throw failure
+        }
         try TokenResponseCheck.check(response.body, provider: provider.name)
         return Data(response.body)
     }

@@ -68,6 +68,21 @@ struct BadProviderTests {
         #expect(try store.search(ItemQuery(recordType: .oauthToken)).isEmpty)
     }
 
+    @Test("a token endpoint whose error quotes what it was sent: the refresh token and the client secret become [token] in the message")
+    func echoedSecrets() async throws {
+        let server = try BadServer()
+        let store = MemoryStore()
+        let registry = ProviderRegistry(store: store)
+        try registry.add(OAuthProvider(name: "bad", tokenEndpoint: server.url + "/echo", clientID: "c", clientAuthentication: .clientSecretPost),
+                         clientSecret: Array("client-secret-xyz".utf8))
+        let client = try ProviderClient(provider: try #require(try registry.provider(named: "bad")), registry: registry, timeout: .seconds(10))
+        let error = await #expect(throws: ProviderError.self) { _ = try await client.refresh(refreshToken: "RT-very-secret-123") }
+        #expect(error?.kind == .rejected && error?.oauthError == "invalid_grant")
+        let message = error?.message ?? ""
+        #expect(message.contains("you sent") && message.contains("[token]"), "\(message)")
+        #expect(!message.contains("RT-very-secret-123") && !message.contains("client-secret-xyz"), "\(message)")
+    }
+
     @Test("a good answer from the same server is kept (the harness is not what fails above)")
     func goodAnswer() async throws {
         let server = try BadServer()

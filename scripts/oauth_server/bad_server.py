@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+import urllib.parse
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -25,7 +26,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         path = self.path
         if path == "/oversize":
             self.answer(200, b'{"access_token":"' + b"a" * (1 << 20) + b'","token_type":"Bearer"}')
@@ -51,6 +52,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(302, b"", [("Location", "http://127.0.0.1:1/token")])
         elif path == "/error":
             self.answer(400, {"error": "invalid_grant", "error_description": "line one\nline two \u001b[31mred"})
+        elif path == "/echo":
+            # An error that quotes what the client sent (its refresh token, its client secret).
+            self.answer(400, {"error": "invalid_grant", "error_description": "you sent " + urllib.parse.unquote_plus(body.decode())})
         elif path == "/unavailable":
             self.answer(503, b"", [("Retry-After", "7")])
         elif path == "/slow":
