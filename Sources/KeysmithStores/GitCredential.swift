@@ -26,6 +26,9 @@ public struct GitCredential: Sendable, Hashable {
     public var password: String?
     /// `password_expiry_utc` (git 2.41 and later): seconds since 1970 after which the password is no good.
     public var passwordExpiry: Int64?
+    /// `oauth_refresh_token` (git 2.41 and later): the refresh token an OAuth helper before this
+    /// one obtained with the password; a secret, kept beside the password and given back with it.
+    public var oauthRefreshToken: String?
 
     /// Makes a description from its fields.
     public init(protocol: String? = nil, host: String? = nil, path: String? = nil, username: String? = nil,
@@ -73,6 +76,7 @@ public struct GitCredential: Sendable, Hashable {
             case "username": username = value
             case "password": password = value
             case "password_expiry_utc": passwordExpiry = Int64(value)
+            case "oauth_refresh_token": oauthRefreshToken = value
             default: break  // git requires unknown keys to be ignored
             }
         }
@@ -85,6 +89,7 @@ public struct GitCredential: Sendable, Hashable {
         if let username { lines.append("username=" + username) }
         if let password { lines.append("password=" + password) }
         if let passwordExpiry { lines.append("password_expiry_utc=\(passwordExpiry)") }
+        if let oauthRefreshToken { lines.append("oauth_refresh_token=" + oauthRefreshToken) }
         return Array(lines.map { $0 + "\n" }.joined().utf8)
     }
 
@@ -124,6 +129,22 @@ public struct GitCredential: Sendable, Hashable {
                                                      path: path ?? "", account: username))
     }
 
+    /// The security domain of the item that keeps a credential's `oauth_refresh_token`: an
+    /// internet password like the credential's own, with this domain (`keysmith secret get …
+    /// --security-domain git-oauth-refresh-token` shows it).
+    public static let refreshTokenDomain = "git-oauth-refresh-token"
+
+    /// The item that keeps the refresh token of the credential item `key`.
+    static func refreshTokenKey(_ key: ItemKey) -> ItemKey? {
+        guard case .internetPassword(var internet) = key else { return nil }
+        internet.securityDomain = refreshTokenDomain
+        return .internetPassword(internet)
+    }
+
+    static func holdsLineBreak(_ text: String) -> Bool {
+        text.unicodeScalars.contains(where: { $0 == "\n" || $0 == "\r" || $0 == "\0" })
+    }
+
     /// The type every git credential item carries (`ItemAttributes.type`).
     public static let itemType = "git-credential"
 
@@ -147,6 +168,7 @@ public struct GitCredential: Sendable, Hashable {
             // An item git could not be given back whole (a line break in its password or account,
             // from `keysmith secret set`, would add fields to the answer) is passed over.
             guard let record = try store.read(info.key), case .internetPassword(let key) = record.key,
+                  key.securityDomain != refreshTokenDomain,
                   let password = String(validating: record.secret, as: UTF8.self),
                   !password.unicodeScalars.contains(where: { $0 == "\n" || $0 == "\r" || $0 == "\0" }),
                   !key.account.unicodeScalars.contains(where: { $0 == "\n" || $0 == "\r" || $0 == "\0" })
@@ -157,6 +179,8 @@ public struct GitCredential: Sendable, Hashable {
             answer.username = key.account
             answer.password = password
             answer.passwordExpiry = expiry
+            answer.oauthRefreshToken = try refreshTokenKey(record.key).flatMap { try store.read($0) }
+                .flatMap { String(validating: $0.secret, as: UTF8.self) }.flatMap { holdsLineBreak($0) ? nil : $0 }
             return answer
         }
         return nil
@@ -175,16 +199,27 @@ public struct GitCredential: Sendable, Hashable {
             throw KeysmithError(.malformedData, "the password holds a line break, which git's credential protocol cannot give back")
         }
         let expiry = request.passwordExpiry.map { "password_expiry_utc=\($0)" }
+        var operations: [StoreOperation] = []
         if let existing = try store.read(key) {
             // An item that exists (made by git or by hand): its secret is replaced; its label and
             // type are kept (nil keeps a field); its comment carries the expiry git gave, and an
             // old expiry is cleared when git gives none (another comment is kept).
             let stale = existing.attributes.comment.map { Self.expiry(fromComment: $0) != nil } ?? false
-            try store.upsert(ItemAttributes(key: key, comment: expiry ?? (stale ? "" : nil)), secret: Data(password.utf8))
+            operations.append(.upsert(ItemAttributes(key: key, comment: expiry ?? (stale ? "" : nil)), secret: Data(password.utf8)))
         } else {
             let place = "\(place.internetProtocol.rawValue)://\(place.server)" + (request.path.map { "/" + $0 } ?? "")
-            try store.upsert(ItemAttributes(key: key, label: "git: \(place)", comment: expiry, type: itemType), secret: Data(password.utf8))
+            operations.append(.upsert(ItemAttributes(key: key, label: "git: \(place)", comment: expiry, type: itemType), secret: Data(password.utf8)))
         }
+        // The refresh token git gave goes with this password, in the same commit; one kept for
+        // an earlier password does not (it is removed when git gives none).
+        if let refreshKey = refreshTokenKey(key) {
+            if let refresh = request.oauthRefreshToken, !refresh.isEmpty, !holdsLineBreak(refresh) {
+                operations.append(.upsert(ItemAttributes(key: refreshKey, label: "git OAuth refresh token", type: itemType), secret: Data(refresh.utf8)))
+            } else if try store.read(refreshKey) != nil {
+                operations.append(.delete(refreshKey))
+            }
+        }
+        try store.perform(operations)
         return true
     }
 
@@ -195,8 +230,10 @@ public struct GitCredential: Sendable, Hashable {
     public static func erase(_ request: GitCredential, in store: any SecureStore) throws -> Bool {
         guard let key = request.itemKey, let record = try store.read(key) else { return false }
         if let password = request.password, record.secret != Data(password.utf8) { return false }
+        var removals: [StoreOperation] = [.delete(key, ifVersion: record.info.version)]
+        if let refreshKey = refreshTokenKey(key), try store.read(refreshKey) != nil { removals.append(.delete(refreshKey)) }
         do {
-            try store.perform([.delete(key, ifVersion: record.info.version)])
+            try store.perform(removals)
         } catch let error as KeysmithError where error.code == .writeConflict || error.code == .itemNotFound {
             return false  // changed or removed meanwhile: not the credential git named
         }

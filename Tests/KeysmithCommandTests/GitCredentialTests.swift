@@ -56,6 +56,30 @@ struct GitCredentialTests {
         #expect(try Self.helper(keysmith, bin, "get", "protocol=https\nhost=git.example.com\nusername=bob\n\n").stdout.contains("bobs"))
     }
 
+    @Test("oauth_refresh_token (git 2.41+): kept beside the password in one commit, given back with it (also to a get without a username), removed with it, and dropped when git stores a password without one")
+    func oauthRefreshToken() throws {
+        let (keysmith, bin) = try Self.setUp()
+        defer { keysmith.cleanup() }
+        let stored = try Self.helper(keysmith, bin, "store",
+                                     "protocol=https\nhost=git.example.com\nusername=alice\npassword=at-1\npassword_expiry_utc=4102444800\noauth_refresh_token=rt-1\n\n")
+        #expect(stored.status == 0, "\(stored.output)")
+        let got = try Self.helper(keysmith, bin, "get", "protocol=https\nhost=git.example.com\nusername=alice\n\n")
+        #expect(got.stdout == "username=alice\npassword=at-1\npassword_expiry_utc=4102444800\noauth_refresh_token=rt-1\n", "\(got.output)")
+        // The refresh token's own item is never answered as a password.
+        let any = try Self.helper(keysmith, bin, "get", "protocol=https\nhost=git.example.com\n\n")
+        #expect(any.stdout == got.stdout, "\(any.output)")
+        let listed = try keysmith.run(["secret", "list", "--json"]).stdout
+        #expect(listed.contains("git OAuth refresh token") && !listed.contains("rt-1"))
+        // A new password without a refresh token: the old refresh token goes.
+        #expect(try Self.helper(keysmith, bin, "store", "protocol=https\nhost=git.example.com\nusername=alice\npassword=at-2\n\n").status == 0)
+        #expect(try Self.helper(keysmith, bin, "get", "protocol=https\nhost=git.example.com\nusername=alice\n\n").stdout == "username=alice\npassword=at-2\n")
+        #expect(!(try keysmith.run(["secret", "list", "--json"]).stdout.contains("git OAuth refresh token")))
+        // erase takes both.
+        #expect(try Self.helper(keysmith, bin, "store", "protocol=https\nhost=git.example.com\nusername=alice\npassword=at-3\noauth_refresh_token=rt-3\n\n").status == 0)
+        #expect(try Self.helper(keysmith, bin, "erase", "protocol=https\nhost=git.example.com\nusername=alice\npassword=at-3\n\n").status == 0)
+        #expect(try keysmith.run(["secret", "list", "--json"]).stdout == #"{"items":[]}"# + "\n")
+    }
+
     @Test("edge cases: a port, IPv6, a Unicode username, unknown keys, quit, a 64 KiB secret, a path only with useHttpPath")
     func edgeCases() throws {
         let (keysmith, bin) = try Self.setUp()
