@@ -6,7 +6,7 @@ import Testing
 @Suite("migration between stores")
 struct MigrationTests {
     static var pairs: [(StoreFixture, StoreFixture)] {
-        let stores = [StoreFixture.memory, StoreFixture.vault] + (StoreFixture.secretServiceProvided ? [StoreFixture.secretService] : [])
+        let stores = [StoreFixture.memory, StoreFixture.vault, StoreFixture.secretService, StoreFixture.postgres]
         return stores.flatMap { source in stores.filter { $0.name != source.name }.map { (source, $0) } }
     }
 

@@ -62,6 +62,7 @@ struct StoreFixture: Sendable, CustomTestStringConvertible {
     /// The Secret Service (a private gnome-keyring-daemon that scripts/test.sh starts), each
     /// test in a namespace of its own, removed afterwards.
     static let secretService = StoreFixture(name: "Secret Service") {
+        guard secretServiceProvided else { throw MissingPart("no private Secret Service: run the tests through scripts/test.sh (scripts/with-secret-service.sh)") }
         let namespace = "conformance-\(UUID().uuidString)"
         let store = try SecretServiceStore(namespace: namespace, timeout: .seconds(20))
         return OpenedStore(
@@ -84,7 +85,8 @@ struct StoreFixture: Sendable, CustomTestStringConvertible {
 
     /// A PostgreSQL store, each test in a namespace of its own, emptied afterwards.
     static let postgres = StoreFixture(name: "PostgreSQL") {
-        let settings = try PostgresConnectionSettings(url: databaseURL!)
+        guard let databaseURL else { throw MissingPart("no PostgreSQL server: run the tests through scripts/test.sh (scripts/with-postgres.sh)") }
+        let settings = try PostgresConnectionSettings(url: databaseURL)
         try PostgresStore.initialize(settings, masterKey: .key(postgresKey))
         let namespace = "conformance-\(UUID().uuidString)"
         let store = try PostgresStore(settings, namespace: namespace, masterKey: .key(postgresKey))
@@ -98,12 +100,13 @@ struct StoreFixture: Sendable, CustomTestStringConvertible {
             })
     }
 
-    /// Every store the suite runs against.
-    static let all: [StoreFixture] = [memory, vault, passphraseVault] + (secretServiceProvided ? [secretService] : [])
-        + (databaseURL != nil ? [postgres] : [])
+    /// Every store the suite runs against: always all five. A store whose real part this run
+    /// lacks fails each of its cases, naming the part, rather than leaving the suite smaller
+    /// without a word.
+    static let all: [StoreFixture] = [memory, vault, passphraseVault, secretService, postgres]
 
     /// The stores that several processes can share.
-    static let shared: [StoreFixture] = [vault] + (secretServiceProvided ? [secretService] : []) + (databaseURL != nil ? [postgres] : [])
+    static let shared: [StoreFixture] = [vault, secretService, postgres]
 
     static let mebibyte = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
 
@@ -124,6 +127,12 @@ struct StoreFixture: Sendable, CustomTestStringConvertible {
         defer { opened.cleanup() }
         try await body(opened.store)
     }
+}
+
+/// A real part a fixture needs is not there (the test then fails, naming it).
+struct MissingPart: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }
 
 func temporaryVaultPath() -> String {
