@@ -39,6 +39,8 @@ func bulkBatch(_ prefix: String, _ count: Int) -> [StoreOperation] {
 }
 
 let arguments = CommandLine.arguments
+// The fault tests' crash point (the library reads no environment variable for it).
+FaultInjection.arm(exitAt: ProcessInfo.processInfo.environment["KEYSMITH_FAULT_EXIT_AT"].flatMap { Int($0) })
 if arguments.count >= 4, ["passwd", "rekey", "upgrade", "repair"].contains(arguments[1]) {
     do {
         if arguments[1] == "upgrade" {

@@ -91,6 +91,15 @@ struct DamageAndRefusalTests {
         }
     }
 
+    @Test("the fault tests' crash point is not an environment variable of the library: keysmith with KEYSMITH_FAULT_EXIT_AT=1 writes and exits 0")
+    func noFaultHookInTheLibrary() throws {
+        let keysmith = try Keysmith.withVault()
+        defer { keysmith.cleanup() }
+        let set = try keysmith.run(["secret", "set", "--service", "mail", "--account", "bob"], stdin: "s3cret", environment: ["KEYSMITH_FAULT_EXIT_AT": "1"])
+        #expect(set.status == 0, "\(set.output)")
+        #expect(try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"], environment: ["KEYSMITH_FAULT_EXIT_AT": "1"]).stdout.hasPrefix("s3cret"))
+    }
+
     @Test("a missing log directory is damage: reads and writes exit 6, not 'does not exist' or an I/O error")
     func missingLogDirectoryIsDamage() throws {
         let keysmith = try Self.vaultWithFiveSecrets()

@@ -107,18 +107,25 @@ enum Durable {
     }
 }
 
-/// Crash injection for the fault tests: with `KEYSMITH_FAULT_EXIT_AT=N` in the environment the
-/// process ends (exit status 86, no clean-up, as a SIGKILL would) just before the Nth file-system
-/// step of the vault's durable writes. Never set in normal use.
-enum FaultInjection {
-    private static let exitAt: Int? = System.environment("KEYSMITH_FAULT_EXIT_AT").flatMap { Int($0) }
-    private static let counter = Mutex<Int>(0)
+/// Crash injection for the fault tests: once armed (by the `vault-stress` test helper, from its
+/// `KEYSMITH_FAULT_EXIT_AT=N`), the process ends (exit status 86, no clean-up, as a SIGKILL
+/// would) just before the Nth file-system step of the vault's durable writes. Package-only and
+/// never armed by the library itself: no environment variable can make a program that embeds
+/// the vault exit.
+package enum FaultInjection {
+    /// The step to exit at, and the steps taken so far.
+    private static let state = Mutex<(exitAt: Int?, count: Int)>((nil, 0))
+
+    /// Arms the crash at step `exitAt` (counting from 1), or disarms it with `nil`.
+    package static func arm(exitAt: Int?) {
+        state.withLock { $0 = (exitAt, 0) }
+    }
 
     static func step() throws {
-        guard let exitAt else { return }
-        let reached = counter.withLock { count in
-            count += 1
-            return count >= exitAt
+        let reached = state.withLock { state -> Bool in
+            guard let exitAt = state.exitAt else { return false }
+            state.count += 1
+            return state.count >= exitAt
         }
         if reached { System.exitImmediately(86) }
     }
