@@ -95,6 +95,30 @@ struct PolicyLanguageNewsGroupsTests {
         #expect(!decision.description.contains("secret-token-value"))
     }
 
+    @Test("a denial names the token's scopes however the condition reads them (context[\"token\"][\"granted\"] as well as context.token.granted), and never a scope tested in another context attribute such as context.tokens")
+    func scopeNamesFromTheSyntaxTree() throws {
+        let policies = try Policies(text: """
+            @id("indexed")
+            permit (principal, action, resource) when { context["token"]["granted"].contains("posts:write") };
+            @id("lookalike")
+            permit (principal, action, resource) when { context.tokens.contains("not-a-scope") };
+            @id("since")
+            permit (principal, action == Action::"late", resource) when { context["token"]["since"] has "posts:read" };
+            """)
+        let user = EntityUID(type: "User", id: "u1"), group = EntityUID(type: "Group", id: "g1")
+        let token = PermissionManager(granted: [try Scope("groups:read")])
+        let request = AuthorizationRequest(principal: user, action: EntityUID(type: "Action", id: "post"), resource: group,
+                                           context: ["tokens": .set(PolicyValueSet([.string("x")]))], token: .live(token))
+        let decision = policies.isAuthorized(request, entities: try EntityStore([]))
+        #expect(!decision.isAllowed)
+        let named = Set(decision.unmet.flatMap(\.scopes).map(\.scope))
+        #expect(named.contains("posts:write"), "\(named)")
+        #expect(!named.contains("not-a-scope"), "\(named)")
+        let late = policies.isAuthorized(AuthorizationRequest(principal: user, action: EntityUID(type: "Action", id: "late"), resource: group,
+                                                              token: .live(token)), entities: try EntityStore([]))
+        #expect(Set(late.unmet.flatMap(\.scopes).map(\.scope)).contains("posts:read"), "\(late.unmet)")
+    }
+
     @Test("live scopes: a revocation applied to the permission manager changes the very next decision")
     func liveScopes() throws {
         let policies = try Self.policies()

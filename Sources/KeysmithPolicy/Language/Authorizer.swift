@@ -760,13 +760,13 @@ public struct Policies: Sendable {
         func walk(_ expression: Expression) {
             switch expression.kind {
             case .method(let receiver, let name, let arguments):
-                if name == "contains" || name == "containsAll" || name == "containsAny", receiver.text.hasPrefix("context.token") {
+                if name == "contains" || name == "containsAll" || name == "containsAny", receiver.isTokenScopeSet {
                     arguments.forEach(strings)
                 }
                 walk(receiver)
                 arguments.forEach(walk)
             case .has(let inner, let name), .attribute(let inner, let name):
-                if inner.text == "context.token.since" { names.append(name) }
+                if inner.tokenField == "since" { names.append(name) }
                 walk(inner)
             case .not(let inner), .negate(let inner), .like(let inner, _):
                 walk(inner)

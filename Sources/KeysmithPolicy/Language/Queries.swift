@@ -35,7 +35,7 @@ extension Policies {
         func walk(_ expression: Expression) {
             switch expression.kind {
             case .method(let receiver, let name, let arguments):
-                if ["contains", "containsAll", "containsAny"].contains(name), receiver.text.hasPrefix("context.token") {
+                if ["contains", "containsAll", "containsAny"].contains(name), receiver.isTokenScopeSet {
                     for argument in arguments {
                         if case .literal(.string(let scope)) = argument.kind { scopes.append(scope) }
                         if case .set(let items) = argument.kind {

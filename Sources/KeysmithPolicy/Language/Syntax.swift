@@ -406,3 +406,25 @@ struct Lexer {
         return .string(String(value), pattern: pattern)
     }
 }
+
+extension Expression {
+    /// Whether this is the principal's token: `context.token`, or `context["token"]`.
+    var isContextToken: Bool {
+        guard case .attribute(let context, let name) = kind, name == "token", case .variable(.context) = context.kind else { return false }
+        return true
+    }
+
+    /// The field of the principal's token this expression reads (`context.token.granted`,
+    /// `context["token"]["since"]`: `granted`, `since`), or `nil` for anything else, such as
+    /// `context.tokens.granted`. Matched on the syntax tree, never on the expression's text.
+    var tokenField: String? {
+        guard case .attribute(let record, let field) = kind, record.isContextToken else { return nil }
+        return field
+    }
+
+    /// Whether this is one of the token's four scope sets (`granted`, `declined`, `expired`, `revoked`).
+    var isTokenScopeSet: Bool {
+        guard let field = tokenField else { return false }
+        return field == "granted" || field == "declined" || field == "expired" || field == "revoked"
+    }
+}
