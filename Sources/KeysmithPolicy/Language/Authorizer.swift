@@ -757,36 +757,18 @@ public struct Policies: Sendable {
             default: break
             }
         }
+        // What each expression says, then what is inside it (Expression.operands), in the order written.
         func walk(_ expression: Expression) {
             switch expression.kind {
-            case .method(let receiver, let name, let arguments):
-                if name == "contains" || name == "containsAll" || name == "containsAny", receiver.isTokenScopeSet {
-                    arguments.forEach(strings)
-                }
-                walk(receiver)
-                arguments.forEach(walk)
+            case .method(let receiver, let name, let arguments)
+                where (name == "contains" || name == "containsAll" || name == "containsAny") && receiver.isTokenScopeSet:
+                arguments.forEach(strings)
             case .has(let inner, let name), .attribute(let inner, let name):
                 if inner.tokenField == "since" { names.append(name) }
-                walk(inner)
-            case .not(let inner), .negate(let inner), .like(let inner, _):
-                walk(inner)
-            case .binary(_, let left, let right):
-                walk(left)
-                walk(right)
-            case .ifThenElse(let a, let b, let c):
-                walk(a)
-                walk(b)
-                walk(c)
-            case .isType(let inner, _, let container):
-                walk(inner)
-                if let container { walk(container) }
-            case .call(_, let items), .set(let items):
-                items.forEach(walk)
-            case .record(let fields):
-                fields.forEach { walk($0.1) }
-            case .literal, .variable:
+            default:
                 break
             }
+            Expression.operands(expression.kind).forEach(walk)
         }
         walk(expression)
         var seen: Set<String> = []

@@ -32,37 +32,28 @@ extension Policies {
     /// Scope names the policies test in `context.token…` sets, and entities they test membership of.
     private var candidates: (scopes: [String], entities: [EntityUID]) {
         var scopes: [String] = [], entities: [EntityUID] = []
+        // What each expression names, then what is inside it (Expression.operands).
         func walk(_ expression: Expression) {
             switch expression.kind {
-            case .method(let receiver, let name, let arguments):
-                if ["contains", "containsAll", "containsAny"].contains(name), receiver.isTokenScopeSet {
-                    for argument in arguments {
-                        if case .literal(.string(let scope)) = argument.kind { scopes.append(scope) }
-                        if case .set(let items) = argument.kind {
-                            for item in items { if case .literal(.string(let scope)) = item.kind { scopes.append(scope) } }
-                        }
+            case .method(let receiver, let name, let arguments)
+                where ["contains", "containsAll", "containsAny"].contains(name) && receiver.isTokenScopeSet:
+                for argument in arguments {
+                    if case .literal(.string(let scope)) = argument.kind { scopes.append(scope) }
+                    if case .set(let items) = argument.kind {
+                        for item in items { if case .literal(.string(let scope)) = item.kind { scopes.append(scope) } }
                     }
                 }
-                walk(receiver)
-                arguments.forEach(walk)
-            case .binary(let op, let left, let right):
-                if op == .in, case .variable(.principal) = left.kind {
+            case .binary(.in, let left, let right):
+                if case .variable(.principal) = left.kind {
                     if case .literal(.entity(let uid)) = right.kind { entities.append(uid) }
                     if case .set(let items) = right.kind {
                         for item in items { if case .literal(.entity(let uid)) = item.kind { entities.append(uid) } }
                     }
                 }
-                walk(left)
-                walk(right)
-            case .not(let inner), .negate(let inner), .has(let inner, _), .like(let inner, _), .attribute(let inner, _): walk(inner)
-            case .ifThenElse(let a, let b, let c): [a, b, c].forEach(walk)
-            case .isType(let inner, _, let container):
-                walk(inner)
-                if let container { walk(container) }
-            case .call(_, let items), .set(let items): items.forEach(walk)
-            case .record(let fields): fields.forEach { walk($0.1) }
-            case .literal, .variable: break
+            default:
+                break
             }
+            Expression.operands(expression.kind).forEach(walk)
         }
         // Scopes named anywhere (a forbid's `unless` names what it needs); memberships that permits name.
         for policy in policies {
