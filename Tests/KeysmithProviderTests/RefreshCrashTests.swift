@@ -192,8 +192,7 @@ struct RefreshCrashTests {
 struct LostRefreshLockTests {
     /// A memory store whose first `losing` locks say they are no longer held (as a PostgreSQL
     /// lock does when its connection dropped), counting the locks taken.
-    final class LosingLocks: ExclusiveLocking, @unchecked Sendable {
-        let inner = MemoryStore()
+    final class LosingLocks: ForwardingStore, @unchecked Sendable {
         let losing: Int
         let taken = Mutex(0)
         init(losing: Int) { self.losing = losing }
@@ -205,16 +204,7 @@ struct LostRefreshLockTests {
             func isHeld() -> Bool { false }
         }
 
-        var storeDescription: String { inner.storeDescription }
-        var isolation: StoreIsolation { inner.isolation }
-        var limits: StoreLimits { inner.limits }
-        func read(_ key: ItemKey) throws -> SecureRecord? { try inner.read(key) }
-        func search(_ query: ItemQuery) throws -> [ItemInfo] { try inner.search(query) }
-        func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
-            try inner.forEachRecord(matching: query, chunkSize: chunkSize, body)
-        }
-        func perform(_ operations: [StoreOperation]) throws { try inner.perform(operations) }
-        func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
+        override func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
             guard let lock = try inner.tryExclusiveLock(named: name) else { return nil }
             let count = taken.withLock { $0 += 1; return $0 }
             return count <= losing ? Lost(lock) : lock
@@ -269,22 +259,11 @@ struct LostRefreshLockTests {
 struct RefreshMeetsLogOutTests {
     /// A memory store that logs the token out (as another process would) just before the first
     /// token write after it is armed, and records what each commit held.
-    final class LoggingOut: ExclusiveLocking, @unchecked Sendable {
-        let inner = MemoryStore()
+    final class LoggingOut: ForwardingStore, @unchecked Sendable {
         let armed = Mutex(false)
         let commits = Mutex<[[String]]>([])
 
-        var storeDescription: String { inner.storeDescription }
-        var isolation: StoreIsolation { inner.isolation }
-        var limits: StoreLimits { inner.limits }
-        func read(_ key: ItemKey) throws -> SecureRecord? { try inner.read(key) }
-        func search(_ query: ItemQuery) throws -> [ItemInfo] { try inner.search(query) }
-        func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
-            try inner.forEachRecord(matching: query, chunkSize: chunkSize, body)
-        }
-        func tryExclusiveLock(named name: String) throws -> (any HeldLock)? { try inner.tryExclusiveLock(named: name) }
-
-        func perform(_ operations: [StoreOperation]) throws {
+        override func perform(_ operations: [StoreOperation]) throws {
             let types = operations.compactMap { operation -> String? in
                 if case .keysmithRecord(let key) = operation.key { return key.recordType.rawValue }
                 return nil
@@ -325,4 +304,21 @@ struct RefreshMeetsLogOutTests {
         #expect(sent.confirmed == 1)
         #expect(try !server.isActive(newAccess) && !server.refreshWorks(newRefresh))
     }
+}
+
+/// A memory store behind another object, every call passed on: the tests' wrappers override
+/// the one or two calls they watch.
+class ForwardingStore: ExclusiveLocking, @unchecked Sendable {
+    let inner = MemoryStore()
+
+    var storeDescription: String { inner.storeDescription }
+    var isolation: StoreIsolation { inner.isolation }
+    var limits: StoreLimits { inner.limits }
+    func read(_ key: ItemKey) throws -> SecureRecord? { try inner.read(key) }
+    func search(_ query: ItemQuery) throws -> [ItemInfo] { try inner.search(query) }
+    func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
+        try inner.forEachRecord(matching: query, chunkSize: chunkSize, body)
+    }
+    func perform(_ operations: [StoreOperation]) throws { try inner.perform(operations) }
+    func tryExclusiveLock(named name: String) throws -> (any HeldLock)? { try inner.tryExclusiveLock(named: name) }
 }
