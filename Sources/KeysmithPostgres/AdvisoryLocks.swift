@@ -19,7 +19,11 @@ extension PostgresStore: ExclusiveLocking {
             let (taken, generation) = try advisory.withLock { state -> (Bool, Int) in
                 if state.session == nil || state.session?.isClosed == true {
                     state.session?.close()
-                    state.session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: "keysmith-lock")
+                    let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: "keysmith-lock")
+                    // Its statements are instant at a live server: one that hangs (a half-open
+                    // connection) is cut after 5 s, not 120, with the handle's lock state held.
+                    session.statementTimeout = .seconds(5)
+                    state.session = session
                     state.generation += 1
                 }
                 let rows = try Transaction(session: state.session!).execute("SELECT pg_try_advisory_lock(\(number))")
