@@ -847,8 +847,10 @@ struct RecordRow {
 /// The statements on `keysmith_records` and `keysmith_changes`.
 enum RecordRows {
     /// The rows of these indexes, by index; `lock` takes row locks until the transaction ends.
-    static func fetch(_ indexes: [[UInt8]], namespace: [UInt8], table: RecordTable = .records, in transaction: Transaction, lock: Bool) throws
-        -> [[UInt8]: RecordRow]
+    /// The rows of these blind indexes; with `lock`, locked for this transaction. Without
+    /// `withSealed` (a batch that only needs versions), `sealed` comes back empty.
+    static func fetch(_ indexes: [[UInt8]], namespace: [UInt8], table: RecordTable = .records, in transaction: Transaction, lock: Bool,
+                      withSealed: Bool = true) throws -> [[UInt8]: RecordRow]
     {
         var out: [[UInt8]: RecordRow] = [:]
         let namespaceBuffer = ByteBuffer(bytes: namespace)
@@ -859,7 +861,7 @@ enum RecordRows {
             // Reads also fetch the newest version the change feed holds for each item (a row put
             // back from an older copy is older than that); a batch's locked read does not need it.
             let query: PostgresQuery = lock
-                ? "SELECT blind_index, version, key_id, sealed, NULL::bigint FROM \(unescaped: table.rawValue) WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk)) FOR UPDATE"
+                ? "SELECT blind_index, version, key_id, \(unescaped: withSealed ? "sealed" : "''::bytea"), NULL::bigint FROM \(unescaped: table.rawValue) WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk)) FOR UPDATE"
                 : """
                 SELECT r.blind_index, r.version, r.key_id, r.sealed,
                        (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)

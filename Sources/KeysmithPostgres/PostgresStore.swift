@@ -1,4 +1,6 @@
 public import Keysmith
+import Dispatch
+import Foundation
 import KeysmithCrypto
 import Logging
 import NIOCore
@@ -460,14 +462,15 @@ public final class PostgresStore: SecureStore {
     }
 
     /// The rows of these items, from the table each lives in (audit entries in the audit log's).
-    private func fetch(_ items: [(ItemKey, [UInt8])], in transaction: Transaction, lock: Bool) throws -> [[UInt8]: RecordRow] {
+    private func fetch(_ items: [(ItemKey, [UInt8])], in transaction: Transaction, lock: Bool, withSealed: Bool = true) throws -> [[UInt8]: RecordRow] {
         var rows: [[UInt8]: RecordRow] = [:]
         for table in RecordTable.allCases {
             let indexes = items.filter { RecordTable($0.0) == table }.map(\.1)
             guard !indexes.isEmpty else { continue }
             // Audit rows are never locked: they are only ever inserted (a racing insert is a unique
             // violation, and the batch is retried), and the application role may not lock them.
-            rows.merge(try RecordRows.fetch(indexes, namespace: keys.namespaceID, table: table, in: transaction, lock: lock && table == .records)) { a, _ in a }
+            rows.merge(try RecordRows.fetch(indexes, namespace: keys.namespaceID, table: table, in: transaction, lock: lock && table == .records,
+                                            withSealed: withSealed)) { a, _ in a }
         }
         try keys.ensureKnown(rows.values.map(\.keyID), in: transaction)
         return rows
@@ -574,9 +577,21 @@ public final class PostgresStore: SecureStore {
     private static let appendOnly = KeysmithError(.invalidArgument, "the audit log in PostgreSQL is append-only: an entry is never changed or deleted; nothing was applied")
 
     private func apply(_ operations: [StoreOperation], now: Date, in transaction: Transaction) throws -> Int64 {
-        var touched: [ItemKey: [UInt8]] = [:]
-        for operation in operations where touched[operation.key] == nil { touched[operation.key] = keys.blindIndex(operation.key) }
-        let rows = try fetch(touched.map { ($0.key, $0.value) }, in: transaction, lock: true)
+        var distinct: [ItemKey] = []
+        var seen: Set<ItemKey> = []
+        for operation in operations where seen.insert(operation.key).inserted { distinct.append(operation.key) }
+        let indexes = try concurrentMap(distinct) { keys.blindIndex($0) }
+        var touched: [ItemKey: [UInt8]] = Dictionary(minimumCapacity: distinct.count)
+        for (key, index) in zip(distinct, indexes) { touched[key] = index }
+        // Only an update or upsert reads what a row holds (its attributes, to merge into); the
+        // other operations need its version, so a bulk replace does not fetch every sealed row.
+        let readsRecords = operations.contains { operation in
+            switch operation {
+            case .update, .upsert: true
+            default: false
+            }
+        }
+        let rows = try fetch(touched.map { ($0.key, $0.value) }, in: transaction, lock: true, withSealed: readsRecords)
         // The version is taken after the rows are locked: two writers of one item then number
         // their versions in the order they commit (taken before, the one that waited for the
         // lock wrote the lower version over the higher, and the item's newest change looked
@@ -593,22 +608,23 @@ public final class PostgresStore: SecureStore {
             return .present(record.info)
         }
         // Written in a few statements whatever the batch's size (arrays, not a statement per row).
-        var puts: [RecordRows.Put] = []
-        var removals: [RecordRows.Removal] = []
-        for write in writes {
+        // Sealed on every core for a large batch (each seal is independent; the order is kept).
+        let sealed = try concurrentMap(writes) { write -> (put: RecordRows.Put?, removal: RecordRows.Removal?) in
             switch write {
             case .put(let record):
                 let index = touched[record.key] ?? keys.blindIndex(record.key)
                 let table = RecordTable(record.key)
                 if table == .audit, rows[index] != nil { throw Self.appendOnly }
-                puts.append(RecordRows.Put(table: table, blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version, with: dataKey),
-                                           exists: rows[index] != nil, sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version, with: dataKey)))
+                return (RecordRows.Put(table: table, blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version, with: dataKey),
+                                       exists: rows[index] != nil, sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version, with: dataKey)),
+                        nil)
             case .remove(let key):
                 let index = touched[key] ?? keys.blindIndex(key)
                 if RecordTable(key) == .audit { throw Self.appendOnly }
-                removals.append(RecordRows.Removal(blindIndex: index, sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey)))
+                return (nil, RecordRows.Removal(blindIndex: index, sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey)))
             }
         }
+        let puts = sealed.compactMap(\.put), removals = sealed.compactMap(\.removal)
         return try RecordRows.write(puts: puts, removals: removals, keys: keys, version: version, keyID: dataKey.id,
                                     in: transaction)
     }
@@ -625,4 +641,29 @@ public struct ScryptCost: Sendable, Hashable {
 
     /// A cost of 2^logN (14 to 20).
     public init(logN: Int) { self.logN = logN }
+}
+
+/// `transform` of every item, in order: on every core when there are thousands (a bulk
+/// batch's blind indexes and seals), else on this thread. The first error thrown is rethrown.
+func concurrentMap<T: Sendable, U: Sendable>(_ items: [T], _ transform: (T) throws -> U) throws -> [U] {
+    let chunks = min(ProcessInfo.processInfo.activeProcessorCount, items.count / 1024)
+    guard items.count >= 2048, chunks > 1 else { return try items.map(transform) }
+    let size = (items.count + chunks - 1) / chunks
+    let results = Mutex<[Int: Result<[U], any Error>]>([:])
+    try withoutActuallyEscaping(transform) { transform in
+        let work = UnsafeTransfer(transform)
+        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+            let range = (chunk * size)..<min(items.count, (chunk + 1) * size)
+            let mapped = Result { try items[range].map(work.value) }
+            results.withLock { $0[chunk] = mapped }
+        }
+    }
+    return try results.withLock { results in try (0..<chunks).flatMap { try results[$0]?.get() ?? [] } }
+}
+
+/// A closure handed to `concurrentPerform`'s threads, which only read through it (the
+/// transforms above are pure: keys, seals).
+private struct UnsafeTransfer<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
 }

@@ -41,6 +41,39 @@ struct PostgresStoreTests {
         }, failure: { KeysmithError(.writeConflict, "the administrator's statements kept deadlocking (\($0))") })
     }
 
+    @Test("a batch of 3,000 writes (sealed on every core) is applied whole and in order (creates, then replaces and deletes of the same items), and a large batch that fails applies nothing")
+    func largeBatches() throws {
+        do {
+            let store = try Self.open()
+            let keys = (0..<3000).map { ItemKey.genericPassword(service: "bulk", account: "item-\($0)") }
+            try store.perform(keys.enumerated().map { .create(ItemAttributes(key: $1), secret: Data("v1-\($0)".utf8)) })
+            let first = try store.read(keys)
+            #expect(first.enumerated().allSatisfy { $1?.secret == Data("v1-\($0)".utf8) })
+            // Replace the first half at the versions read, delete the second half.
+            var operations: [StoreOperation] = []
+            for (index, record) in first.enumerated() {
+                guard var record else { continue }
+                if index < 1500 {
+                    record.secret = Data("v2-\(index)".utf8)
+                    operations.append(.replace(record))
+                } else {
+                    operations.append(.delete(keys[index], ifVersion: record.info.version))
+                }
+            }
+            try store.perform(operations)
+            let second = try store.read(keys)
+            #expect(second.prefix(1500).enumerated().allSatisfy { $1?.secret == Data("v2-\($0)".utf8) })
+            #expect(second.suffix(1500).allSatisfy { $0 == nil })
+            // 2,999 new items and one that exists: nothing of it is applied.
+            let more = (0..<2999).map { ItemKey.genericPassword(service: "bulk", account: "more-\($0)") }
+            #expect(throws: KeysmithError.self) {
+                try store.perform(more.map { .create(ItemAttributes(key: $0), secret: Data("m".utf8)) } + [.create(ItemAttributes(key: keys[0]), secret: Data("x".utf8))])
+            }
+            #expect(try store.read(more).allSatisfy { $0 == nil })
+            #expect(try store.read(keys[0])?.secret == Data("v2-0".utf8))
+        }
+    }
+
     @Test("no table holds a secret, a service, an account, a namespace or a scope in the clear")
     func databaseSeesNoPlaintext() throws {
         let namespace = "tenant-acme-\(UUID().uuidString)"
