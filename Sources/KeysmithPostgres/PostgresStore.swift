@@ -1,6 +1,4 @@
 public import Keysmith
-import Dispatch
-import Foundation
 import KeysmithCrypto
 import Logging
 import NIOCore
@@ -580,7 +578,7 @@ public final class PostgresStore: SecureStore {
         var distinct: [ItemKey] = []
         var seen: Set<ItemKey> = []
         for operation in operations where seen.insert(operation.key).inserted { distinct.append(operation.key) }
-        let indexes = try concurrentMap(distinct) { keys.blindIndex($0) }
+        let indexes = try concurrentChunks(count: distinct.count) { range in range.map { keys.blindIndex(distinct[$0]) } }
         var touched: [ItemKey: [UInt8]] = Dictionary(minimumCapacity: distinct.count)
         for (key, index) in zip(distinct, indexes) { touched[key] = index }
         // Only an update or upsert reads what a row holds (its attributes, to merge into); the
@@ -609,8 +607,8 @@ public final class PostgresStore: SecureStore {
         }
         // Written in a few statements whatever the batch's size (arrays, not a statement per row).
         // Sealed on every core for a large batch (each seal is independent; the order is kept).
-        let sealed = try concurrentMap(writes) { write -> (put: RecordRows.Put?, removal: RecordRows.Removal?) in
-            switch write {
+        let sealed = try concurrentChunks(count: writes.count) { range in try range.map { position -> (put: RecordRows.Put?, removal: RecordRows.Removal?) in
+            switch writes[position] {
             case .put(let record):
                 let index = touched[record.key] ?? keys.blindIndex(record.key)
                 let table = RecordTable(record.key)
@@ -623,7 +621,7 @@ public final class PostgresStore: SecureStore {
                 if RecordTable(key) == .audit { throw Self.appendOnly }
                 return (nil, RecordRows.Removal(blindIndex: index, sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey)))
             }
-        }
+        } }
         let puts = sealed.compactMap(\.put), removals = sealed.compactMap(\.removal)
         return try RecordRows.write(puts: puts, removals: removals, keys: keys, version: version, keyID: dataKey.id,
                                     in: transaction)
@@ -641,29 +639,4 @@ public struct ScryptCost: Sendable, Hashable {
 
     /// A cost of 2^logN (14 to 20).
     public init(logN: Int) { self.logN = logN }
-}
-
-/// `transform` of every item, in order: on every core when there are thousands (a bulk
-/// batch's blind indexes and seals), else on this thread. The first error thrown is rethrown.
-func concurrentMap<T: Sendable, U: Sendable>(_ items: [T], _ transform: (T) throws -> U) throws -> [U] {
-    let chunks = min(ProcessInfo.processInfo.activeProcessorCount, items.count / 1024)
-    guard items.count >= 2048, chunks > 1 else { return try items.map(transform) }
-    let size = (items.count + chunks - 1) / chunks
-    let results = Mutex<[Int: Result<[U], any Error>]>([:])
-    try withoutActuallyEscaping(transform) { transform in
-        let work = UnsafeTransfer(transform)
-        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
-            let range = (chunk * size)..<min(items.count, (chunk + 1) * size)
-            let mapped = Result { try items[range].map(work.value) }
-            results.withLock { $0[chunk] = mapped }
-        }
-    }
-    return try results.withLock { results in try (0..<chunks).flatMap { try results[$0]?.get() ?? [] } }
-}
-
-/// A closure handed to `concurrentPerform`'s threads, which only read through it (the
-/// transforms above are pure: keys, seals).
-private struct UnsafeTransfer<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
 }

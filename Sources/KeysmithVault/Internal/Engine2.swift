@@ -1358,23 +1358,11 @@ final class Engine2 {
             }
             return SealedFrame(op: op, nonce: InlineBytes(sealed.nonce), ciphertext: sealed.ciphertext, tag: InlineBytes(sealed.tag))
         }
-        let chunks = ProcessInfo.processInfo.activeProcessorCount
-        guard order.count >= 2048, chunks > 1 else {
+        // One cipher context per chunk (contexts are not shared between threads).
+        return try concurrentChunks(count: order.count) { range in
             let context = try vaultCrypto { try AESGCM.Context(key: keys.record) }
-            return try order.indices.map { try sealOne($0, context) }
+            return try range.map { try sealOne($0, context) }
         }
-        let chunkSize = (order.count + chunks - 1) / chunks
-        let results = Mutex<[Int: Result<[SealedFrame], any Error>]>([:])
-        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
-            // With many cores the last chunks can be empty: clamp both ends.
-            let range = min(order.count, chunk * chunkSize)..<min(order.count, (chunk + 1) * chunkSize)
-            let sealed = Result {
-                let context = try vaultCrypto { try AESGCM.Context(key: keys.record) }
-                return try range.map { try sealOne($0, context) }
-            }
-            results.withLock { $0[chunk] = sealed }
-        }
-        return try results.withLock { results in try (0..<chunks).flatMap { try results[$0]?.get() ?? [] } }
     }
 
     // MARK: Maintenance

@@ -459,18 +459,7 @@ struct VaultEngine: ~Copyable {
                 return try Self.seal([], op: .delete, recordID: recordIDs[index], version: version, epoch: epoch, vaultID: vaultID, key: key)
             }
         }
-        let chunks = ProcessInfo.processInfo.activeProcessorCount
-        guard writes.count >= 2048, chunks > 1 else { return try writes.indices.map(sealOne) }
-        let chunkSize = (writes.count + chunks - 1) / chunks
-        let results = Mutex<[Int: Result<[Frame], any Error>]>([:])
-        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
-            let range = (chunk * chunkSize)..<min(writes.count, (chunk + 1) * chunkSize)
-            let sealed = Result { try range.map(sealOne) }
-            results.withLock { $0[chunk] = sealed }
-        }
-        return try results.withLock { results in
-            try (0..<chunks).flatMap { chunk in try results[chunk]?.get() ?? [] }
-        }
+        return try concurrentChunks(count: writes.count) { range in try range.map(sealOne) }
     }
 
     func seal(_ plaintext: [UInt8], op: FrameOp, recordID: RecordID, version: UInt64, key: SecretBytes) throws -> Frame {
