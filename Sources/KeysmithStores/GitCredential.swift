@@ -141,6 +141,7 @@ public struct GitCredential: Sendable, Hashable {
         return .internetPassword(internet)
     }
 
+    /// Whether `text` holds CR, LF or NUL: git's `key=value` lines cannot carry it back.
     static func holdsLineBreak(_ text: String) -> Bool {
         text.unicodeScalars.contains(where: { $0 == "\n" || $0 == "\r" || $0 == "\0" })
     }
@@ -170,8 +171,7 @@ public struct GitCredential: Sendable, Hashable {
             guard let record = try store.read(info.key), case .internetPassword(let key) = record.key,
                   key.securityDomain != refreshTokenDomain,
                   let password = String(validating: record.secret, as: UTF8.self),
-                  !password.unicodeScalars.contains(where: { $0 == "\n" || $0 == "\r" || $0 == "\0" }),
-                  !key.account.unicodeScalars.contains(where: { $0 == "\n" || $0 == "\r" || $0 == "\0" })
+                  !holdsLineBreak(password), !holdsLineBreak(key.account)
             else { continue }
             let expiry = record.attributes.comment.flatMap(Self.expiry(fromComment:))
             if let expiry, expiry <= now { continue }
