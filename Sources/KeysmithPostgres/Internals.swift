@@ -397,25 +397,59 @@ struct Transaction {
         }
         do {
             return try session.connection.query(query, logger: session.logger).wait(timeout: session.statementTimeout).rows
-        } catch is WaitTimedOut {
-            session.close()
-            throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) did not answer within \(session.statementTimeout); the connection was closed")
         } catch {
-            if let state = Session.sqlState(error), ["40001", "40P01", "23505"].contains(state) {
-                throw RetryableConflict(state: state)
-            }
-            let state = Session.sqlState(error)
-            // Connection exceptions (08…) and operator intervention (57…: a terminated backend,
-            // a server shutting down) mean the server is gone for now, not that the statement was wrong.
-            if session.connection.isClosed || !(error is PSQLError) || state == nil || state!.hasPrefix("08") || state!.hasPrefix("57") {
-                throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) failed: \(Session.reason(error))")
-            }
-            // An undefined table or column: no schema, or one older than this version.
-            if state == "42P01" || state == "42703" {
-                throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) has no Keysmith schema, or an older one; run `keysmith postgres init`")
-            }
-            throw KeysmithError(.ioFailure, "PostgreSQL (\(session.description)) refused a statement: \(Session.reason(error))")
+            throw failure(error)
         }
+    }
+
+    /// Runs the statements `build` sends without waiting for each answer before sending the
+    /// next (the next statement is built while the server runs the one before), then waits for
+    /// every answer in order: the first failure is thrown, as `execute` would throw it (the
+    /// statements after a failed one fail with it, the transaction being aborted).
+    func pipelined(_ build: (_ send: (PostgresQuery) throws -> Void) throws -> Void) throws {
+        var sent: [EventLoopFuture<PostgresQueryResult>] = []
+        let built = Result {
+            try build { query in
+                guard !session.connection.isClosed else {
+                    throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) closed the connection")
+                }
+                sent.append(session.connection.query(query, logger: session.logger))
+            }
+        }
+        var first: (any Error)? = nil
+        for future in sent {
+            do {
+                _ = try future.wait(timeout: session.statementTimeout)
+            } catch {
+                if first == nil { first = failure(error) }
+                // A connection given up (a timeout) answers nothing more.
+                if session.connection.isClosed { break }
+            }
+        }
+        if let first { throw first }
+        try built.get()
+    }
+
+    /// What a statement's failure means to the caller.
+    private func failure(_ error: any Error) -> any Error {
+        if error is WaitTimedOut {
+            session.close()
+            return KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) did not answer within \(session.statementTimeout); the connection was closed")
+        }
+        if let state = Session.sqlState(error), ["40001", "40P01", "23505"].contains(state) {
+            return RetryableConflict(state: state)
+        }
+        let state = Session.sqlState(error)
+        // Connection exceptions (08…) and operator intervention (57…: a terminated backend,
+        // a server shutting down) mean the server is gone for now, not that the statement was wrong.
+        if session.connection.isClosed || !(error is PSQLError) || state == nil || state!.hasPrefix("08") || state!.hasPrefix("57") {
+            return KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) failed: \(Session.reason(error))")
+        }
+        // An undefined table or column: no schema, or one older than this version.
+        if state == "42P01" || state == "42703" {
+            return KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) has no Keysmith schema, or an older one; run `keysmith postgres init`")
+        }
+        return KeysmithError(.ioFailure, "PostgreSQL (\(session.description)) refused a statement: \(Session.reason(error))")
     }
 
     /// The next version number, from the one sequence all namespaces share, and the namespace's
@@ -986,28 +1020,32 @@ enum RecordRows {
         }
         // Only records are ever rewritten or deleted: the batch refused audit changes already.
         precondition(!puts.contains { $0.exists && $0.table == .audit } && !removals.contains { $0.table == .audit })
-        for chunk in chunks(puts.filter(\.exists), size: { $0.sealed.count }) {
-            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
-            try transaction.execute("""
-                UPDATE keysmith_records AS r SET version = \(version), key_id = \(keyID), sealed = t.s
-                FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
-                WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i
-                """)
-        }
-        // A concurrent creator of the same item makes an insert a unique violation: the batch
-        // is retried and then sees that item.
-        for table in RecordTable.allCases {
-            for chunk in chunks(puts.filter { !$0.exists && $0.table == table }, size: { $0.sealed.count }) {
+        // Sent without waiting for each answer: the next chunk is encoded while the server
+        // writes the one before.
+        try transaction.pipelined { send in
+            for chunk in chunks(puts.filter(\.exists), size: { $0.sealed.count }) {
                 let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
-                try transaction.execute("""
-                    INSERT INTO \(unescaped: table.rawValue) (namespace_id, blind_index, version, key_id, sealed)
-                    SELECT \(namespaceBuffer), t.i, \(version), \(keyID), t.s FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
+                try send("""
+                    UPDATE keysmith_records AS r SET version = \(version), key_id = \(keyID), sealed = t.s
+                    FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
+                    WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i
                     """)
             }
-        }
-        for chunk in chunks(removals, size: { _ in 64 }) {
-            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }
-            try transaction.execute("DELETE FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(indexes)::bytea[])")
+            // A concurrent creator of the same item makes an insert a unique violation: the
+            // batch is retried and then sees that item.
+            for table in RecordTable.allCases {
+                for chunk in chunks(puts.filter { !$0.exists && $0.table == table }, size: { $0.sealed.count }) {
+                    let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
+                    try send("""
+                        INSERT INTO \(unescaped: table.rawValue) (namespace_id, blind_index, version, key_id, sealed)
+                        SELECT \(namespaceBuffer), t.i, \(version), \(keyID), t.s FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
+                        """)
+                }
+            }
+            for chunk in chunks(removals, size: { _ in 64 }) {
+                let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }
+                try send("DELETE FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(indexes)::bytea[])")
+            }
         }
         let changed = puts.map { ($0.blindIndex, false, $0.sealedKey) } + removals.map { ($0.blindIndex, true, $0.sealedKey) }
         var last: Int64 = 0
@@ -1047,41 +1085,75 @@ enum RecordRows {
                 """).first, let sequences = try reserved.decode([Int64]?.self), sequences.count == changed.count else {
                 throw KeysmithError(.ioFailure, "PostgreSQL returned no sequence numbers for the change feed")
             }
-            var links: [[UInt8]] = []
-            links.reserveCapacity(changed.count)
-            for (sequence, change) in zip(sequences, changed) {
-                link = keys.chainLink(after: link, sequence: sequence, blindIndex: change.0, version: version, deleted: change.1, sealedKey: change.2)
-                links.append(link)
-            }
-            let rows = Array(zip(sequences, zip(changed, links)))
             last = sequences.last ?? 0
-            let pieces = chunks(rows, size: { _ in 160 })
-            for (number, chunk) in pieces.enumerated() {
-                let seqs = chunk.map(\.0), indexes = chunk.map { ByteBuffer(bytes: $0.1.0.0) }, deleted = chunk.map(\.1.0.1)
-                let sealedKeys = chunk.map { ByteBuffer(bytes: $0.1.0.2) }, chains = chunk.map { ByteBuffer(bytes: $0.1.1) }
-                if number < pieces.count - 1 {
-                    try transaction.execute("""
-                        INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
-                        SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
-                        FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)
-                        """)
-                } else {
-                    // The last chunk also moves the head and notifies watchers (delivered at
-                    // COMMIT), in the same statement.
-                    let payload = namespace.map { String(format: "%02x", $0) }.joined()
-                    try transaction.execute("""
-                        WITH inserted AS (
+            // Each chunk's links are computed, and the chunk sent, while the server inserts the
+            // chunk before it.
+            let pieces = chunks(Array(changed.indices), size: { _ in 160 })
+            try transaction.pipelined { send in
+                for (number, piece) in pieces.enumerated() {
+                    var chains: [ByteBuffer] = []
+                    chains.reserveCapacity(piece.count)
+                    for position in piece {
+                        let change = changed[position]
+                        link = keys.chainLink(after: link, sequence: sequences[position], blindIndex: change.0, version: version,
+                                              deleted: change.1, sealedKey: change.2)
+                        chains.append(ByteBuffer(bytes: link))
+                    }
+                    let seqs = piece.map { sequences[$0] }, indexes = piece.map { ByteBuffer(bytes: changed[$0].0) }
+                    let deleted = piece.map { changed[$0].1 }, sealedKeys = piece.map { ByteBuffer(bytes: changed[$0].2) }
+                    if number < pieces.count - 1 {
+                        try send("""
                             INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
                             SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
-                            FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)),
-                        moved AS (
-                            UPDATE keysmith_chain_heads SET seq = \(last), chain = \(ByteBuffer(bytes: link)) WHERE namespace_id = \(namespaceBuffer)
-                            RETURNING 1)
-                        SELECT pg_notify(\(PostgresSchema.channel), \(payload)) FROM moved
-                        """)
+                            FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)
+                            """)
+                    } else {
+                        // The last chunk also moves the head and notifies watchers (delivered
+                        // at COMMIT), in the same statement.
+                        let payload = namespace.map { String(format: "%02x", $0) }.joined()
+                        try send("""
+                            WITH inserted AS (
+                                INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
+                                SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
+                                FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)),
+                            moved AS (
+                                UPDATE keysmith_chain_heads SET seq = \(last), chain = \(ByteBuffer(bytes: link)) WHERE namespace_id = \(namespaceBuffer)
+                                RETURNING 1)
+                            SELECT pg_notify(\(PostgresSchema.channel), \(payload)) FROM moved
+                            """)
+                    }
                 }
             }
         }
         return last
+    }
+}
+
+/// One page of a scan: its rows, and the items the change feed says exist in its stretch of
+/// the index that have no row.
+struct ScanPage: Sendable {
+    var rows: [RecordRow]
+    var missing: [(blindIndex: [UInt8], version: Int64, sealedKey: [UInt8])]
+}
+
+/// Work started on another thread now, its result waited for later (a scan's next page is
+/// fetched while the page in hand is opened).
+final class Prefetch<Value: Sendable>: Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private let outcome = Mutex<Result<Value, any Error>?>(nil)
+
+    init(_ work: @escaping @Sendable () throws -> Value) {
+        DispatchQueue.global().async { [self] in
+            let result = Result { try work() }
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+    }
+
+    /// Waits for the work (once; later calls return the same result at once).
+    func result() -> Result<Value, any Error> {
+        if let result = outcome.withLock({ $0 }) { return result }
+        done.wait()
+        return outcome.withLock { $0! }
     }
 }

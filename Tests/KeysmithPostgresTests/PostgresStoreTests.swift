@@ -401,6 +401,41 @@ struct PostgresStoreTests {
         #expect(try store.verifyChangeFeed().isIntact)
     }
 
+    @Test("a scan fetches its next page while the caller works on this one: a caller that reads and writes the same handle meanwhile neither deadlocks nor misses an item, each item that exists throughout comes once, and a caller that throws leaves the handle working")
+    func scanWithPrefetch() throws {
+        let store = try Self.open()
+        let keys = (0..<600).map { ItemKey.genericPassword(service: "paged", account: "item-\($0)") }
+        try store.perform(keys.map { .create(ItemAttributes(key: $0), secret: Data("v1".utf8)) })
+        var seen: [ItemKey] = []
+        var pages = 0
+        try store.forEachRecord(matching: ItemQuery(service: "paged"), chunkSize: 64) { records, progress in
+            pages += 1
+            seen += records.map(\.key)
+            #expect(records.allSatisfy { $0.secret == Data("v1".utf8) || $0.secret == Data("v2".utf8) })
+            // The same handle, while the next page is being fetched on it: a read, and a write
+            // of an item of this page and of one of another service.
+            #expect(try store.read(records[0].key)?.secret != nil)
+            try store.perform([.upsert(ItemAttributes(key: records[0].key), secret: Data("v2".utf8)),
+                               .upsert(ItemAttributes(key: .genericPassword(service: "other", account: "p\(pages)")), secret: Data("o".utf8))])
+            #expect(progress.examined <= progress.total)
+        }
+        #expect(pages == 10)
+        #expect(seen.count == 600 && Set(seen) == Set(keys))
+        // A caller that stops the scan by throwing, on the third page of ten.
+        struct Stop: Error {}
+        var calls = 0
+        #expect(throws: Stop.self) {
+            try store.forEachRecord(matching: ItemQuery(service: "paged"), chunkSize: 64) { _, _ in
+                calls += 1
+                if calls == 3 { throw Stop() }
+            }
+        }
+        #expect(calls == 3)
+        try store.perform([.upsert(ItemAttributes(key: keys[0]), secret: Data("v3".utf8))])
+        #expect(try store.read(keys[0])?.secret == Data("v3".utf8))
+        #expect(try store.search(ItemQuery(service: "paged")).count == 600)
+    }
+
     @Test("a read racing creates never calls an item damaged: it asks for the rows and the change feed in one snapshot (a create committed between the two questions read as 'no row, though the feed records it')")
     func readsRacingCreates() throws {
         let namespace = "race-\(UUID().uuidString)"
