@@ -6,6 +6,7 @@ let package = Package(
     platforms: [.macOS(.v26)],  // the string byte views (utf8Span) need the Swift 6.2 library
     products: [
         .library(name: "Keysmith", targets: ["Keysmith"]),
+        .library(name: "KeysmithCredentials", targets: ["KeysmithCredentials"]),
         .library(name: "KeysmithVault", targets: ["KeysmithVault"]),
         .library(name: "KeysmithSecretService", targets: ["KeysmithSecretService"]),
         .library(name: "KeysmithStores", targets: ["KeysmithStores"]),
@@ -48,10 +49,14 @@ let package = Package(
         .target(name: "KeysmithCrypto", dependencies: ["COpenSSL"]),
         .target(name: "KeysmithSystem"),
 
+        // Where a store's key comes from (keyfile, descriptor, environment, terminal), in one
+        // order for every store, and the keyfile format.
+        .target(name: "KeysmithCredentials", dependencies: ["Keysmith", "KeysmithSystem"]),
+
         // Backends.
         .target(
             name: "KeysmithVault",
-            dependencies: ["Keysmith", "KeysmithCrypto", "KeysmithSystem", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["Keysmith", "KeysmithCredentials", "KeysmithCrypto", "KeysmithSystem", .product(name: "Logging", package: "swift-log")]
         ),
 
         // A writer process for the vault's crash and concurrency tests (not a product).
@@ -73,7 +78,7 @@ let package = Package(
         .target(
             name: "KeysmithPostgres",
             dependencies: [
-                "Keysmith", "KeysmithCrypto", "KeysmithVault", "KeysmithTokens", "KeysmithSystem",
+                "Keysmith", "KeysmithCredentials", "KeysmithCrypto", "KeysmithTokens", "KeysmithSystem",
                 .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -100,8 +105,8 @@ let package = Package(
         .executableTarget(
             name: "keysmith",
             dependencies: [
-                "Keysmith", "KeysmithVault", "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithCrypto", "KeysmithSystem",
-                "KeysmithPostgres", "KeysmithProvider", "KeysmithSecretService",
+                "Keysmith", "KeysmithCredentials", "KeysmithVault", "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithCrypto",
+                "KeysmithSystem", "KeysmithPostgres", "KeysmithProvider", "KeysmithSecretService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -121,7 +126,7 @@ let package = Package(
         .testTarget(
             name: "KeysmithVaultTests",
             dependencies: [
-                "KeysmithVault", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem", "KeysmithTestSupport", "vault-stress",
+                "KeysmithVault", "KeysmithCredentials", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem", "KeysmithTestSupport", "vault-stress",
                 .product(name: "InMemoryLogging", package: "swift-log"),
             ]
         ),

@@ -1,7 +1,7 @@
 import Keysmith
 import KeysmithCrypto
 import KeysmithSystem
-import KeysmithVault
+import KeysmithCredentials
 import Logging
 import NIOCore
 import NIOPosix
@@ -597,7 +597,8 @@ enum MasterKeyRecord {
             guard bytes.count == 32 else { throw KeysmithError.invalidArgument("a master key is 32 bytes (256 bits); this one is \(bytes.count)") }
             return SecretBytes(copying: bytes)
         case .keyfile(let path):
-            return try VaultCredential.readKeyfile(at: path)
+            var key = try Keyfile.read(at: path)
+            return SecretBytes(takingOwnershipOf: &key)
         case .passphrase:
             preconditionFailure("a passphrase is derived, not read")
         }

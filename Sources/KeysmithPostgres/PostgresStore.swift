@@ -1,4 +1,5 @@
 public import Keysmith
+public import KeysmithCredentials
 import KeysmithCrypto
 import Logging
 import NIOCore
@@ -275,6 +276,24 @@ public enum PostgresMasterKey: Sendable {
     case keyfile(path: String)
     /// A passphrase, stretched by scrypt with the salt and cost stored in the database.
     case passphrase(String)
+
+    /// The master key a key source found (`KeySources.resolve()`): a keyfile, or a
+    /// passphrase read as text. With `making` (`initialize` may make the key from it), a
+    /// passphrase whose bytes are not UTF-8, or a variable holding a line break, is refused
+    /// (`KeySource.passphraseText(making:)`).
+    ///
+    /// ```swift
+    /// guard let source = try KeySources(prompt: "PostgreSQL master passphrase: ").resolve() else { throw … }
+    /// let store = try PostgresStore(settings, namespace: "payments", masterKey: try PostgresMasterKey(source))
+    /// ```
+    ///
+    /// - Throws: `KeysmithError.Code.invalidArgument` naming where the passphrase came from.
+    public init(_ source: KeySource, making: Bool = false) throws {
+        switch source {
+        case .keyfile(let path): self = .keyfile(path: path)
+        case .passphrase: self = .passphrase(try source.passphraseText(making: making) ?? "")
+        }
+    }
 }
 
 /// A Keysmith store on PostgreSQL, encrypted on the client: the database holds sealed rows,

@@ -58,7 +58,7 @@ public struct AuditAnchor: Sendable {
     public static var standard: AuditAnchor { AuditAnchor(directory: MarkFiles.defaultDirectory) }
 
     func name(for store: any SecureStore) -> String {
-        "audit-" + String(SHA256.hash(Array(store.storeDescription.utf8)).hexDigits.prefix(32))
+        "audit-" + String(SHA256.hash(Array(store.storeDescription.utf8)).hexString.prefix(32))
     }
 
     func read(for store: any SecureStore) -> (sequence: Int, hash: String)? {
@@ -79,13 +79,6 @@ public struct AuditAnchor: Sendable {
     /// (`keysmith init` at a path that held a vault), whose log starts again from entry 1.
     public func forget(_ store: any SecureStore) {
         reset(for: store)
-    }
-}
-
-extension Array where Element == UInt8 {
-    var hexDigits: String {
-        let digits = Array("0123456789abcdef".utf8)
-        return String(decoding: flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] }, as: UTF8.self)
     }
 }
 
@@ -149,7 +142,7 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     }
 
     func computedHash() throws -> String {
-        SHA256.hash(try canonicalBytes()).hexDigits
+        SHA256.hash(try canonicalBytes()).hexString
     }
 }
 

@@ -1,4 +1,5 @@
 import Keysmith
+public import KeysmithCredentials
 package import KeysmithCrypto
 import KeysmithSystem
 
@@ -70,8 +71,7 @@ public struct VaultCredential: Sendable, CustomStringConvertible {
     /// - Returns: The credential.
     /// - Throws: `KeysmithError.Code.storeLocked` when neither variable is set.
     public static func fromEnvironment() throws -> VaultCredential {
-        if let path = System.environment("KEYSMITH_KEYFILE"), !path.isEmpty { return .keyfile(at: path) }
-        if let passphrase = System.environment("KEYSMITH_PASSPHRASE") { return .passphrase(passphrase) }
+        if let source = try KeySources().resolve() { return VaultCredential(source) }
         throw KeysmithError(
             .storeLocked, "the vault is locked: set KEYSMITH_KEYFILE to a keyfile or KEYSMITH_PASSPHRASE to its passphrase")
     }
@@ -124,25 +124,7 @@ public struct VaultCredential: Sendable, CustomStringConvertible {
             }
             return key
         case .keyfile(let path):
-            guard !path.isEmpty else { throw KeysmithError.invalidArgument("the keyfile's path is empty") }
-            var bytes: [UInt8]
-            do {
-                guard let read = try System.readFile(path) else {
-                    // Not a wrong credential (exit 4): no credential at all, like a missing vault.
-                    throw KeysmithError(.storeUnavailable, "the keyfile \(path) does not exist; give the right --keyfile, or make one with `keysmith init --keyfile`")
-                }
-                bytes = read
-            } catch let error as SystemError {
-                throw KeysmithError(.ioFailure, "cannot read the keyfile: \(error)")
-            }
-            defer { cleanse(&bytes) }
-            var text = bytes
-            while let last = text.last, last == UInt8(ascii: "\n") || last == UInt8(ascii: "\r") { text.removeLast() }
-            defer { cleanse(&text) }
-            guard text.count == 64, var key = [UInt8](hex: String(decoding: text, as: UTF8.self)) else {
-                throw KeysmithError.invalidArgument(
-                    "the keyfile \(path) is not 64 hexadecimal digits; make one with `keysmith init --keyfile`")
-            }
+            var key = try Keyfile.read(at: path)
             return SecretBytes(takingOwnershipOf: &key)
         }
     }
@@ -222,9 +204,18 @@ func vaultCrypto<T>(_ body: () throws -> T) throws -> T {
 }
 
 extension VaultCredential {
-    /// The 32-byte key of a keyfile, with the vault's rules and errors (the PostgreSQL store's
-    /// master keyfile has the same format).
-    package static func readKeyfile(at path: String) throws -> SecretBytes {
-        try VaultCredential.keyfile(at: path).keyMaterial()
+    /// The credential a key source found (`KeySources.resolve()`): a keyfile, or a passphrase
+    /// whose bytes are used as they are. The passphrase's bytes are copied: wipe the source's.
+    ///
+    /// ```swift
+    /// if let source = try KeySources(passphraseDescriptor: 3).resolve() {
+    ///     let vault = try FileVault.open(at: path, credential: VaultCredential(source))
+    /// }
+    /// ```
+    public init(_ source: KeySource) {
+        switch source {
+        case .keyfile(let path): self = .keyfile(at: path)
+        case .passphrase(let bytes, _): self = .passphrase(bytes: bytes)
+        }
     }
 }

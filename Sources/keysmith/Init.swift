@@ -1,5 +1,6 @@
 import ArgumentParser
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 import KeysmithTokens
@@ -37,7 +38,7 @@ extension KeysmithCommand {
                 credential = .keyfile(at: keyfile)
             } else if store.passphraseFD != nil {
                 credential = try store.credential()
-            } else if let passphrase = try newPassphrase(fromEnvironment: "KEYSMITH_PASSPHRASE") {
+            } else if let passphrase = try KeySources.newPassphrase(fromEnvironment: "KEYSMITH_PASSPHRASE") {
                 credential = .passphrase(passphrase)
             } else {
                 guard var first = try Terminal.readHidden(prompt: "New vault passphrase: ") else {

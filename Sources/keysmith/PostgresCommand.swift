@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithPostgres
 import KeysmithSystem
@@ -110,11 +111,11 @@ extension KeysmithCommand.PostgresCommand {
                 }
                 replacement = .keyfile(path: newKeyfile)
             } else if let newPassphraseFD {
-                var bytes = try readPassphrase(fd: newPassphraseFD)
+                var bytes = try KeySources.readPassphrase(descriptor: newPassphraseFD)
                 defer { cleanse(&bytes) }
                 guard !bytes.isEmpty else { throw KeysmithError.invalidArgument("the new passphrase is empty; nothing changed") }
-                replacement = .passphrase(try masterPassphrase(bytes, making: true, source: "--new-passphrase-fd"))
-            } else if let environment = try newPassphrase(fromEnvironment: "KEYSMITH_NEW_PASSPHRASE"), !environment.isEmpty {
+                replacement = try PostgresMasterKey(.passphrase(bytes, from: .descriptor(newPassphraseFD, option: "--new-passphrase-fd")), making: true)
+            } else if let environment = try KeySources.newPassphrase(fromEnvironment: "KEYSMITH_NEW_PASSPHRASE"), !environment.isEmpty {
                 replacement = .passphrase(environment)
             } else {
                 guard var first = try Terminal.readHidden(prompt: "New master passphrase: ") else {
@@ -124,7 +125,7 @@ extension KeysmithCommand.PostgresCommand {
                 var second = try Terminal.readHidden(prompt: "Repeat the new master passphrase: ") ?? []
                 defer { cleanse(&second) }
                 guard first == second, !first.isEmpty else { throw KeysmithError.invalidArgument("the passphrases differ or are empty; nothing changed") }
-                replacement = .passphrase(try masterPassphrase(first, making: true, source: "the typed passphrase"))
+                replacement = try PostgresMasterKey(.passphrase(first, from: .terminal), making: true)
             }
             let count: Int
             do {

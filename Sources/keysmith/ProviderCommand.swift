@@ -2,6 +2,7 @@ import ArgumentParser
 import Dispatch
 import Foundation
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithProvider
 import KeysmithSystem
@@ -110,7 +111,7 @@ extension KeysmithCommand {
             func run() throws {
                 var secret: [UInt8]? = nil
                 if let clientSecretFD {
-                    secret = try readPassphrase(fd: clientSecretFD)
+                    secret = try KeySources.readPassphrase(descriptor: clientSecretFD)
                     guard secret?.isEmpty == false else { throw KeysmithError.invalidArgument("the client secret on descriptor \(clientSecretFD) is empty") }
                 }
                 defer { if secret != nil { cleanse(&secret!) } }

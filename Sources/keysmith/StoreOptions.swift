@@ -1,5 +1,6 @@
 import ArgumentParser
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithPostgres
 import KeysmithSecretService
@@ -80,19 +81,11 @@ struct StoreOptions: ParsableArguments {
     /// now, `postgres init`), one whose bytes are not UTF-8 is refused from any source, since
     /// reading it as text would change it (two different byte strings would be one key).
     func postgresMasterKey(making: Bool = false) throws -> PostgresMasterKey {
-        if let keyfilePath { return .keyfile(path: keyfilePath) }
-        if let passphraseFD {
-            var bytes = try readPassphrase(fd: passphraseFD)
-            defer { cleanse(&bytes) }
-            return .passphrase(try masterPassphrase(bytes, making: making, source: "--passphrase-fd"))
+        guard var source = try keySources(prompt: "PostgreSQL master passphrase: ").resolve() else {
+            throw KeysmithError(.storeLocked, "the PostgreSQL store needs its master key: use --keyfile, --passphrase-fd or KEYSMITH_PASSPHRASE")
         }
-        if making, let passphrase = try newPassphrase(fromEnvironment: "KEYSMITH_PASSPHRASE") { return .passphrase(passphrase) }
-        if let passphrase = System.environment("KEYSMITH_PASSPHRASE") { return .passphrase(passphrase) }
-        if var typed = try Terminal.readHidden(prompt: "PostgreSQL master passphrase: ") {
-            defer { cleanse(&typed) }
-            return .passphrase(try masterPassphrase(typed, making: making, source: "the typed passphrase"))
-        }
-        throw KeysmithError(.storeLocked, "the PostgreSQL store needs its master key: use --keyfile, --passphrase-fd or KEYSMITH_PASSPHRASE")
+        defer { source.wipe() }
+        return try PostgresMasterKey(source, making: making)
     }
 
     func openPostgres() throws -> PostgresStore {
@@ -100,29 +93,24 @@ struct StoreOptions: ParsableArguments {
         return try PostgresStore(settings, namespace: try postgresNamespace(), masterKey: try postgresMasterKey())
     }
 
-    var keyfilePath: String? {
-        if let keyfile { return keyfile }
-        if let environment = System.environment("KEYSMITH_KEYFILE"), !environment.isEmpty { return environment }
-        return nil
+    /// The keyfile --keyfile or $KEYSMITH_KEYFILE names.
+    var keyfilePath: String? { keySources(prompt: nil).keyfilePath }
+
+    /// Where this command's key comes from: --keyfile, $KEYSMITH_KEYFILE, --passphrase-fd,
+    /// $KEYSMITH_PASSPHRASE, then the terminal with `prompt` (the library's one order).
+    func keySources(prompt: String?) -> KeySources {
+        KeySources(keyfile: keyfile, passphraseDescriptor: passphraseFD, prompt: prompt)
     }
 
-    /// The credential, from the first source that has one: --keyfile, $KEYSMITH_KEYFILE,
-    /// --passphrase-fd, $KEYSMITH_PASSPHRASE, a prompt on the terminal.
+    /// The vault's credential, from the first source that has one (``keySources(prompt:)``).
     func credential(prompt: String = "Vault passphrase: ") throws -> VaultCredential {
-        if let keyfilePath { return .keyfile(at: keyfilePath) }
-        if let passphraseFD {
-            var bytes = try readPassphrase(fd: passphraseFD)
-            defer { cleanse(&bytes) }
-            return .passphrase(bytes: bytes)
+        guard var source = try keySources(prompt: prompt).resolve() else {
+            throw KeysmithError(
+                .storeLocked,
+                "the vault is locked and there is no terminal to ask for its passphrase; use --keyfile, --passphrase-fd or KEYSMITH_PASSPHRASE")
         }
-        if let passphrase = System.environment("KEYSMITH_PASSPHRASE") { return .passphrase(passphrase) }
-        if var typed = try Terminal.readHidden(prompt: prompt) {
-            defer { cleanse(&typed) }
-            return .passphrase(bytes: typed)
-        }
-        throw KeysmithError(
-            .storeLocked,
-            "the vault is locked and there is no terminal to ask for its passphrase; use --keyfile, --passphrase-fd or KEYSMITH_PASSPHRASE")
+        defer { source.wipe() }
+        return VaultCredential(source)
     }
 
     func openVault() throws -> FileVault {
@@ -149,8 +137,6 @@ enum InputLimit {
     static let batch = 256 << 20
     /// One token response (`token import`).
     static let tokenResponse = 1 << 20
-    /// A passphrase (`--passphrase-fd`, `--new-passphrase-fd`).
-    static let passphrase = 1 << 20
 
     /// Reads `fd` to its end, at most `limit` bytes; more is a usage error naming `what`.
     static func read(fd: Int32 = 0, limit: Int, what: String) throws -> [UInt8] {
@@ -173,61 +159,13 @@ extension StoreOptions {
     }
 }
 
-/// A PostgreSQL master passphrase from bytes (a descriptor or a prompt). With `making`, bytes
-/// that are not UTF-8 are refused; otherwise they are read as Keysmith always read them (an
-/// existing database made that way still opens).
-func masterPassphrase(_ bytes: [UInt8], making: Bool, source: String) throws -> String {
-    if making, String(validating: bytes, as: UTF8.self) == nil {
-        throw KeysmithError.invalidArgument(
-            "\(source) is not UTF-8 text: a PostgreSQL master passphrase is text, and reading these bytes as text would change them; nothing was created or changed (use a keyfile for a binary key)")
+extension KeySource {
+    /// Overwrites a passphrase's bytes once the credential holds its own copy.
+    mutating func wipe() {
+        guard case .passphrase(var bytes, let origin) = self else { return }
+        self = .passphrase([], from: origin)  // first, so that `bytes` is the only reference
+        cleanse(&bytes)
     }
-    return String(decoding: bytes, as: UTF8.self)
-}
-
-/// A new passphrase from the environment variable `name`, when it is set. Refused when its bytes
-/// are not UTF-8 or it holds a line break (`\n` or `\r`): `--passphrase-fd` reads raw bytes to
-/// the first newline (dropping a `\r` before it) and a prompt reads one line, so neither could
-/// ever give that passphrase back, and the vault or database would open from the environment only.
-func newPassphrase(fromEnvironment name: String) throws -> String? {
-    guard let value = System.environment(name) else { return nil }
-    // Read as text, bytes that are not UTF-8 became U+FFFD, which --passphrase-fd (raw bytes)
-    // could not give back either.
-    guard !System.environmentIsNotUTF8(name) else {
-        throw KeysmithError.invalidArgument("\(name) is not UTF-8 text, so --passphrase-fd and the prompt could never give it back; nothing was created or changed")
-    }
-    guard !value.utf8.contains(where: { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") }) else {
-        throw KeysmithError.invalidArgument(
-            "\(name) holds a line break, which --passphrase-fd and the prompt can never give back; nothing was created or changed")
-    }
-    return value
-}
-
-/// Reads a passphrase from a descriptor: everything up to the first newline (a `\r` before
-/// it dropped), or to the end. Reading stops at the newline, so what follows it is never read;
-/// a first line over 1 MiB is refused.
-func readPassphrase(fd: Int32) throws -> [UInt8] {
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 4096)
-    defer { cleanse(&chunk) }
-    while true {
-        let count = Terminal.read(fd: fd, into: &chunk)
-        if count < 0 {
-            cleanse(&bytes)
-            throw KeysmithError.invalidArgument("cannot read a passphrase from file descriptor \(fd)")
-        }
-        if count == 0 { break }
-        if let newline = chunk[..<count].firstIndex(of: UInt8(ascii: "\n")) {
-            bytes += chunk[..<newline]
-            break
-        }
-        bytes += chunk[..<count]
-        guard bytes.count <= InputLimit.passphrase else {
-            cleanse(&bytes)
-            throw KeysmithError.invalidArgument("the passphrase on file descriptor \(fd) has no newline in its first \(InputLimit.passphrase >> 20) MiB")
-        }
-    }
-    if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
-    return bytes
 }
 
 /// Identifies one item: a generic password (--service, --account) or an internet password

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 import KeysmithVault
@@ -240,10 +241,10 @@ extension KeysmithCommand.Vault {
                 if try System.status(newKeyfile) == nil { try VaultCredential.generateKeyfile(at: newKeyfile) }
                 credential = .keyfile(at: newKeyfile)
             } else if let newPassphraseFD {
-                var bytes = try readPassphrase(fd: newPassphraseFD)
+                var bytes = try KeySources.readPassphrase(descriptor: newPassphraseFD)
                 defer { cleanse(&bytes) }
                 credential = .passphrase(bytes: bytes)
-            } else if let environment = try newPassphrase(fromEnvironment: "KEYSMITH_NEW_PASSPHRASE") {
+            } else if let environment = try KeySources.newPassphrase(fromEnvironment: "KEYSMITH_NEW_PASSPHRASE") {
                 credential = .passphrase(environment)
             } else {
                 guard var first = try Terminal.readHidden(prompt: "New passphrase: ") else {

@@ -177,6 +177,32 @@ struct CommandTests {
         #expect(locked.stderr.contains("KEYSMITH_PASSPHRASE"))
     }
 
+    @Test("the key is looked for in one order: --keyfile, KEYSMITH_KEYFILE, --passphrase-fd, KEYSMITH_PASSPHRASE (each source before the next wins, a later wrong one is never tried)")
+    func keySourceOrder() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        // A passphrase vault: --passphrase-fd comes before KEYSMITH_PASSPHRASE.
+        #expect(try keysmith.run(["init", "--scrypt-log-n", "14"], environment: ["KEYSMITH_PASSPHRASE": "right horse"]).status == 0)
+        let fdFirst = try keysmith.run(["secret", "list", "--passphrase-fd", "0"], stdin: "right horse\n",
+                                       environment: ["KEYSMITH_PASSPHRASE": "wrong horse"])
+        #expect(fdFirst.status == 0, "\(fdFirst.output)")
+        let fdWrong = try keysmith.run(["secret", "list", "--passphrase-fd", "0"], stdin: "wrong horse\n",
+                                       environment: ["KEYSMITH_PASSPHRASE": "right horse"])
+        #expect(fdWrong.status == 4, "\(fdWrong.output)")
+        // A keyfile vault: KEYSMITH_KEYFILE comes before a passphrase from either source, and
+        // --keyfile before KEYSMITH_KEYFILE; an empty KEYSMITH_KEYFILE names no keyfile.
+        let other = keysmith.directory + "/other-vault", otherKey = keysmith.directory + "/other-key"
+        #expect(try keysmith.run(["init", "--vault", other, "--keyfile", otherKey]).status == 0)
+        let keyfileFirst = try keysmith.run(["secret", "list", "--vault", other, "--passphrase-fd", "0"], stdin: "right horse\n",
+                                            environment: ["KEYSMITH_KEYFILE": otherKey, "KEYSMITH_PASSPHRASE": "right horse"])
+        #expect(keyfileFirst.status == 0, "\(keyfileFirst.output)")
+        let optionFirst = try keysmith.run(["secret", "list", "--vault", other, "--keyfile", otherKey],
+                                           environment: ["KEYSMITH_KEYFILE": keysmith.directory + "/no-such-keyfile"])
+        #expect(optionFirst.status == 0, "\(optionFirst.output)")
+        let emptyVariable = try keysmith.run(["secret", "list"], environment: ["KEYSMITH_KEYFILE": "", "KEYSMITH_PASSPHRASE": "right horse"])
+        #expect(emptyVariable.status == 0, "\(emptyVariable.output)")
+    }
+
     @Test("a missing vault exits 5 with a hint to create one")
     func missingVault() throws {
         let keysmith = try Keysmith()

@@ -1,0 +1,204 @@
+public import Keysmith
+import KeysmithSystem
+
+/// Where the key that unlocks a store comes from, looked for in one order whatever the store
+/// (the file vault, the PostgreSQL store's master key, the `keysmith` command):
+///
+/// 1. a keyfile given by the caller (the command's `--keyfile`), else `KEYSMITH_KEYFILE`;
+/// 2. a passphrase on a file descriptor (`--passphrase-fd`);
+/// 3. `KEYSMITH_PASSPHRASE`;
+/// 4. a passphrase typed on the terminal, when a prompt is given and there is a terminal.
+///
+/// ```swift
+/// // What `keysmith` does for a vault, as a Swift program:
+/// guard let source = try KeySources(keyfile: nil, passphraseDescriptor: 3, prompt: "Vault passphrase: ").resolve() else {
+///     throw KeysmithError(.storeLocked, "no key: give a keyfile or a passphrase")
+/// }
+/// let vault = try FileVault.open(at: path, credential: VaultCredential(source))
+/// ```
+public struct KeySources: Sendable {
+    /// A keyfile's path given by the caller; it comes before every other source.
+    public var keyfile: String?
+    /// A descriptor to read a passphrase from (its first line).
+    public var passphraseDescriptor: Int32?
+    /// Whether `KEYSMITH_KEYFILE` and `KEYSMITH_PASSPHRASE` are read.
+    public var readsEnvironment: Bool
+    /// The prompt to type a passphrase at on the terminal (`/dev/tty`); `nil` never asks.
+    public var prompt: String?
+
+    /// The longest first line a passphrase descriptor may hold before it is refused.
+    public static let maximumPassphraseLength = 1 << 20
+
+    /// Sources to look in.
+    ///
+    /// - Parameters:
+    ///   - keyfile: A keyfile's path that comes first; `nil` for none.
+    ///   - passphraseDescriptor: A descriptor holding a passphrase; `nil` for none.
+    ///   - readsEnvironment: Whether to read `KEYSMITH_KEYFILE` and `KEYSMITH_PASSPHRASE`.
+    ///   - prompt: Ask on the terminal with this prompt when nothing else gives a key.
+    public init(keyfile: String? = nil, passphraseDescriptor: Int32? = nil, readsEnvironment: Bool = true, prompt: String? = nil) {
+        self.keyfile = keyfile
+        self.passphraseDescriptor = passphraseDescriptor
+        self.readsEnvironment = readsEnvironment
+        self.prompt = prompt
+    }
+
+    /// The keyfile's path these sources name (the caller's, else a non-empty
+    /// `KEYSMITH_KEYFILE`), without reading anything else.
+    public var keyfilePath: String? {
+        if let keyfile { return keyfile }
+        if readsEnvironment, let path = System.environment("KEYSMITH_KEYFILE"), !path.isEmpty { return path }
+        return nil
+    }
+
+    /// The first source that has a key, in the order above; `nil` when none does (the caller
+    /// says what was expected: each store words it its own way).
+    ///
+    /// - Throws: `KeysmithError.Code.invalidArgument` when the descriptor cannot be read or its
+    ///   first line is over ``maximumPassphraseLength``; a terminal that fails while reading.
+    public func resolve() throws -> KeySource? {
+        if let path = keyfilePath { return .keyfile(path: path) }
+        if let descriptor = passphraseDescriptor {
+            return .passphrase(try Self.readPassphrase(descriptor: descriptor), from: .descriptor(descriptor))
+        }
+        if readsEnvironment, let passphrase = System.environment("KEYSMITH_PASSPHRASE") {
+            return .passphrase(Array(passphrase.utf8), from: .environment("KEYSMITH_PASSPHRASE"))
+        }
+        if let prompt, let typed = try Terminal.readHidden(prompt: prompt) { return .passphrase(typed, from: .terminal) }
+        return nil
+    }
+
+    /// Reads a passphrase from a descriptor: everything up to the first newline (a `\r` before
+    /// it dropped), or to the end. Reading stops at the read that brings the newline (what
+    /// that read brought after it is wiped, not kept); a first line over
+    /// ``maximumPassphraseLength`` is refused.
+    ///
+    /// - Throws: `KeysmithError.Code.invalidArgument` naming the descriptor.
+    public static func readPassphrase(descriptor fd: Int32) throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        defer { wipe(&chunk) }
+        while true {
+            let count = Terminal.read(fd: fd, into: &chunk)
+            if count < 0 {
+                wipe(&bytes)
+                throw KeysmithError.invalidArgument("cannot read a passphrase from file descriptor \(fd)")
+            }
+            if count == 0 { break }
+            if let newline = chunk[..<count].firstIndex(of: UInt8(ascii: "\n")) {
+                bytes += chunk[..<newline]
+                break
+            }
+            bytes += chunk[..<count]
+            guard bytes.count <= maximumPassphraseLength else {
+                wipe(&bytes)
+                throw KeysmithError.invalidArgument("the passphrase on file descriptor \(fd) has no newline in its first \(maximumPassphraseLength >> 20) MiB")
+            }
+        }
+        if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
+        return bytes
+    }
+
+    /// A passphrase for something about to be made (a vault, a database's master key, a
+    /// credential change) from the environment variable `name`, when it is set. Refused when
+    /// its bytes are not UTF-8 or it holds a line break: `--passphrase-fd` reads raw bytes to
+    /// the first newline and a prompt reads one line, so neither could ever give that
+    /// passphrase back, and the store would open from the environment only.
+    ///
+    /// - Throws: `KeysmithError.Code.invalidArgument` naming the variable (never its value).
+    public static func newPassphrase(fromEnvironment name: String) throws -> String? {
+        guard let value = System.environment(name) else { return nil }
+        // Read as text, bytes that are not UTF-8 became U+FFFD, which --passphrase-fd (raw
+        // bytes) could not give back either.
+        guard !System.environmentIsNotUTF8(name) else {
+            throw KeysmithError.invalidArgument("\(name) is not UTF-8 text, so --passphrase-fd and the prompt could never give it back; nothing was created or changed")
+        }
+        guard !value.utf8.contains(where: { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") }) else {
+            throw KeysmithError.invalidArgument(
+                "\(name) holds a line break, which --passphrase-fd and the prompt can never give back; nothing was created or changed")
+        }
+        return value
+    }
+
+    /// Overwrites bytes that held a secret.
+    private static func wipe(_ bytes: inout [UInt8]) {
+        for index in bytes.indices { bytes[index] = 0 }
+        bytes.removeAll()
+    }
+}
+
+/// Where a key was found: a keyfile, or a passphrase and where it came from.
+public enum KeySource: Sendable {
+    /// A keyfile of 64 hexadecimal digits (256 bits), read by the store that uses it.
+    case keyfile(path: String)
+    /// A passphrase's bytes (the caller wipes them when done) and where they came from.
+    case passphrase([UInt8], from: PassphraseOrigin)
+
+    /// Where a passphrase came from; what an error names instead of the passphrase.
+    public enum PassphraseOrigin: Sendable, Hashable, CustomStringConvertible {
+        /// A file descriptor, and the option that named it (in errors).
+        case descriptor(Int32, option: String = "--passphrase-fd")
+        /// An environment variable, by name.
+        case environment(String)
+        /// Typed on the terminal.
+        case terminal
+
+        /// The descriptor's option (`--passphrase-fd`), the variable's name, or `the typed passphrase`.
+        public var description: String {
+            switch self {
+            case .descriptor(_, let option): option
+            case .environment(let name): name
+            case .terminal: "the typed passphrase"
+            }
+        }
+    }
+
+    /// The passphrase as text, for a store whose passphrase is text (the PostgreSQL store's
+    /// master passphrase). With `making` (a key about to be made from it), bytes that are not
+    /// UTF-8 are refused, as is a variable ``KeySources/newPassphrase(fromEnvironment:)``
+    /// refuses: read as text they would change, so two byte strings would be one key. Without
+    /// it they are read as Keysmith always read them (a database made that way still opens).
+    /// `nil` for a keyfile.
+    ///
+    /// - Throws: `KeysmithError.Code.invalidArgument` naming the origin.
+    public func passphraseText(making: Bool) throws -> String? {
+        guard case .passphrase(let bytes, let origin) = self else { return nil }
+        if making, case .environment(let name) = origin { return try KeySources.newPassphrase(fromEnvironment: name) }
+        if making, String(validating: bytes, as: UTF8.self) == nil {
+            throw KeysmithError.invalidArgument(
+                "\(origin) is not UTF-8 text: a PostgreSQL master passphrase is text, and reading these bytes as text would change them; nothing was created or changed (use a keyfile for a binary key)")
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// A keyfile: 64 hexadecimal digits (a 256-bit key), optionally followed by a newline; the
+/// format of a vault's keyfile and of the PostgreSQL store's master keyfile.
+public enum Keyfile {
+    /// The 32 bytes of the keyfile at `path`; the caller wipes them when done.
+    ///
+    /// - Throws: `KeysmithError.Code.storeUnavailable` when there is no file at `path`;
+    ///   `KeysmithError.Code.invalidArgument` when it is not 64 hexadecimal digits or the path
+    ///   is empty; `KeysmithError.Code.ioFailure` when it cannot be read.
+    public static func read(at path: String) throws -> [UInt8] {
+        guard !path.isEmpty else { throw KeysmithError.invalidArgument("the keyfile's path is empty") }
+        var bytes: [UInt8]
+        do {
+            guard let read = try System.readFile(path) else {
+                // Not a wrong credential (exit 4): no credential at all, like a missing vault.
+                throw KeysmithError(.storeUnavailable, "the keyfile \(path) does not exist; give the right --keyfile, or make one with `keysmith init --keyfile`")
+            }
+            bytes = read
+        } catch let error as SystemError {
+            throw KeysmithError(.ioFailure, "cannot read the keyfile: \(error)")
+        }
+        defer { for index in bytes.indices { bytes[index] = 0 } }
+        var text = bytes
+        while let last = text.last, last == UInt8(ascii: "\n") || last == UInt8(ascii: "\r") { text.removeLast() }
+        defer { for index in text.indices { text[index] = 0 } }
+        guard text.count == 64, let key = [UInt8](hex: String(decoding: text, as: UTF8.self)) else {
+            throw KeysmithError.invalidArgument("the keyfile \(path) is not 64 hexadecimal digits; make one with `keysmith init --keyfile`")
+        }
+        return key
+    }
+}
