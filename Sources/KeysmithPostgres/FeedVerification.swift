@@ -40,7 +40,7 @@ public struct ChangeFeedAnchor: Sendable {
 
     func name(for store: PostgresStore) -> String {
         let identity = Array(store.storeDescription.utf8) + store.keys.namespaceID
-        return "pg-feed-" + SHA256.hash(identity).prefix(16).map { String(format: "%02x", $0) }.joined()
+        return "pg-feed-" + Array(SHA256.hash(identity).prefix(16)).hexString
     }
 }
 
@@ -118,7 +118,7 @@ extension PostgresStore {
                 }
                 if let mark, UInt64(sequence) == mark.sequence {
                     markSeen = true
-                    if (chain?.bytes).map({ $0.map { String(format: "%02x", $0) }.joined() }) != mark.value {
+                    if (chain?.bytes).map(\.hexString) != mark.value {
                         problem("change \(sequence) is not the change this machine found there before: the feed was rewritten or put back")
                     }
                 }
@@ -247,7 +247,7 @@ extension PostgresStore {
         }
         if result.isIntact, let anchor, let markName, let link, after > 0 {
             anchor.marks.advance(markName, header: ChangeFeedAnchor.header, sequence: UInt64(after),
-                                 value: link.map { String(format: "%02x", $0) }.joined())
+                                 value: link.hexString)
         }
         return result
     }

@@ -1111,7 +1111,7 @@ enum RecordRows {
                     } else {
                         // The last chunk also moves the head and notifies watchers (delivered
                         // at COMMIT), in the same statement.
-                        let payload = namespace.map { String(format: "%02x", $0) }.joined()
+                        let payload = namespace.hexString
                         try send("""
                             WITH inserted AS (
                                 INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)

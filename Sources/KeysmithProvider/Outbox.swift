@@ -405,7 +405,7 @@ public struct RevocationOutbox: Sendable {
 
     static func newID() -> String {
         let bytes = (0..<12).map { _ in UInt8.random(in: 0...255) }
-        return bytes.map { String(format: "%02x", $0) }.joined()
+        return bytes.hexString
     }
 
     static func encode(_ entry: QueuedRevocation) throws -> Data {
