@@ -38,6 +38,9 @@ struct PolicyInputs: ParsableArguments {
         var policies: Policies
         var schema: Schema?
         var entities: EntityStore
+
+        /// What decides requests against them.
+        var decider: PolicyDecider { PolicyDecider(policies: policies, schema: schema, entities: entities) }
     }
 
     func load() throws -> Loaded {
@@ -141,111 +144,6 @@ struct TokenOptions: ParsableArguments {
     }
 }
 
-/// A decision as one JSON document (docs/cli.md, `policy decide`).
-func decisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil) -> String {
-    var out: [UInt8] = []
-    appendDecisionJSON(decision, remedies: remedies, to: &out)
-    return String(decoding: out, as: UTF8.self)
-}
-
-/// Appends a decision as one JSON document to `out`, as UTF-8 (hand-written, straight into the
-/// bytes: `policy decide` writes one per request).
-func appendDecisionJSON(_ decision: AuthorizationDecision, remedies: [Remedy]? = nil, to out: inout [UInt8]) {
-    func add(_ text: String) { out.append(contentsOf: text.utf8) }
-    func string(_ text: String) { JSONOutput.append(text, to: &out) }
-    func location(_ location: SourceLocation) {
-        add("\"file\":")
-        string(location.file)
-        add(",\"line\":")
-        add(String(location.line))
-        add(",\"column\":")
-        add(String(location.column))
-    }
-    func time(_ date: Date?) {
-        guard let date, date.timeIntervalSince1970 > 0 else { add("null"); return }
-        string(iso8601(date))
-    }
-    add("{\"decision\":\"")
-    add(decision.outcome)
-    add("\",\"determining\":[")
-    for (index, policy) in decision.determining.enumerated() {
-        if index > 0 { add(",") }
-        add("{\"id\":")
-        string(policy.id)
-        add(",\"effect\":\"")
-        add(policy.effect.rawValue)
-        add("\",")
-        location(policy.location)
-        add("}")
-    }
-    add("],\"errors\":[")
-    for (index, failure) in decision.failures.enumerated() {
-        if index > 0 { add(",") }
-        add("{\"policy\":")
-        string(failure.policy.id)
-        add(",\"kind\":\"")
-        add(failure.error.kind.rawValue)
-        add("\",\"message\":")
-        string(failure.error.message)
-        if let place = failure.error.location {
-            add(",")
-            location(place)
-        }
-        add("}")
-    }
-    add("],\"unmet\":[")
-    for (index, clause) in decision.unmet.enumerated() {
-        if index > 0 { add(",") }
-        add("{\"policy\":")
-        string(clause.policy.id)
-        add(",\"clause\":\"")
-        add(clause.clause)
-        add("\",\"value\":")
-        add(clause.value ? "true" : "false")
-        add(",\"text\":")
-        string(clause.text)
-        add(",")
-        location(clause.location)
-        add(",\"scopes\":[")
-        for (number, fact) in clause.scopes.enumerated() {
-            if number > 0 { add(",") }
-            add("{\"scope\":")
-            string(fact.scope)
-            add(",\"state\":")
-            if let state = fact.state { string(state.rawValue) } else { add("null") }
-            add(",\"changedAt\":")
-            time(fact.changedAt)
-            add(",\"reason\":")
-            if let reason = fact.reason { string(reason) } else { add("null") }
-            add("}")
-        }
-        add("]}")
-    }
-    add("]")
-    if let remedies {
-        add(",\"wouldAllow\":[")
-        for (index, remedy) in remedies.enumerated() {
-            if index > 0 { add(",") }
-            let names: [String]
-            switch remedy {
-            case .grant(let scopes):
-                add("{\"grant\":[")
-                names = scopes
-            case .membership(let entities):
-                add("{\"memberOf\":[")
-                names = entities.map(\.description)
-            }
-            for (number, name) in names.enumerated() {
-                if number > 0 { add(",") }
-                string(name)
-            }
-            add("]}")
-        }
-        add("]")
-    }
-    add("}")
-}
-
 /// A JSON string literal (the policy library's writer).
 func jsonString(_ text: String) -> String { JSONOutput.string(text) }
 
@@ -320,17 +218,19 @@ extension KeysmithCommand.PolicyCommand {
                     try reportProblems(error.problems)
                 }
             }
-            if let schema = loaded.schema {
-                do { try schema.validate(request, location: SourceLocation(file: "request", line: 1, column: 1)) } catch { try reportProblems(error.problems) }
-            }
+            let decider = loaded.decider
+            let location = SourceLocation(file: "request", line: 1, column: 1)
+            // The request is checked before the token is read (a bad request never opens the store).
+            do { try decider.validate(request, location: location) } catch { try reportProblems(error.problems) }
             request.token = try tokenOptions.token(store)
-            let decision = loaded.policies.isAuthorized(request, entities: loaded.entities)
-            let remedies = decision.isAllowed || !(explain || json) ? [] : loaded.policies.remedies(for: request, entities: loaded.entities)
+            let answer: PolicyDecider.Answer
+            do { answer = try decider.decide(request, location: location, explaining: explain || json) } catch { try reportProblems(error.problems); return }
+            let decision = answer.decision
             if json {
-                print(decisionJSON(decision, remedies: remedies))
+                print(answer.json)
             } else if explain {
                 print(decision.description)
-                for remedy in remedies { print("  would allow: \(remedy)") }
+                for remedy in answer.remedies ?? [] { print("  would allow: \(remedy)") }
             } else {
                 print(decision.outcome)
             }
@@ -358,7 +258,7 @@ extension KeysmithCommand.PolicyCommand {
         func run() throws {
             // A service's long-running decider stops when asked, whoever started it.
             Terminal.unblockTerminationSignals()
-            let loaded = try inputs.load()
+            let decider = try inputs.load().decider
             var pending: [UInt8] = []
             var output: [UInt8] = []
             var lineNumber = 0
@@ -368,14 +268,9 @@ extension KeysmithCommand.PolicyCommand {
                 lineNumber += 1
                 if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\t") }) { return }
                 do {
-                    var request = try AuthorizationRequest.decideLine(Array(line), line: lineNumber)
-                    let token = request.token
-                    request.token = nil
-                    if let schema = loaded.schema { try schema.validate(request, location: SourceLocation(file: "stdin", line: lineNumber, column: 1)) }
-                    request.token = token
-                    let decision = loaded.policies.isAuthorized(request, entities: loaded.entities)
-                    let remedies = explain && !decision.isAllowed ? loaded.policies.remedies(for: request, entities: loaded.entities) : nil
-                    appendDecisionJSON(decision, remedies: remedies, to: &output)
+                    let request = try AuthorizationRequest.decideLine(Array(line), line: lineNumber)
+                    try decider.decide(request, location: SourceLocation(file: "stdin", line: lineNumber, column: 1), explaining: explain)
+                        .appendJSON(to: &output)
                 } catch {
                     bad += 1
                     output += Array("{\"line\":\(lineNumber),\"error\":\"invalid request\",\"problems\":[".utf8)

@@ -179,6 +179,15 @@ struct PolicyCommandTests {
         let decidedLines = decided.stdout.split(separator: "\n")
         #expect(decidedLines.count == 2)
         for answer in decidedLines { try check(try document(answer), tokenTimes: false) }
+        // An allowed line: `wouldAllow` is [] under --explain (the document check --json
+        // prints), and absent without it.
+        let allowed = #"{"principal":"User::\"alice\"","action":"Action::\"post\"","resource":"Group::\"g1\"","scopes":["posts:write"]}"#
+        for (flags, expected) in [(["--explain"], true), ([], false)] {
+            let answered = try keysmith.run(["policy", "decide", "--policies", file] + flags, stdin: allowed + "\n")
+            let answer = try document(try #require(answered.stdout.split(separator: "\n").first))
+            #expect(answered.status == 0 && answer["decision"] as? String == "allow", "\(answered.output)")
+            if expected { #expect((answer["wouldAllow"] as? [Any])?.isEmpty == true, "\(answer)") } else { #expect(answer["wouldAllow"] == nil) }
+        }
     }
 
     @Test("check gives conditions the stored token's scope times (context.token.since); bare --scope has none")

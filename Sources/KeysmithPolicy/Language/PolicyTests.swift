@@ -120,14 +120,12 @@ public struct PolicyTestSuite: Sendable {
     /// Runs every case; with a schema, a request the schema refuses is a failure of its case.
     public func run(_ policies: Policies, entities: EntityStore, schema: Schema?) -> [Outcome] {
         cases.map { item -> Outcome in
-            if let schema {
-                var bare = item.request
-                bare.token = nil
-                do throws(PolicyDiagnostics) { try schema.validate(bare) } catch {
-                    return Outcome(name: item.name, line: item.line, failure: "the request is invalid: " + error.problems.map(\.message).joined(separator: "; "))
-                }
+            let decision: AuthorizationDecision
+            do throws(PolicyDiagnostics) {
+                decision = try PolicyDecider(policies: policies, schema: schema, entities: entities).decide(item.request).decision
+            } catch {
+                return Outcome(name: item.name, line: item.line, failure: "the request is invalid: " + error.problems.map(\.message).joined(separator: "; "))
             }
-            let decision = policies.isAuthorized(item.request, entities: entities)
             var failure: String?
             if decision.isAllowed != item.expectAllow {
                 failure = "expected \(item.expectAllow ? "allow" : "deny"), got \(decision.description)"
