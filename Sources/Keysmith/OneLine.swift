@@ -14,6 +14,18 @@ package enum OneLine {
         return out
     }
 
+    /// `text` with every scalar ``needsEscape(_:)`` names written `\u{hex}` (lower-case hex),
+    /// line breaks included (`\u{a}`): the command's text tables (`token show`, `token list`,
+    /// `audit show`), whose documented escape this is.
+    package static func unicodeEscaped(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: needsEscape) else { return text }
+        var out = ""
+        for scalar in text.unicodeScalars {
+            if needsEscape(scalar) { out += unicodeEscape(scalar, uppercase: false) } else { out.unicodeScalars.append(scalar) }
+        }
+        return out
+    }
+
     /// How `scalar` is written when it must not appear raw (``needsEscape(_:)``): `\n`, `\r`,
     /// `\t`, else `\u{hex}` (hex digits in `uppercase` or not); `nil` for any other scalar.
     package static func escape(_ scalar: Unicode.Scalar, uppercase: Bool) -> String? {

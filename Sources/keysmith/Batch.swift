@@ -116,7 +116,7 @@ extension KeysmithCommand {
                 throw KeysmithError.invalidArgument("line \(line): \(error.message)")
             }
             if let field = decoded.unknownFields.first {
-                throw KeysmithError.invalidArgument("line \(line): unknown field \"\(escaped(String(field.prefix(64))))\"; nothing was applied (see `keysmith batch --help`)")
+                throw KeysmithError.invalidArgument("line \(line): unknown field \"\(OneLine.unicodeEscaped(String(field.prefix(64))))\"; nothing was applied (see `keysmith batch --help`)")
             }
             if decoded.secret != nil && decoded.secretBase64 != nil {
                 throw KeysmithError.invalidArgument("line \(line): give \"secret\" or \"secretBase64\", not both; nothing was applied")

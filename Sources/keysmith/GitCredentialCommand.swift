@@ -77,8 +77,8 @@ extension KeysmithCommand {
                     answer = try runAsync { try await git.credential(protocol: scheme, host: host, username: signedIn) }
                 }
                 guard let answer else {
-                    let account = username.map { " for \(escaped($0))" } ?? ""
-                    Terminal.write(Array("keysmith: git-credential get: the provider \(escaped(provider.name)) keeps no token\(account); sign in with `keysmith token login --provider \(escaped(provider.name)) --account \(escaped(username ?? "ACCOUNT"))`\n".utf8), to: 2)
+                    let account = username.map { " for \(OneLine.unicodeEscaped($0))" } ?? ""
+                    Terminal.write(Array("keysmith: git-credential get: the provider \(OneLine.unicodeEscaped(provider.name)) keeps no token\(account); sign in with `keysmith token login --provider \(OneLine.unicodeEscaped(provider.name)) --account \(OneLine.unicodeEscaped(username ?? "ACCOUNT"))`\n".utf8), to: 2)
                     return true
                 }
                 let credential = GitCredential(username: answer.username, password: answer.password,
@@ -124,13 +124,13 @@ extension KeysmithCommand {
             // git waits for this helper: a sign-in nobody approves ends after 15 minutes at most,
             // whatever the provider's device code allows (it may allow a day).
             started.expiresAt = min(started.expiresAt, Date().addingTimeInterval(Self.signInLimit))
-            var text = "keysmith: git needs a token from \(escaped(provider.name)): open \(escaped(started.verificationURI)) and enter the code "
-                + "\(escaped(started.userCode))"
-            if let complete = started.verificationURIComplete { text += " (or open \(escaped(complete)))" }
+            var text = "keysmith: git needs a token from \(OneLine.unicodeEscaped(provider.name)): open \(OneLine.unicodeEscaped(started.verificationURI)) and enter the code "
+                + "\(OneLine.unicodeEscaped(started.userCode))"
+            if let complete = started.verificationURIComplete { text += " (or open \(OneLine.unicodeEscaped(complete)))" }
             try? terminal.write(contentsOf: Data((text + ". Waiting for the approval (at most 15 minutes; Ctrl-C stops it)…\n").utf8))
             let authorization = started
             _ = try runAsync { try await signIn.completeDevice(authorization, account: account) }
-            try? terminal.write(contentsOf: Data("keysmith: signed in; the token for \(escaped(account)) at \(escaped(provider.name)) is kept.\n".utf8))
+            try? terminal.write(contentsOf: Data("keysmith: signed in; the token for \(OneLine.unicodeEscaped(account)) at \(OneLine.unicodeEscaped(provider.name)) is kept.\n".utf8))
             return account
         }
     }

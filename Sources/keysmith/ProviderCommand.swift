@@ -135,7 +135,7 @@ extension KeysmithCommand {
                 provider.gitScope = gitScope
                 try ProviderRegistry(store: try store.openStore()).add(provider, clientSecret: secret, replacing: replace)
                 if json { return print(try jsonLine(ProviderJSON(provider))) }
-                print("Kept provider \(escaped(provider.name)) (token endpoint \(escaped(provider.tokenEndpoint)))."
+                print("Kept provider \(OneLine.unicodeEscaped(provider.name)) (token endpoint \(OneLine.unicodeEscaped(provider.tokenEndpoint)))."
                       + (provider.revocationEndpoint == nil ? " It has no revocation endpoint: tokens cannot be revoked at it." : ""))
             }
         }
@@ -148,7 +148,7 @@ extension KeysmithCommand {
             func run() throws {
                 let providers = try ProviderRegistry(store: try store.openStore()).providers()
                 if json { return print(try jsonLine(providers.map(ProviderJSON.init))) }
-                for provider in providers { print("\(escaped(provider.name))\t\(escaped(provider.tokenEndpoint))") }
+                for provider in providers { print("\(OneLine.unicodeEscaped(provider.name))\t\(OneLine.unicodeEscaped(provider.tokenEndpoint))") }
             }
         }
 
@@ -160,7 +160,7 @@ extension KeysmithCommand {
 
             func run() throws {
                 guard let provider = try ProviderRegistry(store: try store.openStore()).provider(named: name) else {
-                    throw CommandFailure.notFound("there is no provider named \(escaped(name))")
+                    throw CommandFailure.notFound("there is no provider named \(OneLine.unicodeEscaped(name))")
                 }
                 if json { return print(try jsonLine(ProviderJSON(provider))) }
                 let rows: [(String, String?)] = [
@@ -172,7 +172,7 @@ extension KeysmithCommand {
                     ("rotates refresh tokens", provider.rotatesRefreshTokens ? "yes" : "no"), ("trusted roots", provider.trustedRoots),
                     ("git hosts", provider.gitHosts.isEmpty ? nil : provider.gitHosts.joined(separator: " ")), ("git scope", provider.gitScope),
                 ]
-                for (label, value) in rows { if let value { print("\(label): \(escaped(value))") } }
+                for (label, value) in rows { if let value { print("\(label): \(OneLine.unicodeEscaped(value))") } }
             }
         }
 
@@ -184,9 +184,9 @@ extension KeysmithCommand {
 
             func run() throws {
                 guard try ProviderRegistry(store: try store.openStore()).remove(named: name) else {
-                    throw CommandFailure.notFound("there is no provider named \(escaped(name))")
+                    throw CommandFailure.notFound("there is no provider named \(OneLine.unicodeEscaped(name))")
                 }
-                print("Removed provider \(escaped(name)).")
+                print("Removed provider \(OneLine.unicodeEscaped(name)).")
             }
         }
     }
@@ -298,13 +298,13 @@ extension KeysmithCommand.Token {
             } else if browser {
                 let started = try signIn.startBrowser(scopes: scopes)
                 let seconds = try browserTimeout.map(parseDuration) ?? 300
-                Terminal.write(Array("To sign in at \(escaped(signIn.client.provider.name)), open this address in a browser on this machine:\n\(escaped(started.url))\nWaiting for the browser to come back to \(started.redirectURI)…\n".utf8), to: 2)
+                Terminal.write(Array("To sign in at \(OneLine.unicodeEscaped(signIn.client.provider.name)), open this address in a browser on this machine:\n\(OneLine.unicodeEscaped(started.url))\nWaiting for the browser to come back to \(started.redirectURI)…\n".utf8), to: 2)
                 token = try runAsync { try await signIn.completeBrowser(started, account: account, replacing: replace, timeout: .seconds(seconds)) }
             } else {
                 let started = try runAsync { try await signIn.startDevice(scopes: scopes) }
-                var prompt = "To sign in at \(escaped(signIn.client.provider.name)), open \(escaped(started.verificationURI)) and enter the code "
-                    + "\(escaped(started.userCode))"
-                if let complete = started.verificationURIComplete { prompt += " (or open \(escaped(complete)))" }
+                var prompt = "To sign in at \(OneLine.unicodeEscaped(signIn.client.provider.name)), open \(OneLine.unicodeEscaped(started.verificationURI)) and enter the code "
+                    + "\(OneLine.unicodeEscaped(started.userCode))"
+                if let complete = started.verificationURIComplete { prompt += " (or open \(OneLine.unicodeEscaped(complete)))" }
                 Terminal.write(Array((prompt + ". Waiting for the approval…\n").utf8), to: 2)
                 token = try runAsync { try await signIn.completeDevice(started, account: account, replacing: replace) }
             }
@@ -344,7 +344,7 @@ func revokeAtProvider(_ keeper: TokenKeeper, _ location: TokenLocation, scopes: 
         }
     }
     guard let queued, state != "confirmed", let entry = try outbox.entries().first(where: { $0.id == queued }) else { return }
-    let why = entry.lastError.map(escaped) ?? "not sent yet"
+    let why = entry.lastError.map(OneLine.unicodeEscaped) ?? "not sent yet"
     if state == "failed" {
         throw CommandFailure(message: "the provider refused the revocation for good: \(why) (it stays listed in `keysmith token outbox`)",
                              exitCode: ExitCode(10))
@@ -388,7 +388,7 @@ extension KeysmithCommand.Token {
             let outbox = RevocationOutbox(keeper: makeKeeper(try store.openStore()))
             if let drop {
                 try outbox.drop(id: drop, reason: "dropped with keysmith token outbox --drop")
-                print("Dropped the queued revocation \(escaped(drop)); the token may still work at its provider.")
+                print("Dropped the queued revocation \(OneLine.unicodeEscaped(drop)); the token may still work at its provider.")
                 return
             }
             var confirmed = 0
@@ -408,8 +408,8 @@ extension KeysmithCommand.Token {
             } else {
                 if send || retryFailed { print("Confirmed \(confirmed) revocation(s).") }
                 for entry in entries {
-                    print("\(entry.state)\t\(entry.id)\t\(escaped(entry.account)) at \(escaped(entry.provider))\tattempts \(entry.attempts)"
-                          + (entry.lastError.map { "\t\(escaped($0))" } ?? ""))
+                    print("\(entry.state)\t\(entry.id)\t\(OneLine.unicodeEscaped(entry.account)) at \(OneLine.unicodeEscaped(entry.provider))\tattempts \(entry.attempts)"
+                          + (entry.lastError.map { "\t\(OneLine.unicodeEscaped($0))" } ?? ""))
                 }
                 if entries.isEmpty && !send { print("No revocation is queued.") }
             }

@@ -161,7 +161,7 @@ extension KeysmithCommand.Secret {
             }
             for info in items {
                 var line = info.key.namespace == .keysmith ? "[keysmith] " + info.key.description : info.key.description
-                if let label = info.attributes.label { line += "  label \"\(escaped(label))\"" }
+                if let label = info.attributes.label { line += "  label \"\(OneLine.unicodeEscaped(label))\"" }
                 line += "  modified \(iso8601(info.modified))"
                 print(line)
             }

@@ -19,7 +19,7 @@ struct TokenLocation: ParsableArguments {
 }
 
 /// `ACCOUNT at SERVICE` for a message, control characters escaped (names are anyone's text).
-func shownToken(service: String, account: String) -> String { "\(escaped(account)) at \(escaped(service))" }
+func shownToken(service: String, account: String) -> String { "\(OneLine.unicodeEscaped(account)) at \(OneLine.unicodeEscaped(service))" }
 
 /// Parses scope arguments, each possibly a space-separated list.
 func parseScopes(_ arguments: [String]) throws -> [Scope] {
@@ -177,7 +177,7 @@ extension KeysmithCommand.Token {
                 let padded = scope.rawValue + String(repeating: " ", count: width - scope.rawValue.count)
                 let state = status.state.rawValue + String(repeating: " ", count: 8 - status.state.rawValue.count)
                 // A reason is anyone's text: control characters are escaped, as in `audit show`.
-                print("  \(escaped(padded))  \(state)  \(iso8601(status.changedAt))  \(escaped(status.reason))")
+                print("  \(OneLine.unicodeEscaped(padded))  \(state)  \(iso8601(status.changedAt))  \(OneLine.unicodeEscaped(status.reason))")
             }
         }
     }
@@ -355,11 +355,11 @@ extension KeysmithCommand.Token {
                 struct Document: Encodable { var checked: Int; var revoked: [String]; var failed: [String: String] }
                 print(try jsonLine(Document(checked: report.checked, revoked: report.revoked, failed: report.failed)))
             } else {
-                print("Asked \(escaped(service)) about \(report.checked) token(s): \(report.revoked.count) inactive there, now revoked here"
-                      + (report.revoked.isEmpty ? "." : " (\(report.revoked.map(escaped).joined(separator: ", "))).")
+                print("Asked \(OneLine.unicodeEscaped(service)) about \(report.checked) token(s): \(report.revoked.count) inactive there, now revoked here"
+                      + (report.revoked.isEmpty ? "." : " (\(report.revoked.map(OneLine.unicodeEscaped).joined(separator: ", "))).")
                       + (report.failed.isEmpty ? "" : " \(report.failed.count) question(s) failed."))
                 for (account, why) in report.failed.sorted(by: { $0.key < $1.key }) {
-                    Terminal.write(Array("keysmith: \(escaped(account)): \(escaped(why))\n".utf8), to: 2)
+                    Terminal.write(Array("keysmith: \(OneLine.unicodeEscaped(account)): \(OneLine.unicodeEscaped(why))\n".utf8), to: 2)
                 }
             }
             if !report.failed.isEmpty { throw CommandFailure.silent(ExitCode(11)) }
@@ -457,7 +457,7 @@ extension KeysmithCommand.Token {
                 let state = token.isActive(at: now) ? "active" : (token.revokedAt != nil ? "revoked" : "expired")
                 let expiry = token.expiresAt.map { "expires \(iso8601($0))" } ?? "no expiry"
                 let granted = Scope.formatList(token.grantedScopes(at: now))
-                print("\(escaped(reference.service))\t\(escaped(reference.account))\t\(state)\t\(expiry)\t\(escaped(token.clientID ?? "-"))\t\(granted.isEmpty ? "-" : granted)")
+                print("\(OneLine.unicodeEscaped(reference.service))\t\(OneLine.unicodeEscaped(reference.account))\t\(state)\t\(expiry)\t\(OneLine.unicodeEscaped(token.clientID ?? "-"))\t\(granted.isEmpty ? "-" : granted)")
             }
         }
     }
@@ -663,15 +663,6 @@ struct TokenListDocument: Encodable {
 func makeKeeper(_ store: any SecureStore) -> TokenKeeper {
     TokenKeeper(store: store, actor: .current(command: (["keysmith"] + CommandLine.arguments.dropFirst()).joined(separator: " ")),
                 auditAnchor: .standard)
-}
-
-/// Text with control characters (newlines, tabs, escapes) shown as `\u{…}`, for one-line output.
-func escaped(_ text: String) -> String {
-    var out = ""
-    for scalar in text.unicodeScalars {
-        if scalar.properties.generalCategory == .control { out += "\\u{\(String(scalar.value, radix: 16))}" } else { out.unicodeScalars.append(scalar) }
-    }
-    return out
 }
 
 /// Prints a token as stored (`token list --json`'s entry form): one JSON document, never a secret.
@@ -881,7 +872,7 @@ extension KeysmithCommand {
             }
             if !pending.isEmpty {
                 throw CommandFailure(message: "committed, but not applied by \(pending.count) live watcher(s) within \(waitTimeout): "
-                                     + pending.map { escaped($0.name) }.joined(separator: ", "), exitCode: ExitCode(9))
+                                     + pending.map { OneLine.unicodeEscaped($0.name) }.joined(separator: ", "), exitCode: ExitCode(9))
             }
             if sent.failed > 0 {
                 throw CommandFailure(message: "revoked here, but \(sent.failed) provider revocation(s) were refused for good (see `keysmith token outbox`)",
@@ -1039,10 +1030,10 @@ extension KeysmithCommand {
                 // Names and reasons are anyone's text: control characters are escaped, so no field
                 // can forge a line (the JSON form escapes them too).
                 for entry in entries {
-                    let who = entry.actor.map { " by \(escaped($0.user))@\(escaped($0.host))" } ?? ""
+                    let who = entry.actor.map { " by \(OneLine.unicodeEscaped($0.user))@\(OneLine.unicodeEscaped($0.host))" } ?? ""
                     let scopes = entry.scopes.isEmpty ? "" : " [\(entry.scopes.joined(separator: " "))]"
-                    print("\(entry.sequence)\t\(iso8601(entry.time))\t\(escaped(entry.event))\t\(escaped(entry.account)) at \(escaped(entry.service))"
-                          + "\(escaped(scopes))\t\(escaped(entry.detail))\(who)")
+                    print("\(entry.sequence)\t\(iso8601(entry.time))\t\(OneLine.unicodeEscaped(entry.event))\t\(OneLine.unicodeEscaped(entry.account)) at \(OneLine.unicodeEscaped(entry.service))"
+                          + "\(OneLine.unicodeEscaped(scopes))\t\(OneLine.unicodeEscaped(entry.detail))\(who)")
                 }
             }
         }

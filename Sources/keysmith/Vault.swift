@@ -172,13 +172,13 @@ extension KeysmithCommand.Vault {
                     : "Repaired the vault at \(vault.path): \(report.itemsKept) item(s) kept, sequence \(report.sequence).")
                 for loss in report.losses {
                     if loss.complete {
-                        print("damaged, every record recovered: \(loss.file): \(escaped(loss.reason))")
+                        print("damaged, every record recovered: \(loss.file): \(OneLine.unicodeEscaped(loss.reason))")
                     } else {
-                        print("lost: \(loss.file): \(escaped(loss.reason))" + (loss.salvaged > 0 ? " (\(loss.salvaged) of its records kept)" : ""))
+                        print("lost: \(loss.file): \(OneLine.unicodeEscaped(loss.reason))" + (loss.salvaged > 0 ? " (\(loss.salvaged) of its records kept)" : ""))
                     }
                 }
-                for copy in report.headerCopies { print("header copy rewritten: \(escaped(copy))") }
-                for item in report.itemsMaybeStale { print("may be out of date (a newer version may be lost): \(escaped(item.description))") }
+                for copy in report.headerCopies { print("header copy rewritten: \(OneLine.unicodeEscaped(copy))") }
+                for item in report.itemsMaybeStale { print("may be out of date (a newer version may be lost): \(OneLine.unicodeEscaped(item.description))") }
                 for record in report.unreadableRecords { print("unreadable, not kept (its name is sealed inside it): record \(record)") }
                 if report.absentItemsMayBeLost {
                     print("Items the vault does not hold may be lost too: a part that could not be read may have created them.")

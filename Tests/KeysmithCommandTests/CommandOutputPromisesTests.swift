@@ -132,5 +132,11 @@ struct CommandOutputPromisesTests {
         #expect(try keysmith.run(["secret", "set", "--service", "s", "--account", "a", "--label", "x\nforged"], stdin: "v").status == 0)
         let secrets = try keysmith.run(["secret", "list"])
         #expect(secrets.stdout.split(separator: "\n").count == 1, "\(secrets.stdout)")
+        // Bidirectional overrides and line separators (which reorder or break what a terminal
+        // shows) are escaped the same way.
+        let spoof = "ok\u{202E}nimda\u{2028}x"
+        #expect(try keysmith.run(["token", "revoke", "--service", "news", "--account", "bob", "--reason", spoof, "read"]).status == 0)
+        let shown = try keysmith.run(["token", "scopes", "--service", "news", "--account", "bob"])
+        #expect(shown.stdout.contains("ok\\u{202e}nimda\\u{2028}x") && !shown.stdout.contains("\u{202E}"), "\(shown.stdout)")
     }
 }
