@@ -340,7 +340,7 @@ struct PolicyCommandTests {
         let remaining = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         let lines = remaining.split(separator: "\n").map(String.init)
-        #expect(lines.count == 5)
+        try #require(lines.count == 5, "\(lines)")
         #expect(lines[0].hasPrefix(#"{"decision":"allow","determining":[{"id":"super-admin""#))
         #expect(lines[1].hasPrefix(#"{"line":3,"error":"invalid request""#))
         #expect(lines[2].contains("appears twice"))

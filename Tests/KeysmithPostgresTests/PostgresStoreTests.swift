@@ -578,7 +578,21 @@ struct PostgresStoreTests {
                     DispatchQueue.global().async(group: group) {
                         do { try PostgresStore.initialize(settings, masterKey: .key(Self.key)) } catch { installed.withLock { $0 = error } }
                     }
-                    Thread.sleep(forTimeInterval: 0.5)  // the installer now waits for the table
+                    // The installer now waits for the table: the server says so (a schema
+                    // statement blocked by this transaction), no fixed pause assumed.
+                    let blocked = """
+                        SELECT count(*)::text FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))
+                            AND query ~* '^\\s*(CREATE|ALTER|DROP|GRANT|REVOKE|COMMENT|DO)'
+                        """
+                    let deadline = Date().addingTimeInterval(30)
+                    var waiting = false
+                    while !waiting, Date() < deadline {
+                        // pg_stat_activity is read once per transaction unless its snapshot is cleared.
+                        try transaction.execute(PostgresQueryText.raw("SELECT pg_stat_clear_snapshot()"))
+                        waiting = try transaction.execute(PostgresQueryText.raw(blocked)).first?.decode(String.self) != "0"
+                        if !waiting { Thread.sleep(forTimeInterval: 0.01) }
+                    }
+                    #expect(waiting, "the installer never waited for this transaction's lock: nothing raced")
                     try transaction.execute(PostgresQueryText.raw("SELECT pg_advisory_xact_lock(\(PostgresSchema.initializationLock))"))
                 }
                 return nil

@@ -119,8 +119,15 @@ struct WatcherTests {
         let waiting = "SELECT count(*)::text FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = \(UInt32(truncatingIfNeeded: lockID))"
         #expect(Self.waitUntil { (try? PostgresStoreTests.sql(waiting))?.first?.first == "1" }, "the slow writer never reached its insert")
         let fastWriter = writer(fast, fastKey)
-        usleep(300_000)
-        // The fast writer cannot commit a change while the slow one holds the namespace's feed.
+        // The fast writer cannot commit a change while the slow one holds the namespace's feed:
+        // the server says it waits for the slow writer's backend (no fixed pause assumed).
+        let blockedBySlow = """
+            SELECT count(*)::text FROM pg_stat_activity a WHERE (SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND NOT l.granted
+                AND l.objid = \(UInt32(truncatingIfNeeded: lockID))) = ANY(pg_blocking_pids(a.pid)) AND a.query LIKE '%keysmith_chain_heads%'
+            """
+        // (Only a writer of this namespace waits for its chain head; other tests' statements
+        // that wait for the slow writer's table lock are not counted.)
+        #expect(Self.waitUntil { (try? PostgresStoreTests.sql(blockedBySlow))?.first?.first == "1" }, "the fast writer never waited for the slow one")
         #expect(!fastWriter.isFinished)
         #expect(collected.count == 0)
         _ = try Transaction(session: holder).execute(PostgresQueryText.raw("SELECT pg_advisory_unlock(\(lockID))"))
