@@ -170,7 +170,11 @@ extension KeysmithCommand.Token {
             let now = keeper.now
             let statuses = token.statuses(at: now).sorted { $0.key < $1.key }
             if json { return try printTokenDocument(location, token, at: now) }
-            let active = token.isActive(at: now) ? "active" : (token.revokedAt != nil ? "revoked (logged out)" : "expired")
+            let active = switch token.standing(at: now) {
+            case .active: "active"
+            case .expired: "expired"
+            case .loggedOut: "revoked (logged out)"
+            }
             print("Token for \(location.shown): \(active)" + (token.expiresAt.map { ", expires \(iso8601($0))" } ?? ""))
             let width = statuses.map { $0.key.rawValue.count }.max() ?? 0
             for (scope, status) in statuses {
@@ -432,21 +436,11 @@ extension KeysmithCommand.Token {
             let horizon = try expiringWithin.map(parseDuration)
             let keeper = makeKeeper(try store.openStore())
             let now = keeper.now
-            let listed = try keeper.tokens(matching: TokenFilter(service: service, clientID: client, subject: subject)).filter { _, token in
-                let statuses = token.statuses(at: now)
-                if let wantedScope {
-                    guard let status = statuses[wantedScope] else { return false }
-                    if let wantedState, status.state != wantedState { return false }
-                } else if let wantedState, !statuses.values.contains(where: { $0.state == wantedState }) {
-                    return false
-                }
-                if let horizon {
-                    guard token.isActive(at: now), let expiry = token.expiresAt, expiry <= now.addingTimeInterval(horizon) else { return false }
-                }
-                return true
-            }
+            let listed = try keeper.tokens(selectedBy: TokenSelection(filter: TokenFilter(service: service, clientID: client, subject: subject),
+                                                                     scope: wantedScope, state: wantedState, expiringWithin: horizon),
+                                           at: now)
             if json {
-                print(try jsonLine(TokenListDocument(tokens: listed.map { TokenListDocument.Entry($0.reference, $0.token, at: now) })))
+                print(try jsonLine(TokenListDocument(tokens: listed.map { TokenSummary($0.reference, $0.token, at: now) })))
                 return
             }
             if listed.isEmpty {
@@ -454,7 +448,11 @@ extension KeysmithCommand.Token {
                 return
             }
             for (reference, token) in listed {
-                let state = token.isActive(at: now) ? "active" : (token.revokedAt != nil ? "revoked" : "expired")
+                let state = switch token.standing(at: now) {
+                case .active: "active"
+                case .expired: "expired"
+                case .loggedOut: "revoked"
+                }
                 let expiry = token.expiresAt.map { "expires \(iso8601($0))" } ?? "no expiry"
                 let granted = Scope.formatList(token.grantedScopes(at: now))
                 print("\(OneLine.unicodeEscaped(reference.service))\t\(OneLine.unicodeEscaped(reference.account))\t\(state)\t\(expiry)\t\(OneLine.unicodeEscaped(token.clientID ?? "-"))\t\(granted.isEmpty ? "-" : granted)")
@@ -596,65 +594,9 @@ struct AuditDocument: Encodable {
     var entries: [Entry]
 }
 
-/// `token list --json`: one document, snake_case names, ISO 8601 UTC times; never a token.
+/// `token list --json`: one document, `{"tokens":[…]}`, each a `TokenSummary`.
 struct TokenListDocument: Encodable {
-    struct Entry: Encodable {
-        struct ScopeEntry: Encodable {
-            var scope: String
-            var state: String
-            var changedAt: String
-            var reason: String
-            enum CodingKeys: String, CodingKey {
-                case scope, state, reason
-                case changedAt = "changed_at"
-            }
-        }
-        var service: String
-        var account: String
-        var active: Bool
-        var tokenType: String
-        var clientID: String?
-        var subject: String?
-        var issuer: String?
-        var issuedAt: String
-        var expiresAt: String?
-        var revokedAt: String?
-        var hasRefreshToken: Bool
-        /// The names of the response's fields beyond RFC 6749's (their values may be secrets:
-        /// `token get --field NAME` prints one).
-        var responseFields: [String]
-        var scopes: [ScopeEntry]
-
-        enum CodingKeys: String, CodingKey {
-            case service, account, active, subject, issuer, scopes
-            case responseFields = "response_fields"
-            case tokenType = "token_type"
-            case clientID = "client_id"
-            case issuedAt = "issued_at"
-            case expiresAt = "expires_at"
-            case revokedAt = "revoked_at"
-            case hasRefreshToken = "has_refresh_token"
-        }
-
-        init(_ reference: TokenReference, _ token: OAuthToken, at now: Date) {
-            service = reference.service
-            account = reference.account
-            active = token.isActive(at: now)
-            tokenType = token.tokenType
-            clientID = token.clientID
-            subject = token.subject
-            issuer = token.issuer
-            issuedAt = iso8601(token.issuedAt)
-            expiresAt = token.expiresAt.map(iso8601)
-            revokedAt = token.revokedAt.map(iso8601)
-            hasRefreshToken = token.refreshToken != nil
-            responseFields = token.additionalFields.keys.sorted()
-            scopes = token.statuses(at: now).sorted { $0.key < $1.key }.map {
-                ScopeEntry(scope: $0.key.rawValue, state: $0.value.state.rawValue, changedAt: iso8601($0.value.changedAt), reason: $0.value.reason)
-            }
-        }
-    }
-    var tokens: [Entry]
+    var tokens: [TokenSummary]
 }
 
 /// A token keeper whose audit entries name this user, host and process and the command line
@@ -671,7 +613,7 @@ func printTokenDocument(_ location: TokenLocation, _ token: OAuthToken, at now: 
 }
 
 func printTokenDocument(_ location: (service: String, account: String), _ token: OAuthToken, at now: Date) throws {
-    print(try jsonLine(TokenListDocument.Entry(TokenReference(service: location.service, account: location.account), token, at: now)))
+    print(try jsonLine(TokenSummary(TokenReference(service: location.service, account: location.account), token, at: now)))
 }
 
 extension KeysmithCommand.Token.Import {

@@ -258,7 +258,7 @@ struct SchemaAgreementTests {
         #expect(cycle?.problems.map(\.message).filter { $0.contains("refers to itself") }.count == 1, "\(cycle?.problems ?? [])")
     }
 
-    @Test("refusing large bad data stays linear: 'did you mean' for the first 100 problems only, at most ten enum ids listed, a parent type reached through a long chain found in one walk")
+    @Test("refusing large bad data is bounded: 'did you mean' for the first 100 problems only, at most ten enum ids listed, a parent type reached through a long chain found in one walk")
     func largeBadData() throws {
         // 2,000 undeclared attributes against 300 declared: each gets its problem, the first 100 a suggestion.
         let fields = (0..<300).map { "f\($0)?: Long" }.joined(separator: ", ")
