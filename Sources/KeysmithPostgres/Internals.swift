@@ -379,7 +379,7 @@ extension EventLoopFuture {
             box.result = result
             semaphore.signal()
         }
-        let nanoseconds = Int(timeout.components.seconds) * 1_000_000_000 + Int(timeout.components.attoseconds / 1_000_000_000)
+        let nanoseconds = timeout.inNanoseconds
         guard semaphore.wait(timeout: .now() + .nanoseconds(nanoseconds)) == .success, let result = box.result else { throw WaitTimedOut() }
         return try result.get()
     }

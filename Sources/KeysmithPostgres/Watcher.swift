@@ -329,7 +329,7 @@ extension PostgresStore {
     public func waitForWatchers(through sequence: Int64, timeout: Duration, liveWithin: Duration = .seconds(10)) throws -> [PendingWatcher] {
         let deadline = ContinuousClock.now + timeout
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
-        let seconds = Double(liveWithin.components.seconds) + Double(liveWithin.components.attoseconds) / 1e18
+        let seconds = liveWithin.inSeconds
         let live = try withSessionPublic { session in
             try Transaction(session: session).execute("""
                 SELECT watcher FROM keysmith_watchers WHERE namespace_id = \(namespaceBuffer) AND seen_at > now() - make_interval(secs => \(seconds))
@@ -360,7 +360,7 @@ final class DispatchSemaphoreBox: Sendable {
     func signal() { semaphore.signal() }
 
     func wait(timeout: Duration) {
-        let nanoseconds = Int(timeout.components.seconds) * 1_000_000_000 + Int(timeout.components.attoseconds / 1_000_000_000)
+        let nanoseconds = timeout.inNanoseconds
         _ = semaphore.wait(timeout: .now() + .nanoseconds(nanoseconds))
     }
 }

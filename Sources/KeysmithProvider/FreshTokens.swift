@@ -112,7 +112,7 @@ public final class ProviderTokens: Sendable {
     func isFresh(_ token: OAuthToken, _ minValidity: Duration) -> Bool {
         guard token.revokedAt == nil else { return false }
         guard let expiry = token.expiresAt else { return true }
-        return expiry.timeIntervalSince(keeper.now) >= Double(minValidity.components.seconds) + Double(minValidity.components.attoseconds) / 1e18
+        return expiry.timeIntervalSince(keeper.now) >= minValidity.inSeconds
     }
 
     /// The grant's lock was lost before the refresh token was sent (see ``refreshHoldingLock``).

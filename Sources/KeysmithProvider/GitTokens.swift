@@ -141,8 +141,7 @@ public struct GitTokenCredentials: Sendable {
     /// past its guard time (see ``credential(protocol:host:username:)``).
     static func guardWait(_ token: OAuthToken, minimum: Duration, now: Date) -> Duration? {
         guard token.revokedAt == nil, let expiry = token.expiresAt else { return nil }
-        let seconds = { (duration: Duration) in Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18 }
-        let left = expiry.timeIntervalSince(now), minimumSeconds = seconds(minimum)
+        let left = expiry.timeIntervalSince(now), minimumSeconds = minimum.inSeconds
         let refreshAt = minimumSeconds - min(10, minimumSeconds)  // time left when the refresh may happen
         guard left < minimumSeconds, left > refreshAt else { return nil }
         return .milliseconds(Int64(((left - refreshAt) * 1000).rounded(.up)))

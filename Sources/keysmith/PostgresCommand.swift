@@ -353,7 +353,7 @@ final class CurrencyReporter: Sendable {
     /// Looks four times per bound, on a thread of its own (the watch holds the main one).
     func start() {
         let bound = watcher.staleAfter
-        let seconds = Double(bound.components.seconds) + Double(bound.components.attoseconds) / 1e18
+        let seconds = bound.inSeconds
         let thread = Thread { [self] in
             var last: Bool?
             Thread.sleep(forTimeInterval: max(0.25, seconds))

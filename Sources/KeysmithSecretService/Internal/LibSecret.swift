@@ -111,8 +111,7 @@ func withDeadline<T>(
     let cancellable = GObjectReference(takingOwnershipOf: OpaquePointer(g_cancellable_new()))
     let fired = Atomic<Bool>(false)
     let finished = Atomic<Bool>(false)
-    let components = timeout.components
-    let nanoseconds = Int(components.seconds) * 1_000_000_000 + Int(components.attoseconds / 1_000_000_000)
+    let nanoseconds = timeout.inNanoseconds
     DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) {
         guard !finished.load(ordering: .acquiring) else { return }
         fired.store(true, ordering: .releasing)
