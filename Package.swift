@@ -51,7 +51,7 @@ let package = Package(
 
         // Where a store's key comes from (keyfile, descriptor, environment, terminal), in one
         // order for every store, and the keyfile format.
-        .target(name: "KeysmithCredentials", dependencies: ["Keysmith", "KeysmithSystem"]),
+        .target(name: "KeysmithCredentials", dependencies: ["Keysmith", "KeysmithCrypto", "KeysmithSystem"]),
 
         // Backends.
         .target(

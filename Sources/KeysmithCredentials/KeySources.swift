@@ -1,4 +1,5 @@
 public import Keysmith
+import KeysmithCrypto
 import KeysmithSystem
 
 /// Where the key that unlocks a store comes from, looked for in one order whatever the store
@@ -77,11 +78,11 @@ public struct KeySources: Sendable {
     public static func readPassphrase(descriptor fd: Int32) throws -> [UInt8] {
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
-        defer { wipe(&chunk) }
+        defer { cleanse(&chunk) }
         while true {
             let count = Terminal.read(fd: fd, into: &chunk)
             if count < 0 {
-                wipe(&bytes)
+                cleanse(&bytes)
                 throw KeysmithError.invalidArgument("cannot read a passphrase from file descriptor \(fd)")
             }
             if count == 0 { break }
@@ -91,7 +92,7 @@ public struct KeySources: Sendable {
             }
             bytes += chunk[..<count]
             guard bytes.count <= maximumPassphraseLength else {
-                wipe(&bytes)
+                cleanse(&bytes)
                 throw KeysmithError.invalidArgument("the passphrase on file descriptor \(fd) has no newline in its first \(maximumPassphraseLength >> 20) MiB")
             }
         }
@@ -119,20 +120,37 @@ public struct KeySources: Sendable {
         }
         return value
     }
-
-    /// Overwrites bytes that held a secret.
-    private static func wipe(_ bytes: inout [UInt8]) {
-        for index in bytes.indices { bytes[index] = 0 }
-        bytes.removeAll()
-    }
 }
 
-/// Where a key was found: a keyfile, or a passphrase and where it came from.
-public enum KeySource: Sendable {
+/// Where a key was found: a keyfile, or a passphrase and where it came from. Printed, dumped
+/// or logged it shows the keyfile's path or the passphrase's origin, never the passphrase.
+public enum KeySource: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// A keyfile of 64 hexadecimal digits (256 bits), read by the store that uses it.
     case keyfile(path: String)
-    /// A passphrase's bytes (the caller wipes them when done) and where they came from.
+    /// A passphrase's bytes (wipe them with ``wipe()`` when done) and where they came from.
     case passphrase([UInt8], from: PassphraseOrigin)
+
+    /// `keyfile at PATH` or `passphrase from ORIGIN`; never the passphrase.
+    public var description: String {
+        switch self {
+        case .keyfile(let path): "keyfile at \(path)"
+        case .passphrase(_, let origin): "passphrase from \(origin)"
+        }
+    }
+
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+
+    /// The description alone (so `dump` and debuggers never show the bytes).
+    public var customMirror: Mirror { Mirror(self, children: ["source": description], displayStyle: .enum) }
+
+    /// Overwrites a passphrase's bytes (once the store's credential holds its own copy) and
+    /// leaves an empty passphrase from the same origin; a keyfile is left as it is.
+    public mutating func wipe() {
+        guard case .passphrase(var bytes, let origin) = self else { return }
+        self = .passphrase([], from: origin)  // first, so that `bytes` is the only reference
+        cleanse(&bytes)
+    }
 
     /// Where a passphrase came from; what an error names instead of the passphrase.
     public enum PassphraseOrigin: Sendable, Hashable, CustomStringConvertible {
@@ -163,8 +181,18 @@ public enum KeySource: Sendable {
     /// - Throws: `KeysmithError.Code.invalidArgument` naming the origin.
     public func passphraseText(making: Bool) throws -> String? {
         guard case .passphrase(let bytes, let origin) = self else { return nil }
-        if making, case .environment(let name) = origin { return try KeySources.newPassphrase(fromEnvironment: name) }
-        if making, String(validating: bytes, as: UTF8.self) == nil {
+        if making, case .environment(let name) = origin {
+            // The same refusals as a new passphrase from the variable, on the bytes carried (a
+            // variable read as text holds U+FFFD where its bytes were not UTF-8: asked of the
+            // environment when it still names them).
+            if String(validating: bytes, as: UTF8.self) == nil || (bytes.contains(0xEF) && System.environmentIsNotUTF8(name)) {
+                throw KeysmithError.invalidArgument("\(name) is not UTF-8 text, so --passphrase-fd and the prompt could never give it back; nothing was created or changed")
+            }
+            if bytes.contains(UInt8(ascii: "\n")) || bytes.contains(UInt8(ascii: "\r")) {
+                throw KeysmithError.invalidArgument(
+                    "\(name) holds a line break, which --passphrase-fd and the prompt can never give back; nothing was created or changed")
+            }
+        } else if making, String(validating: bytes, as: UTF8.self) == nil {
             throw KeysmithError.invalidArgument(
                 "\(origin) is not UTF-8 text: a PostgreSQL master passphrase is text, and reading these bytes as text would change them; nothing was created or changed (use a keyfile for a binary key)")
         }
@@ -192,10 +220,10 @@ public enum Keyfile {
         } catch let error as SystemError {
             throw KeysmithError(.ioFailure, "cannot read the keyfile: \(error)")
         }
-        defer { for index in bytes.indices { bytes[index] = 0 } }
+        defer { cleanse(&bytes) }
         var text = bytes
         while let last = text.last, last == UInt8(ascii: "\n") || last == UInt8(ascii: "\r") { text.removeLast() }
-        defer { for index in text.indices { text[index] = 0 } }
+        defer { cleanse(&text) }
         guard text.count == 64, let key = [UInt8](hex: String(decoding: text, as: UTF8.self)) else {
             throw KeysmithError.invalidArgument("the keyfile \(path) is not 64 hexadecimal digits; make one with `keysmith init --keyfile`")
         }

@@ -402,30 +402,37 @@ struct Transaction {
         }
     }
 
-    /// Runs the statements `build` sends without waiting for each answer before sending the
-    /// next (the next statement is built while the server runs the one before), then waits for
-    /// every answer in order: the first failure is thrown, as `execute` would throw it (the
-    /// statements after a failed one fail with it, the transaction being aborted).
+    /// Runs the statements `build` sends, encoding the next one while the server runs the one
+    /// before (PostgresNIO sends a statement once the previous one is answered; what overlaps
+    /// is the client's encoding with the server's work). At most two are queued at a time, so
+    /// a large batch is held in memory a chunk or two at a time. The first failure is thrown,
+    /// as `execute` would throw it (the statements after a failed one fail with it, the
+    /// transaction being aborted); a statement that times out closes the connection.
     func pipelined(_ build: (_ send: (PostgresQuery) throws -> Void) throws -> Void) throws {
-        var sent: [EventLoopFuture<PostgresQueryResult>] = []
-        let built = Result {
-            try build { query in
-                guard !session.connection.isClosed else {
-                    throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) closed the connection")
-                }
-                sent.append(session.connection.query(query, logger: session.logger))
-            }
-        }
+        var queued: [EventLoopFuture<PostgresQueryResult>] = []
         var first: (any Error)? = nil
-        for future in sent {
+        func settleOldest() {
+            let future = queued.removeFirst()
+            // After a connection was given up nothing more is answered: do not wait again.
+            guard !session.isClosed || first == nil else { return }
             do {
                 _ = try future.wait(timeout: session.statementTimeout)
             } catch {
-                if first == nil { first = failure(error) }
-                // A connection given up (a timeout) answers nothing more.
-                if session.connection.isClosed { break }
+                let mapped = failure(error)  // closes the connection on a timeout
+                if first == nil { first = mapped }
             }
         }
+        let built = Result {
+            try build { query in
+                if queued.count >= 2 { settleOldest() }
+                if let first { throw first }
+                guard !session.connection.isClosed else {
+                    throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) closed the connection")
+                }
+                queued.append(session.connection.query(query, logger: session.logger))
+            }
+        }
+        while !queued.isEmpty { settleOldest() }
         if let first { throw first }
         try built.get()
     }

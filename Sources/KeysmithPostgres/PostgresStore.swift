@@ -291,7 +291,11 @@ public enum PostgresMasterKey: Sendable {
     public init(_ source: KeySource, making: Bool = false) throws {
         switch source {
         case .keyfile(let path): self = .keyfile(path: path)
-        case .passphrase: self = .passphrase(try source.passphraseText(making: making) ?? "")
+        case .passphrase(_, let origin):
+            guard let text = try source.passphraseText(making: making) else {
+                throw KeysmithError.invalidArgument("\(origin) gave no passphrase")
+            }
+            self = .passphrase(text)
         }
     }
 }
@@ -353,10 +357,17 @@ public final class PostgresStore: SecureStore {
     ///   deleted (docs/postgres.md, "Grants"). A lower-case SQL identifier; the role must exist.
     public static func initialize(_ settings: PostgresConnectionSettings, masterKey: PostgresMasterKey,
                                   scrypt: ScryptCost = .standard, applicationRole: String? = nil) throws {
+        try initialize(settings, masterKey: masterKey, scrypt: scrypt, applicationRole: applicationRole, application: "keysmith")
+    }
+
+    /// ``initialize(_:masterKey:scrypt:applicationRole:)`` on a connection named `application`
+    /// in `pg_stat_activity` (a test finds its own installer by it).
+    static func initialize(_ settings: PostgresConnectionSettings, masterKey: PostgresMasterKey,
+                           scrypt: ScryptCost, applicationRole: String?, application: String) throws {
         if let role = applicationRole, !Self.isPlainIdentifier(role) {
             throw KeysmithError.invalidArgument("a database role here is 1 to 63 lower-case letters, digits and underscores, not starting with a digit")
         }
-        let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"))
+        let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: application)
         defer { session.close() }
         // The schema's statements lock tables that running applications write: a deadlock with
         // one of them rolls this back, and it is run again.

@@ -71,7 +71,10 @@ public struct VaultCredential: Sendable, CustomStringConvertible {
     /// - Returns: The credential.
     /// - Throws: `KeysmithError.Code.storeLocked` when neither variable is set.
     public static func fromEnvironment() throws -> VaultCredential {
-        if let source = try KeySources().resolve() { return VaultCredential(source) }
+        if var source = try KeySources().resolve() {
+            defer { source.wipe() }
+            return VaultCredential(source)
+        }
         throw KeysmithError(
             .storeLocked, "the vault is locked: set KEYSMITH_KEYFILE to a keyfile or KEYSMITH_PASSPHRASE to its passphrase")
     }

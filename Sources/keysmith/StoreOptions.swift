@@ -159,15 +159,6 @@ extension StoreOptions {
     }
 }
 
-extension KeySource {
-    /// Overwrites a passphrase's bytes once the credential holds its own copy.
-    mutating func wipe() {
-        guard case .passphrase(var bytes, let origin) = self else { return }
-        self = .passphrase([], from: origin)  // first, so that `bytes` is the only reference
-        cleanse(&bytes)
-    }
-}
-
 /// Identifies one item: a generic password (--service, --account) or an internet password
 /// (--server, --protocol, --account, with optional --port, --auth-type, --security-domain, --path).
 struct ItemOptions: ParsableArguments {

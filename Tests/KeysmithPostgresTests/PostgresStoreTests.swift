@@ -401,7 +401,8 @@ struct PostgresStoreTests {
         #expect(try store.verifyChangeFeed().isIntact)
     }
 
-    @Test("a scan fetches its next page while the caller works on this one: a caller that reads and writes the same handle meanwhile neither deadlocks nor misses an item, each item that exists throughout comes once, and a caller that throws leaves the handle working")
+    @Test("a scan (its next page fetched while the caller works on this one): a caller that reads and writes the same handle between pages neither deadlocks nor misses an item, each item that exists throughout comes once, pages opened on every core come in order, and a caller that throws leaves the handle working",
+          .timeLimit(.minutes(3)))
     func scanWithPrefetch() throws {
         let store = try Self.open()
         let keys = (0..<600).map { ItemKey.genericPassword(service: "paged", account: "item-\($0)") }
@@ -421,6 +422,12 @@ struct PostgresStoreTests {
         }
         #expect(pages == 10)
         #expect(seen.count == 600 && Set(seen) == Set(keys))
+        // One page of 600 rows, opened on every core (at least 512): in blind-index order, each once.
+        var whole: [SecureRecord] = []
+        try store.forEachRecord(matching: ItemQuery(service: "paged"), chunkSize: 1000) { records, _ in whole += records }
+        #expect(whole.count == 600 && Set(whole.map(\.key)) == Set(keys))
+        let order = whole.map { store.keys.blindIndex($0.key) }
+        #expect(zip(order, order.dropFirst()).allSatisfy { $0.lexicographicallyPrecedes($1) })
         // A caller that stops the scan by throwing, on the third page of ten.
         struct Stop: Error {}
         var calls = 0
@@ -575,14 +582,19 @@ struct PostgresStoreTests {
             do {
                 try other.transaction { transaction in
                     try transaction.execute(PostgresQueryText.raw("LOCK TABLE keysmith_changes IN SHARE ROW EXCLUSIVE MODE"))
+                    let application = "keysmith-install-\(UUID().uuidString.prefix(8).lowercased())"
                     DispatchQueue.global().async(group: group) {
-                        do { try PostgresStore.initialize(settings, masterKey: .key(Self.key)) } catch { installed.withLock { $0 = error } }
+                        do {
+                            try PostgresStore.initialize(settings, masterKey: .key(Self.key), scrypt: .standard, applicationRole: nil, application: application)
+                        } catch {
+                            installed.withLock { $0 = error }
+                        }
                     }
-                    // The installer now waits for the table: the server says so (a schema
-                    // statement blocked by this transaction), no fixed pause assumed.
+                    // This test's installer now waits for the table: the server says so (its
+                    // connection, by name, blocked by this transaction), no fixed pause assumed.
                     let blocked = """
                         SELECT count(*)::text FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))
-                            AND query ~* '^\\s*(CREATE|ALTER|DROP|GRANT|REVOKE|COMMENT|DO)'
+                            AND application_name = '\(application)'
                         """
                     let deadline = Date().addingTimeInterval(30)
                     var waiting = false

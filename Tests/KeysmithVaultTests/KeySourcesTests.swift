@@ -55,7 +55,7 @@ struct KeySourcesTests {
         #expect(bytes.isEmpty)
         // Over the limit: written from another thread (a pipe holds 64 KiB).
         var ends: [Int32] = [0, 0]
-        #expect(pipe(&ends) == 0)
+        try #require(pipe(&ends) == 0)
         let writer = ends[1]
         let thread = Thread {
             let chunk = [UInt8](repeating: UInt8(ascii: "a"), count: 65_536)
@@ -79,6 +79,13 @@ struct KeySourcesTests {
         let error = #expect(throws: KeysmithError.self) { try fromOption.passphraseText(making: true) }
         #expect(error?.code == .invalidArgument && error?.message.hasPrefix("--new-passphrase-fd is not UTF-8 text") == true)
         #expect(try fromOption.passphraseText(making: false) == "caf\u{FFFD}")
+        // A passphrase said to come from a variable is judged by the bytes it carries.
+        let broken = KeySource.passphrase(Array("two\nlines".utf8), from: .environment("MY_PASSPHRASE"))
+        let lineBreak = #expect(throws: KeysmithError.self) { try broken.passphraseText(making: true) }
+        #expect(lineBreak?.message.hasPrefix("MY_PASSPHRASE holds a line break") == true)
+        let notText = #expect(throws: KeysmithError.self) { try KeySource.passphrase(latin1, from: .environment("MY_PASSPHRASE")).passphraseText(making: true) }
+        #expect(notText?.message.hasPrefix("MY_PASSPHRASE is not UTF-8 text") == true)
+        #expect(try KeySource.passphrase(Array("fine".utf8), from: .environment("UNSET_\(UUID().uuidString.prefix(6))")).passphraseText(making: true) == "fine")
         #expect(try KeySource.passphrase(Array("café".utf8), from: .terminal).passphraseText(making: true) == "café")
         #expect(try KeySource.keyfile(path: "/k").passphraseText(making: true) == nil)
     }
@@ -100,6 +107,21 @@ struct KeySourcesTests {
         }
         #expect((#expect(throws: KeysmithError.self) { try Keyfile.read(at: directory.sub("missing")) })?.code == .storeUnavailable)
         #expect((#expect(throws: KeysmithError.self) { try Keyfile.read(at: "") })?.code == .invalidArgument)
+    }
+
+    @Test("a key source printed, dumped or described never shows the passphrase; wiping it empties the bytes")
+    func redaction() throws {
+        var source = KeySource.passphrase(Array("hunter2-secret".utf8), from: .descriptor(3))
+        var dumped = ""
+        dump(source, to: &dumped)
+        for shown in ["\(source)", String(describing: source), String(reflecting: source), dumped] {
+            #expect(!shown.contains("hunter2") && !shown.contains("104"), "\(shown)")  // 104 = "h"
+            #expect(shown.contains("passphrase from --passphrase-fd"), "\(shown)")
+        }
+        source.wipe()
+        guard case .passphrase(let bytes, let origin) = source else { Issue.record("\(source)"); return }
+        #expect(bytes.isEmpty && origin == .descriptor(3))
+        #expect("\(KeySource.keyfile(path: "/etc/k"))" == "keyfile at /etc/k")
     }
 
     @Test("the vault credential made from what was found opens the vault made with the same passphrase bytes, or the same keyfile")
