@@ -402,41 +402,6 @@ struct Transaction {
         }
     }
 
-    /// Runs the statements `build` sends, encoding the next one while the server runs the one
-    /// before (PostgresNIO sends a statement once the previous one is answered; what overlaps
-    /// is the client's encoding with the server's work). At most two are queued at a time, so
-    /// a large batch is held in memory a chunk or two at a time. The first failure is thrown,
-    /// as `execute` would throw it (the statements after a failed one fail with it, the
-    /// transaction being aborted); a statement that times out closes the connection.
-    func pipelined(_ build: (_ send: (PostgresQuery) throws -> Void) throws -> Void) throws {
-        var queued: [EventLoopFuture<PostgresQueryResult>] = []
-        var first: (any Error)? = nil
-        func settleOldest() {
-            let future = queued.removeFirst()
-            // After a connection was given up nothing more is answered: do not wait again.
-            guard !session.isClosed || first == nil else { return }
-            do {
-                _ = try future.wait(timeout: session.statementTimeout)
-            } catch {
-                let mapped = failure(error)  // closes the connection on a timeout
-                if first == nil { first = mapped }
-            }
-        }
-        let built = Result {
-            try build { query in
-                if queued.count >= 2 { settleOldest() }
-                if let first { throw first }
-                guard !session.connection.isClosed else {
-                    throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) closed the connection")
-                }
-                queued.append(session.connection.query(query, logger: session.logger))
-            }
-        }
-        while !queued.isEmpty { settleOldest() }
-        if let first { throw first }
-        try built.get()
-    }
-
     /// What a statement's failure means to the caller.
     private func failure(_ error: any Error) -> any Error {
         if error is WaitTimedOut {
@@ -1028,32 +993,28 @@ enum RecordRows {
         }
         // Only records are ever rewritten or deleted: the batch refused audit changes already.
         precondition(!puts.contains { $0.exists && $0.table == .audit } && !removals.contains { $0.table == .audit })
-        // Sent without waiting for each answer: the next chunk is encoded while the server
-        // writes the one before.
-        try transaction.pipelined { send in
-            for chunk in chunks(puts.filter(\.exists), size: { $0.sealed.count }) {
+        for chunk in chunks(puts.filter(\.exists), size: { $0.sealed.count }) {
+            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
+            try transaction.execute("""
+                UPDATE keysmith_records AS r SET version = \(version), key_id = \(keyID), sealed = t.s
+                FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
+                WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i
+                """)
+        }
+        // A concurrent creator of the same item makes an insert a unique violation: the batch
+        // is retried and then sees that item.
+        for table in RecordTable.allCases {
+            for chunk in chunks(puts.filter { !$0.exists && $0.table == table }, size: { $0.sealed.count }) {
                 let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
-                try send("""
-                    UPDATE keysmith_records AS r SET version = \(version), key_id = \(keyID), sealed = t.s
-                    FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
-                    WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i
+                try transaction.execute("""
+                    INSERT INTO \(unescaped: table.rawValue) (namespace_id, blind_index, version, key_id, sealed)
+                    SELECT \(namespaceBuffer), t.i, \(version), \(keyID), t.s FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
                     """)
             }
-            // A concurrent creator of the same item makes an insert a unique violation: the
-            // batch is retried and then sees that item.
-            for table in RecordTable.allCases {
-                for chunk in chunks(puts.filter { !$0.exists && $0.table == table }, size: { $0.sealed.count }) {
-                    let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
-                    try send("""
-                        INSERT INTO \(unescaped: table.rawValue) (namespace_id, blind_index, version, key_id, sealed)
-                        SELECT \(namespaceBuffer), t.i, \(version), \(keyID), t.s FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
-                        """)
-                }
-            }
-            for chunk in chunks(removals, size: { _ in 64 }) {
-                let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }
-                try send("DELETE FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(indexes)::bytea[])")
-            }
+        }
+        for chunk in chunks(removals, size: { _ in 64 }) {
+            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }
+            try transaction.execute("DELETE FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(indexes)::bytea[])")
         }
         let changed = puts.map { ($0.blindIndex, false, $0.sealedKey) } + removals.map { ($0.blindIndex, true, $0.sealedKey) }
         var last: Int64 = 0
@@ -1093,75 +1054,41 @@ enum RecordRows {
                 """).first, let sequences = try reserved.decode([Int64]?.self), sequences.count == changed.count else {
                 throw KeysmithError(.ioFailure, "PostgreSQL returned no sequence numbers for the change feed")
             }
+            var links: [[UInt8]] = []
+            links.reserveCapacity(changed.count)
+            for (sequence, change) in zip(sequences, changed) {
+                link = keys.chainLink(after: link, sequence: sequence, blindIndex: change.0, version: version, deleted: change.1, sealedKey: change.2)
+                links.append(link)
+            }
+            let rows = Array(zip(sequences, zip(changed, links)))
             last = sequences.last ?? 0
-            // Each chunk's links are computed, and the chunk sent, while the server inserts the
-            // chunk before it.
-            let pieces = chunks(Array(changed.indices), size: { _ in 160 })
-            try transaction.pipelined { send in
-                for (number, piece) in pieces.enumerated() {
-                    var chains: [ByteBuffer] = []
-                    chains.reserveCapacity(piece.count)
-                    for position in piece {
-                        let change = changed[position]
-                        link = keys.chainLink(after: link, sequence: sequences[position], blindIndex: change.0, version: version,
-                                              deleted: change.1, sealedKey: change.2)
-                        chains.append(ByteBuffer(bytes: link))
-                    }
-                    let seqs = piece.map { sequences[$0] }, indexes = piece.map { ByteBuffer(bytes: changed[$0].0) }
-                    let deleted = piece.map { changed[$0].1 }, sealedKeys = piece.map { ByteBuffer(bytes: changed[$0].2) }
-                    if number < pieces.count - 1 {
-                        try send("""
+            let pieces = chunks(rows, size: { _ in 160 })
+            for (number, chunk) in pieces.enumerated() {
+                let seqs = chunk.map(\.0), indexes = chunk.map { ByteBuffer(bytes: $0.1.0.0) }, deleted = chunk.map(\.1.0.1)
+                let sealedKeys = chunk.map { ByteBuffer(bytes: $0.1.0.2) }, chains = chunk.map { ByteBuffer(bytes: $0.1.1) }
+                if number < pieces.count - 1 {
+                    try transaction.execute("""
+                        INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
+                        SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
+                        FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)
+                        """)
+                } else {
+                    // The last chunk also moves the head and notifies watchers (delivered at
+                    // COMMIT), in the same statement.
+                    let payload = namespace.hexString
+                    try transaction.execute("""
+                        WITH inserted AS (
                             INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
                             SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
-                            FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)
-                            """)
-                    } else {
-                        // The last chunk also moves the head and notifies watchers (delivered
-                        // at COMMIT), in the same statement.
-                        let payload = namespace.hexString
-                        try send("""
-                            WITH inserted AS (
-                                INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
-                                SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
-                                FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)),
-                            moved AS (
-                                UPDATE keysmith_chain_heads SET seq = \(last), chain = \(ByteBuffer(bytes: link)) WHERE namespace_id = \(namespaceBuffer)
-                                RETURNING 1)
-                            SELECT pg_notify(\(PostgresSchema.channel), \(payload)) FROM moved
-                            """)
-                    }
+                            FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)),
+                        moved AS (
+                            UPDATE keysmith_chain_heads SET seq = \(last), chain = \(ByteBuffer(bytes: link)) WHERE namespace_id = \(namespaceBuffer)
+                            RETURNING 1)
+                        SELECT pg_notify(\(PostgresSchema.channel), \(payload)) FROM moved
+                        """)
                 }
             }
         }
         return last
-    }
-}
-
-/// One page of a scan: its rows, and the items the change feed says exist in its stretch of
-/// the index that have no row.
-struct ScanPage: Sendable {
-    var rows: [RecordRow]
-    var missing: [(blindIndex: [UInt8], version: Int64, sealedKey: [UInt8])]
-}
-
-/// Work started on another thread now, its result waited for later (a scan's next page is
-/// fetched while the page in hand is opened).
-final class Prefetch<Value: Sendable>: Sendable {
-    private let done = DispatchSemaphore(value: 0)
-    private let outcome = Mutex<Result<Value, any Error>?>(nil)
-
-    init(_ work: @escaping @Sendable () throws -> Value) {
-        DispatchQueue.global().async { [self] in
-            let result = Result { try work() }
-            outcome.withLock { $0 = result }
-            done.signal()
-        }
-    }
-
-    /// Waits for the work (once; later calls return the same result at once).
-    func result() -> Result<Value, any Error> {
-        if let result = outcome.withLock({ $0 }) { return result }
-        done.wait()
-        return outcome.withLock { $0! }
     }
 }

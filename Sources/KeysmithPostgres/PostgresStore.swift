@@ -538,33 +538,23 @@ public final class PostgresStore: SecureStore {
         // does not stop listing the user's items).
         if table == .audit, let type = query.recordType, type != .auditEntry { return }
         if table == .audit, !query.namespace.contains(.keysmith) { return }
-        // One read per page, each its own transaction, as a cursor over the blind index. The
-        // next page is fetched on another thread while this one opens the page in hand (the
-        // server and the connection work while the client decrypts); what each page sees is
-        // the same as when read one after the other.
-        let fetch = { @Sendable [self] (after: [UInt8]?) throws -> ScanPage in
-            try readRetrying { session in
+        var after: [UInt8]? = nil
+        while true {
+            let (page, missing) = try readRetrying { session in
                 try session.transaction { transaction in
-                    let rows = try RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: size, in: transaction)
-                    try keys.ensureKnown(rows.map(\.keyID), in: transaction)
+                    let page = try RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: size, in: transaction)
+                    try keys.ensureKnown(page.map(\.keyID), in: transaction)
                     // Items the feed says exist in this page's stretch of the index (to the
                     // end, on the last page) that have no row: a listing must not leave them
                     // out without a word. Looked for once, in the records' scan.
                     let missing = table == .records
                         ? try RecordRows.missing(namespace: keys.namespaceID, after: after,
-                                                 through: rows.count < size ? nil : rows.last?.blindIndex, in: transaction)
+                                                 through: page.count < size ? nil : page.last?.blindIndex, in: transaction)
                         : []
-                    return ScanPage(rows: rows, missing: missing)
+                    return (page, missing)
                 }
             }
-        }
-        var pending: Prefetch<ScanPage>? = Prefetch { try fetch(nil) }
-        // A body that throws leaves no fetch running behind the caller's back.
-        defer { _ = pending?.result() }
-        while let current = pending {
-            let page = try current.result().get()
-            pending = page.rows.count < size ? nil : page.rows.last.map { last in Prefetch { try fetch(last.blindIndex) } }
-            for item in page.missing {
+            for item in missing {
                 let key = try? keys.openKey(item.sealedKey, blindIndex: item.blindIndex, version: item.version)
                 // A deleted audit entry is the audit log's to report (its chain breaks), as a
                 // damaged one is: it does not stop the user's listings.
@@ -573,25 +563,26 @@ public final class PostgresStore: SecureStore {
                                     + "records it: its row was deleted or moved by hand, so a listing would leave it out (`keysmith postgres "
                                     + "verify` counts such rows); writing the item again repairs it")
             }
-            examined += page.rows.count
-            // Opened on every core (each row independent; the order is kept).
-            let opened = try concurrentChunks(count: page.rows.count, minimum: 512) { range in
-                try range.map { position -> SecureRecord in
-                    // A row that does not open (edited, swapped, or put back from an older
-                    // copy) fails the scan, as a damaged record fails a file vault's listing: a
-                    // list that left it out would look whole. Reading the item names it;
-                    // writing it repairs it.
-                    do {
-                        return try keys.open(page.rows[position], withSecret: withSecret)
-                    } catch {
-                        let reason = (error as? KeysmithError)?.message ?? "\(error)"
-                        throw KeysmithError(.corruptData, "a row of \(storeDescription) does not open (\(reason)), so a listing could be missing items; "
-                                            + "run `keysmith postgres verify`, and write the damaged item again to repair it")
-                    }
+            guard let last = page.last else { return }
+            after = last.blindIndex
+            examined += page.count
+            var records: [SecureRecord] = []
+            for row in page {
+                // A row that does not open (edited, swapped, or put back from an older copy)
+                // fails the scan, as a damaged record fails a file vault's listing: a list that
+                // left it out would look whole. Reading the item names it; writing it repairs it.
+                let record: SecureRecord
+                do {
+                    record = try keys.open(row, withSecret: withSecret)
+                } catch {
+                    let reason = (error as? KeysmithError)?.message ?? "\(error)"
+                    throw KeysmithError(.corruptData, "a row of \(storeDescription) does not open (\(reason)), so a listing could be missing items; "
+                                        + "run `keysmith postgres verify`, and write the damaged item again to repair it")
                 }
+                if query.matches(record.attributes) { records.append(record) }
             }
-            let records = opened.filter { query.matches($0.attributes) }
             if !records.isEmpty { try body(records, ScanProgress(examined: examined, total: total)) }
+            if page.count < size { return }
         }
     }
 

@@ -401,7 +401,7 @@ struct PostgresStoreTests {
         #expect(try store.verifyChangeFeed().isIntact)
     }
 
-    @Test("a scan (its next page fetched while the caller works on this one): a caller that reads and writes the same handle between pages neither deadlocks nor misses an item, each item that exists throughout comes once, pages opened on every core come in order, and a caller that throws leaves the handle working",
+    @Test("a scan whose caller reads and writes the same handle between pages neither deadlocks nor misses an item, each item that exists throughout comes once and in blind-index order, and a caller that throws leaves the handle working",
           .timeLimit(.minutes(3)))
     func scanWithPrefetch() throws {
         let store = try Self.open()
@@ -413,8 +413,8 @@ struct PostgresStoreTests {
             pages += 1
             seen += records.map(\.key)
             #expect(records.allSatisfy { $0.secret == Data("v1".utf8) || $0.secret == Data("v2".utf8) })
-            // The same handle, while the next page is being fetched on it: a read, and a write
-            // of an item of this page and of one of another service.
+            // The same handle, between pages: a read, and a write of an item of this page and of
+            // one of another service.
             #expect(try store.read(records[0].key)?.secret != nil)
             try store.perform([.upsert(ItemAttributes(key: records[0].key), secret: Data("v2".utf8)),
                                .upsert(ItemAttributes(key: .genericPassword(service: "other", account: "p\(pages)")), secret: Data("o".utf8))])
@@ -422,7 +422,7 @@ struct PostgresStoreTests {
         }
         #expect(pages == 10)
         #expect(seen.count == 600 && Set(seen) == Set(keys))
-        // One page of 600 rows, opened on every core (at least 512): in blind-index order, each once.
+        // One page of 600 rows: in blind-index order, each once.
         var whole: [SecureRecord] = []
         try store.forEachRecord(matching: ItemQuery(service: "paged"), chunkSize: 1000) { records, _ in whole += records }
         #expect(whole.count == 600 && Set(whole.map(\.key)) == Set(keys))
