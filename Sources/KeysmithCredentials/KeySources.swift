@@ -109,16 +109,7 @@ public struct KeySources: Sendable {
     /// - Throws: `KeysmithError.Code.invalidArgument` naming the variable (never its value).
     public static func newPassphrase(fromEnvironment name: String) throws -> String? {
         guard let value = System.environment(name) else { return nil }
-        // Read as text, bytes that are not UTF-8 became U+FFFD, which --passphrase-fd (raw
-        // bytes) could not give back either.
-        guard !System.environmentIsNotUTF8(name) else {
-            throw KeysmithError.invalidArgument("\(name) is not UTF-8 text, so --passphrase-fd and the prompt could never give it back; nothing was created or changed")
-        }
-        guard !value.utf8.contains(where: { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") }) else {
-            throw KeysmithError.invalidArgument(
-                "\(name) holds a line break, which --passphrase-fd and the prompt can never give back; nothing was created or changed")
-        }
-        return value
+        return try KeySource.passphrase(Array(value.utf8), from: .environment(name)).passphraseText(making: true)
     }
 }
 

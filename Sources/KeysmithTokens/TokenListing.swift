@@ -145,7 +145,6 @@ public struct TokenSummary: Sendable, Hashable, Encodable {
 
     /// The summary of `token`, kept at `reference`, as of `date`.
     public init(_ reference: TokenReference, _ token: OAuthToken, at date: Date) {
-        func time(_ date: Date) -> String { date.formatted(Date.ISO8601FormatStyle()) }
         service = reference.service
         account = reference.account
         active = token.isActive(at: date)
@@ -153,13 +152,13 @@ public struct TokenSummary: Sendable, Hashable, Encodable {
         clientID = token.clientID
         subject = token.subject
         issuer = token.issuer
-        issuedAt = time(token.issuedAt)
-        expiresAt = token.expiresAt.map(time)
-        revokedAt = token.revokedAt.map(time)
+        issuedAt = iso8601(token.issuedAt)
+        expiresAt = token.expiresAt.map(iso8601)
+        revokedAt = token.revokedAt.map(iso8601)
         hasRefreshToken = token.refreshToken != nil
         responseFields = token.additionalFields.keys.sorted()
         scopes = token.statuses(at: date).sorted { $0.key < $1.key }.map {
-            ScopeEntry(scope: $0.key.rawValue, state: $0.value.state.rawValue, changedAt: time($0.value.changedAt), reason: $0.value.reason)
+            ScopeEntry(scope: $0.key.rawValue, state: $0.value.state.rawValue, changedAt: iso8601($0.value.changedAt), reason: $0.value.reason)
         }
     }
 }

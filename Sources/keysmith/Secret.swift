@@ -260,6 +260,3 @@ func jsonLine<T: Encodable>(_ value: T) throws -> String {
     return String(decoding: try encoder.encode(value), as: UTF8.self)
 }
 
-func iso8601(_ date: Date) -> String {
-    date.formatted(Date.ISO8601FormatStyle())
-}

@@ -95,7 +95,7 @@ extension AuthorizationDecision {
         }
         func time(_ date: Date?) {
             guard let date, date.timeIntervalSince1970 > 0 else { add("null"); return }
-            string(date.formatted(Date.ISO8601FormatStyle()))
+            string(iso8601(date))
         }
         add("{\"decision\":\"")
         add(outcome)

@@ -109,7 +109,3 @@ struct VaultHeader: Codable, Sendable {
     }
 }
 
-/// ISO 8601 time stamps for the header's `created` field.
-func iso8601(_ date: Date) -> String {
-    date.formatted(Date.ISO8601FormatStyle())
-}
