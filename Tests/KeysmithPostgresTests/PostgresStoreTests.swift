@@ -401,46 +401,76 @@ struct PostgresStoreTests {
         #expect(try store.verifyChangeFeed().isIntact)
     }
 
-    @Test("a scan whose caller reads and writes the same handle between pages neither deadlocks nor misses an item, each item that exists throughout comes once and in blind-index order, and a caller that throws leaves the handle working",
-          .timeLimit(.minutes(3)))
+    /// What the scan test saw, gathered on its own thread and judged on the test's.
+    struct ScanObservations: Sendable {
+        var pages = 0, seen: [ItemKey] = [], oddSecrets = 0, unreadable = 0, progressBeyondTotal = 0
+        var whole: [ItemKey] = [], wholeOrder: [[UInt8]] = []
+        var stoppedWith: String? = nil, callsBeforeStop = 0
+        var readAfterStop: Data? = nil, countAfterStop = 0
+    }
+
+    @Test("a scan whose caller reads and writes the same handle between pages neither deadlocks nor misses an item, each item that exists throughout comes once and in blind-index order, and a caller that throws leaves the handle working")
     func scanWithPrefetch() throws {
         let store = try Self.open()
         let keys = (0..<600).map { ItemKey.genericPassword(service: "paged", account: "item-\($0)") }
         try store.perform(keys.map { .create(ItemAttributes(key: $0), secret: Data("v1".utf8)) })
-        var seen: [ItemKey] = []
-        var pages = 0
+        // The scans run on a thread of their own, with a watchdog that starts when they do: a
+        // deadlock fails the test in two minutes. (Swift Testing's time limit is no such guard
+        // here: it counts from the moment a test is scheduled, and in this suite a test can wait
+        // minutes for a thread of the cooperative pool before its body runs.)
+        let outcome = Mutex<Result<ScanObservations, any Error>?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        let worker = Thread {
+            defer { finished.signal() }
+            outcome.withLock { $0 = Result { try Self.scanBetweenWrites(store, keys: keys) } }
+        }
+        worker.start()
+        try #require(finished.wait(timeout: .now() + 120) == .success, "the scans did not finish in two minutes: a deadlock")
+        let seen = try #require(outcome.withLock { $0 }).get()
+        #expect(seen.pages == 10)
+        #expect(seen.seen.count == 600 && Set(seen.seen) == Set(keys))
+        #expect(seen.oddSecrets == 0 && seen.unreadable == 0 && seen.progressBeyondTotal == 0)
+        // One page of 600 rows: in blind-index order, each once.
+        #expect(seen.whole.count == 600 && Set(seen.whole) == Set(keys))
+        #expect(zip(seen.wholeOrder, seen.wholeOrder.dropFirst()).allSatisfy { $0.lexicographicallyPrecedes($1) })
+        // A caller that stops the scan by throwing, on the third page of ten, leaves the handle working.
+        #expect(seen.stoppedWith == "Stop" && seen.callsBeforeStop == 3)
+        #expect(seen.readAfterStop == Data("v3".utf8))
+        #expect(seen.countAfterStop == 600)
+    }
+
+    /// The scan test's work: pages of 64 with a read and two writes on the same handle between
+    /// pages, one page of 600, and a scan its caller stops by throwing.
+    static func scanBetweenWrites(_ store: PostgresStore, keys: [ItemKey]) throws -> ScanObservations {
+        var seen = ScanObservations()
         try store.forEachRecord(matching: ItemQuery(service: "paged"), chunkSize: 64) { records, progress in
-            pages += 1
-            seen += records.map(\.key)
-            #expect(records.allSatisfy { $0.secret == Data("v1".utf8) || $0.secret == Data("v2".utf8) })
+            seen.pages += 1
+            seen.seen += records.map(\.key)
+            seen.oddSecrets += records.filter { $0.secret != Data("v1".utf8) && $0.secret != Data("v2".utf8) }.count
             // The same handle, between pages: a read, and a write of an item of this page and of
             // one of another service.
-            #expect(try store.read(records[0].key)?.secret != nil)
+            if try store.read(records[0].key)?.secret == nil { seen.unreadable += 1 }
             try store.perform([.upsert(ItemAttributes(key: records[0].key), secret: Data("v2".utf8)),
-                               .upsert(ItemAttributes(key: .genericPassword(service: "other", account: "p\(pages)")), secret: Data("o".utf8))])
-            #expect(progress.examined <= progress.total)
+                               .upsert(ItemAttributes(key: .genericPassword(service: "other", account: "p\(seen.pages)")), secret: Data("o".utf8))])
+            if progress.examined > progress.total { seen.progressBeyondTotal += 1 }
         }
-        #expect(pages == 10)
-        #expect(seen.count == 600 && Set(seen) == Set(keys))
-        // One page of 600 rows: in blind-index order, each once.
-        var whole: [SecureRecord] = []
-        try store.forEachRecord(matching: ItemQuery(service: "paged"), chunkSize: 1000) { records, _ in whole += records }
-        #expect(whole.count == 600 && Set(whole.map(\.key)) == Set(keys))
-        let order = whole.map { store.keys.blindIndex($0.key) }
-        #expect(zip(order, order.dropFirst()).allSatisfy { $0.lexicographicallyPrecedes($1) })
-        // A caller that stops the scan by throwing, on the third page of ten.
+        try store.forEachRecord(matching: ItemQuery(service: "paged"), chunkSize: 1000) { records, _ in
+            seen.whole += records.map(\.key)
+            seen.wholeOrder += records.map { store.keys.blindIndex($0.key) }
+        }
         struct Stop: Error {}
-        var calls = 0
-        #expect(throws: Stop.self) {
+        do {
             try store.forEachRecord(matching: ItemQuery(service: "paged"), chunkSize: 64) { _, _ in
-                calls += 1
-                if calls == 3 { throw Stop() }
+                seen.callsBeforeStop += 1
+                if seen.callsBeforeStop == 3 { throw Stop() }
             }
+        } catch is Stop {
+            seen.stoppedWith = "Stop"
         }
-        #expect(calls == 3)
         try store.perform([.upsert(ItemAttributes(key: keys[0]), secret: Data("v3".utf8))])
-        #expect(try store.read(keys[0])?.secret == Data("v3".utf8))
-        #expect(try store.search(ItemQuery(service: "paged")).count == 600)
+        seen.readAfterStop = try store.read(keys[0])?.secret
+        seen.countAfterStop = try store.search(ItemQuery(service: "paged")).count
+        return seen
     }
 
     @Test("a read racing creates never calls an item damaged: it asks for the rows and the change feed in one snapshot (a create committed between the two questions read as 'no row, though the feed records it')")
