@@ -302,11 +302,30 @@ struct SchemaAgreementTests {
 
     @Test("quoted, reserved words name attributes and actions; other keywords name anything", arguments: [
         #"entity U { "if": Long };"#, #"entity U; action "in" appliesTo { principal: U, resource: U };"#,
-        "entity U; type T = { principal: Long, when: Bool };", "entity when { __cedar: Bool };", "entity U { a: __cedar::Long };",
+        "entity U { t: T }; type T = { principal: Long, when: Bool };", "entity when { __cedar: Bool };", "entity U { a: __cedar::Long };",
         "entity U; action __cedar appliesTo { principal: U, resource: U };",
     ])
     func schemaQuotedReservedWords(_ text: String) throws {
-        _ = try Schema(text: text)
+        let schema = try Schema(text: text)
+        // Each name is declared as written, not dropped or read as the keyword.
+        switch text {
+        case #"entity U { "if": Long };"#:
+            #expect(schema.entityType(named: "U")?.attributes["if"]?.type == .long)
+        case #"entity U; action "in" appliesTo { principal: U, resource: U };"#:
+            #expect(schema.actions[EntityUID(type: "Action", id: "in")]?.principals == ["U"])
+        case "entity U { t: T }; type T = { principal: Long, when: Bool };":
+            guard case .record(let fields)? = schema.entityType(named: "U")?.attributes["t"]?.type else {
+                Issue.record("T is not a record: \(String(describing: schema.entityType(named: "U")))")
+                return
+            }
+            #expect(fields["principal"]?.type == .long && fields["when"]?.type == .bool)
+        case "entity when { __cedar: Bool };":
+            #expect(schema.entityType(named: "when")?.attributes["__cedar"]?.type == .bool)
+        case "entity U { a: __cedar::Long };":
+            #expect(schema.entityType(named: "U")?.attributes["a"]?.type == .long)
+        default:
+            #expect(schema.actions[EntityUID(type: "Action", id: "__cedar")]?.resources == ["U"])
+        }
     }
 
     @Test("an entity's parent may be of any type its declared parent types are in, transitively, as in Cedar (User in Group in Org: a User may be in an Org)")

@@ -49,10 +49,24 @@ struct PolicyLanguageNewsGroupsTests {
         let url = Self.root.appendingPathComponent("docs/examples/news-groups/schema.cedarschema")
         let schema = try Schema(text: try String(contentsOf: url, encoding: .utf8), file: "schema.cedarschema")
         try schema.validate(try Self.policies())
-        for item in try NewsGroups.cases("exhaustive.expected.jsonl") {
+        let cases = try NewsGroups.cases("exhaustive.expected.jsonl")
+        #expect(cases.count > 0)
+        for item in cases {
             let uid = EntityUID(type: item.principal.anonymous ? "Anonymous" : "User", id: item.principal.id)
             try schema.validate(AuthorizationRequest(principal: uid, action: EntityUID(type: "Action", id: item.action),
                                                      resource: EntityUID(type: "Group", id: item.group.id)))
+        }
+        // The request check is not a pass-through: the same principal with the resource and
+        // action of another type, or an undeclared action, is refused.
+        let first = try #require(cases.first)
+        let uid = EntityUID(type: first.principal.anonymous ? "Anonymous" : "User", id: first.principal.id)
+        #expect(throws: PolicyDiagnostics.self) {
+            try schema.validate(AuthorizationRequest(principal: uid, action: EntityUID(type: "Action", id: first.action),
+                                                     resource: EntityUID(type: "Post", id: first.group.id)))
+        }
+        #expect(throws: PolicyDiagnostics.self) {
+            try schema.validate(AuthorizationRequest(principal: uid, action: EntityUID(type: "Action", id: "vote"),
+                                                     resource: EntityUID(type: "Group", id: first.group.id)))
         }
     }
 

@@ -37,7 +37,15 @@ struct PolicyValidationTests {
 
     @Test("the example policies validate against the example schema")
     func examplesValidate() throws {
-        try Self.schema().validate(try Self.policies())
+        let policies = try Self.policies()
+        try Self.schema().validate(policies)
+        // The check is not a pass-through: the same policies against the schema with the
+        // attribute one of them reads (`resource.archived`) renamed are refused, naming it.
+        let text = try String(contentsOf: Self.root.appendingPathComponent("schema.cedarschema"), encoding: .utf8)
+        #expect(policies.text.contains("resource.archived"))
+        let renamed = try Schema(text: text.replacingOccurrences(of: "archived: Bool", with: "hidden: Bool"), file: "schema.cedarschema")
+        let error = Self.diagnostics { try renamed.validate(policies) }
+        #expect(error?.problems.contains { $0.message.contains("archived") } == true, "\(String(describing: error))")
     }
 
     @Test("an attribute of the wrong type, misspelled, or missing is an error, never a decision",
