@@ -264,11 +264,12 @@ extension KeysmithCommand.PolicyCommand {
             var lineNumber = 0
             var bad = 0
             var buffer = [UInt8](repeating: 0, count: 1 << 16)
+            var reader = DecideLineReader()
             func answer(_ line: ArraySlice<UInt8>) {
                 lineNumber += 1
                 if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\t") }) { return }
                 do {
-                    let request = try AuthorizationRequest.decideLine(Array(line), line: lineNumber)
+                    let request = try reader.request(Array(line), line: lineNumber)
                     try decider.decide(request, location: SourceLocation(file: "stdin", line: lineNumber, column: 1), explaining: explain)
                         .appendJSON(to: &output)
                 } catch {

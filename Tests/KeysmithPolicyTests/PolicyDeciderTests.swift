@@ -60,4 +60,51 @@ struct PolicyDeciderTests {
         quiet.appendJSON(to: &buffer)
         #expect(buffer == Array(("x" + quiet.json).utf8))
     }
+
+    @Test("a line reader that remembers scope lists answers every line as reading it alone does: the same decisions, the same problems, after a list it has seen and after it forgets")
+    func lineReaderRemembersWithoutChangingAnswers() throws {
+        let decider = PolicyDecider(policies: try Policies(text: Self.policies, file: "p.cedar"), schema: try Schema(text: Self.schema, file: "s"),
+                                    entities: try EntityStore())
+        let head = #""principal":"User::\"alice\"","action":"Action::\"edit\"","resource":"Doc::\"d1\"","context":{"reason":"fix"}"#
+        var lines = [
+            "{\(head),\"scopes\":[\"docs:write\"]}",
+            "{\(head),\"scopes\":[\"docs:read\"]}",
+            "{\(head),\"scopes\":[\"docs:write\"]}",                 // a list seen before
+            "{\(head)}",                                               // no token
+            "{\(head),\"scopes\":[\"docs write\"]}",                  // not a scope name
+            "{\(head),\"scopes\":[\"docs:write\",7]}",               // not a string
+            "{\(head),\"scopes\":\"docs:write\"}",                    // not an array
+            "{\"principal\":\"User\",\"action\":\"Action::\\\"edit\\\"\",\"resource\":\"Doc::\\\"d1\\\"\",\"scopes\":[\"docs:write\",\"bad scope\"]}",
+            "{\(head),\"scopes\":[\"docs:read\",\"docs:write\"]}",
+            "{\(head),\"scopes\":[]}",
+        ]
+        // Enough new lists that the reader empties its memory on the way, then the first again.
+        lines += (0..<300).map { "{\(head),\"scopes\":[\"s\($0)\"]}" }
+        lines += ["{\(head),\"scopes\":[\"docs:write\"]}", "{\(head),\"scopes\":[\"docs write\"]}", lines[7]]
+        // Entities by their text too: another principal, then the first again, then one in
+        // Cedar's object form.
+        lines += [head.replacingOccurrences(of: "alice", with: "bob"), head, head.replacingOccurrences(of: #""User::\"alice\"""#, with: #"{"type":"User","id":"alice"}"#)]
+            .map { "{\($0),\"scopes\":[\"docs:write\"]}" }
+        func answer(_ read: () throws(PolicyDiagnostics) -> AuthorizationRequest) -> String {
+            do {
+                return try decider.decide(try read()).json
+            } catch {
+                return "problems: " + error.problems.map(\.description).joined(separator: " | ")
+            }
+        }
+        var reader = DecideLineReader()
+        var allowed = 0, refused = 0
+        for (index, line) in lines.enumerated() {
+            let bytes = Array(line.utf8)
+            let alone = answer { () throws(PolicyDiagnostics) in try AuthorizationRequest.decideLine(bytes, line: index + 1) }
+            let remembered = answer { () throws(PolicyDiagnostics) in try reader.request(bytes, line: index + 1) }
+            #expect(remembered == alone, "line \(index + 1): \(line)")
+            if alone.contains("\"decision\":\"allow\"") { allowed += 1 }
+            if alone.hasPrefix("problems:") { refused += 1 }
+        }
+        // The lines exercise both answers and the refusals (a reader that answered nothing would
+        // agree with itself).
+        #expect(allowed == 7)
+        #expect(refused == 6)
+    }
 }

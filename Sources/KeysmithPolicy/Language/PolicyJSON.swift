@@ -466,6 +466,13 @@ package enum JSONOutput {
         // Bytes are read from the string's storage in place (a span); runs between escapes are
         // copied whole.
         let utf8 = text.utf8, bytes = text.utf8Span.span
+        // Most strings need no escape: then the whole string is copied at once (the string's
+        // own copy into an array, not a slice's byte-by-byte one).
+        if !needsEscape(bytes) {
+            out.append(contentsOf: utf8)
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         func copy(_ range: Range<Int>) {
             guard !range.isEmpty else { return }
             out.append(contentsOf: utf8[utf8.index(utf8.startIndex, offsetBy: range.lowerBound)..<utf8.index(utf8.startIndex, offsetBy: range.upperBound)])
@@ -502,6 +509,17 @@ package enum JSONOutput {
         }
         copy(run..<bytes.count)
         out.append(UInt8(ascii: "\""))
+    }
+
+    /// Whether any byte would be escaped: a control character, a quote, a backslash, U+007F,
+    /// or 0xE2 (which starts U+2028 and U+2029; others that start with it go the careful way).
+    @inline(__always)
+    private static func needsEscape(_ bytes: Span<UInt8>) -> Bool {
+        for index in bytes.indices {
+            let byte = bytes[index]
+            if byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F || byte == 0xE2 { return true }
+        }
+        return false
     }
 
     /// `\u` and the scalar's four lowercase hex digits.

@@ -18,6 +18,15 @@ extension AuthorizationRequest {
     static func parseReportingAll(_ document: Located, file: String, allowing extra: Set<String>, tokenInContext: Bool = false)
         throws(PolicyDiagnostics) -> AuthorizationRequest
     {
+        var forgetting: [String: EntityUID]? = nil
+        return try parseReportingAll(document, file: file, allowing: extra, tokenInContext: tokenInContext, remembering: &forgetting)
+    }
+
+    /// ``parseReportingAll(_:file:allowing:tokenInContext:)``, looking up entities written as
+    /// `Type::"id"` text in `uids` first and adding the ones it parses (when `uids` is not `nil`).
+    static func parseReportingAll(_ document: Located, file: String, allowing extra: Set<String>, tokenInContext: Bool = false,
+                                  remembering uids: inout [String: EntityUID]?) throws(PolicyDiagnostics) -> AuthorizationRequest
+    {
         var problems: [PolicyDiagnostic] = []
         func fail(_ problem: PolicyDiagnostic) -> PolicyDiagnostics { PolicyDiagnostics(kind: .input, problems: [problem]) }
         // The four fields by name, in one pass (keys are unique: the reader refuses duplicates).
@@ -37,18 +46,23 @@ extension AuthorizationRequest {
                 }
             }
         }
-        func part(_ value: Located?, _ name: String) -> EntityUID? {
+        func part(_ value: Located?, _ name: String, _ what: String) -> EntityUID? {
             do throws(PolicyDiagnostic) {
                 guard let value else { throw JSONValues.problem(document, file, "the request has no \(name)") }
-                return try JSONValues.uid(value, file, "the \(name)")
+                guard case .string(let text) = value.value, uids != nil else { return try JSONValues.uid(value, file, what) }
+                if let known = uids?[text] { return known }
+                let uid = try JSONValues.uid(value, file, what)
+                if uids!.count >= DecideLineReader.remembered * 16 { uids!.removeAll(keepingCapacity: true) }
+                uids![text] = uid
+                return uid
             } catch {
                 problems.append(error)
                 return nil
             }
         }
-        let principal = part(principalValue, "principal")
-        let action = part(actionValue, "action")
-        let resource = part(resourceValue, "resource")
+        let principal = part(principalValue, "principal", "the principal")
+        let action = part(actionValue, "action", "the action")
+        let resource = part(resourceValue, "resource", "the resource")
         var context: [String: PolicyValue] = [:]
         if let contextValue {
             if case .object(let members) = contextValue.value {
@@ -81,7 +95,54 @@ extension AuthorizationRequest {
 
     /// One line of `keysmith policy decide`: a request, with `"scopes": [...]` for the
     /// principal's token's granted scopes (without it, the principal has no token).
+    ///
+    /// A caller reading many lines uses a ``DecideLineReader``, which reads the same lines the
+    /// same way and remembers what repeats between them.
     public static func decideLine(_ bytes: [UInt8], line: Int) throws(PolicyDiagnostics) -> AuthorizationRequest {
+        var reader = DecideLineReader()
+        return try reader.request(bytes, line: line)
+    }
+}
+
+/// Reads the lines of `keysmith policy decide` one after another: each a request in Cedar's JSON
+/// form, with `"scopes": [...]` for the principal's token's granted scopes (without it, the
+/// principal has no token), as ``AuthorizationRequest/decideLine(_:line:)`` reads one.
+///
+/// What repeats from line to line is worked out once: a list of scopes seen before gives the
+/// token view built for it then (a service's callers hold a few distinct lists among many
+/// requests). The answers are the same as reading each line alone.
+///
+/// ```swift
+/// var reader = DecideLineReader()
+/// for (number, line) in lines.enumerated() {
+///     let request = try reader.request(Array(line.utf8), line: number + 1)
+///     print(try decider.decide(request).json)
+/// }
+/// ```
+public struct DecideLineReader: Sendable {
+    /// Token views by the scope names as a line lists them (in its order), for lists seen before.
+    private var views: [[String]: TokenView] = [:]
+    /// Entities written as `Type::"id"` text, by that text, for texts seen before.
+    private var uids: [String: EntityUID]? = [:]
+    /// The most lists remembered (and sixteen times as many entities); a memory is emptied when
+    /// it is full (a stream of ever new lists then costs what reading each line alone costs).
+    static let remembered = 256
+    /// The field a line may have beside Cedar's four.
+    private static let extra: Set<String> = ["scopes"]
+
+    /// A reader that remembers nothing yet.
+    public init() {}
+
+    /// Reads one line.
+    ///
+    /// - Parameters:
+    ///   - bytes: The line, without its line break.
+    ///   - line: Its number, for the problems.
+    /// - Returns: The request, with the principal's token when the line has `scopes`.
+    /// - Throws: ``PolicyDiagnostics`` of kind input naming every problem of the line (malformed
+    ///   JSON, an unknown field, a part that is not an entity, a context value that is not a
+    ///   Cedar value, scopes that are not an array of valid scope names).
+    public mutating func request(_ bytes: [UInt8], line: Int) throws(PolicyDiagnostics) -> AuthorizationRequest {
         let document: Located
         do {
             document = try JSONReader.parse(bytes)
@@ -93,7 +154,7 @@ extension AuthorizationRequest {
         var problems: [PolicyDiagnostic] = []
         var request: AuthorizationRequest?
         do {
-            request = try parseReportingAll(document, file: "stdin", allowing: ["scopes"])
+            request = try AuthorizationRequest.parseReportingAll(document, file: "stdin", allowing: Self.extra, remembering: &uids)
         } catch {
             problems = error.problems.map { problem in
                 var problem = problem
@@ -102,25 +163,45 @@ extension AuthorizationRequest {
             }
         }
         // The scopes are checked too, so a line with several problems names them all.
-        var granted: Set<Scope>?
+        var token: TokenView?
         if let scopes = document["scopes"] {
             if case .array(let items) = scopes.value {
-                var names: Set<Scope> = []
+                var names: [String] = []
+                names.reserveCapacity(items.count)
                 for item in items {
-                    guard case .string(let name) = item.value, let scope = try? Scope(name) else {
-                        problems.append(PolicyDiagnostic(location: location, message: "scopes must hold valid scope names (RFC 6749 §3.3)"))
-                        break
-                    }
-                    names.insert(scope)
+                    guard case .string(let name) = item.value else { break }
+                    names.append(name)
                 }
-                granted = names
+                if names.count == items.count {
+                    token = view(names, location: location, problems: &problems)
+                } else {
+                    problems.append(PolicyDiagnostic(location: location, message: "scopes must hold valid scope names (RFC 6749 §3.3)"))
+                }
             } else {
                 problems.append(PolicyDiagnostic(location: location, message: "scopes must be an array of scope names"))
             }
         }
         guard problems.isEmpty, var request else { throw PolicyDiagnostics(kind: .input, problems: problems) }
-        if let granted { request.token = .granted(granted) }
+        request.token = token
         return request
+    }
+
+    /// The token view granting `names`: the one built before for the same list, or a new one
+    /// (each name checked as a scope) remembered for the next line.
+    private mutating func view(_ names: [String], location: SourceLocation, problems: inout [PolicyDiagnostic]) -> TokenView? {
+        if let known = views[names] { return known }
+        var scopes: Set<Scope> = []
+        for name in names {
+            guard let scope = try? Scope(name) else {
+                problems.append(PolicyDiagnostic(location: location, message: "scopes must hold valid scope names (RFC 6749 §3.3)"))
+                return nil
+            }
+            scopes.insert(scope)
+        }
+        let view = TokenView.granted(scopes)
+        if views.count >= Self.remembered { views.removeAll(keepingCapacity: true) }
+        views[names] = view
+        return view
     }
 }
 

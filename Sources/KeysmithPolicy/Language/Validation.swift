@@ -81,10 +81,10 @@ extension Schema {
         if context["token"] != nil {
             problems.append("context.token is reserved: it is the principal's token, given by Keysmith")
         }
-        var declared = action.context
-        declared["token"] = nil
-        var context = context
-        context["token"] = nil
+        // Without `token` on either side (copied only when it is there: a decider checks every
+        // request, and most contexts are small or empty).
+        let declared = action.context["token"] == nil ? action.context : action.context.filter { $0.key != "token" }
+        let context = context["token"] == nil ? context : context.filter { $0.key != "token" }
         problems += check(.record(context), against: .record(declared), path: "context")
         return problems
     }
@@ -105,9 +105,8 @@ extension Schema {
             appliesTo("principal", request.principal.type, action.principals)
             appliesTo("resource", request.resource.type, action.resources)
             problems += contextProblems(request.context, for: action)
-            for uid in [request.principal, request.resource] {
-                if let problem = enumerationProblem(uid) { problems.append(problem) }
-            }
+            if let problem = enumerationProblem(request.principal) { problems.append(problem) }
+            if let problem = enumerationProblem(request.resource) { problems.append(problem) }
         } else {
             let names = actions.keys.filter { $0.type == request.action.type }.map(\.id)
             problems.append("the action \(request.action) is not declared in the schema\(Self.suggestion(request.action.id, names))")
