@@ -1,0 +1,254 @@
+import Keysmith
+import PostgresNIO
+
+/// A row of `keysmith_records`.
+struct RecordRow {
+    var blindIndex: [UInt8]
+    var version: Int64
+    var keyID: Int32
+    var sealed: [UInt8]
+    /// The newest version the change feed recorded for this item, when read with it: a row
+    /// older than that was put back (rolled back) by hand.
+    var newestChange: Int64? = nil
+}
+
+/// The statements on `keysmith_records` and `keysmith_changes`.
+enum RecordRows {
+    /// The rows of these blind indexes, by index; with `lock`, locked for this transaction. Without
+    /// `withSealed` (a batch that only needs versions), `sealed` comes back empty.
+    static func fetch(_ indexes: [[UInt8]], namespace: [UInt8], table: RecordTable = .records, in transaction: Transaction, lock: Bool,
+                      withSealed: Bool = true) throws -> [[UInt8]: RecordRow]
+    {
+        var out: [[UInt8]: RecordRow] = [:]
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        var start = 0
+        while start < indexes.count {
+            let chunk = indexes[start..<min(start + 16_384, indexes.count)].map { ByteBuffer(bytes: $0) }
+            start += 16_384
+            // Reads also fetch the newest version the change feed holds for each item (a row put
+            // back from an older copy is older than that); a batch's locked read does not need it.
+            let query: PostgresQuery = lock
+                ? "SELECT blind_index, version, key_id, \(unescaped: withSealed ? "sealed" : "''::bytea"), NULL::bigint FROM \(unescaped: table.rawValue) WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk)) FOR UPDATE"
+                : """
+                SELECT r.blind_index, r.version, r.key_id, r.sealed,
+                       (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
+                FROM \(unescaped: table.rawValue) r WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = ANY(\(chunk))
+                """
+            for row in try transaction.execute(query) {
+                let (index, version, keyID, sealed, newest) = try row.decode((ByteBuffer, Int64, Int32, ByteBuffer, Int64?).self)
+                out[index.bytes] = RecordRow(blindIndex: index.bytes, version: version, keyID: keyID, sealed: sealed.bytes, newestChange: newest)
+            }
+        }
+        return out
+    }
+
+    static func count(namespace: [UInt8], table: RecordTable, in transaction: Transaction) throws -> Int {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        guard let row = try transaction.execute("SELECT count(*) FROM \(unescaped: table.rawValue) WHERE namespace_id = \(namespaceBuffer)").first else { return 0 }
+        return Int(try row.decode(Int64.self))
+    }
+
+    /// Of these indexes, those whose newest change in the feed is not a deletion: items the
+    /// feed says exist (a read that finds no row for one was edited away by hand).
+    static func liveInFeed(_ indexes: [[UInt8]], namespace: [UInt8], in transaction: Transaction) throws -> Set<[UInt8]> {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        let buffers = indexes.map { ByteBuffer(bytes: $0) }
+        var live: Set<[UInt8]> = []
+        for row in try transaction.execute("""
+            SELECT DISTINCT ON (blind_index) blind_index, deleted FROM keysmith_changes
+            WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(buffers))
+            ORDER BY blind_index, seq DESC
+            """) {
+            let (index, deleted) = try row.decode((ByteBuffer, Bool).self)
+            if !deleted { live.insert(index.bytes) }
+        }
+        return live
+    }
+
+    /// Items whose newest change says they exist, with a blind index in (`after`, `through`]
+    /// (open ends where `nil`), that have no row in either table: rows deleted by hand. One
+    /// statement, so a write committing meanwhile is seen whole or not at all.
+    static func missing(namespace: [UInt8], after: [UInt8]?, through: [UInt8]?, in transaction: Transaction) throws
+        -> [(blindIndex: [UInt8], version: Int64, sealedKey: [UInt8])]
+    {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        let lower = ByteBuffer(bytes: after ?? []), upper = through.map { ByteBuffer(bytes: $0) }
+        return try transaction.execute("""
+            SELECT n.blind_index, n.version, n.sealed_key FROM (
+                SELECT DISTINCT ON (blind_index) blind_index, version, deleted, sealed_key FROM keysmith_changes
+                WHERE namespace_id = \(namespaceBuffer) AND blind_index > \(lower) AND (\(upper)::bytea IS NULL OR blind_index <= \(upper))
+                ORDER BY blind_index, seq DESC) n
+            WHERE NOT n.deleted
+              AND NOT EXISTS (SELECT 1 FROM keysmith_records r WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = n.blind_index)
+              AND NOT EXISTS (SELECT 1 FROM keysmith_audit a WHERE a.namespace_id = \(namespaceBuffer) AND a.blind_index = n.blind_index)
+            """).map { row in
+            let (index, version, sealedKey) = try row.decode((ByteBuffer, Int64, ByteBuffer).self)
+            return (index.bytes, version, sealedKey.bytes)
+        }
+    }
+
+    static func page(namespace: [UInt8], table: RecordTable, after: [UInt8]?, limit: Int, in transaction: Transaction) throws -> [RecordRow] {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        let rows: [PostgresRow]
+        if let after {
+            let afterBuffer = ByteBuffer(bytes: after)
+            rows = try transaction.execute("""
+                SELECT r.blind_index, r.version, r.key_id, r.sealed,
+                       (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
+                FROM \(unescaped: table.rawValue) r
+                WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index > \(afterBuffer) ORDER BY r.blind_index LIMIT \(limit)
+                """)
+        } else {
+            rows = try transaction.execute("""
+                SELECT r.blind_index, r.version, r.key_id, r.sealed,
+                       (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
+                FROM \(unescaped: table.rawValue) r
+                WHERE r.namespace_id = \(namespaceBuffer) ORDER BY r.blind_index LIMIT \(limit)
+                """)
+        }
+        return try rows.map { row in
+            let (index, version, keyID, sealed, newest) = try row.decode((ByteBuffer, Int64, Int32, ByteBuffer, Int64?).self)
+            return RecordRow(blindIndex: index.bytes, version: version, keyID: keyID, sealed: sealed.bytes, newestChange: newest)
+        }
+    }
+
+    /// One row a batch writes.
+    struct Put {
+        var table: RecordTable = .records
+        var blindIndex: [UInt8]
+        var sealed: [UInt8]
+        var exists: Bool
+        /// The item's identity sealed for the change feed.
+        var sealedKey: [UInt8]
+    }
+
+    /// One row a batch deletes.
+    struct Removal {
+        var table: RecordTable = .records
+        var blindIndex: [UInt8]
+        var sealedKey: [UInt8]
+    }
+
+    /// Writes a batch's rows and its change rows with array statements, in chunks of at most
+    /// 16,384 rows or 16 MiB.
+    /// Returns the sequence number of the batch's last change row (what watchers acknowledge).
+    @discardableResult
+    static func write(puts: [Put], removals: [Removal], keys: NamespaceKeys, version: Int64, keyID: Int32,
+                      in transaction: Transaction) throws -> Int64 {
+        let namespace = keys.namespaceID
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        func chunks<T>(_ items: [T], size: (T) -> Int) -> [ArraySlice<T>] {
+            var out: [ArraySlice<T>] = []
+            var start = 0, bytes = 0
+            for (index, item) in items.enumerated() {
+                if index > start && (index - start >= 16_384 || bytes + size(item) > 16 << 20) {
+                    out.append(items[start..<index])
+                    start = index
+                    bytes = 0
+                }
+                bytes += size(item)
+            }
+            if start < items.count { out.append(items[start...]) }
+            return out
+        }
+        // Only records are ever rewritten or deleted: the batch refused audit changes already.
+        precondition(!puts.contains { $0.exists && $0.table == .audit } && !removals.contains { $0.table == .audit })
+        for chunk in chunks(puts.filter(\.exists), size: { $0.sealed.count }) {
+            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
+            try transaction.execute("""
+                UPDATE keysmith_records AS r SET version = \(version), key_id = \(keyID), sealed = t.s
+                FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
+                WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i
+                """)
+        }
+        // A concurrent creator of the same item makes an insert a unique violation: the batch
+        // is retried and then sees that item.
+        for table in RecordTable.allCases {
+            for chunk in chunks(puts.filter { !$0.exists && $0.table == table }, size: { $0.sealed.count }) {
+                let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
+                try transaction.execute("""
+                    INSERT INTO \(unescaped: table.rawValue) (namespace_id, blind_index, version, key_id, sealed)
+                    SELECT \(namespaceBuffer), t.i, \(version), \(keyID), t.s FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
+                    """)
+            }
+        }
+        for chunk in chunks(removals, size: { _ in 64 }) {
+            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }
+            try transaction.execute("DELETE FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(indexes)::bytea[])")
+        }
+        let changed = puts.map { ($0.blindIndex, false, $0.sealedKey) } + removals.map { ($0.blindIndex, true, $0.sealedKey) }
+        var last: Int64 = 0
+        if !changed.isEmpty {
+            // From here to COMMIT, one writer at a time per namespace: its change rows take
+            // their sequence numbers under this lock, so a namespace's change rows become
+            // visible in sequence order (a watcher that read up to N never has a row below N
+            // appear later), and each row links to the one before it.
+            // One statement: creates the namespace's head if it has none, locks it either way
+            // (an upsert's update takes the row lock), and returns its link.
+            guard let head = try transaction.execute("""
+                INSERT INTO keysmith_chain_heads AS h (namespace_id, seq, chain) VALUES (\(namespaceBuffer), 0, \(ByteBuffer(bytes: NamespaceKeys.chainGenesis)))
+                ON CONFLICT (namespace_id) DO UPDATE SET seq = h.seq RETURNING h.seq, h.chain
+                """).first else {
+                throw KeysmithError(.ioFailure, "PostgreSQL returned no chain head")
+            }
+            let (headSequence, headChain) = try head.decode((Int64, ByteBuffer).self)
+            var link = headChain.bytes
+            // The head must name the newest link (a statement after the lock sees every commit
+            // made before it): a chain whose head was set back is never extended into a fork.
+            let newest = try transaction.execute("""
+                SELECT seq, chain FROM keysmith_changes WHERE namespace_id = \(namespaceBuffer) ORDER BY seq DESC LIMIT 1
+                """).first.map { try $0.decode((Int64, ByteBuffer?).self) }
+            let headIsNewest: Bool = switch newest {
+            case nil: headSequence == 0
+            case let (_, chain?)?: chain.bytes == link && newest?.0 == headSequence
+            case (_, nil)?: headSequence == 0  // rows written before the feed was chained; the chain starts here
+            }
+            guard headIsNewest else {
+                throw KeysmithError(
+                    .corruptData,
+                    "the change feed's head names change \(headSequence), not its newest link (change \(newest?.0 ?? 0)): it was set back or "
+                        + "the newest rows were edited; nothing was written (run `keysmith postgres verify`)")
+            }
+            guard let reserved = try transaction.execute("""
+                SELECT array_agg(v ORDER BY v) FROM (SELECT nextval('keysmith_changes_seq_seq') AS v FROM generate_series(1, \(Int64(changed.count)))) s
+                """).first, let sequences = try reserved.decode([Int64]?.self), sequences.count == changed.count else {
+                throw KeysmithError(.ioFailure, "PostgreSQL returned no sequence numbers for the change feed")
+            }
+            var links: [[UInt8]] = []
+            links.reserveCapacity(changed.count)
+            for (sequence, change) in zip(sequences, changed) {
+                link = keys.chainLink(after: link, sequence: sequence, blindIndex: change.0, version: version, deleted: change.1, sealedKey: change.2)
+                links.append(link)
+            }
+            let rows = Array(zip(sequences, zip(changed, links)))
+            last = sequences.last ?? 0
+            let pieces = chunks(rows, size: { _ in 160 })
+            for (number, chunk) in pieces.enumerated() {
+                let seqs = chunk.map(\.0), indexes = chunk.map { ByteBuffer(bytes: $0.1.0.0) }, deleted = chunk.map(\.1.0.1)
+                let sealedKeys = chunk.map { ByteBuffer(bytes: $0.1.0.2) }, chains = chunk.map { ByteBuffer(bytes: $0.1.1) }
+                if number < pieces.count - 1 {
+                    try transaction.execute("""
+                        INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
+                        SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
+                        FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)
+                        """)
+                } else {
+                    // The last chunk also moves the head and notifies watchers (delivered at
+                    // COMMIT), in the same statement.
+                    let payload = namespace.hexString
+                    try transaction.execute("""
+                        WITH inserted AS (
+                            INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
+                            SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
+                            FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)),
+                        moved AS (
+                            UPDATE keysmith_chain_heads SET seq = \(last), chain = \(ByteBuffer(bytes: link)) WHERE namespace_id = \(namespaceBuffer)
+                            RETURNING 1)
+                        SELECT pg_notify(\(PostgresSchema.channel), \(payload)) FROM moved
+                        """)
+                }
+            }
+        }
+        return last
+    }
+}

@@ -1,0 +1,270 @@
+import Keysmith
+import KeysmithSystem
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import PostgresNIO
+
+/// A conflict with a concurrent transaction: the batch is retried from its reads.
+struct RetryableConflict: Error {
+    let state: String
+
+    /// Runs `body` (a whole transaction), and again, after a short random pause, when it
+    /// conflicted with a concurrent transaction (a deadlock, a serialization failure, a unique
+    /// violation on a row another made first), up to 20 times; then `failure(state)`. So no
+    /// public entry point ever throws this internal error: a reader, a batch and the schema's
+    /// installer racing each other's locks all retry.
+    static func retrying<T>(_ body: () throws -> T, failure: (String) -> KeysmithError) throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try body()
+            } catch is RetryableConflict where attempt < 20 {
+                usleep(UInt32.random(in: 200...2_000) * UInt32(attempt))
+            } catch let error as RetryableConflict {
+                throw failure(error.state)
+            }
+        }
+    }
+}
+
+/// One connection, used from one thread at a time (the store's mutex), through the
+/// `EventLoopFuture` interface: the store's API is synchronous, and waiting on a future from a
+/// thread outside the event loop never ties up Swift's cooperative thread pool.
+final class Session: @unchecked Sendable {
+    // @unchecked: used only under PostgresStore's mutex (or by one caller during set-up).
+    let connection: PostgresConnection
+    let logger: Logger
+    let description: String
+    /// How long one statement may take before the connection is given up.
+    var statementTimeout: Duration = .seconds(120)
+
+    private init(connection: PostgresConnection, logger: Logger, description: String) {
+        self.connection = connection
+        self.logger = logger
+        self.description = description
+    }
+
+    /// Connects; `application` names the connection in `pg_stat_activity` (an operator can see
+    /// which connections are Keysmith's, and which watcher is which).
+    static func connect(_ settings: PostgresConnectionSettings, logger: Logger, application: String = "keysmith") throws -> Session {
+        var configuration: PostgresConnection.Configuration
+        if let problem = settings.tlsProblem { throw KeysmithError.invalidArgument(problem) }
+        if let socket = settings.socketPath {
+            configuration = .init(unixSocketPath: socket, username: settings.user, password: settings.password, database: settings.database)
+        } else {
+            configuration = .init(host: settings.host ?? "localhost", port: settings.port, username: settings.user,
+                                  password: settings.password, database: settings.database, tls: try tls(settings))
+        }
+        configuration.options.additionalStartupParameters = [("application_name", String(application.prefix(63)))]
+        do {
+            let connection = try PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: 1, logger: logger
+            ).wait(timeout: .seconds(30))
+            return Session(connection: connection, logger: logger, description: settings.description)
+        } catch {
+            throw KeysmithError(.storeUnavailable, "cannot connect to PostgreSQL (\(OneLine.escaped(settings.description)), \(settings.protection)): \(Session.reason(error))")
+        }
+    }
+
+    /// The TLS of a TCP connection: none for ``PostgresConnectionSettings/TLSMode/disable``;
+    /// otherwise required (a server that offers none is refused, never used in plain text),
+    /// TLS 1.2 at least, verifying the server as the mode says against `trustedRoots` or the
+    /// system's roots.
+    private static func tls(_ settings: PostgresConnectionSettings) throws -> PostgresConnection.Configuration.TLS {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12
+        switch settings.tls {
+        case .disable: return .disable
+        case .require: configuration.certificateVerification = .none
+        case .verifyCA: configuration.certificateVerification = .noHostnameVerification
+        case .verifyFull: configuration.certificateVerification = .fullVerification
+        }
+        if let roots = settings.trustedRoots {
+            configuration.trustRoots = .certificates(try trustedRoots(roots))
+        }
+        do {
+            return .require(try NIOSSLContext(configuration: configuration))
+        } catch {
+            throw KeysmithError(.storeUnavailable, "cannot set up TLS for PostgreSQL (\(settings.description)): \(error)")
+        }
+    }
+
+    /// The certificates of a PEM file of trusted roots, read here (a regular file of at most
+    /// 4 MiB; a FIFO or a device is refused, never waited on), so a missing or malformed file is
+    /// named now rather than reported as a failed handshake.
+    private static func trustedRoots(_ path: String) throws -> [NIOSSLCertificate] {
+        let problem: String
+        do {
+            if let (fd, _) = try System.openRegularFile(path, maximumSize: 4 << 20, followingLinks: true) {
+                defer { System.close(fd) }
+                let certificates = try? NIOSSLCertificate.fromPEMBytes(try System.readAll(fd, path: path, atMost: 4 << 20))
+                if let certificates, !certificates.isEmpty { return certificates }
+                problem = "holds no PEM certificate"
+            } else {
+                problem = "does not exist"
+            }
+        } catch {
+            problem = "cannot be read (\(error))"
+        }
+        throw KeysmithError.invalidArgument("the trusted roots file \(path) (sslrootcert) \(problem)")
+    }
+
+    var isClosed: Bool { connection.isClosed }
+
+    func close() {
+        _ = try? connection.close().wait(timeout: .seconds(5))
+    }
+
+    /// The server's reason, without the query text or its bindings (they may hold ciphertext).
+    static func reason(_ error: any Error) -> String {
+        if let error = error as? PSQLError {
+            // The server's words, kept on one line: before TLS (a refusal answering the request
+            // for it) they come from whoever answered, unauthenticated, and may hold line breaks
+            // or terminal escapes meant to forge output.
+            if let message = error.serverInfo?[.message] { return OneLine.escaped(message) }
+            if error.code == .sslUnsupported { return "the server does not offer TLS (sslmode asks for it)" }
+            if error.code == .authMechanismRequiresPassword {
+                return "the server asks for a password and the URL gives none (postgresql://USER:PASSWORD@HOST/DATABASE; docs/postgres.md)"
+            }
+            if let underlying = error.underlying, let tls = tlsReason(underlying) { return tls }
+            if let underlying = error.underlying, let connection = connectionReason(underlying) { return connection }
+            if error.code == .serverClosedConnection { return "the server closed the connection" }
+            return String(describing: error.code)
+        }
+        return tlsReason(error) ?? connectionReason(error) ?? String(describing: type(of: error))
+    }
+
+    /// Why a connection could not be made, in words: refused, timed out, a name not found, a
+    /// socket that is not there.
+    private static func connectionReason(_ error: any Error) -> String? {
+        if let error = error as? NIOConnectionError {
+            if error.dnsAError != nil || error.dnsAAAAError != nil, error.connectionErrors.isEmpty {
+                return "the host name \(OneLine.escaped(error.host)) was not found"
+            }
+            let reasons = Set(error.connectionErrors.compactMap { connectionReason($0.error) })
+            if reasons.count == 1, let reason = reasons.first { return reason }
+            if !reasons.isEmpty { return reasons.sorted().joined(separator: "; ") }
+            return "no address of \(OneLine.escaped(error.host)) accepted a connection"
+        }
+        if case ChannelError.connectTimeout(let timeout) = error {
+            return "the connection timed out (no answer in \(timeout.nanoseconds / 1_000_000_000) s)"
+        }
+        if error is SocketAddressError { return "the host name was not found" }
+        if let error = error as? IOError {
+            switch error.errnoCode {
+            case ECONNREFUSED: return "the connection was refused (no server listens there)"
+            case ENOENT: return "no server socket at that path (is the server running, and the directory right?)"
+            case EACCES, EPERM: return "permission denied on the server's socket"
+            case ETIMEDOUT: return "the connection timed out"
+            case EHOSTUNREACH, ENETUNREACH: return "the host cannot be reached"
+            default: return "the connection failed (errno \(error.errnoCode))"
+            }
+        }
+        return nil
+    }
+
+    /// A failed TLS handshake, in words: a certificate that did not verify, or a name it does
+    /// not carry.
+    private static func tlsReason(_ error: any Error) -> String? {
+        if let error = error as? NIOSSLExtraError, error == .failedToValidateHostname {
+            return "TLS: the server's certificate does not name the host connected to (sslmode=verify-full)"
+        }
+        if error is NIOSSLError {
+            return "TLS: the handshake failed: the server's certificate did not verify against the trusted roots "
+                + "(sslrootcert, else the system's), or the server broke off TLS"
+        }
+        return nil
+    }
+
+    static func sqlState(_ error: any Error) -> String? {
+        (error as? PSQLError)?.serverInfo?[.sqlState]
+    }
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    /// Serialization failures, deadlocks and unique violations become ``RetryableConflict``; a
+    /// lost connection `KeysmithError.Code.storeUnavailable` (whether the commit happened is
+    /// then unknown only if the connection dropped during COMMIT itself).
+    ///
+    /// `snapshot`: a read-only transaction whose statements all see one snapshot (`REPEATABLE
+    /// READ`), for a read that asks two questions of the database (the rows, then the change
+    /// feed about the rows it did not find) and must not see a writer's commit between them.
+    func transaction<T>(snapshot: Bool = false, _ body: (Transaction) throws -> T) throws -> T {
+        let transaction = Transaction(session: self)
+        try transaction.execute(snapshot ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN ISOLATION LEVEL READ COMMITTED")
+        do {
+            let result = try body(transaction)
+            try transaction.execute("COMMIT")
+            return result
+        } catch {
+            // Bounded: after a server crash the connection may not know yet that it is dead, and an
+            // unbounded wait here hung a writer for good (found by the server-crash test).
+            if !connection.isClosed { _ = try? connection.query("ROLLBACK", logger: logger).wait(timeout: .seconds(5)) }
+            throw error
+        }
+    }
+}
+
+/// Statements inside a transaction.
+struct Transaction {
+    let session: Session
+
+    @discardableResult
+    func execute(_ query: PostgresQuery) throws -> [PostgresRow] {
+        // A statement on a connection the server closed may never be answered: fail at once.
+        guard !session.connection.isClosed else {
+            throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) closed the connection")
+        }
+        do {
+            return try session.connection.query(query, logger: session.logger).wait(timeout: session.statementTimeout).rows
+        } catch {
+            throw failure(error)
+        }
+    }
+
+    /// What a statement's failure means to the caller.
+    private func failure(_ error: any Error) -> any Error {
+        if error is WaitTimedOut {
+            session.close()
+            return KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) did not answer within \(session.statementTimeout); the connection was closed")
+        }
+        if let state = Session.sqlState(error), ["40001", "40P01", "23505"].contains(state) {
+            return RetryableConflict(state: state)
+        }
+        let state = Session.sqlState(error)
+        // Connection exceptions (08…) and operator intervention (57…: a terminated backend,
+        // a server shutting down) mean the server is gone for now, not that the statement was wrong.
+        if session.connection.isClosed || !(error is PSQLError) || state == nil || state!.hasPrefix("08") || state!.hasPrefix("57") {
+            return KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) failed: \(Session.reason(error))")
+        }
+        // An undefined table or column: no schema, or one older than this version.
+        if state == "42P01" || state == "42703" {
+            return KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) has no Keysmith schema, or an older one; run `keysmith postgres init`")
+        }
+        return KeysmithError(.ioFailure, "PostgreSQL (\(session.description)) refused a statement: \(Session.reason(error))")
+    }
+
+    /// The next version number, from the one sequence all namespaces share, and the namespace's
+    /// newest data key id (in the same round trip: a batch seals with the newest key).
+    func nextVersion(namespace: [UInt8]) throws -> (version: Int64, newestKey: Int32) {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        guard let row = try execute("""
+            SELECT nextval('keysmith_versions'), (SELECT max(key_id) FROM keysmith_data_keys WHERE namespace_id = \(namespaceBuffer))
+            """).first else {
+            throw KeysmithError(.ioFailure, "PostgreSQL returned no version")
+        }
+        let (version, newest) = try row.decode((Int64, Int32?).self)
+        return (version, newest ?? 1)
+    }
+}
+
+/// Raw SQL for tests that play the database administrator.
+enum PostgresQueryText {
+    static func raw(_ text: String) -> PostgresQuery { PostgresQuery(unsafeSQL: text) }
+}
+
+extension ByteBuffer {
+    var bytes: [UInt8] { Array(readableBytesView) }
+}
