@@ -280,7 +280,7 @@ struct PostgresStoreTests {
             guard attack != .deleteHead else { continue }
             let watcher = try PostgresWatcher(try Self.settings(), namespace: namespace, masterKey: .key(Self.key), name: "chain", after: 0)
             // Should it not stop by itself, it is stopped (and the expectation below fails).
-            DispatchQueue.global().asyncAfter(deadline: .now() + 10) { watcher.stop() }
+            DispatchQueue.global().asyncAfter(deadline: .now() + 120) { watcher.stop() }
             let error = #expect(throws: KeysmithError.self, "\(attack)") { try watcher.run(pollInterval: .milliseconds(10)) { _ in true } }
             #expect(error?.code == .corruptData, "\(attack)")
             #expect(!watcher.isCurrent)

@@ -25,7 +25,7 @@ struct WatcherTests {
         return thread
     }
 
-    static func waitUntil(_ seconds: Double = 10, _ condition: () -> Bool) -> Bool {
+    static func waitUntil(_ seconds: Double = 60, _ condition: () -> Bool) -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             if condition() { return true }
@@ -195,8 +195,15 @@ struct WatcherTests {
         #expect(pending.isEmpty)
         #expect(collected.allSatisfy { $0.count == 1 })
         try store.perform([.create(ItemAttributes(key: .genericPassword(service: "s", account: "second")), secret: Data("x".utf8))])
-        let late = try store.waitForWatchers(through: store.lastCommittedSequence, timeout: .milliseconds(500))
-        #expect(late.map(\.name) == ["host-2"])
+        // The two that are not held up acknowledge it (however long that takes on a loaded
+        // machine); the one held up in its callback stays pending (counted as live though its
+        // heartbeat stopped with it).
+        let sequence = store.lastCommittedSequence
+        var late: [String] = []
+        #expect(Self.waitUntil {
+            late = (try? store.waitForWatchers(through: sequence, timeout: .milliseconds(200), liveWithin: .seconds(600)))?.map(\.name) ?? ["error"]
+            return late == ["host-2"]
+        }, "\(late)")
         release.signal()
         for watcher in watchers { watcher.stop() }
     }
@@ -213,7 +220,7 @@ struct WatcherTests {
         var settings = try PostgresStoreTests.settings()
         settings.user = role
         let watched = try WatchedPermissions(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key),
-                                             service: "news", account: "alice", name: "perm-\(role)", staleAfter: .milliseconds(500))
+                                             service: "news", account: "alice", name: "perm-\(role)", staleAfter: .seconds(5))
         let write = try Scope("posts:write"), read = try Scope("posts:read")
         // Not current before it has watched: nothing is held yet.
         #expect(!watched.permissions.hasPermission(read))
@@ -269,7 +276,7 @@ struct WatcherTests {
         let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
                                           name: "edited-\(namespace.prefix(20))", after: sequences[0] - 1)
         // Should it not stop by itself, it is stopped (and the expectations below fail).
-        DispatchQueue.global().asyncAfter(deadline: .now() + 10) { watcher.stop() }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 120) { watcher.stop() }
         let delivered = Collected()
         let error = #expect(throws: KeysmithError.self) {
             try watcher.run(pollInterval: .milliseconds(20)) { change in
@@ -318,7 +325,7 @@ struct WatcherTests {
         for after in [start, Int64(0)] {
             let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
                                               name: "replay-\(after)-\(namespace.prefix(12))", after: after)
-            DispatchQueue.global().asyncAfter(deadline: .now() + 10) { watcher.stop() }
+            DispatchQueue.global().asyncAfter(deadline: .now() + 120) { watcher.stop() }
             let delivered = Collected()
             let error = #expect(throws: KeysmithError.self) {
                 try watcher.run(pollInterval: .milliseconds(20)) { change in
@@ -359,8 +366,10 @@ struct WatcherTests {
         #expect(try PostgresStoreTests.sql("SELECT count(*)::text FROM keysmith_watchers WHERE namespace_id = \(namespaceID)") == [["0"]])
         try store.perform([.create(ItemAttributes(key: .genericPassword(service: "s", account: "b")), secret: Data("2".utf8))])
         let started = ContinuousClock.now
-        #expect(try store.waitForWatchers(through: Int64.max / 2, timeout: .seconds(5)).isEmpty)
-        #expect(ContinuousClock.now - started < .seconds(2))
+        // A watcher still registered would count as live for 10 s after its last heartbeat, so
+        // this wait would last its whole 8 s.
+        #expect(try store.waitForWatchers(through: Int64.max / 2, timeout: .seconds(8)).isEmpty)
+        #expect(ContinuousClock.now - started < .seconds(6), "a deregistered watcher was waited for")
     }
 
     @Test("a watcher that cannot go on after a master-key and a data-key rotation ends and says why, never goes quiet")
