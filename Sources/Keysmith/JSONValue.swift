@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Any JSON value, decoded strictly (a boolean is never a number, nor a number a boolean) and
 /// encoded back as it came: what the command carries through a batch line unchanged, and what

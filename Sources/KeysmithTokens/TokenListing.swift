@@ -1,4 +1,4 @@
-public import Foundation
+public import FoundationEssentials
 import Keysmith
 
 /// Which tokens a listing shows (what `keysmith token list` selects with): where they are kept

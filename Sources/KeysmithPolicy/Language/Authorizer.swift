@@ -1,4 +1,4 @@
-public import Foundation
+public import FoundationEssentials
 import Keysmith
 public import KeysmithTokens
 

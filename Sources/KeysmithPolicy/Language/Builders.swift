@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A policy built in Swift, Koosa-style, that becomes policy-language text: the same parser, the
 /// same validation against a schema, the same decisions.

@@ -1,4 +1,4 @@
-public import Foundation
+public import FoundationEssentials
 import Keysmith
 
 /// A policy decision point: policies, an optional schema and the entities, deciding one request

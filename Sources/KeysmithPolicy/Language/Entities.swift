@@ -508,7 +508,7 @@ enum JSONValues {
             return EntityUID(type: type, id: String(decoding: bytes[(separator + 3)..<(bytes.count - 1)], as: UTF8.self),
                              isASCII: bytes.allSatisfy { $0 < 0x80 })
         }
-        guard let separator = text.range(of: "::\"", options: .backwards), text.hasSuffix("\""), text.count >= 4 else { return nil }
+        guard let separator = text.utf8.ranges(of: "::\"".utf8).last, text.hasSuffix("\""), text.count >= 4 else { return nil }
         let type = String(text[..<separator.lowerBound])
         guard isTypeName(type) else { return nil }
         var lexer = Lexer(text: String(text[text.index(separator.lowerBound, offsetBy: 2)...]), file: "")

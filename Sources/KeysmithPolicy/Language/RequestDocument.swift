@@ -223,7 +223,7 @@ extension EntityUID {
     /// ```
     public static func problem(parsing text: String) -> String? {
         guard JSONValues.parseUID(text) == nil else { return nil }
-        guard let separator = text.range(of: "::\""), text.hasSuffix("\""), text.index(before: text.endIndex) >= separator.upperBound else {
+        guard let separator = text.utf8.firstRange(of: "::\"".utf8), text.hasSuffix("\""), text.index(before: text.endIndex) >= separator.upperBound else {
             return "is not an entity (a type, ::, then the id in double quotes)"
         }
         let type = String(text[..<separator.lowerBound])
