@@ -1,5 +1,4 @@
 public import Keysmith
-import Foundation
 
 /// An RFC 6749 §5.1 token response, parsed and checked.
 package struct TokenResponse {
@@ -151,8 +150,7 @@ package struct TokenResponse {
                     index += bytes[index] == UInt8(ascii: "\\") ? 2 : 1
                 }
                 if expectingName, index < bytes.count, case .some(.some(var names)) = stack.last {
-                    let literal = Data(bytes[start...index])
-                    let name = (try? JSONSerialization.jsonObject(with: literal, options: [.fragmentsAllowed]) as? String)
+                    let name = CompactJSON.string(literal: bytes[start...index])
                         ?? String(decoding: bytes[(start + 1)..<index], as: UTF8.self)
                     if names.contains(name) { return name }
                     names.insert(name)
@@ -167,23 +165,25 @@ package struct TokenResponse {
         return nil
     }
 
-    /// Every field beyond RFC 6749's, its value re-encoded as compact JSON.
+    /// Every field beyond RFC 6749's, its value re-encoded as compact JSON (``CompactJSON``:
+    /// members sorted by the bytes of their names, numbers as written).
     private static func additionalFields(of data: Data) throws -> [String: String] {
-        guard let object = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]) as? [String: Any] else { return [:] }
+        guard let members = CompactJSON.members(of: Array(data)) else {
+            throw KeysmithError(.malformedData, "the token response is not JSON as RFC 8259 writes it (a trailing comma, a lone surrogate escape, "
+                                + "or nesting deeper than \(CompactJSON.maximumDepth) levels)")
+        }
         var fields: [String: String] = [:]
-        for (name, value) in object where !standardFields.contains(name) {
+        for (name, text) in members where !standardFields.contains(name) {
             guard fields.count < maximumAdditionalFields else {
                 throw KeysmithError(.malformedData, "the token response has more than \(maximumAdditionalFields) fields beyond RFC 6749's")
             }
             guard !name.isEmpty, name.utf8.count <= 256 else {
                 throw KeysmithError(.malformedData, "the token response has a field whose name is empty or longer than 256 bytes")
             }
-            guard let encoded = try? JSONSerialization.data(withJSONObject: value, options: [.fragmentsAllowed, .sortedKeys, .withoutEscapingSlashes]),
-                  encoded.count <= maximumAdditionalFieldBytes
-            else {
+            guard text.utf8.count <= maximumAdditionalFieldBytes else {
                 throw KeysmithError(.malformedData, "the token response's field \(name) is larger than 64 KiB")
             }
-            fields[name] = String(decoding: encoded, as: UTF8.self)
+            fields[name] = text
         }
         return fields
     }

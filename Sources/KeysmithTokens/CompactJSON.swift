@@ -1,0 +1,240 @@
+/// JSON read strictly and written back as compact text, without Foundation: what a token
+/// response's additional fields are kept as (docs/format.md, `KSTOKEN2`).
+///
+/// The text written has no white space; an object's members are sorted by the UTF-8 bytes of
+/// their names (the same order on every machine, whatever its locale); a number is kept as the
+/// provider wrote it (no digit is lost or changed); a string is written with only the escapes
+/// JSON requires (a quote, a backslash, control characters), everything else as UTF-8.
+///
+/// ```swift
+/// CompactJSON.members(of: Array(#"{"team": {"name": "Acme", "id": 1.50}}"#.utf8))?.first?.text
+/// // {"id":1.50,"name":"Acme"}
+/// ```
+package enum CompactJSON {
+    /// How deep arrays and objects may nest.
+    static let maximumDepth = 512
+
+    /// The members of the JSON object `bytes` holds, in the order written, each value as
+    /// compact text; `nil` when `bytes` is not one JSON object (malformed, a lone surrogate
+    /// escape, not UTF-8, nested too deeply, or anything after it).
+    package static func members(of bytes: [UInt8]) -> [(name: String, text: String)]? {
+        var reader = Reader(bytes: bytes)
+        guard let members = reader.topLevelObject() else { return nil }
+        return members.map { ($0.name, String(decoding: $0.text, as: UTF8.self)) }
+    }
+
+    /// The string a JSON string literal (quotes included) stands for, its escapes decoded;
+    /// `nil` when it is not one.
+    package static func string(literal bytes: some Collection<UInt8>) -> String? {
+        var reader = Reader(bytes: Array(bytes))
+        guard let text = reader.string(), reader.atEnd else { return nil }
+        return text
+    }
+
+    private struct Reader {
+        let bytes: [UInt8]
+        var offset = 0
+
+        var atEnd: Bool {
+            mutating get {
+                skipSpace()
+                return offset == bytes.count
+            }
+        }
+
+        mutating func skipSpace() {
+            while offset < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[offset]) { offset += 1 }
+        }
+
+        mutating func take(_ byte: UInt8) -> Bool {
+            skipSpace()
+            guard offset < bytes.count, bytes[offset] == byte else { return false }
+            offset += 1
+            return true
+        }
+
+        /// The object's members, each value as compact text, and nothing after the object.
+        mutating func topLevelObject() -> [(name: String, text: [UInt8])]? {
+            guard take(UInt8(ascii: "{")) else { return nil }
+            var members: [(name: String, text: [UInt8])] = []
+            if take(UInt8(ascii: "}")) { return atEnd ? members : nil }
+            repeat {
+                skipSpace()
+                guard let name = string(), take(UInt8(ascii: ":")) else { return nil }
+                var text: [UInt8] = []
+                guard value(into: &text, depth: 1) else { return nil }
+                members.append((name, text))
+            } while take(UInt8(ascii: ","))
+            guard take(UInt8(ascii: "}")), atEnd else { return nil }
+            return members
+        }
+
+        /// Reads one value, appending its compact text to `out`.
+        mutating func value(into out: inout [UInt8], depth: Int) -> Bool {
+            skipSpace()
+            guard offset < bytes.count, depth <= CompactJSON.maximumDepth else { return false }
+            switch bytes[offset] {
+            case UInt8(ascii: "{"):
+                offset += 1
+                var members: [(name: String, text: [UInt8])] = []
+                if !take(UInt8(ascii: "}")) {
+                    repeat {
+                        skipSpace()
+                        guard let name = string(), take(UInt8(ascii: ":")) else { return false }
+                        var text: [UInt8] = []
+                        guard value(into: &text, depth: depth + 1) else { return false }
+                        members.append((name, text))
+                    } while take(UInt8(ascii: ","))
+                    guard take(UInt8(ascii: "}")) else { return false }
+                }
+                out.append(UInt8(ascii: "{"))
+                for (index, member) in members.sorted(by: { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }).enumerated() {
+                    if index > 0 { out.append(UInt8(ascii: ",")) }
+                    CompactJSON.append(member.name, to: &out)
+                    out.append(UInt8(ascii: ":"))
+                    out += member.text
+                }
+                out.append(UInt8(ascii: "}"))
+                return true
+            case UInt8(ascii: "["):
+                offset += 1
+                out.append(UInt8(ascii: "["))
+                if !take(UInt8(ascii: "]")) {
+                    var first = true
+                    repeat {
+                        if !first { out.append(UInt8(ascii: ",")) }
+                        first = false
+                        guard value(into: &out, depth: depth + 1) else { return false }
+                    } while take(UInt8(ascii: ","))
+                    guard take(UInt8(ascii: "]")) else { return false }
+                }
+                out.append(UInt8(ascii: "]"))
+                return true
+            case UInt8(ascii: "\""):
+                guard let text = string() else { return false }
+                CompactJSON.append(text, to: &out)
+                return true
+            case UInt8(ascii: "t"): return word("true", into: &out)
+            case UInt8(ascii: "f"): return word("false", into: &out)
+            case UInt8(ascii: "n"): return word("null", into: &out)
+            default: return number(into: &out)
+            }
+        }
+
+        mutating func word(_ word: String, into out: inout [UInt8]) -> Bool {
+            let expected = Array(word.utf8)
+            guard bytes.count - offset >= expected.count, Array(bytes[offset..<(offset + expected.count)]) == expected else { return false }
+            offset += expected.count
+            out += expected
+            return true
+        }
+
+        /// A number as JSON writes one (`-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`),
+        /// copied as written.
+        mutating func number(into out: inout [UInt8]) -> Bool {
+            let start = offset
+            func digits() -> Int {
+                let first = offset
+                while offset < bytes.count, (0x30...0x39).contains(bytes[offset]) { offset += 1 }
+                return offset - first
+            }
+            if offset < bytes.count, bytes[offset] == UInt8(ascii: "-") { offset += 1 }
+            guard offset < bytes.count else { return false }
+            if bytes[offset] == UInt8(ascii: "0") {
+                offset += 1
+            } else {
+                guard digits() > 0 else { return false }
+            }
+            if offset < bytes.count, bytes[offset] == UInt8(ascii: ".") {
+                offset += 1
+                guard digits() > 0 else { return false }
+            }
+            if offset < bytes.count, bytes[offset] == UInt8(ascii: "e") || bytes[offset] == UInt8(ascii: "E") {
+                offset += 1
+                if offset < bytes.count, bytes[offset] == UInt8(ascii: "+") || bytes[offset] == UInt8(ascii: "-") { offset += 1 }
+                guard digits() > 0 else { return false }
+            }
+            out += bytes[start..<offset]
+            return true
+        }
+
+        /// A string literal at `offset`, its escapes decoded; `nil` when malformed, not UTF-8,
+        /// or holding a lone surrogate.
+        mutating func string() -> String? {
+            guard offset < bytes.count, bytes[offset] == UInt8(ascii: "\"") else { return nil }
+            offset += 1
+            var utf8: [UInt8] = []
+            while offset < bytes.count {
+                let byte = bytes[offset]
+                offset += 1
+                switch byte {
+                case UInt8(ascii: "\""):
+                    return String(validating: utf8, as: UTF8.self)
+                case UInt8(ascii: "\\"):
+                    guard offset < bytes.count else { return nil }
+                    let escape = bytes[offset]
+                    offset += 1
+                    switch escape {
+                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): utf8.append(escape)
+                    case UInt8(ascii: "b"): utf8.append(0x08)
+                    case UInt8(ascii: "f"): utf8.append(0x0C)
+                    case UInt8(ascii: "n"): utf8.append(0x0A)
+                    case UInt8(ascii: "r"): utf8.append(0x0D)
+                    case UInt8(ascii: "t"): utf8.append(0x09)
+                    case UInt8(ascii: "u"):
+                        guard var code = hex4() else { return nil }
+                        if (0xD800..<0xDC00).contains(code) {
+                            guard offset + 1 < bytes.count, bytes[offset] == UInt8(ascii: "\\"), bytes[offset + 1] == UInt8(ascii: "u") else { return nil }
+                            offset += 2
+                            guard let low = hex4(), (0xDC00..<0xE000).contains(low) else { return nil }
+                            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                        } else if (0xDC00..<0xE000).contains(code) {
+                            return nil
+                        }
+                        guard let scalar = Unicode.Scalar(code) else { return nil }
+                        utf8 += Array(String(Character(scalar)).utf8)
+                    default:
+                        return nil
+                    }
+                default:
+                    guard byte >= 0x20 else { return nil }
+                    utf8.append(byte)
+                }
+            }
+            return nil
+        }
+
+        mutating func hex4() -> UInt32? {
+            guard bytes.count - offset >= 4 else { return nil }
+            var code: UInt32 = 0
+            for byte in bytes[offset..<(offset + 4)] {
+                guard let digit = UInt32(String(UnicodeScalar(byte)), radix: 16) else { return nil }
+                code = code << 4 | digit
+            }
+            offset += 4
+            return code
+        }
+    }
+
+    /// Appends `text` as a JSON string literal: a quote, a backslash and control characters
+    /// escaped (`\b \f \n \r \t`, else `\u00XX`), everything else as UTF-8.
+    static func append(_ text: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out += Array(#"\""#.utf8)
+            case UInt8(ascii: "\\"): out += Array(#"\\"#.utf8)
+            case 0x08: out += Array(#"\b"#.utf8)
+            case 0x0C: out += Array(#"\f"#.utf8)
+            case 0x0A: out += Array(#"\n"#.utf8)
+            case 0x0D: out += Array(#"\r"#.utf8)
+            case 0x09: out += Array(#"\t"#.utf8)
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                out += Array(#"\u00"#.utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+}
