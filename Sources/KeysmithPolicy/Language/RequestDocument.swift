@@ -18,14 +18,14 @@ extension AuthorizationRequest {
     static func parseReportingAll(_ document: Located, file: String, allowing extra: Set<String>, tokenInContext: Bool = false)
         throws(PolicyDiagnostics) -> AuthorizationRequest
     {
-        var forgetting: [String: EntityUID]? = nil
+        var forgetting: [ExactText: EntityUID]? = nil
         return try parseReportingAll(document, file: file, allowing: extra, tokenInContext: tokenInContext, remembering: &forgetting)
     }
 
     /// ``parseReportingAll(_:file:allowing:tokenInContext:)``, looking up entities written as
     /// `Type::"id"` text in `uids` first and adding the ones it parses (when `uids` is not `nil`).
     static func parseReportingAll(_ document: Located, file: String, allowing extra: Set<String>, tokenInContext: Bool = false,
-                                  remembering uids: inout [String: EntityUID]?) throws(PolicyDiagnostics) -> AuthorizationRequest
+                                  remembering uids: inout [ExactText: EntityUID]?) throws(PolicyDiagnostics) -> AuthorizationRequest
     {
         var problems: [PolicyDiagnostic] = []
         func fail(_ problem: PolicyDiagnostic) -> PolicyDiagnostics { PolicyDiagnostics(kind: .input, problems: [problem]) }
@@ -50,10 +50,11 @@ extension AuthorizationRequest {
             do throws(PolicyDiagnostic) {
                 guard let value else { throw JSONValues.problem(document, file, "the request has no \(name)") }
                 guard case .string(let text) = value.value, uids != nil else { return try JSONValues.uid(value, file, what) }
-                if let known = uids?[text] { return known }
+                let key = ExactText(text)
+                if let known = uids?[key] { return known }
                 let uid = try JSONValues.uid(value, file, what)
                 if uids!.count >= DecideLineReader.remembered * 16 { uids!.removeAll(keepingCapacity: true) }
-                uids![text] = uid
+                uids![key] = uid
                 return uid
             } catch {
                 problems.append(error)
@@ -120,10 +121,11 @@ extension AuthorizationRequest {
 /// }
 /// ```
 public struct DecideLineReader: Sendable {
-    /// Token views by the scope names as a line lists them (in its order), for lists seen before.
-    private var views: [[String]: TokenView] = [:]
-    /// Entities written as `Type::"id"` text, by that text, for texts seen before.
-    private var uids: [String: EntityUID]? = [:]
+    /// Token views by the scope names as a line lists them (in its order, byte for byte), for
+    /// lists seen before.
+    private var views: [[ExactText]: TokenView] = [:]
+    /// Entities written as `Type::"id"` text, by that text (byte for byte), for texts seen before.
+    private var uids: [ExactText: EntityUID]? = [:]
     /// The most lists remembered (and sixteen times as many entities); a memory is emptied when
     /// it is full (a stream of ever new lists then costs what reading each line alone costs).
     static let remembered = 256
@@ -189,7 +191,8 @@ public struct DecideLineReader: Sendable {
     /// The token view granting `names`: the one built before for the same list, or a new one
     /// (each name checked as a scope) remembered for the next line.
     private mutating func view(_ names: [String], location: SourceLocation, problems: inout [PolicyDiagnostic]) -> TokenView? {
-        if let known = views[names] { return known }
+        let key = names.map(ExactText.init)
+        if let known = views[key] { return known }
         var scopes: Set<Scope> = []
         for name in names {
             guard let scope = try? Scope(name) else {
@@ -200,9 +203,22 @@ public struct DecideLineReader: Sendable {
         }
         let view = TokenView.granted(scopes)
         if views.count >= Self.remembered { views.removeAll(keepingCapacity: true) }
-        views[names] = view
+        views[key] = view
         return view
     }
+}
+
+/// A string that is equal to another and hashed by its UTF-8 bytes, as Cedar compares names: a
+/// Swift string compares by canonical equivalence, so `"\u{212A}ey"` (a Kelvin sign) would find
+/// what was remembered for `"Key"`, and a precomposed `é` what was remembered for a decomposed one.
+struct ExactText: Hashable, Sendable {
+    let text: String
+
+    init(_ text: String) { self.text = text }
+
+    static func == (lhs: ExactText, rhs: ExactText) -> Bool { PolicyValue.sameBytes(lhs.text, rhs.text) }
+
+    func hash(into hasher: inout Hasher) { PolicyValue.hashBytes(text, into: &hasher) }
 }
 
 extension EntityUID {
