@@ -7,33 +7,66 @@
 /// JSON requires (a quote, a backslash, control characters), everything else as UTF-8.
 ///
 /// ```swift
-/// CompactJSON.members(of: Array(#"{"team": {"name": "Acme", "id": 1.50}}"#.utf8))?.first?.text
+/// try CompactJSON.members(of: Array(#"{"team": {"name": "Acme", "id": 1.50}}"#.utf8)).first?.text
 /// // {"id":1.50,"name":"Acme"}
 /// ```
 package enum CompactJSON {
     /// How deep arrays and objects may nest.
     static let maximumDepth = 512
 
+    /// Why ``members(of:limit:unlimited:)`` read no members.
+    package enum Failure: Error, Equatable {
+        /// The bytes are not one JSON object as RFC 8259 writes it (malformed, a trailing
+        /// comma, a lone surrogate escape, not UTF-8, nested too deeply, or anything after it).
+        case notJSON
+        /// The value of this member, written compactly, would be longer than the limit.
+        case tooLarge(String)
+    }
+
     /// The members of the JSON object `bytes` holds, in the order written, each value as
-    /// compact text; `nil` when `bytes` is not one JSON object (malformed, a lone surrogate
-    /// escape, not UTF-8, nested too deeply, or anything after it).
-    package static func members(of bytes: [UInt8]) -> [(name: String, text: String)]? {
-        var reader = Reader(bytes: bytes)
-        guard let members = reader.topLevelObject() else { return nil }
+    /// compact text of at most `limit` bytes (reading stops at the first that would be longer),
+    /// except the members named in `unlimited`. A leading byte order mark is skipped, as
+    /// RFC 8259 §8.1 allows.
+    package static func members(of bytes: [UInt8], limit: Int = .max, unlimited: Set<String> = []) throws(Failure) -> [(name: String, text: String)] {
+        var reader = Reader(bytes: bytes, limit: limit, unlimited: unlimited)
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { reader.offset = 3 }
+        guard let members = reader.topLevelObject() else { throw reader.tooLarge.map(Failure.tooLarge) ?? .notJSON }
         return members.map { ($0.name, String(decoding: $0.text, as: UTF8.self)) }
     }
 
     /// The string a JSON string literal (quotes included) stands for, its escapes decoded;
     /// `nil` when it is not one.
     package static func string(literal bytes: some Collection<UInt8>) -> String? {
-        var reader = Reader(bytes: Array(bytes))
+        var reader = Reader(bytes: Array(bytes), limit: .max, unlimited: [])
         guard let text = reader.string(), reader.atEnd else { return nil }
         return text
     }
 
     private struct Reader {
         let bytes: [UInt8]
+        /// The longest compact text a member's value may have, and the members it does not bind.
+        let limit: Int
+        let unlimited: Set<String>
         var offset = 0
+        /// The member whose value passed `limit`, when reading stopped for that.
+        var tooLarge: String?
+        /// The member being read, and its limit.
+        private var member = ""
+        private var memberLimit = Int.max
+
+        init(bytes: [UInt8], limit: Int, unlimited: Set<String>) {
+            self.bytes = bytes
+            self.limit = limit
+            self.unlimited = unlimited
+        }
+
+        /// Whether `count` bytes of compact text are within the member's limit (noting the
+        /// member when they are not): checked as text grows, so a deep or long value stops early.
+        mutating func fits(_ count: Int) -> Bool {
+            guard count > memberLimit else { return true }
+            tooLarge = member
+            return false
+        }
 
         var atEnd: Bool {
             mutating get {
@@ -61,8 +94,10 @@ package enum CompactJSON {
             repeat {
                 skipSpace()
                 guard let name = string(), take(UInt8(ascii: ":")) else { return nil }
+                member = name
+                memberLimit = unlimited.contains(name) ? .max : limit
                 var text: [UInt8] = []
-                guard value(into: &text, depth: 1) else { return nil }
+                guard value(into: &text, depth: 1), fits(text.count) else { return nil }
                 members.append((name, text))
             } while take(UInt8(ascii: ","))
             guard take(UInt8(ascii: "}")), atEnd else { return nil }
@@ -77,6 +112,7 @@ package enum CompactJSON {
             case UInt8(ascii: "{"):
                 offset += 1
                 var members: [(name: String, text: [UInt8])] = []
+                var length = 2  // the braces, and each member's quotes, colon and comma as added
                 if !take(UInt8(ascii: "}")) {
                     repeat {
                         skipSpace()
@@ -84,6 +120,8 @@ package enum CompactJSON {
                         var text: [UInt8] = []
                         guard value(into: &text, depth: depth + 1) else { return false }
                         members.append((name, text))
+                        length += name.utf8.count + text.count + 4
+                        guard fits(out.count + length) else { return false }
                     } while take(UInt8(ascii: ","))
                     guard take(UInt8(ascii: "}")) else { return false }
                 }
@@ -104,16 +142,16 @@ package enum CompactJSON {
                     repeat {
                         if !first { out.append(UInt8(ascii: ",")) }
                         first = false
-                        guard value(into: &out, depth: depth + 1) else { return false }
+                        guard value(into: &out, depth: depth + 1), fits(out.count) else { return false }
                     } while take(UInt8(ascii: ","))
                     guard take(UInt8(ascii: "]")) else { return false }
                 }
                 out.append(UInt8(ascii: "]"))
                 return true
             case UInt8(ascii: "\""):
-                guard let text = string() else { return false }
+                guard let text = string(), fits(out.count + text.utf8.count) else { return false }
                 CompactJSON.append(text, to: &out)
-                return true
+                return fits(out.count)
             case UInt8(ascii: "t"): return word("true", into: &out)
             case UInt8(ascii: "f"): return word("false", into: &out)
             case UInt8(ascii: "n"): return word("null", into: &out)

@@ -168,7 +168,12 @@ package struct TokenResponse {
     /// Every field beyond RFC 6749's, its value re-encoded as compact JSON (``CompactJSON``:
     /// members sorted by the bytes of their names, numbers as written).
     private static func additionalFields(of data: Data) throws -> [String: String] {
-        guard let members = CompactJSON.members(of: Array(data)) else {
+        let members: [(name: String, text: String)]
+        do {
+            members = try CompactJSON.members(of: Array(data), limit: maximumAdditionalFieldBytes, unlimited: standardFields)
+        } catch .tooLarge(let name) {
+            throw KeysmithError(.malformedData, "the token response's field \(OneLine.escaped(String(name.prefix(64)))) is larger than 64 KiB")
+        } catch {
             throw KeysmithError(.malformedData, "the token response is not JSON as RFC 8259 writes it (a trailing comma, a lone surrogate escape, "
                                 + "or nesting deeper than \(CompactJSON.maximumDepth) levels)")
         }
@@ -179,9 +184,6 @@ package struct TokenResponse {
             }
             guard !name.isEmpty, name.utf8.count <= 256 else {
                 throw KeysmithError(.malformedData, "the token response has a field whose name is empty or longer than 256 bytes")
-            }
-            guard text.utf8.count <= maximumAdditionalFieldBytes else {
-                throw KeysmithError(.malformedData, "the token response's field \(name) is larger than 64 KiB")
             }
             fields[name] = text
         }

@@ -191,7 +191,7 @@ struct WatcherTests {
         hung.start()
         #expect(Self.waitUntil { watchers.allSatisfy(\.isCurrent) })
         try store.perform([.create(ItemAttributes(key: .genericPassword(service: "s", account: "revoked")), secret: Data("x".utf8))])
-        let pending = try store.waitForWatchers(through: store.lastCommittedSequence, timeout: .seconds(10))
+        let pending = try store.waitForWatchers(through: store.lastCommittedSequence, timeout: .seconds(60))
         #expect(pending.isEmpty)
         #expect(collected.allSatisfy { $0.count == 1 })
         try store.perform([.create(ItemAttributes(key: .genericPassword(service: "s", account: "second")), secret: Data("x".utf8))])

@@ -50,6 +50,8 @@ extension AuthorizationRequest {
             do throws(PolicyDiagnostic) {
                 guard let value else { throw JSONValues.problem(document, file, "the request has no \(name)") }
                 guard case .string(let text) = value.value, uids != nil else { return try JSONValues.uid(value, file, what) }
+                // Only short texts are remembered (the memory stays small whatever the lines).
+                guard text.utf8.count <= DecideLineReader.longestRememberedText else { return try JSONValues.uid(value, file, what) }
                 let key = ExactText(text)
                 if let known = uids?[key] { return known }
                 let uid = try JSONValues.uid(value, file, what)
@@ -129,6 +131,10 @@ public struct DecideLineReader: Sendable {
     /// The most lists remembered (and sixteen times as many entities); a memory is emptied when
     /// it is full (a stream of ever new lists then costs what reading each line alone costs).
     static let remembered = 256
+    /// The longest entity text remembered, and the longest scope list (its names' bytes
+    /// together): at most 4,096 texts of 256 bytes and 256 lists of 4 KiB are kept, about 2 MiB.
+    static let longestRememberedText = 256
+    static let longestRememberedList = 4096
     /// The field a line may have beside Cedar's four.
     private static let extra: Set<String> = ["scopes"]
 
@@ -191,8 +197,9 @@ public struct DecideLineReader: Sendable {
     /// The token view granting `names`: the one built before for the same list, or a new one
     /// (each name checked as a scope) remembered for the next line.
     private mutating func view(_ names: [String], location: SourceLocation, problems: inout [PolicyDiagnostic]) -> TokenView? {
-        let key = names.map(ExactText.init)
-        if let known = views[key] { return known }
+        let remembers = names.reduce(0) { $0 + $1.utf8.count + 1 } <= Self.longestRememberedList
+        let key = remembers ? names.map(ExactText.init) : []
+        if remembers, let known = views[key] { return known }
         var scopes: Set<Scope> = []
         for name in names {
             guard let scope = try? Scope(name) else {
@@ -202,6 +209,7 @@ public struct DecideLineReader: Sendable {
             scopes.insert(scope)
         }
         let view = TokenView.granted(scopes)
+        guard remembers else { return view }
         if views.count >= Self.remembered { views.removeAll(keepingCapacity: true) }
         views[key] = view
         return view
