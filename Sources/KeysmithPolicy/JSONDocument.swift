@@ -1,3 +1,5 @@
+import Keysmith
+
 /// A small JSON reader that remembers the line and column of every value, so that errors can
 /// name where they are. Strict RFC 8259: no comments, no trailing commas, numbers by the RFC's
 /// grammar only (no `+1`, `01`, `1.`), and a key repeated in one object is an error (readers
@@ -251,29 +253,15 @@ struct JSONReader {
                 utf8.append(contentsOf: bytes[chunkStart..<offset])
                 offset += 1
                 guard offset < bytes.count else { break }
-                let escape = bytes[offset]
-                offset += 1
-                switch escape {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): utf8.append(escape)
-                case UInt8(ascii: "b"): utf8.append(0x08)
-                case UInt8(ascii: "f"): utf8.append(0x0C)
-                case UInt8(ascii: "n"): utf8.append(0x0A)
-                case UInt8(ascii: "r"): utf8.append(0x0D)
-                case UInt8(ascii: "t"): utf8.append(0x09)
-                case UInt8(ascii: "u"):
-                    var code = try hex4()
-                    if (0xD800..<0xDC00).contains(code) {
-                        guard offset + 1 < bytes.count, bytes[offset] == UInt8(ascii: "\\"), bytes[offset + 1] == UInt8(ascii: "u") else {
-                            throw error("an unpaired surrogate in a \\u escape")
-                        }
-                        offset += 2
-                        let low = try hex4()
-                        guard (0xDC00..<0xE000).contains(low) else { throw error("an unpaired surrogate in a \\u escape") }
-                        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                do {
+                    try JSONEscape.decode(bytes, at: &offset, into: &utf8)
+                } catch {
+                    switch error {
+                    case .cutShort: throw self.error("a \\u escape is cut short")
+                    case .notHex: throw self.error("a \\u escape has a non-hex digit")
+                    case .unpairedSurrogate: throw self.error("an unpaired surrogate in a \\u escape")
+                    case .unknown: throw self.error("an invalid escape in a string")
                     }
-                    guard let scalar = Unicode.Scalar(code) else { throw error("an invalid \\u escape") }
-                    utf8.append(contentsOf: UTF8.encode(scalar)!)
-                default: throw error("an invalid escape in a string")
                 }
                 chunkStart = offset
                 continue
@@ -282,23 +270,5 @@ struct JSONReader {
             offset += 1
         }
         throw error("a string is not closed")
-    }
-
-    private mutating func hex4() throws(JSONSyntaxError) -> UInt32 {
-        guard offset + 4 <= bytes.count else { throw error("a \\u escape is cut short") }
-        var value: UInt32 = 0
-        for _ in 0..<4 {
-            let byte = bytes[offset]
-            let digit: UInt32
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
-            default: throw error("a \\u escape has a non-hex digit")
-            }
-            value = value << 4 | digit
-            offset += 1
-        }
-        return value
     }
 }

@@ -1,3 +1,5 @@
+import Keysmith
+
 /// JSON read strictly and written back as compact text, without Foundation: what a token
 /// response's additional fields are kept as (docs/format.md, `KSTOKEN2`).
 ///
@@ -209,29 +211,9 @@ package enum CompactJSON {
                 case UInt8(ascii: "\""):
                     return String(validating: utf8, as: UTF8.self)
                 case UInt8(ascii: "\\"):
-                    guard offset < bytes.count else { return nil }
-                    let escape = bytes[offset]
-                    offset += 1
-                    switch escape {
-                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): utf8.append(escape)
-                    case UInt8(ascii: "b"): utf8.append(0x08)
-                    case UInt8(ascii: "f"): utf8.append(0x0C)
-                    case UInt8(ascii: "n"): utf8.append(0x0A)
-                    case UInt8(ascii: "r"): utf8.append(0x0D)
-                    case UInt8(ascii: "t"): utf8.append(0x09)
-                    case UInt8(ascii: "u"):
-                        guard var code = hex4() else { return nil }
-                        if (0xD800..<0xDC00).contains(code) {
-                            guard offset + 1 < bytes.count, bytes[offset] == UInt8(ascii: "\\"), bytes[offset + 1] == UInt8(ascii: "u") else { return nil }
-                            offset += 2
-                            guard let low = hex4(), (0xDC00..<0xE000).contains(low) else { return nil }
-                            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
-                        } else if (0xDC00..<0xE000).contains(code) {
-                            return nil
-                        }
-                        guard let scalar = Unicode.Scalar(code) else { return nil }
-                        utf8 += Array(String(Character(scalar)).utf8)
-                    default:
+                    do {
+                        try JSONEscape.decode(bytes, at: &offset, into: &utf8)
+                    } catch {
                         return nil
                     }
                 default:
@@ -240,17 +222,6 @@ package enum CompactJSON {
                 }
             }
             return nil
-        }
-
-        mutating func hex4() -> UInt32? {
-            guard bytes.count - offset >= 4 else { return nil }
-            var code: UInt32 = 0
-            for byte in bytes[offset..<(offset + 4)] {
-                guard let digit = UInt32(String(UnicodeScalar(byte)), radix: 16) else { return nil }
-                code = code << 4 | digit
-            }
-            offset += 4
-            return code
         }
     }
 
