@@ -214,6 +214,43 @@ struct ForkPastAnchorTests {
         #expect(try reopened.verify().isEmpty)
     }
 
+    @Test("an anchor that saw only the vault's creation is verified after compactions: its first advance skipped while another process held the anchors' lock is no false rollback")
+    func anchorThatSawOnlyTheCreation() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.sub("vault"), anchors = directory.sub("anchors"), other = directory.sub("other-anchors")
+        _ = try FileVault.create(at: path, credential: testKey, anchorDirectory: anchors)
+        // Another process holds the anchors' lock (as any keysmith on this machine may, for a
+        // moment) while this one writes and compacts: the mark stays at the creation.
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/flock")
+        holder.arguments = ["--no-fork", anchors + "/.lock", "sleep", "30"]
+        try holder.run()
+        defer { kill(holder.processIdentifier, SIGKILL); holder.waitUntilExit() }
+        // Held once a try of our own fails.
+        let probe = open(anchors + "/.lock", O_RDWR | O_CREAT, 0o600)
+        var held = false
+        let deadline = Date().addingTimeInterval(30)
+        while !held, Date() < deadline {
+            if flock(probe, LOCK_EX | LOCK_NB) == 0 { flock(probe, LOCK_UN); usleep(10_000) } else { held = true }
+        }
+        close(probe)
+        try #require(held, "flock(1) never took the anchors' lock")
+        let vault = try FileVault.open(at: path, credential: testKey, anchorDirectory: anchors)
+        try vault.perform((0..<300).map { .create(ItemAttributes(key: genericKey("a\($0)")), secret: Data("v\($0)".utf8)) })
+        try vault.compact()
+        let mark = try String(contentsOfFile: anchors + "/" + (try FileManager.default.contentsOfDirectory(atPath: anchors).first { !$0.hasPrefix(".") } ?? ""),
+                              encoding: .utf8)
+        #expect(mark.split(separator: " ").dropFirst().first == "0", "the mark advanced although the lock was held: \(mark)")
+        // Another handle with its own anchor writes and compacts too.
+        let writer = try FileVault.open(at: path, credential: testKey, anchorDirectory: other)
+        try writer.upsert(ItemAttributes(key: genericKey("b")), secret: Data("b".utf8))
+        try writer.compact()
+        let reopened = try FileVault.open(at: path, credential: testKey, anchorDirectory: anchors)
+        #expect(try reopened.read(genericKey("a299"))?.secret == Data("v299".utf8))
+        #expect(try reopened.verify().isEmpty)
+        try reopened.upsert(ItemAttributes(key: genericKey("c")), secret: Data("c".utf8))
+    }
+
     @Test("an anchor older than the history reaches is refused with the way out, which works")
     func anchorOlderThanTheHistory() throws {
         let directory = TemporaryDirectory()

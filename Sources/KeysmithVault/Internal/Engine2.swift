@@ -554,6 +554,10 @@ final class Engine2 {
             }
         }
         var known: [UInt8]?
+        // Commit 0 is the vault's creation, which every history of this vault passes through
+        // (a snapshot's history starts at commit 1): an anchor that saw only the creation (its
+        // first advance skipped while another process held the anchors' lock) is verified by it.
+        if mark.sequence == 0 { known = Format2.genesisMAC }
         if let mac = logMACs[mark.sequence] { known = mac }
         if snapshotUsable, let head = snapshotHead, head.through == mark.sequence { known = head.throughMAC }
         var unverifiable = false
