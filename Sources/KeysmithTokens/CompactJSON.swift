@@ -90,19 +90,33 @@ package enum CompactJSON {
 
         /// The object's members, each value as compact text, and nothing after the object.
         mutating func topLevelObject() -> [(name: String, text: [UInt8])]? {
+            guard let members = objectMembers(depth: 0, written: nil), atEnd else { return nil }
+            return members
+        }
+
+        /// The members of the object at `offset`, in the order written, each value as compact
+        /// text. At the top level (`written` nil) each member is held to its own limit; inside a
+        /// value, the object's text with the `written` bytes before it is held to the limit of
+        /// the member it is in.
+        mutating func objectMembers(depth: Int, written: Int?) -> [(name: String, text: [UInt8])]? {
             guard take(UInt8(ascii: "{")) else { return nil }
             var members: [(name: String, text: [UInt8])] = []
-            if take(UInt8(ascii: "}")) { return atEnd ? members : nil }
+            if take(UInt8(ascii: "}")) { return members }
+            var length = 2  // the braces, and each member's quotes, colon and comma as added
             repeat {
                 skipSpace()
                 guard let name = string(), take(UInt8(ascii: ":")) else { return nil }
-                member = name
-                memberLimit = unlimited.contains(name) ? .max : limit
+                if written == nil {
+                    member = name
+                    memberLimit = unlimited.contains(name) ? .max : limit
+                }
                 var text: [UInt8] = []
-                guard value(into: &text, depth: 1), fits(text.count) else { return nil }
+                guard value(into: &text, depth: depth + 1) else { return nil }
                 members.append((name, text))
+                length += name.utf8.count + text.count + 4
+                guard fits(written.map { $0 + length } ?? text.count) else { return nil }
             } while take(UInt8(ascii: ","))
-            guard take(UInt8(ascii: "}")), atEnd else { return nil }
+            guard take(UInt8(ascii: "}")) else { return nil }
             return members
         }
 
@@ -112,21 +126,7 @@ package enum CompactJSON {
             guard offset < bytes.count, depth <= CompactJSON.maximumDepth else { return false }
             switch bytes[offset] {
             case UInt8(ascii: "{"):
-                offset += 1
-                var members: [(name: String, text: [UInt8])] = []
-                var length = 2  // the braces, and each member's quotes, colon and comma as added
-                if !take(UInt8(ascii: "}")) {
-                    repeat {
-                        skipSpace()
-                        guard let name = string(), take(UInt8(ascii: ":")) else { return false }
-                        var text: [UInt8] = []
-                        guard value(into: &text, depth: depth + 1) else { return false }
-                        members.append((name, text))
-                        length += name.utf8.count + text.count + 4
-                        guard fits(out.count + length) else { return false }
-                    } while take(UInt8(ascii: ","))
-                    guard take(UInt8(ascii: "}")) else { return false }
-                }
+                guard let members = objectMembers(depth: depth, written: out.count) else { return false }
                 out.append(UInt8(ascii: "{"))
                 for (index, member) in members.sorted(by: { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }).enumerated() {
                     if index > 0 { out.append(UInt8(ascii: ",")) }

@@ -531,9 +531,8 @@ package enum JSONOutput {
     /// A JSON string literal: quotes, backslashes and control characters escaped, and U+007F,
     /// U+2028 and U+2029 too (so that a line of output stays one line in every reader).
     package static func string(_ text: String) -> String {
-        // Most strings need no escape: one pass over the bytes finds out (0xE2 starts U+2028
-        // and U+2029, which are escaped too, so any 0xE2 takes the careful path).
-        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0x7F || $0 == 0xE2 }) {
+        // Most strings need no escape: one pass over the bytes finds out.
+        if !needsEscape(text.utf8Span.span) {
             return "\"" + text + "\""
         }
         var out = "\""
