@@ -540,49 +540,49 @@ public final class PostgresStore: SecureStore {
         if table == .audit, !query.namespace.contains(.keysmith) { return }
         var after: [UInt8]? = nil
         while true {
-            let (page, missing) = try readRetrying { session in
+            let page = try readRetrying { session in
                 try session.transaction { transaction in
                     let page = try RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: size, in: transaction)
                     try keys.ensureKnown(page.map(\.keyID), in: transaction)
-                    // Items the feed says exist in this page's stretch of the index (to the
-                    // end, on the last page) that have no row: a listing must not leave them
-                    // out without a word. Looked for once, in the records' scan.
-                    let missing = table == .records
-                        ? try RecordRows.missing(namespace: keys.namespaceID, after: after,
-                                                 through: page.count < size ? nil : page.last?.blindIndex, in: transaction)
-                        : []
-                    return (page, missing)
+                    return page
                 }
             }
-            for item in missing {
-                let key = try? keys.openKey(item.sealedKey, blindIndex: item.blindIndex, version: item.version)
-                // A deleted audit entry is the audit log's to report (its chain breaks), as a
-                // damaged one is: it does not stop the user's listings.
-                if let key, RecordTable(key) == .audit { continue }
-                throw KeysmithError(.corruptData, "\(key.map { "\($0)" } ?? "an item") has no row in \(storeDescription), though the change feed "
-                                    + "records it: its row was deleted or moved by hand, so a listing would leave it out (`keysmith postgres "
-                                    + "verify` counts such rows); writing the item again repairs it")
-            }
-            guard let last = page.last else { return }
+            guard let last = page.last else { break }
             after = last.blindIndex
             examined += page.count
-            var records: [SecureRecord] = []
-            for row in page {
-                // A row that does not open (edited, swapped, or put back from an older copy)
-                // fails the scan, as a damaged record fails a file vault's listing: a list that
-                // left it out would look whole. Reading the item names it; writing it repairs it.
-                let record: SecureRecord
+            // Opened on every core (each row independent; the order is kept). A row that does not
+            // open (edited, swapped, or put back from an older copy) fails the scan, as a damaged
+            // record fails a file vault's listing: a list that left it out would look whole.
+            // Reading the item names it; writing it repairs it.
+            let opened = try concurrentChunks(count: page.count, minimum: 512) { range in try range.map { position -> SecureRecord in
                 do {
-                    record = try keys.open(row, withSecret: withSecret)
+                    return try keys.open(page[position], withSecret: withSecret)
                 } catch {
                     let reason = (error as? KeysmithError)?.message ?? "\(error)"
                     throw KeysmithError(.corruptData, "a row of \(storeDescription) does not open (\(reason)), so a listing could be missing items; "
                                         + "run `keysmith postgres verify`, and write the damaged item again to repair it")
                 }
-                if query.matches(record.attributes) { records.append(record) }
-            }
+            } }
+            let records = opened.filter { query.matches($0.attributes) }
             if !records.isEmpty { try body(records, ScanProgress(examined: examined, total: total)) }
-            if page.count < size { return }
+            if page.count < size { break }
+        }
+        // Items the feed says exist that have no row: a listing must not leave them out without
+        // a word. Looked for once, after the records' scan, in one statement over the whole
+        // namespace (a write committing meanwhile is seen whole or not at all); per page, the
+        // same look cost a sort of the page's stretch of the feed each time, three times as much.
+        guard table == .records else { return }
+        let missing = try readRetrying { session in
+            try session.transaction { transaction in try RecordRows.missing(namespace: keys.namespaceID, in: transaction) }
+        }
+        for item in missing {
+            let key = try? keys.openKey(item.sealedKey, blindIndex: item.blindIndex, version: item.version)
+            // A deleted audit entry is the audit log's to report (its chain breaks), as a
+            // damaged one is: it does not stop the user's listings.
+            if let key, RecordTable(key) == .audit { continue }
+            throw KeysmithError(.corruptData, "\(key.map { "\($0)" } ?? "an item") has no row in \(storeDescription), though the change feed "
+                                + "records it: its row was deleted or moved by hand, so a listing would leave it out (`keysmith postgres "
+                                + "verify` counts such rows); writing the item again repairs it")
         }
     }
 
@@ -594,9 +594,21 @@ public final class PostgresStore: SecureStore {
         try checkBatchLimits(operations, limits: limits, store: storeDescription)
         for operation in operations { try operation.key.validate() }
         let now = clock()
+        // The first attempt trusts what a replace says it replaces (below); every later attempt
+        // reads and locks each row first, and so gives the exact error when the batch cannot apply.
+        var trusting = true
         let sequence = try RetryableConflict.retrying({
             try withSession { session in
-                try session.transaction { transaction in try apply(operations, now: now, in: transaction) }
+                defer { trusting = false }
+                return try session.transaction { transaction in
+                    guard trusting else { return try apply(operations, now: now, trusting: false, in: transaction) }
+                    do {
+                        return try apply(operations, now: now, trusting: true, in: transaction)
+                    } catch let error as KeysmithError where error.code != .storeUnavailable {
+                        // Perhaps only because a trusted version was stale: try again the careful way.
+                        throw RetryableConflict(state: "\(error.code)")
+                    }
+                }
             }
         }, failure: { KeysmithError(.writeConflict, "\(storeDescription) kept conflicting with other writers (\($0)); nothing was applied") })
         if sequence > 0 { lastSequence.withLock { $0 = max($0, sequence) } }
@@ -604,10 +616,24 @@ public final class PostgresStore: SecureStore {
 
     private static let appendOnly = KeysmithError(.invalidArgument, "the audit log in PostgreSQL is append-only: an entry is never changed or deleted; nothing was applied")
 
-    private func apply(_ operations: [StoreOperation], now: Date, in transaction: Transaction) throws -> Int64 {
+    /// Writes a batch in `transaction`. With `trusting`, an item whose first operation is a
+    /// replace at a stated version is taken to be at that version without reading and locking its
+    /// row first (a bulk revocation replaces every token it read: the read and lock of 100,000
+    /// rows cost a second); the write itself checks it (`UPDATE … WHERE version = stated`, and
+    /// the same for a delete) and a row found changed throws `RetryableConflict`, so the batch runs
+    /// again the careful way. Either way a row is written only at the version the batch saw, and
+    /// the versions of one item are written in increasing order: a writer that took a lower
+    /// version and waited for another's lock finds the row changed.
+    private func apply(_ operations: [StoreOperation], now: Date, trusting: Bool, in transaction: Transaction) throws -> Int64 {
         var distinct: [ItemKey] = []
         var seen: Set<ItemKey> = []
-        for operation in operations where seen.insert(operation.key).inserted { distinct.append(operation.key) }
+        var stated: [ItemKey: Int64] = [:]
+        for operation in operations where seen.insert(operation.key).inserted {
+            distinct.append(operation.key)
+            if trusting, case .replace(let record) = operation, let version = Int64(record.info.version.rawValue) {
+                stated[operation.key] = version
+            }
+        }
         let indexes = try concurrentChunks(count: distinct.count) { range in range.map { keys.blindIndex(distinct[$0]) } }
         var touched: [ItemKey: [UInt8]] = Dictionary(minimumCapacity: distinct.count)
         for (key, index) in zip(distinct, indexes) { touched[key] = index }
@@ -619,7 +645,10 @@ public final class PostgresStore: SecureStore {
             default: false
             }
         }
-        let rows = try fetch(touched.map { ($0.key, $0.value) }, in: transaction, lock: true, withSealed: readsRecords)
+        let rows = try fetch(touched.compactMap { stated[$0.key] == nil ? ($0.key, $0.value) : nil }, in: transaction, lock: true,
+                             withSealed: readsRecords)
+        /// The version a row is at (read, or stated), or `nil` when there is no row.
+        func versionOf(_ key: ItemKey, _ index: [UInt8]) -> Int64? { rows[index]?.version ?? stated[key] }
         // The version is taken after the rows are locked: two writers of one item then number
         // their versions in the order they commit (taken before, the one that waited for the
         // lock wrote the lower version over the higher, and the item's newest change looked
@@ -630,31 +659,45 @@ public final class PostgresStore: SecureStore {
         let dataKey = keys.current
         let writes = try resolveBatch(operations, now: now, version: ItemVersion(rawValue: String(version)), limits: limits,
                                       store: storeDescription) { key, needsMetadata in
+            if let version = stated[key] { return .atVersion(ItemVersion(rawValue: String(version))) }
             guard let index = touched[key], let row = rows[index] else { return .absent }
             guard needsMetadata else { return .atVersion(ItemVersion(rawValue: String(row.version))) }
             guard let record = try? keys.open(row, withSecret: false), record.key == key else { return .damaged }
             return .present(record.info)
         }
-        // Written in a few statements whatever the batch's size (arrays, not a statement per row).
-        // Sealed on every core for a large batch (each seal is independent; the order is kept).
-        let sealed = try concurrentChunks(count: writes.count) { range in try range.map { position -> (put: RecordRows.Put?, removal: RecordRows.Removal?) in
-            switch writes[position] {
-            case .put(let record):
-                let index = touched[record.key] ?? keys.blindIndex(record.key)
-                let table = RecordTable(record.key)
-                if table == .audit, rows[index] != nil { throw Self.appendOnly }
-                return (RecordRows.Put(table: table, blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version, with: dataKey),
-                                       exists: rows[index] != nil, sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version, with: dataKey)),
-                        nil)
-            case .remove(let key):
-                let index = touched[key] ?? keys.blindIndex(key)
-                if RecordTable(key) == .audit { throw Self.appendOnly }
-                return (nil, RecordRows.Removal(blindIndex: index, sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey)))
-            }
-        } }
-        let puts = sealed.compactMap(\.put), removals = sealed.compactMap(\.removal)
-        return try RecordRows.write(puts: puts, removals: removals, keys: keys, version: version, keyID: dataKey.id,
-                                    in: transaction)
+        // Written in a few statements whatever the batch's size (arrays, not a statement per row),
+        // a run of 16,384 rows at a time: each run is sealed on every core (each seal is
+        // independent; the order is kept) while the server writes the run before.
+        var pending: [Transaction.Pending] = []
+        var putChanges: [RecordRows.Change] = [], removalChanges: [RecordRows.Change] = []
+        for start in stride(from: 0, to: writes.count, by: 16_384) {
+            let run = writes[start..<min(start + 16_384, writes.count)]
+            let sealed = try concurrentChunks(count: run.count) { range in try range.map { offset -> (put: RecordRows.Put?, removal: RecordRows.Removal?) in
+                switch run[run.startIndex + offset] {
+                case .put(let record):
+                    let index = touched[record.key] ?? keys.blindIndex(record.key)
+                    let table = RecordTable(record.key)
+                    let existing = versionOf(record.key, index)
+                    if table == .audit, existing != nil { throw Self.appendOnly }
+                    return (RecordRows.Put(table: table, blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version, with: dataKey),
+                                           existing: existing, sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version, with: dataKey)),
+                            nil)
+                case .remove(let key):
+                    let index = touched[key] ?? keys.blindIndex(key)
+                    if RecordTable(key) == .audit { throw Self.appendOnly }
+                    // A removal is of an item that exists (the batch planner drops the others).
+                    guard let existing = versionOf(key, index) else { throw RetryableConflict(state: "a removed row vanished") }
+                    return (nil, RecordRows.Removal(blindIndex: index, existing: existing,
+                                                    sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey)))
+                }
+            } }
+            let puts = sealed.compactMap(\.put), removals = sealed.compactMap(\.removal)
+            pending += RecordRows.send(puts: puts, removals: removals, namespace: keys.namespaceID, version: version, keyID: dataKey.id,
+                                       in: transaction)
+            putChanges += puts.map { ($0.blindIndex, false, $0.sealedKey) }
+            removalChanges += removals.map { ($0.blindIndex, true, $0.sealedKey) }
+        }
+        return try RecordRows.appendChanges(putChanges + removalChanges, keys: keys, version: version, after: pending, in: transaction)
     }
 }
 

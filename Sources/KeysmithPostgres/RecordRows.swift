@@ -65,19 +65,17 @@ enum RecordRows {
         return live
     }
 
-    /// Items whose newest change says they exist, with a blind index in (`after`, `through`]
-    /// (open ends where `nil`), that have no row in either table: rows deleted by hand. One
-    /// statement, so a write committing meanwhile is seen whole or not at all.
-    static func missing(namespace: [UInt8], after: [UInt8]?, through: [UInt8]?, in transaction: Transaction) throws
-        -> [(blindIndex: [UInt8], version: Int64, sealedKey: [UInt8])]
-    {
+    /// Items whose newest change says they exist that have no row in either table: rows
+    /// deleted by hand. One statement, so a write committing meanwhile is seen whole or not at
+    /// all. The feed is sorted by its narrow columns only; the sealed identities are fetched for
+    /// the items found.
+    static func missing(namespace: [UInt8], in transaction: Transaction) throws -> [(blindIndex: [UInt8], version: Int64, sealedKey: [UInt8])] {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
-        let lower = ByteBuffer(bytes: after ?? []), upper = through.map { ByteBuffer(bytes: $0) }
         return try transaction.execute("""
-            SELECT n.blind_index, n.version, n.sealed_key FROM (
-                SELECT DISTINCT ON (blind_index) blind_index, version, deleted, sealed_key FROM keysmith_changes
-                WHERE namespace_id = \(namespaceBuffer) AND blind_index > \(lower) AND (\(upper)::bytea IS NULL OR blind_index <= \(upper))
-                ORDER BY blind_index, seq DESC) n
+            SELECT c.blind_index, c.version, c.sealed_key FROM (
+                SELECT DISTINCT ON (blind_index) blind_index, seq, deleted FROM keysmith_changes
+                WHERE namespace_id = \(namespaceBuffer) ORDER BY blind_index, seq DESC) n
+            JOIN keysmith_changes c ON c.seq = n.seq
             WHERE NOT n.deleted
               AND NOT EXISTS (SELECT 1 FROM keysmith_records r WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = n.blind_index)
               AND NOT EXISTS (SELECT 1 FROM keysmith_audit a WHERE a.namespace_id = \(namespaceBuffer) AND a.blind_index = n.blind_index)
@@ -87,8 +85,14 @@ enum RecordRows {
         }
     }
 
+    /// Up to `limit` rows after the blind index `after`, in index order. The walk is told to
+    /// follow the primary key: planned from statistics that lag a bulk import (the planner
+    /// guessed a thousand rows where there were a hundred thousand), it read and sorted every
+    /// row past the cursor for each page, and a scan grew with the square of the table.
     static func page(namespace: [UInt8], table: RecordTable, after: [UInt8]?, limit: Int, in transaction: Transaction) throws -> [RecordRow] {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
+        // For this transaction only; any role may set it.
+        try transaction.execute("SELECT set_config('enable_bitmapscan', 'off', true)")
         let rows: [PostgresRow]
         if let after {
             let afterBuffer = ByteBuffer(bytes: after)
@@ -117,7 +121,9 @@ enum RecordRows {
         var table: RecordTable = .records
         var blindIndex: [UInt8]
         var sealed: [UInt8]
-        var exists: Bool
+        /// The version the row is at, when it exists; the update checks it.
+        var existing: Int64?
+        var exists: Bool { existing != nil }
         /// The item's identity sealed for the change feed.
         var sealedKey: [UInt8]
     }
@@ -126,129 +132,170 @@ enum RecordRows {
     struct Removal {
         var table: RecordTable = .records
         var blindIndex: [UInt8]
+        /// The version the row is at; the delete checks it.
+        var existing: Int64
         var sealedKey: [UInt8]
     }
 
-    /// Writes a batch's rows and its change rows with array statements, in chunks of at most
-    /// 16,384 rows or 16 MiB.
-    /// Returns the sequence number of the batch's last change row (what watchers acknowledge).
-    @discardableResult
-    static func write(puts: [Put], removals: [Removal], keys: NamespaceKeys, version: Int64, keyID: Int32,
-                      in transaction: Transaction) throws -> Int64 {
-        let namespace = keys.namespaceID
-        let namespaceBuffer = ByteBuffer(bytes: namespace)
-        func chunks<T>(_ items: [T], size: (T) -> Int) -> [ArraySlice<T>] {
-            var out: [ArraySlice<T>] = []
-            var start = 0, bytes = 0
-            for (index, item) in items.enumerated() {
-                if index > start && (index - start >= 16_384 || bytes + size(item) > 16 << 20) {
-                    out.append(items[start..<index])
-                    start = index
-                    bytes = 0
-                }
-                bytes += size(item)
+    /// Splits `items` into runs of at most 16,384 items or 16 MiB (by `size`).
+    static func chunks<T>(_ items: [T], size: (T) -> Int) -> [ArraySlice<T>] {
+        var out: [ArraySlice<T>] = []
+        var start = 0, bytes = 0
+        for (index, item) in items.enumerated() {
+            if index > start && (index - start >= 16_384 || bytes + size(item) > 16 << 20) {
+                out.append(items[start..<index])
+                start = index
+                bytes = 0
             }
-            if start < items.count { out.append(items[start...]) }
-            return out
+            bytes += size(item)
         }
+        if start < items.count { out.append(items[start...]) }
+        return out
+    }
+
+    /// Sends the statements that write these rows (array statements, a few per 16,384 rows)
+    /// without waiting for their answers: the caller seals the next rows while the server writes
+    /// these. ``appendChanges(_:keys:version:after:in:)`` checks the answers.
+    static func send(puts: [Put], removals: [Removal], namespace: [UInt8], version: Int64, keyID: Int32,
+                     in transaction: Transaction) -> [Transaction.Pending] {
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        var pending: [Transaction.Pending] = []
         // Only records are ever rewritten or deleted: the batch refused audit changes already.
         precondition(!puts.contains { $0.exists && $0.table == .audit } && !removals.contains { $0.table == .audit })
+        // Each row is written only at the version the batch saw (read and locked, or stated by a
+        // replace): a row changed meanwhile makes the count short, and the batch runs again.
         for chunk in chunks(puts.filter(\.exists), size: { $0.sealed.count }) {
             let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
-            try transaction.execute("""
-                UPDATE keysmith_records AS r SET version = \(version), key_id = \(keyID), sealed = t.s
-                FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
-                WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i
-                """)
+            let expected = chunk.map { $0.existing ?? 0 }
+            pending.append(transaction.send("""
+                WITH written AS (
+                    UPDATE keysmith_records AS r SET version = \(version), key_id = \(keyID), sealed = t.s
+                    FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[], \(expected)::bigint[]) AS t(i, s, v)
+                    WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i AND r.version = t.v
+                    RETURNING 1)
+                SELECT count(*) FROM written
+                """, touching: chunk.count))
         }
         // A concurrent creator of the same item makes an insert a unique violation: the batch
         // is retried and then sees that item.
         for table in RecordTable.allCases {
             for chunk in chunks(puts.filter { !$0.exists && $0.table == table }, size: { $0.sealed.count }) {
                 let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
-                try transaction.execute("""
+                pending.append(transaction.send("""
                     INSERT INTO \(unescaped: table.rawValue) (namespace_id, blind_index, version, key_id, sealed)
                     SELECT \(namespaceBuffer), t.i, \(version), \(keyID), t.s FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[]) AS t(i, s)
-                    """)
+                    """, touching: nil))
             }
         }
         for chunk in chunks(removals, size: { _ in 64 }) {
-            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }
-            try transaction.execute("DELETE FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(indexes)::bytea[])")
+            let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, expected = chunk.map(\.existing)
+            pending.append(transaction.send("""
+                WITH removed AS (
+                    DELETE FROM keysmith_records AS r USING unnest(\(indexes)::bytea[], \(expected)::bigint[]) AS t(i, v)
+                    WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i AND r.version = t.v
+                    RETURNING 1)
+                SELECT count(*) FROM removed
+                """, touching: chunk.count))
         }
-        let changed = puts.map { ($0.blindIndex, false, $0.sealedKey) } + removals.map { ($0.blindIndex, true, $0.sealedKey) }
-        var last: Int64 = 0
-        if !changed.isEmpty {
-            // From here to COMMIT, one writer at a time per namespace: its change rows take
-            // their sequence numbers under this lock, so a namespace's change rows become
-            // visible in sequence order (a watcher that read up to N never has a row below N
-            // appear later), and each row links to the one before it.
-            // One statement: creates the namespace's head if it has none, locks it either way
-            // (an upsert's update takes the row lock), and returns its link.
-            guard let head = try transaction.execute("""
-                INSERT INTO keysmith_chain_heads AS h (namespace_id, seq, chain) VALUES (\(namespaceBuffer), 0, \(ByteBuffer(bytes: NamespaceKeys.chainGenesis)))
-                ON CONFLICT (namespace_id) DO UPDATE SET seq = h.seq RETURNING h.seq, h.chain
-                """).first else {
-                throw KeysmithError(.ioFailure, "PostgreSQL returned no chain head")
-            }
-            let (headSequence, headChain) = try head.decode((Int64, ByteBuffer).self)
-            var link = headChain.bytes
-            // The head must name the newest link (a statement after the lock sees every commit
-            // made before it): a chain whose head was set back is never extended into a fork.
-            let newest = try transaction.execute("""
-                SELECT seq, chain FROM keysmith_changes WHERE namespace_id = \(namespaceBuffer) ORDER BY seq DESC LIMIT 1
-                """).first.map { try $0.decode((Int64, ByteBuffer?).self) }
-            let headIsNewest: Bool = switch newest {
-            case nil: headSequence == 0
-            case let (_, chain?)?: chain.bytes == link && newest?.0 == headSequence
-            case (_, nil)?: headSequence == 0  // rows written before the feed was chained; the chain starts here
-            }
-            guard headIsNewest else {
-                throw KeysmithError(
-                    .corruptData,
-                    "the change feed's head names change \(headSequence), not its newest link (change \(newest?.0 ?? 0)): it was set back or "
-                        + "the newest rows were edited; nothing was written (run `keysmith postgres verify`)")
-            }
-            guard let reserved = try transaction.execute("""
-                SELECT array_agg(v ORDER BY v) FROM (SELECT nextval('keysmith_changes_seq_seq') AS v FROM generate_series(1, \(Int64(changed.count)))) s
-                """).first, let sequences = try reserved.decode([Int64]?.self), sequences.count == changed.count else {
-                throw KeysmithError(.ioFailure, "PostgreSQL returned no sequence numbers for the change feed")
-            }
-            var links: [[UInt8]] = []
-            links.reserveCapacity(changed.count)
-            for (sequence, change) in zip(sequences, changed) {
-                link = keys.chainLink(after: link, sequence: sequence, blindIndex: change.0, version: version, deleted: change.1, sealedKey: change.2)
-                links.append(link)
-            }
-            let rows = Array(zip(sequences, zip(changed, links)))
-            last = sequences.last ?? 0
-            let pieces = chunks(rows, size: { _ in 160 })
-            for (number, chunk) in pieces.enumerated() {
-                let seqs = chunk.map(\.0), indexes = chunk.map { ByteBuffer(bytes: $0.1.0.0) }, deleted = chunk.map(\.1.0.1)
-                let sealedKeys = chunk.map { ByteBuffer(bytes: $0.1.0.2) }, chains = chunk.map { ByteBuffer(bytes: $0.1.1) }
-                if number < pieces.count - 1 {
-                    try transaction.execute("""
-                        INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
-                        SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
-                        FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)
-                        """)
-                } else {
-                    // The last chunk also moves the head and notifies watchers (delivered at
-                    // COMMIT), in the same statement.
-                    let payload = namespace.hexString
-                    try transaction.execute("""
-                        WITH inserted AS (
-                            INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
-                            SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
-                            FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)),
-                        moved AS (
-                            UPDATE keysmith_chain_heads SET seq = \(last), chain = \(ByteBuffer(bytes: link)) WHERE namespace_id = \(namespaceBuffer)
-                            RETURNING 1)
-                        SELECT pg_notify(\(PostgresSchema.channel), \(payload)) FROM moved
-                        """)
+        return pending
+    }
+
+    /// One row of the change feed a batch adds: the item's index, whether it was deleted, and
+    /// its identity sealed for the feed.
+    typealias Change = (blindIndex: [UInt8], deleted: Bool, sealedKey: [UInt8])
+
+    /// Checks every statement `pending` sent, then adds the batch's change rows to the
+    /// namespace's chain and moves its head. Returns the sequence number of the batch's last
+    /// change row (what watchers acknowledge), or 0 when it changed nothing.
+    @discardableResult
+    static func appendChanges(_ changed: [Change], keys: NamespaceKeys, version: Int64, after pending: [Transaction.Pending],
+                              in transaction: Transaction) throws -> Int64 {
+        // In order: the first statement that failed is the cause (those after it fail because
+        // the transaction already had).
+        for statement in pending {
+            let rows = try transaction.wait(statement)
+            if let count = statement.touching {
+                guard let first = rows.first, try first.decode(Int64.self) == Int64(count) else {
+                    throw RetryableConflict(state: "a row changed since the batch read it")
                 }
             }
         }
+        guard !changed.isEmpty else { return 0 }
+        let namespace = keys.namespaceID
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        // From here to COMMIT, one writer at a time per namespace: its change rows take
+        // their sequence numbers under this lock, so a namespace's change rows become
+        // visible in sequence order (a watcher that read up to N never has a row below N
+        // appear later), and each row links to the one before it.
+        // One statement: creates the namespace's head if it has none, locks it either way
+        // (an upsert's update takes the row lock), and returns its link.
+        guard let head = try transaction.execute("""
+            INSERT INTO keysmith_chain_heads AS h (namespace_id, seq, chain) VALUES (\(namespaceBuffer), 0, \(ByteBuffer(bytes: NamespaceKeys.chainGenesis)))
+            ON CONFLICT (namespace_id) DO UPDATE SET seq = h.seq RETURNING h.seq, h.chain
+            """).first else {
+            throw KeysmithError(.ioFailure, "PostgreSQL returned no chain head")
+        }
+        let (headSequence, headChain) = try head.decode((Int64, ByteBuffer).self)
+        var link = headChain.bytes
+        // The head must name the newest link (a statement after the lock sees every commit
+        // made before it): a chain whose head was set back is never extended into a fork.
+        let newest = try transaction.execute("""
+            SELECT seq, chain FROM keysmith_changes WHERE namespace_id = \(namespaceBuffer) ORDER BY seq DESC LIMIT 1
+            """).first.map { try $0.decode((Int64, ByteBuffer?).self) }
+        let headIsNewest: Bool = switch newest {
+        case nil: headSequence == 0
+        case let (_, chain?)?: chain.bytes == link && newest?.0 == headSequence
+        case (_, nil)?: headSequence == 0  // rows written before the feed was chained; the chain starts here
+        }
+        guard headIsNewest else {
+            throw KeysmithError(
+                .corruptData,
+                "the change feed's head names change \(headSequence), not its newest link (change \(newest?.0 ?? 0)): it was set back or "
+                    + "the newest rows were edited; nothing was written (run `keysmith postgres verify`)")
+        }
+        guard let reserved = try transaction.execute("""
+            SELECT array_agg(v ORDER BY v) FROM (SELECT nextval('keysmith_changes_seq_seq') AS v FROM generate_series(1, \(Int64(changed.count)))) s
+            """).first, let sequences = try reserved.decode([Int64]?.self), sequences.count == changed.count else {
+            throw KeysmithError(.ioFailure, "PostgreSQL returned no sequence numbers for the change feed")
+        }
+        let last = sequences.last ?? 0
+        // Each run's links are made while the server stores the run before.
+        var inserts: [Transaction.Pending] = []
+        let pieces = chunks(Array(changed.indices), size: { _ in 160 })
+        for (number, piece) in pieces.enumerated() {
+            var chains: [ByteBuffer] = []
+            chains.reserveCapacity(piece.count)
+            for position in piece {
+                let change = changed[position]
+                link = keys.chainLink(after: link, sequence: sequences[position], blindIndex: change.blindIndex, version: version,
+                                      deleted: change.deleted, sealedKey: change.sealedKey)
+                chains.append(ByteBuffer(bytes: link))
+            }
+            let seqs = piece.map { sequences[$0] }, indexes = piece.map { ByteBuffer(bytes: changed[$0].blindIndex) }
+            let deleted = piece.map { changed[$0].deleted }, sealedKeys = piece.map { ByteBuffer(bytes: changed[$0].sealedKey) }
+            if number < pieces.count - 1 {
+                inserts.append(transaction.send("""
+                    INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
+                    SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
+                    FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)
+                    """, touching: nil))
+            } else {
+                // The last run also moves the head and notifies watchers (delivered at
+                // COMMIT), in the same statement.
+                let payload = namespace.hexString
+                inserts.append(transaction.send("""
+                    WITH inserted AS (
+                        INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
+                        SELECT t.q, \(namespaceBuffer), t.i, \(version), t.d, t.k, t.c
+                        FROM unnest(\(seqs)::bigint[], \(indexes)::bytea[], \(deleted)::boolean[], \(sealedKeys)::bytea[], \(chains)::bytea[]) AS t(q, i, d, k, c)),
+                    moved AS (
+                        UPDATE keysmith_chain_heads SET seq = \(last), chain = \(ByteBuffer(bytes: link)) WHERE namespace_id = \(namespaceBuffer)
+                        RETURNING 1)
+                    SELECT pg_notify(\(PostgresSchema.channel), \(payload)) FROM moved
+                    """, touching: nil))
+            }
+        }
+        for statement in inserts { _ = try transaction.wait(statement) }
         return last
     }
 }

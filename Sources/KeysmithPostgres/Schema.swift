@@ -32,6 +32,9 @@ enum PostgresSchema {
             PRIMARY KEY (namespace_id, blind_index)
         )
         """,
+        // Room on each page for a row's next version: a rewrite (a bulk revocation rewrites every
+        // token) then stays on its page and adds no index entry (a heap-only update).
+        "ALTER TABLE keysmith_records SET (fillfactor = 70)",
         // Databases made before identity keys: the column is added, and left empty (their
         // master key is their identity key) until a master-key rotation fills it.
         "ALTER TABLE keysmith_master ADD COLUMN IF NOT EXISTS identity_key bytea",

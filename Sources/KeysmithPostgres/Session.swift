@@ -224,6 +224,34 @@ struct Transaction {
         }
     }
 
+    /// A statement sent and not answered yet (``send(_:touching:)``).
+    struct Pending {
+        /// `nil` when the connection was already closed.
+        let future: EventLoopFuture<PostgresQueryResult>?
+        /// For a statement that answers with a count: the rows it must have touched.
+        let touching: Int?
+    }
+
+    /// Sends a statement without waiting for its answer: the server runs it while the caller
+    /// goes on, and statements on one connection run in the order they were sent. Every
+    /// statement sent must be waited for (``wait(_:)``) before the transaction commits.
+    func send(_ query: PostgresQuery, touching: Int?) -> Pending {
+        guard !session.connection.isClosed else { return Pending(future: nil, touching: touching) }
+        return Pending(future: session.connection.query(query, logger: session.logger), touching: touching)
+    }
+
+    /// The answer to a statement ``send(_:touching:)`` sent, failing as ``execute(_:)`` does.
+    func wait(_ pending: Pending) throws -> [PostgresRow] {
+        guard let future = pending.future else {
+            throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) closed the connection")
+        }
+        do {
+            return try future.wait(timeout: session.statementTimeout).rows
+        } catch {
+            throw failure(error)
+        }
+    }
+
     /// What a statement's failure means to the caller.
     private func failure(_ error: any Error) -> any Error {
         if error is WaitTimedOut {
