@@ -17,6 +17,7 @@ let package = Package(
         // OAuth providers: sign-in, single-flight refresh, revocation and introspection (HTTP).
         .library(name: "KeysmithProvider", targets: ["KeysmithProvider"]),
         .executable(name: "keysmith", targets: ["keysmith"]),
+        .executable(name: "keysmith-net", targets: ["keysmith-net"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -101,12 +102,24 @@ let package = Package(
         // Roles, actions, policies and the engine, fed by token scopes.
         .target(name: "KeysmithPolicy", dependencies: ["Keysmith", "KeysmithTokens"]),
 
-        // The command.
-        .executableTarget(
-            name: "keysmith",
+        // The command: every command but PostgreSQL's and the providers' in a library shared by
+        // two programs, the lean `keysmith` (no SwiftNIO, no TLS, no Foundation) and
+        // `keysmith-net`, which adds them and which `keysmith` runs for the commands that need them.
+        .target(
+            name: "KeysmithCommandLine",
             dependencies: [
                 "Keysmith", "KeysmithCredentials", "KeysmithVault", "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithCrypto",
-                "KeysmithSystem", "KeysmithPostgres", "KeysmithProvider", "KeysmithSecretService",
+                "KeysmithSystem", "KeysmithSecretService",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(name: "keysmith", dependencies: ["KeysmithCommandLine"]),
+        .executableTarget(
+            name: "keysmith-net",
+            dependencies: [
+                "KeysmithCommandLine", "Keysmith", "KeysmithCredentials", "KeysmithStores", "KeysmithTokens", "KeysmithSystem", "KeysmithPostgres",
+                "KeysmithProvider",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -145,7 +158,7 @@ let package = Package(
         .testTarget(
             name: "KeysmithFuzzRegressionTests", dependencies: ["KeysmithVault", "KeysmithTokens", "KeysmithPolicy"]
         ),
-        .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith", "KeysmithTestSupport"]),
+        .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith", "keysmith-net", "KeysmithTestSupport"]),
         .testTarget(
             name: "KeysmithProviderTests",
             dependencies: ["Keysmith", "KeysmithProvider", "KeysmithTokens", "KeysmithVault", "KeysmithPostgres", "KeysmithTestSupport", "store-race"]

@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 if [ -z "${KEYSMITH:-}" ]; then
     scripts/bootstrap.sh
     swift build -c release --static-swift-stdlib --product keysmith >&2
+    # keysmith runs keysmith-net, built beside it, for providers and git.
+    swift build -c release --static-swift-stdlib --product keysmith-net >&2
     KEYSMITH=.build/release/keysmith
 fi
 work=$(mktemp -d)

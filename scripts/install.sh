@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs keysmith like a system tool, under PREFIX (default /usr/local as root, else ~/.local):
-#   PREFIX/bin/keysmith                                  the stripped release binary
-#   PREFIX/bin/git-credential-keysmith                   a link to it (git's credential helper)
+#   PREFIX/bin/keysmith                                  the stripped release binary (lean: no SwiftNIO, TLS or Foundation)
+#   PREFIX/libexec/keysmith/keysmith-net                 the same command with PostgreSQL and providers, which
+#                                                        keysmith runs for the commands that need them
+#   PREFIX/bin/git-credential-keysmith                   a link to keysmith (git's credential helper)
 #   PREFIX/share/man/man1/keysmith*.1                    a man page per command
 #   PREFIX/share/bash-completion/completions/keysmith    bash completion
 #   PREFIX/share/zsh/site-functions/_keysmith            zsh completion
@@ -10,7 +12,7 @@
 #
 #   scripts/install.sh [PREFIX]                builds (as scripts/run.sh does) and installs
 #   scripts/install.sh --uninstall [PREFIX]    removes what the manifest lists, and the manifest
-#   KEYSMITH=path/to/keysmith scripts/install.sh PREFIX   installs that binary, no build
+#   KEYSMITH=path/to/keysmith scripts/install.sh PREFIX   installs that binary and the keysmith-net beside it, no build
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 uninstall=false
@@ -26,22 +28,25 @@ if $uninstall; then
         case "$path" in "$prefix"/*) rm -f -- "$path" ;; *) echo "keysmith: skipping $path (outside $prefix)" >&2 ;; esac
     done < "$manifest"
     rm -f -- "$manifest"
-    rmdir -- "$prefix/share/keysmith" 2>/dev/null || true
+    rmdir -- "$prefix/share/keysmith" "$prefix/libexec/keysmith" 2>/dev/null || true
     echo "keysmith: uninstalled from $prefix"
     exit 0
 fi
 
 if [ -z "${KEYSMITH:-}" ]; then
     "$root/scripts/bootstrap.sh"
-    (cd "$root" && swift build -c release --static-swift-stdlib --product keysmith >&2)
+    (cd "$root" && swift build -c release --static-swift-stdlib --product keysmith >&2 \
+        && swift build -c release --static-swift-stdlib --product keysmith-net >&2)
     KEYSMITH="$root/.build/release/keysmith"
 fi
 [ -x "$KEYSMITH" ] || { echo "keysmith: no binary at $KEYSMITH" >&2; exit 1; }
+NET="$(dirname "$KEYSMITH")/keysmith-net"
+[ -x "$NET" ] || { echo "keysmith: no keysmith-net beside $KEYSMITH" >&2; exit 1; }
 version=$("$KEYSMITH" --version)
 staging=$(mktemp -d)
 trap 'rm -rf "$staging"' EXIT
 
-mkdir -p "$prefix/bin" "$prefix/share/man/man1" "$prefix/share/bash-completion/completions" \
+mkdir -p "$prefix/bin" "$prefix/libexec/keysmith" "$prefix/share/man/man1" "$prefix/share/bash-completion/completions" \
     "$prefix/share/zsh/site-functions" "$prefix/share/fish/vendor_completions.d" "$prefix/share/keysmith"
 installed=()
 # The binary, stripped of its symbols (a copy: the build's own binary keeps them for debugging),
@@ -50,6 +55,10 @@ strip -o "$staging/keysmith" "$KEYSMITH" 2>/dev/null || cp "$KEYSMITH" "$staging
 install -m 0755 "$staging/keysmith" "$prefix/bin/.keysmith.new"
 mv -f "$prefix/bin/.keysmith.new" "$prefix/bin/keysmith"
 installed+=("$prefix/bin/keysmith")
+strip -o "$staging/keysmith-net" "$NET" 2>/dev/null || cp "$NET" "$staging/keysmith-net"
+install -m 0755 "$staging/keysmith-net" "$prefix/libexec/keysmith/.keysmith-net.new"
+mv -f "$prefix/libexec/keysmith/.keysmith-net.new" "$prefix/libexec/keysmith/keysmith-net"
+installed+=("$prefix/libexec/keysmith/keysmith-net")
 ln -sfn keysmith "$prefix/bin/git-credential-keysmith"
 installed+=("$prefix/bin/git-credential-keysmith")
 # A man page per command, from the command's own argument definitions.
@@ -68,5 +77,6 @@ installed+=("$prefix/share/bash-completion/completions/keysmith" "$prefix/share/
             "$prefix/share/fish/vendor_completions.d/keysmith.fish")
 printf '%s\n' "${installed[@]}" > "$manifest"
 size=$(stat -c %s "$prefix/bin/keysmith")
-echo "keysmith $version installed in $prefix (binary $((size / 1024 / 1024)) MiB, ${#installed[@]} files; scripts/install.sh --uninstall $prefix removes them)"
+netsize=$(stat -c %s "$prefix/libexec/keysmith/keysmith-net")
+echo "keysmith $version installed in $prefix (keysmith $((size / 1024 / 1024)) MiB, keysmith-net $((netsize / 1024 / 1024)) MiB, ${#installed[@]} files; scripts/install.sh --uninstall $prefix removes them)"
 case ":$PATH:" in *":$prefix/bin:"*) ;; *) echo "keysmith: $prefix/bin is not on PATH" >&2 ;; esac

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 scripts/bootstrap.sh
 swift build -c release --static-swift-stdlib --product keysmith >&2
+swift build -c release --static-swift-stdlib --product keysmith-net >&2
 if [ $# -eq 0 ]; then
     exec .build/release/keysmith walkthrough
 fi

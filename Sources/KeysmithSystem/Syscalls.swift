@@ -402,4 +402,26 @@ extension System {
         defer { free(resolved) }
         return String(cString: resolved)
     }
+
+    /// The running program's file, with every link resolved (`/proc/self/exe`).
+    package static func executablePath() -> String? { canonicalPath("/proc/self/exe") }
+
+    /// Whether `path` is a regular file this process may execute.
+    package static func isExecutable(_ path: String) -> Bool {
+        guard let found = (try? status(path)) ?? nil, !found.isDirectory else { return false }
+        return access(path, X_OK) == 0
+    }
+
+    /// Replaces this process with the program at `path` (`execv`): same process id, environment
+    /// and open descriptors, `arguments` as its argument vector (its name first). Returns only
+    /// when it failed, with why.
+    package static func replaceProcess(path: String, arguments: [String]) -> SystemError {
+        // The argument vector as C strings, ended by a null pointer; freed only if execv fails
+        // (on success the process image, and this memory with it, is gone).
+        var vector: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) }
+        vector.append(nil)
+        defer { for pointer in vector { free(pointer) } }
+        execv(path, vector)
+        return SystemError(call: "execv", path: path, errno: errno)
+    }
 }

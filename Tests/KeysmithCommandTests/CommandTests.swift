@@ -13,6 +13,8 @@ func listedItems(_ result: Keysmith.Result) throws -> [[String: Any]] {
 struct Keysmith {
     let directory: String
     var environment: [String: String]
+    /// The program run: the built `keysmith`, unless a test runs a copy.
+    var executable = Keysmith.binary
 
     static let binary: String = {
         let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
@@ -43,7 +45,7 @@ struct Keysmith {
 
     @discardableResult
     func run(_ arguments: [String], stdin: String = "", environment extra: [String: String] = [:]) throws -> Result {
-        let result = try spawnAndWait(Self.binary, arguments, environment: environment.merging(extra) { $1 }, directory: directory,
+        let result = try spawnAndWait(executable, arguments, environment: environment.merging(extra) { $1 }, directory: directory,
                                       stdin: Data(stdin.utf8))
         return Result(status: result.status, stdout: String(decoding: result.stdout, as: UTF8.self),
                       stderr: String(decoding: result.stderr, as: UTF8.self))

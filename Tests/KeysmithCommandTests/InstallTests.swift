@@ -15,7 +15,7 @@ struct InstallTests {
         return Keysmith.Result(status: result.status, stdout: String(decoding: result.stdout, as: UTF8.self), stderr: String(decoding: result.stderr, as: UTF8.self))
     }
 
-    @Test("install.sh PREFIX: the installed binary runs, git-credential-keysmith is it, man -l renders a command's page, bash completes `keysmith token <TAB>`; --uninstall leaves no file behind")
+    @Test("install.sh PREFIX: the installed binary runs, and runs the installed keysmith-net for PostgreSQL, git-credential-keysmith is it, man -l renders a command's page, bash completes `keysmith token <TAB>`; --uninstall leaves no file behind")
     func installAndUninstall() throws {
         let prefix = FileManager.default.temporaryDirectory.appendingPathComponent("keysmith-prefix-\(UUID().uuidString.prefix(8))").path
         defer { try? FileManager.default.removeItem(atPath: prefix) }
@@ -29,9 +29,18 @@ struct InstallTests {
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: prefix + "/bin/git-credential-keysmith") == "keysmith")
         let helper = try run(prefix + "/bin/git-credential-keysmith", ["capability"])
         #expect(helper.status == 0 && helper.stdout.isEmpty, "git's helper link runs keysmith git-credential: \(helper.output)")
-        // Stripped: no symbol table left.
+        // Stripped: no symbol table left, in keysmith and in keysmith-net.
         let symbols = try run("/usr/bin/nm", [prefix + "/bin/keysmith"])
         #expect(symbols.stderr.contains("no symbols"), "\(symbols.stderr.prefix(200))")
+        let net = prefix + "/libexec/keysmith/keysmith-net"
+        let netSymbols = try run("/usr/bin/nm", [net])
+        #expect(netSymbols.stderr.contains("no symbols"), "\(netSymbols.stderr.prefix(200))")
+        // The installed keysmith finds keysmith-net where install.sh put it, and hands it what
+        // needs PostgreSQL (no database here: keysmith-net says so, exit 5).
+        let postgres = try run(prefix + "/bin/keysmith", ["postgres", "verify"], environment: ["KEYSMITH_DATABASE_URL": ""])
+        #expect(postgres.status == 5 && postgres.stderr.contains("no database is configured"), "\(postgres.output)")
+        let netVersion = try run(net, ["--version"])
+        #expect(netVersion.stdout == built.stdout)
 
         // A man page per command, rendered by man.
         let pages = try FileManager.default.contentsOfDirectory(atPath: prefix + "/share/man/man1")

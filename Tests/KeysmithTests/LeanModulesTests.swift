@@ -9,7 +9,7 @@ struct LeanModulesTests {
     static let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("Sources")
     static let lean = ["Keysmith", "KeysmithCrypto", "KeysmithSystem", "KeysmithCredentials", "KeysmithVault", "KeysmithSecretService",
-                       "KeysmithStores", "KeysmithTokens", "KeysmithPolicy"]
+                       "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithCommandLine", "keysmith"]
 
     @Test("no Swift file of a lean module imports Foundation (FoundationEssentials only)", arguments: lean)
     func noFoundation(module: String) throws {

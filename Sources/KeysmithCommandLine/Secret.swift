@@ -254,7 +254,7 @@ struct ItemJSON: Codable {
     }
 }
 
-func jsonLine<T: Encodable>(_ value: T) throws -> String {
+package func jsonLine<T: Encodable>(_ value: T) throws -> String {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     return String(decoding: try encoder.encode(value), as: UTF8.self)

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keysmith
+import KeysmithCommandLine
 import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithPostgres
@@ -167,7 +168,7 @@ extension KeysmithCommand.PostgresCommand {
         var json = false
 
         func run() throws {
-            let opened = try store.openPostgres()
+            let opened = try store.openPostgresStore()
             let id = try opened.rotateDataKey()
             if json {
                 print("{\"namespace\":\(jsonString(opened.namespace)),\"key_id\":\(id)}")
@@ -193,7 +194,7 @@ extension KeysmithCommand.PostgresCommand {
         var acceptRollback = false
 
         func run() throws {
-            let opened = try store.openPostgres()
+            let opened = try store.openPostgresStore()
             let result = try opened.verifyChangeFeed(anchor: .standard, acceptRollback: acceptRollback)
             if json {
                 print("{\"namespace\":\(jsonString(opened.namespace)),\"intact\":\(result.isIntact),\"changes\":\(result.changes),"
@@ -230,7 +231,7 @@ extension KeysmithCommand.PostgresCommand {
         }
 
         func run() throws {
-            let opened = try store.openPostgres()
+            let opened = try store.openPostgresStore()
             let report = try opened.rekey(chunkSize: chunkSize)
             if json {
                 print("{\"namespace\":\(jsonString(opened.namespace)),\"key_id\":\(report.currentKeyID),\"rekeyed\":\(report.rekeyed),"

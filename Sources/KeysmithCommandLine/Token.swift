@@ -1,28 +1,28 @@
-import ArgumentParser
-import Keysmith
-import KeysmithPostgres
+package import ArgumentParser
+package import Keysmith
 import KeysmithSystem
-import KeysmithProvider
-import KeysmithTokens
+package import KeysmithTokens
 import KeysmithVault
 
 /// Where a token is kept: --service and --account.
-struct TokenLocation: ParsableArguments {
+package struct TokenLocation: ParsableArguments {
+    package init() {}
+
     @Option(help: "The service the token is kept under.")
-    var service: String
+    package var service: String
 
     @Option(help: "The account the token is kept under.")
-    var account: String
+    package var account: String
 
     /// `ACCOUNT at SERVICE` for a message, control characters escaped (names are anyone's text).
-    var shown: String { shownToken(service: service, account: account) }
+    package var shown: String { shownToken(service: service, account: account) }
 }
 
 /// `ACCOUNT at SERVICE` for a message, control characters escaped (names are anyone's text).
-func shownToken(service: String, account: String) -> String { "\(OneLine.unicodeEscaped(account)) at \(OneLine.unicodeEscaped(service))" }
+package func shownToken(service: String, account: String) -> String { "\(OneLine.unicodeEscaped(account)) at \(OneLine.unicodeEscaped(service))" }
 
 /// Parses scope arguments, each possibly a space-separated list.
-func parseScopes(_ arguments: [String]) throws -> [Scope] {
+package func parseScopes(_ arguments: [String]) throws -> [Scope] {
     var scopes: [Scope] = []
     for argument in arguments {
         scopes += try Scope.parseList(argument).sorted()
@@ -32,11 +32,14 @@ func parseScopes(_ arguments: [String]) throws -> [Scope] {
 
 extension KeysmithCommand {
     /// OAuth tokens and their scopes.
-    struct Token: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "token", 
+    package struct Token: ParsableCommand {
+        package init() {}
+
+        package static let configuration = CommandConfiguration(commandName: "token",
             abstract: "Import OAuth tokens and inspect, check and revoke their scopes.",
-            subcommands: [Import.self, Login.self, Outbox.self, Reconcile.self, List.self, Get.self, Scopes.self, Revoke.self, RevokeAll.self, Check.self, Introspect.self,
-                          Delete.self]
+            subcommands: KeysmithCommand.inserting(network?.tokenCommands ?? [], into: [
+                Import.self, List.self, Get.self, Scopes.self, Revoke.self, RevokeAll.self, Check.self, Introspect.self, Delete.self,
+            ])
         )
     }
 }
@@ -210,7 +213,7 @@ extension KeysmithCommand.Token {
             guard !revoking.isEmpty else { throw ValidationError("name at least one scope to revoke") }
             let keeper = makeKeeper(try store.openStore())
             if atProvider {
-                try revokeAtProvider(keeper, location, scopes: revoking, reason: reason, json: json)
+                try networkParts().revokeAtProvider(keeper, location, revoking, false, reason, json)
                 return
             }
             let token = try keeper.revoke(revoking, service: location.service, account: location.account, reason: reason)
@@ -239,7 +242,7 @@ extension KeysmithCommand.Token {
         func run() throws {
             let keeper = makeKeeper(try store.openStore())
             if atProvider {
-                try revokeAtProvider(keeper, location, scopes: nil, reason: reason, json: json)
+                try networkParts().revokeAtProvider(keeper, location, nil, false, reason, json)
                 return
             }
             let token = try keeper.revokeAll(service: location.service, account: location.account, reason: reason)
@@ -319,60 +322,13 @@ extension KeysmithCommand.Token {
             guard atProvider else {
                 return print(try jsonLine(try loadToken(keeper, location).introspection(at: keeper.now)))
             }
-            let introspection = ProviderIntrospection(keeper: keeper)
-            let (service, account) = (location.service, location.account)
-            let (answer, revokedHere) = try runAsync { try await introspection.introspect(service: service, account: account) }
-            struct Document: Encodable {
-                var active: Bool; var scope: String?; var exp: Int?; var client_id: String?; var revoked_here: Bool
-            }
-            print(try jsonLine(Document(active: answer.active, scope: answer.scope, exp: answer.expiresAt.map { Int($0.timeIntervalSince1970) },
-                                        client_id: answer.clientID, revoked_here: revokedHere)))
-            if !answer.active { throw CommandFailure.silent(ExitCode(3)) }
-        }
-    }
-
-    /// Asks a provider about every token kept for it.
-    struct Reconcile: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            commandName: "reconcile",
-            abstract: "Ask a provider about every token of its service that is valid here (RFC 7662); revoke here those it reports inactive.",
-            discussion: """
-                Tokens whose access token has expired here are not asked about (an expired access token \
-                is inactive everywhere and says nothing of its grant). A token the provider reports \
-                inactive is revoked here with the reason "inactive at the provider", audited. 8 requests \
-                at a time. Exit 0 when every question was answered; 11 when some failed (named).
-                """)
-
-        @OptionGroup var store: StoreOptions
-
-        @Option(help: "The provider (the tokens' service).")
-        var service: String
-
-        @Flag(help: "Print one JSON document: {checked, revoked: [accounts], failed: {account: why}}.")
-        var json = false
-
-        func run() throws {
-            let introspection = ProviderIntrospection(keeper: makeKeeper(try store.openStore()))
-            let service = service
-            let report = try runAsync { try await introspection.reconcile(service: service) }
-            if json {
-                struct Document: Encodable { var checked: Int; var revoked: [String]; var failed: [String: String] }
-                print(try jsonLine(Document(checked: report.checked, revoked: report.revoked, failed: report.failed)))
-            } else {
-                print("Asked \(OneLine.unicodeEscaped(service)) about \(report.checked) token(s): \(report.revoked.count) inactive there, now revoked here"
-                      + (report.revoked.isEmpty ? "." : " (\(report.revoked.map(OneLine.unicodeEscaped).joined(separator: ", "))).")
-                      + (report.failed.isEmpty ? "" : " \(report.failed.count) question(s) failed."))
-                for (account, why) in report.failed.sorted(by: { $0.key < $1.key }) {
-                    Terminal.write(Array("keysmith: \(OneLine.unicodeEscaped(account)): \(OneLine.unicodeEscaped(why))\n".utf8), to: 2)
-                }
-            }
-            if !report.failed.isEmpty { throw CommandFailure.silent(ExitCode(11)) }
+            try networkParts().introspectAtProvider(keeper, location)
         }
     }
 }
 
 /// A duration such as `90s`, `30m`, `12h`, `1d`, `2w`, or a number of seconds; at most 100 years.
-func parseDuration(_ text: String) throws -> TimeInterval {
+package func parseDuration(_ text: String) throws -> TimeInterval {
     let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
     var number = Substring(text)
     var unit = 1.0
@@ -498,15 +454,7 @@ extension KeysmithCommand.Token {
             let keeper = makeKeeper(try store.openStore())
             let token: OAuthToken
             if fresh {
-                let tokens = try ProviderTokens(keeper: keeper)
-                let seconds = try minValidity.map(parseDuration) ?? 60
-                let (service, account) = (location.service, location.account)
-                // No task and no network when the token needs no refresh.
-                if let current = try tokens.tokenIfFresh(service: service, account: account, minValidity: .seconds(seconds)) {
-                    token = current
-                } else {
-                    token = try runAsync { try await tokens.freshToken(service: service, account: account, minValidity: .seconds(seconds)) }
-                }
+                token = try networkParts().freshToken(keeper, location, try minValidity.map(parseDuration) ?? 60)
             } else {
                 token = try loadToken(keeper, location)
             }
@@ -548,7 +496,7 @@ extension KeysmithCommand.Token {
         func run() throws {
             let keeper = makeKeeper(try store.openStore())
             if atProvider {
-                try revokeAtProvider(keeper, location, scopes: nil, deleting: true, reason: "deleted with keysmith", json: false)
+                try networkParts().revokeAtProvider(keeper, location, nil, true, "deleted with keysmith", false)
                 return
             }
             try keeper.delete(service: location.service, account: location.account)
@@ -602,7 +550,7 @@ struct TokenListDocument: Encodable {
 /// A token keeper whose audit entries name this user, host and process and the command line
 /// (the command never takes a secret as an argument), and that anchors the audit head outside
 /// the store (``AuditAnchor/standard``).
-func makeKeeper(_ store: any SecureStore) -> TokenKeeper {
+package func makeKeeper(_ store: any SecureStore) -> TokenKeeper {
     TokenKeeper(store: store, actor: .current(command: (["keysmith"] + CommandLine.arguments.dropFirst()).joined(separator: " ")),
                 auditAnchor: .standard)
 }
@@ -754,7 +702,7 @@ extension KeysmithCommand {
                 throw KeysmithError.invalidArgument("--wait needs the postgres backend: only it has watchers to wait for")
             }
             let opened = try store.openStore()
-            if wait && !(opened is PostgresStore) {
+            if wait, try !networkParts().isPostgres(opened) {
                 throw KeysmithError.invalidArgument("--wait needs the postgres backend: only it has watchers to wait for")
             }
             let waitLimit = try parseDuration(waitTimeout)
@@ -762,23 +710,21 @@ extension KeysmithCommand {
             let bar = ProgressBar(enabled: Terminal.isTerminal(2))
             let filter = TokenFilter(service: service, clientID: client, subject: subject)
             let report: BulkRevocationReport
-            var sent = RevocationOutbox.SendReport()
+            var sent = (confirmed: 0, pending: 0, failed: 0)
             if atProvider && !dryRun {
                 // The queued revocations at the providers: the ones this command queued are sent
                 // now, at most 8 at a time per provider; what is not confirmed stays queued
                 // (`keysmith token outbox`).
-                let outbox = RevocationOutbox(keeper: keeper)
-                let (revoked, queued) = try outbox.revoke(scopes: revoking, matching: filter, reason: reason)
-                report = revoked
-                sent = try runAsync { try await outbox.send(only: Set(queued)) }
+                let revoked = try networkParts().bulkRevokeAtProvider(keeper, revoking, filter, reason)
+                report = revoked.report
+                sent = (revoked.confirmed, revoked.pending, revoked.failed)
             } else {
                 report = try keeper.revoke(scopes: revoking, matching: filter, reason: reason, dryRun: dryRun, progress: bar.update)
             }
             bar.finish()
-            var pending: [PendingWatcher] = []
-            if wait, !dryRun, let postgres = opened as? PostgresStore, postgres.lastCommittedSequence > 0 {
-                pending = try postgres.waitForWatchers(through: postgres.lastCommittedSequence,
-                                                       timeout: .milliseconds(Int(waitLimit * 1000)))
+            var pending: [String] = []
+            if wait, !dryRun {
+                pending = try networkParts().waitForWatchers(opened, waitLimit) ?? []
             }
             let names = Scope.formatList(revoking)
             if json {
@@ -797,7 +743,7 @@ extension KeysmithCommand {
                                                    dryRun: dryRun, tokens: report.changedTokens))
                 if wait {
                     document.removeLast()
-                    document += ",\"not_acknowledged\":[" + pending.map { jsonString($0.name) }.joined(separator: ",") + "]}"
+                    document += ",\"not_acknowledged\":[" + pending.map { jsonString($0) }.joined(separator: ",") + "]}"
                 }
                 if atProvider && !dryRun {
                     document.removeLast()
@@ -814,7 +760,7 @@ extension KeysmithCommand {
             }
             if !pending.isEmpty {
                 throw CommandFailure(message: "committed, but not applied by \(pending.count) live watcher(s) within \(waitTimeout): "
-                                     + pending.map { OneLine.unicodeEscaped($0.name) }.joined(separator: ", "), exitCode: ExitCode(9))
+                                     + pending.map { OneLine.unicodeEscaped($0) }.joined(separator: ", "), exitCode: ExitCode(9))
             }
             if sent.failed > 0 {
                 throw CommandFailure(message: "revoked here, but \(sent.failed) provider revocation(s) were refused for good (see `keysmith token outbox`)",

@@ -2,6 +2,7 @@ import ArgumentParser
 import Dispatch
 import Foundation
 import Keysmith
+import KeysmithCommandLine
 import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithProvider
@@ -324,7 +325,7 @@ extension KeysmithCommand.Token {
 /// commit, then one attempt to send that entry. A provider that cannot be reached leaves it
 /// queued (`keysmith token outbox --send` sends it again; exit 0, the reason on standard
 /// error); a provider that refuses it for good is exit 10.
-func revokeAtProvider(_ keeper: TokenKeeper, _ location: TokenLocation, scopes: [Scope]?, deleting: Bool = false, reason: String, json: Bool) throws {
+func revokeTokenAtProvider(_ keeper: TokenKeeper, _ location: TokenLocation, scopes: [Scope]?, deleting: Bool = false, reason: String, json: Bool) throws {
     let outbox = RevocationOutbox(keeper: keeper)
     let queued = try outbox.revoke(service: location.service, account: location.account, scopes: scopes, deleting: deleting, reason: reason)
     var state = "nothing to revoke"

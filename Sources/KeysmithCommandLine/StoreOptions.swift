@@ -1,15 +1,16 @@
 import ArgumentParser
-import Keysmith
-import KeysmithCredentials
+package import Keysmith
+package import KeysmithCredentials
 import KeysmithCrypto
-import KeysmithPostgres
 import KeysmithSecretService
-import KeysmithStores
+package import KeysmithStores
 import KeysmithSystem
 import KeysmithVault
 
 /// Where the vault is and how to unlock it; shared by every command that opens a store.
-struct StoreOptions: ParsableArguments {
+package struct StoreOptions: ParsableArguments {
+    package init() {}
+
     @Option(name: .long, help: ArgumentHelp("The vault directory (default: $KEYSMITH_VAULT, else $XDG_DATA_HOME/keysmith).", valueName: "dir"))
     var vault: String?
 
@@ -35,7 +36,7 @@ struct StoreOptions: ParsableArguments {
 
     /// The backend given by --backend, $KEYSMITH_BACKEND or the config file; `nil` when none
     /// is (then commands that have one store, such as `watch`, use it).
-    func givenChoice() throws -> StoreChoice? {
+    package func givenChoice() throws -> StoreChoice? {
         if let backend { return try StoreChoice.parse(backend, source: "--backend") }
         return try StoreChoice.given()
     }
@@ -46,7 +47,7 @@ struct StoreOptions: ParsableArguments {
     }
 
     /// Opens the chosen store: the vault (unlocked as for `openVault`) or the Secret Service.
-    func openStore() throws -> any SecureStore {
+    package func openStore() throws -> any SecureStore {
         try openChosen().store
     }
 
@@ -63,34 +64,22 @@ struct StoreOptions: ParsableArguments {
 
     /// The database URL: $KEYSMITH_DATABASE_URL, else the config file's `database_url`. Never an
     /// option: a URL may hold a password, and the command line is visible to every user.
-    func databaseURL() throws -> String {
+    package func databaseURL() throws -> String {
         if let url = System.environment("KEYSMITH_DATABASE_URL"), !url.isEmpty { return url }
         if let url = try StoreChoice.configFile().databaseURL { return url }
         throw KeysmithError(.storeUnavailable, "no database is configured: set KEYSMITH_DATABASE_URL or database_url in the config file")
     }
 
     /// The PostgreSQL namespace: --namespace, $KEYSMITH_NAMESPACE, the config file, `default`.
-    func postgresNamespace() throws -> String {
+    package func postgresNamespace() throws -> String {
         if let namespace { return namespace }
         if let value = System.environment("KEYSMITH_NAMESPACE"), !value.isEmpty { return value }
         return try StoreChoice.configFile().namespace ?? "default"
     }
 
-    /// The PostgreSQL master key, from the same sources as the vault's credential. A master
-    /// passphrase is text (its bytes are read as UTF-8); with `making` (a key that may be created
-    /// now, `postgres init`), one whose bytes are not UTF-8 is refused from any source, since
-    /// reading it as text would change it (two different byte strings would be one key).
-    func postgresMasterKey(making: Bool = false) throws -> PostgresMasterKey {
-        guard var source = try keySources(prompt: "PostgreSQL master passphrase: ").resolve() else {
-            throw KeysmithError(.storeLocked, "the PostgreSQL store needs its master key: use --keyfile, --passphrase-fd or KEYSMITH_PASSPHRASE")
-        }
-        defer { source.wipe() }
-        return try PostgresMasterKey(source, making: making)
-    }
-
-    func openPostgres() throws -> PostgresStore {
-        let settings = try PostgresConnectionSettings(url: try databaseURL())
-        return try PostgresStore(settings, namespace: try postgresNamespace(), masterKey: try postgresMasterKey())
+    /// Opens the PostgreSQL store (`keysmith-net`; the lean command hands over to it).
+    func openPostgres() throws -> any SecureStore {
+        try networkParts().openPostgres(self)
     }
 
     /// The keyfile --keyfile or $KEYSMITH_KEYFILE names.
@@ -98,7 +87,7 @@ struct StoreOptions: ParsableArguments {
 
     /// Where this command's key comes from: --keyfile, $KEYSMITH_KEYFILE, --passphrase-fd,
     /// $KEYSMITH_PASSPHRASE, then the terminal with `prompt` (the library's one order).
-    func keySources(prompt: String?) -> KeySources {
+    package func keySources(prompt: String?) -> KeySources {
         KeySources(keyfile: keyfile, passphraseDescriptor: passphraseFD, prompt: prompt)
     }
 
@@ -129,17 +118,17 @@ struct StoreOptions: ParsableArguments {
 
 /// How much of standard input (or a descriptor) each command reads at most: more is refused
 /// with exit 64 and nothing is changed, so an input that never ends cannot exhaust memory.
-enum InputLimit {
+package enum InputLimit {
     /// A secret (`secret set`): the largest a store takes (the vault's 32 MiB), and room for
     /// the trailing `\r\n` that is removed.
-    static let secret = StoreLimits.standard.maximumSecretSize + 2
+    package static let secret = StoreLimits.standard.maximumSecretSize + 2
     /// JSON lines of `batch` and `token import --batch`.
-    static let batch = 256 << 20
+    package static let batch = 256 << 20
     /// One token response (`token import`).
-    static let tokenResponse = 1 << 20
+    package static let tokenResponse = 1 << 20
 
     /// Reads `fd` to its end, at most `limit` bytes; more is a usage error naming `what`.
-    static func read(fd: Int32 = 0, limit: Int, what: String) throws -> [UInt8] {
+    package static func read(fd: Int32 = 0, limit: Int, what: String) throws -> [UInt8] {
         do {
             return try Terminal.readAll(fd: fd, atMost: limit)
         } catch let error as SystemError where error.isOverLimit {

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import Keysmith
 import KeysmithPolicy
 import KeysmithSystem
@@ -98,7 +98,7 @@ func readText(_ path: String, _ what: String) throws -> String {
     do {
         guard let read = try System.readFile(path, atMost: largestInputFile) else { throw KeysmithError(.itemNotFound, "there is no \(what) at \(path)") }
         bytes = read
-    } catch let error as SystemError where error.errno == EFBIG {
+    } catch let error as SystemError where error.isOverLimit {
         throw CommandFailure(message: "the \(what) \(path) is larger than \(largestInputFile >> 20) MiB", exitCode: ExitCode(64))
     } catch let error as SystemError {
         throw KeysmithError(.ioFailure, "cannot read the \(what) \(path): \(error)")
@@ -145,7 +145,7 @@ struct TokenOptions: ParsableArguments {
 }
 
 /// A JSON string literal (the policy library's writer).
-func jsonString(_ text: String) -> String { JSONOutput.string(text) }
+package func jsonString(_ text: String) -> String { JSONOutput.string(text) }
 
 extension KeysmithCommand.PolicyCommand {
     /// Validates policies, a schema and entities.

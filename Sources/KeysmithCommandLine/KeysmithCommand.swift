@@ -1,17 +1,16 @@
-import ArgumentParser
+package import ArgumentParser
 import FoundationEssentials
 import Keysmith
-import KeysmithProvider
 import KeysmithSystem
 import Logging
 
-/// The `keysmith` command: secrets from a terminal or a script.
-@main
-struct KeysmithCommand: ParsableCommand {
+/// The `keysmith` command: secrets from a terminal or a script. Its `main` runs in two programs:
+/// the lean `keysmith`, and `keysmith-net`, which adds PostgreSQL and providers (``NetworkParts``).
+package struct KeysmithCommand: ParsableCommand {
     // Every command's configuration names it (`commandName:`): without a name, the argument
     // parser derives it with `String(describing:)`, which scans every protocol conformance in
     // the binary, for every command in the tree, on every run (it was 30% of `--version`).
-    static let configuration = CommandConfiguration(
+    package static let configuration = CommandConfiguration(
         commandName: "keysmith",
         abstract: "Keep secrets in an encrypted vault and manage them from a terminal or a script.",
         discussion: """
@@ -31,11 +30,31 @@ struct KeysmithCommand: ParsableCommand {
             could not be reached or answered badly, 64 usage error or bad input.
             """,
         version: Keysmith.version,
-        subcommands: [Init.self, Secret.self, Token.self, Provider.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self, PostgresCommand.self, Watch.self, GitCredentialCommand.self, Walkthrough.self]
+        subcommands: inserting(network?.commands ?? [], into: [
+            Init.self, Secret.self, Token.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self,
+            Walkthrough.self,
+        ])
     )
 
+    package init() {}
+
+    /// `base` with each of `extra` placed after the command it names, in order.
+    static func inserting(_ extra: [(after: String, command: any ParsableCommand.Type)], into base: [any ParsableCommand.Type])
+        -> [any ParsableCommand.Type]
+    {
+        var commands = base
+        for (after, command) in extra {
+            let index = commands.firstIndex { $0._commandName == after }.map { $0 + 1 } ?? commands.endIndex
+            commands.insert(command, at: index)
+        }
+        return commands
+    }
+
     /// Runs the command, turning every error into one line on stderr and a stable exit code.
-    static func main() {
+    /// `parts` are the network parts (`keysmith-net`), or `nil` in the lean `keysmith`, which
+    /// hands a command that needs them, and any command line it cannot parse, to `keysmith-net`.
+    package static func main(network parts: NetworkParts?) -> Never {
+        network = parts
         bootstrapLogging()
         if let index = Terminal.firstNonUTF8Argument() {
             // Swift would read the bytes as U+FFFD, and two different names as one.
@@ -47,21 +66,30 @@ struct KeysmithCommand: ParsableCommand {
         if CommandLine.arguments.first?.split(separator: "/").last == "git-credential-keysmith" {
             arguments = ["git-credential"] + arguments
         }
+        if parts == nil, NetworkHelper.isNeeded(for: arguments) { handOver() }
         checkCommandName(arguments)
         checkShortOptions(arguments)
         do {
-            var command = try parseAsRoot(arguments)
+            var command: any ParsableCommand
+            do {
+                command = try parseAsRoot(arguments)
+            } catch where parts == nil && exitCode(for: error) != .success {
+                // What the lean command cannot parse may be a command or option of keysmith-net's:
+                // it parses every command, and says what is wrong when nothing is.
+                handOver()
+            }
             try command.run()
         } catch let error as KeysmithError {
             // A usage error (exit 64) about an argument (a scope, a type, a descriptor number)
             // must not repeat it either: it could be a secret typed in the wrong place.
             let code = exitCode(for: error.code)
             fail(code == 64 ? masked(error.message, Array(CommandLine.arguments.dropFirst())) : error.message, code: ExitCode(code))
-        } catch let error as ProviderError {
-            fail(error.message, code: ExitCode(exitCode(for: error)))
         } catch let error as CommandFailure {
             if error.message.isEmpty { Self.exit(withError: error.exitCode) }
             fail(error.message, code: error.exitCode)
+        } catch let error where network?.failure(error) != nil {
+            let (message, code) = network!.failure(error)!
+            fail(message, code: ExitCode(code))
         } catch {
             // --help and --version print as the parser prints them; every other parse or
             // validation error is one `keysmith:` line, exit 64, pointing at the help.
@@ -76,6 +104,7 @@ struct KeysmithCommand: ParsableCommand {
             let help = (["keysmith"] + path + ["--help"]).joined(separator: " ")
             fail("\(message) (see `\(help)`)", code: code == .failure ? ExitCode(1) : ExitCode(64))
         }
+        Self.exit(withError: nil)
     }
 
     /// The options every store command takes (StoreOptions); before the subcommand they are an
@@ -100,6 +129,12 @@ struct KeysmithCommand: ParsableCommand {
     /// exited 0).
     static func checkCommandName(_ arguments: [String]) {
         guard let first = arguments.first else { return }
+        // The lean command knows only its own commands: what it cannot name, keysmith-net
+        // (which knows them all) names, or runs.
+        func fail(_ message: String, code: ExitCode) -> Never {
+            if network == nil { handOver() }
+            KeysmithCommand.fail(message, code: code)
+        }
         let names = configuration.subcommands.map { $0._commandName } + ["help"]  // the parser's own `help`
         if let option = first.split(separator: "=").first.map(String.init), storeOptions.contains(option) {
             // The subcommand's words come after the option's value (which may be a command's
@@ -192,11 +227,12 @@ struct KeysmithCommand: ParsableCommand {
         while let command = pending.popLast() {
             pending += command.configuration.subcommands
             names.insert(command._commandName)
+            // Each `--` and the name that follows it.
             var rest = Substring(KeysmithCommand.helpMessage(for: command))
-            while let range = rest.range(of: "--") {
-                let name = rest[range.lowerBound...].prefix { $0 == "-" || $0.isLetter || $0.isNumber }
+            while let start = rest.indices.first(where: { rest[$0] == "-" && rest[rest.index(after: $0)...].first == "-" }) {
+                let name = rest[start...].prefix { $0 == "-" || $0.isLetter || $0.isNumber }
                 if name.count > 2, name.dropFirst(2).first?.isLetter == true { names.insert(String(name)) }
-                rest = rest[range.upperBound...]
+                rest = rest[rest.index(start, offsetBy: 2)...]
             }
         }
         return names
@@ -233,7 +269,7 @@ struct KeysmithCommand: ParsableCommand {
         }
     }
 
-    static func fail(_ message: String, code: ExitCode) -> Never {
+    package static func fail(_ message: String, code: ExitCode) -> Never {
         Terminal.write(Array("keysmith: \(message)\n".utf8), to: 2)
         Self.exit(withError: code)
     }
@@ -241,11 +277,15 @@ struct KeysmithCommand: ParsableCommand {
     /// The documented exit code of each error code (docs/cli.md).
     /// 10 when the provider refused, 11 when it could not be reached or answered badly, 64 when
     /// it cannot do what was asked (no such endpoint).
-    static func exitCode(for error: ProviderError) -> Int32 {
-        switch error.kind {
-        case .rejected, .abandoned: 10
-        case .unreachable, .timedOut, .tls, .badResponse: 11
-        case .unsupported: 64
+    /// Runs `keysmith-net` in this process's place, with this process's arguments; or fails
+    /// saying why it cannot.
+    static func handOver() -> Never {
+        do {
+            try NetworkHelper.run(CommandLine.arguments)
+        } catch let error as KeysmithError {
+            fail(error.message, code: ExitCode(exitCode(for: error.code)))
+        } catch {
+            fail("\(error)", code: ExitCode(1))
         }
     }
 
@@ -264,12 +304,17 @@ struct KeysmithCommand: ParsableCommand {
 }
 
 /// A failure of the command itself, with its exit code.
-struct CommandFailure: Error {
+package struct CommandFailure: Error {
+    package init(message: String, exitCode: ExitCode) {
+        self.message = message
+        self.exitCode = exitCode
+    }
+
     let message: String
     let exitCode: ExitCode
 
-    static func notFound(_ message: String) -> CommandFailure { CommandFailure(message: message, exitCode: ExitCode(2)) }
-    static func denied(_ message: String) -> CommandFailure { CommandFailure(message: message, exitCode: ExitCode(3)) }
+    package static func notFound(_ message: String) -> CommandFailure { CommandFailure(message: message, exitCode: ExitCode(2)) }
+    package static func denied(_ message: String) -> CommandFailure { CommandFailure(message: message, exitCode: ExitCode(3)) }
     /// An answer given by the exit code alone (`--quiet`): nothing is printed.
-    static func silent(_ code: ExitCode) -> CommandFailure { CommandFailure(message: "", exitCode: code) }
+    package static func silent(_ code: ExitCode) -> CommandFailure { CommandFailure(message: "", exitCode: code) }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keysmith
+import KeysmithCommandLine
 import KeysmithStores
 import KeysmithProvider
 import KeysmithSystem

@@ -1,0 +1,64 @@
+import Foundation
+import Testing
+
+/// The lean `keysmith` and `keysmith-net` (README, "Install"; docs/benchmarks.md, "Binary size"):
+/// PostgreSQL and providers live in `keysmith-net`, which `keysmith` runs in its place for the
+/// commands that need them.
+@Suite("keysmith is lean, and hands what needs the network to keysmith-net")
+struct LeanBinaryTests {
+    static let net = URL(fileURLWithPath: Keysmith.binary).deletingLastPathComponent().appendingPathComponent("keysmith-net").path
+
+    /// Module names as Swift writes them in every symbol and type name of a module (its length,
+    /// then the name): only a binary that uses Foundation (whose ICU data is most of its size),
+    /// SwiftNIO, TLS, the PostgreSQL driver or the HTTP client holds them. (A debug build may
+    /// still list libFoundation.so as needed, unused: the autolink of FoundationEssentials names
+    /// it; a static release build links only what is used.)
+    static let heavy = ["10Foundation", "11PostgresNIO", "8NIOPosix", "6NIOSSL", "15AsyncHTTPClient", "16KeysmithPostgres", "16KeysmithProvider"]
+
+    @Test("the built keysmith uses no Foundation, SwiftNIO, TLS, PostgreSQL driver or HTTP client; keysmith-net uses each of them")
+    func leanBinary() throws {
+        let lean = try Data(contentsOf: URL(fileURLWithPath: Keysmith.binary))
+        let full = try Data(contentsOf: URL(fileURLWithPath: Self.net))
+        for name in Self.heavy {
+            #expect(lean.range(of: Data(name.utf8)) == nil, "keysmith holds \(name)")
+            // The same search finds it where it is: the check above can fail.
+            #expect(full.range(of: Data(name.utf8)) != nil, "keysmith-net lacks \(name)")
+        }
+        print("debug builds: keysmith \(lean.count >> 20) MiB, keysmith-net \(full.count >> 20) MiB")
+    }
+
+    @Test("keysmith runs keysmith-net for PostgreSQL, providers, git and help: the same answers, from one command")
+    func handsOver() throws {
+        let keysmith = try Keysmith()
+        // A command of keysmith-net's alone: its help, and its own usage error.
+        let help = try keysmith.run(["postgres", "--help"])
+        #expect(help.status == 0 && help.stdout.contains("rotate-master-key"), "\(help.output)")
+        let top = try keysmith.run(["--help"])
+        #expect(top.stdout.contains("provider") && top.stdout.contains("git-credential") && top.stdout.contains("watch"), "\(top.output)")
+        let token = try keysmith.run(["token", "--help"])
+        #expect(token.stdout.contains("login") && token.stdout.contains("outbox") && token.stdout.contains("reconcile"), "\(token.output)")
+        // No database configured: keysmith-net says so (exit 5), as keysmith always did.
+        let watch = try keysmith.run(["watch"])
+        #expect(watch.status == 5 && watch.stderr.contains("no database is configured"), "\(watch.output)")
+        let backend = try keysmith.run(["secret", "list", "--backend", "postgres"])
+        #expect(backend.status == 5 && backend.stderr.contains("no database is configured"), "\(backend.output)")
+        // A misspelled command gets keysmith-net's suggestion among every command.
+        let typo = try keysmith.run(["postgress"])
+        #expect(typo.status == 64 && typo.stderr.contains("did you mean `postgres`"), "\(typo.output)")
+        // What needs neither stays in keysmith: it runs without keysmith-net.
+        let lonely = FileManager.default.temporaryDirectory.appendingPathComponent("keysmith-lonely-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: lonely, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: lonely) }
+        let copy = lonely.appendingPathComponent("keysmith").path
+        try FileManager.default.copyItem(atPath: Keysmith.binary, toPath: copy)
+        var alone = keysmith
+        alone.executable = copy
+        let version = try alone.run(["--version"])
+        #expect(version.status == 0 && !version.stdout.isEmpty, "\(version.output)")
+        let list = try alone.run(["secret", "list"])
+        #expect(list.status == 5 && list.stderr.contains("keysmith init"), "a vault command runs in keysmith alone: \(list.output)")
+        // And what needs keysmith-net says it is missing, and where it was looked for.
+        let missing = try alone.run(["postgres", "verify"])
+        #expect(missing.status == 5 && missing.stderr.contains("keysmith-net") && missing.stderr.contains(lonely.path), "\(missing.output)")
+    }
+}
