@@ -55,7 +55,14 @@ package struct KeysmithCommand: ParsableCommand {
     /// hands a command that needs them, and any command line it cannot parse, to `keysmith-net`.
     package static func main(network parts: NetworkParts?) -> Never {
         network = parts
-        bootstrapLogging()
+        // keysmith-net: the mark keysmith set when it handed the command over goes no further.
+        if parts != nil { System.unsetEnvironment(NetworkHelper.marker) }
+        if parts == nil, System.environment(NetworkHelper.marker) != nil {
+            // keysmith-net handed the command back: what stands where keysmith-net should is a
+            // lean keysmith (a copy or a link), and running it again would never end.
+            fail("the keysmith-net this keysmith found is a lean keysmith, not keysmith-net; install keysmith-net (scripts/install.sh)",
+                 code: ExitCode(5))
+        }
         if let index = Terminal.firstNonUTF8Argument() {
             // Swift would read the bytes as U+FFFD, and two different names as one.
             fail("argument \(index) is not UTF-8 text; names and options must be UTF-8 (a secret of any bytes goes on standard input, "
@@ -66,7 +73,14 @@ package struct KeysmithCommand: ParsableCommand {
         if CommandLine.arguments.first?.split(separator: "/").last == "git-credential-keysmith" {
             arguments = ["git-credential"] + arguments
         }
-        if parts == nil, NetworkHelper.isNeeded(for: arguments) { handOver() }
+        if parts == nil {
+            switch NetworkHelper.need(for: arguments) {
+            case .required: handOver()
+            case .preferred: handOver(ifInstalled: true)
+            case .none: break
+            }
+        }
+        bootstrapLogging()
         checkCommandName(arguments)
         checkShortOptions(arguments)
         do {
@@ -75,8 +89,10 @@ package struct KeysmithCommand: ParsableCommand {
                 command = try parseAsRoot(arguments)
             } catch where parts == nil && exitCode(for: error) != .success {
                 // What the lean command cannot parse may be a command or option of keysmith-net's:
-                // it parses every command, and says what is wrong when nothing is.
-                handOver()
+                // it parses every command, and says what is wrong when nothing is. Without it,
+                // the lean command says what is wrong itself.
+                handOver(ifInstalled: true)
+                throw error
             }
             try command.run()
         } catch let error as KeysmithError {
@@ -132,7 +148,7 @@ package struct KeysmithCommand: ParsableCommand {
         // The lean command knows only its own commands: what it cannot name, keysmith-net
         // (which knows them all) names, or runs.
         func fail(_ message: String, code: ExitCode) -> Never {
-            if network == nil { handOver() }
+            if network == nil { handOver(ifInstalled: true) }
             KeysmithCommand.fail(message, code: code)
         }
         let names = configuration.subcommands.map { $0._commandName } + ["help"]  // the parser's own `help`
@@ -287,6 +303,14 @@ package struct KeysmithCommand: ParsableCommand {
         } catch {
             fail("\(error)", code: ExitCode(1))
         }
+    }
+
+    /// Runs `keysmith-net` in this process's place when it is installed (help, and what the lean
+    /// command cannot parse: keysmith-net knows every command); returns when it is not, and the
+    /// lean command answers itself.
+    static func handOver(ifInstalled: Bool) {
+        guard NetworkHelper.installedPath() != nil else { return }
+        handOver()
     }
 
     static func exitCode(for code: KeysmithError.Code) -> Int32 {

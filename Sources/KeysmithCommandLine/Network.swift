@@ -65,12 +65,16 @@ package struct NetworkParts {
 package nonisolated(unsafe) var network: NetworkParts?
 
 /// The network parts, or (in the lean `keysmith`) `keysmith-net` run in this process's place.
-/// ``NetworkHelper/isNeeded(for:)`` sends every command that needs them to `keysmith-net`
-/// before it starts; this is the safety net for one it missed, and never returns without them.
+/// ``NetworkHelper/need(for:)`` sends every command that needs them to `keysmith-net` before it
+/// starts (LeanBinaryTests runs each such command line against a `keysmith` without it); this is
+/// the safety net for one it missed, and never returns without them.
 func networkParts() throws -> NetworkParts {
     if let network { return network }
     try NetworkHelper.run(CommandLine.arguments)
 }
+
+/// Whether a store is PostgreSQL's: never, in the lean `keysmith` (it cannot open one).
+func isPostgres(_ store: any SecureStore) -> Bool { network?.isPostgres(store) ?? false }
 
 /// Hands a command to `keysmith-net`.
 package enum NetworkHelper {
@@ -81,25 +85,51 @@ package enum NetworkHelper {
     /// Options that need PostgreSQL or a provider, whichever command they are given to.
     static let options: Set<String> = ["--at-provider", "--fresh", "--wait"]
 
+    /// How much a command line needs `keysmith-net`.
+    package enum Need {
+        /// Not at all.
+        case none
+        /// Help (it lists every command): from `keysmith-net` when it is installed, else from
+        /// the lean command.
+        case preferred
+        /// The command cannot run without it.
+        case required
+    }
+
+    /// The environment variable set for `keysmith-net` when `keysmith` hands a command over: a
+    /// lean `keysmith` that finds it was handed the command back (a copy or a link installed as
+    /// `keysmith-net`) says so instead of running itself again for ever.
+    package static let marker = "KEYSMITH_HANDED_OVER"
+
+    /// What the command `arguments` (without the program's name) needs of `keysmith-net`.
+    package static func need(for arguments: [String]) -> Need {
+        let words = Array(arguments.prefix { $0 != "--" })
+        // No command at all prints the help, which lists every command; so does `token` alone.
+        guard let first = words.first else { return .preferred }
+        if isNeeded(for: arguments) { return .required }
+        if first == "help" || (first == "token" && words.dropFirst().allSatisfy { $0.hasPrefix("-") }) { return .preferred }
+        for word in words where word == "--help" || word == "-h" || word.hasPrefix("--generate-completion-script")
+            || word.hasPrefix("--experimental-dump-help") || word.hasPrefix("---completion")
+        {
+            return .preferred
+        }
+        return .none
+    }
+
     /// Whether the command `arguments` (without the program's name) must run in `keysmith-net`:
-    /// a command or option above, a help request (the help lists every command), or the
-    /// PostgreSQL store, named by an argument (`--backend postgres`, `migrate --to postgres`),
+    /// a command or option above, or the PostgreSQL store, named by an argument (`--backend postgres`, `migrate --to postgres`),
     /// `KEYSMITH_BACKEND` or the config file, or chosen by `auto` with a database configured.
     /// `git-credential-keysmith` arrives here as `git-credential`.
     /// It errs towards `keysmith-net`, which runs every command: an argument that merely reads
     /// `postgres` (a service of that name) costs a slower start, never a different answer.
     package static func isNeeded(for arguments: [String]) -> Bool {
         let words = Array(arguments.prefix { $0 != "--" })
-        // No command at all prints the help, which lists every command.
-        guard let first = words.first else { return true }
-        if commands.contains(first) || first == "help" { return true }
-        if words.first == "token", words.count > 1, tokenCommands.contains(words[1]) { return true }
+        guard let first = words.first else { return false }
+        if commands.contains(first) { return true }
+        if first == "help", words.count > 1, commands.contains(words[1]) { return true }
+        if first == "token", words.count > 1, tokenCommands.contains(words[1]) { return true }
         for word in words {
-            if options.contains(word) || word == "--help" || word == "-h" { return true }
-            // The parser's generated help, man pages and shell completions describe every command.
-            if word.hasPrefix("--generate-completion-script") || word.hasPrefix("--experimental-dump-help") || word.hasPrefix("---completion") {
-                return true
-            }
+            if options.contains(word) { return true }
             if word == "postgres" || word.hasSuffix("=postgres") || word == "auto" || word.hasSuffix("=auto") { return true }
         }
         // No store named on the command line: the environment, else the config file (a config
@@ -119,19 +149,35 @@ package enum NetworkHelper {
     /// given), or fails saying where it was looked for.
     package static func run(_ arguments: [String]) throws -> Never {
         let candidates = helperPaths()
-        for path in candidates where System.isExecutable(path) {
+        var failures: [String] = []
+        for path in candidates {
+            guard System.isExecutable(path) else {
+                if (try? System.status(path)) ?? nil != nil { failures.append("\(path) is not an executable file") }
+                continue
+            }
+            System.setEnvironment(marker, "1")
             let error = System.replaceProcess(path: path, arguments: arguments)
-            throw KeysmithError(.ioFailure, "cannot run \(path): \(error)")
+            System.unsetEnvironment(marker)
+            failures.append("\(path) did not run: \(error)")
+        }
+        guard !candidates.isEmpty else {
+            throw KeysmithError(.storeUnavailable, "this command needs keysmith-net (PostgreSQL and providers), and this keysmith cannot tell "
+                                + "where it runs from (no /proc/self/exe) to find it")
         }
         throw KeysmithError(.storeUnavailable,
                             "this command needs keysmith-net (PostgreSQL and providers), which is not installed beside keysmith (looked for "
-                                + candidates.joined(separator: " and ") + "); scripts/install.sh installs both")
+                                + candidates.joined(separator: " and ") + (failures.isEmpty ? "" : "; " + failures.joined(separator: "; "))
+                                + "); scripts/install.sh installs both")
     }
 
-    /// Beside this executable, then in `../libexec/keysmith/` (where scripts/install.sh puts it).
+    /// The `keysmith-net` ``run(_:)`` would run, when there is one.
+    static func installedPath() -> String? { helperPaths().first(where: System.isExecutable) }
+
+    /// Beside this executable, then in `../libexec/keysmith/` (where scripts/install.sh puts it);
+    /// never this executable itself.
     static func helperPaths() -> [String] {
         guard let executable = System.executablePath() else { return [] }
         let directory = executable.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
-        return [directory + "/keysmith-net", directory + "/../libexec/keysmith/keysmith-net"]
+        return [directory + "/keysmith-net", directory + "/../libexec/keysmith/keysmith-net"].filter { System.canonicalPath($0) != executable }
     }
 }

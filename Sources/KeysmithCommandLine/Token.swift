@@ -702,7 +702,7 @@ extension KeysmithCommand {
                 throw KeysmithError.invalidArgument("--wait needs the postgres backend: only it has watchers to wait for")
             }
             let opened = try store.openStore()
-            if wait, try !networkParts().isPostgres(opened) {
+            if wait, !isPostgres(opened) {
                 throw KeysmithError.invalidArgument("--wait needs the postgres backend: only it has watchers to wait for")
             }
             let waitLimit = try parseDuration(waitTimeout)

@@ -594,21 +594,13 @@ public final class PostgresStore: SecureStore {
         try checkBatchLimits(operations, limits: limits, store: storeDescription)
         for operation in operations { try operation.key.validate() }
         let now = clock()
-        // The first attempt trusts what a replace says it replaces (below); every later attempt
-        // reads and locks each row first, and so gives the exact error when the batch cannot apply.
+        // The first attempt trusts what a replace says it replaces (`apply`); every later attempt
+        // reads and locks each row first.
         var trusting = true
         let sequence = try RetryableConflict.retrying({
             try withSession { session in
                 defer { trusting = false }
-                return try session.transaction { transaction in
-                    guard trusting else { return try apply(operations, now: now, trusting: false, in: transaction) }
-                    do {
-                        return try apply(operations, now: now, trusting: true, in: transaction)
-                    } catch let error as KeysmithError where error.code != .storeUnavailable {
-                        // Perhaps only because a trusted version was stale: try again the careful way.
-                        throw RetryableConflict(state: "\(error.code)")
-                    }
-                }
+                return try session.transaction { transaction in try apply(operations, now: now, trusting: trusting, in: transaction) }
             }
         }, failure: { KeysmithError(.writeConflict, "\(storeDescription) kept conflicting with other writers (\($0)); nothing was applied") })
         if sequence > 0 { lastSequence.withLock { $0 = max($0, sequence) } }
@@ -623,14 +615,19 @@ public final class PostgresStore: SecureStore {
     /// the same for a delete) and a row found changed throws `RetryableConflict`, so the batch runs
     /// again the careful way. Either way a row is written only at the version the batch saw, and
     /// the versions of one item are written in increasing order: a writer that took a lower
-    /// version and waited for another's lock finds the row changed.
+    /// version and waited for another's lock finds the row changed. A row another process
+    /// re-sealed with a newer data key meanwhile (`rekey`) is found changed too, so the batch
+    /// never writes a row back under an older key. When the batch planner refuses the batch, the
+    /// trusted versions are read again: the refusal stands if they still hold, and the batch runs
+    /// the careful way if not (its error may then differ). Audit entries are never trusted.
     private func apply(_ operations: [StoreOperation], now: Date, trusting: Bool, in transaction: Transaction) throws -> Int64 {
         var distinct: [ItemKey] = []
         var seen: Set<ItemKey> = []
         var stated: [ItemKey: Int64] = [:]
         for operation in operations where seen.insert(operation.key).inserted {
             distinct.append(operation.key)
-            if trusting, case .replace(let record) = operation, let version = Int64(record.info.version.rawValue) {
+            if trusting, case .replace(let record) = operation, RecordTable(operation.key) == .records,
+               let version = Int64(record.info.version.rawValue) {
                 stated[operation.key] = version
             }
         }
@@ -657,47 +654,65 @@ public final class PostgresStore: SecureStore {
         // A data key rotated in elsewhere: load it, and seal this batch with it.
         if newestKey > keys.currentKeyID { try keys.refresh(in: transaction) }
         let dataKey = keys.current
-        let writes = try resolveBatch(operations, now: now, version: ItemVersion(rawValue: String(version)), limits: limits,
+        let writes: [ResolvedWrite]
+        do {
+            writes = try resolveBatch(operations, now: now, version: ItemVersion(rawValue: String(version)), limits: limits,
                                       store: storeDescription) { key, needsMetadata in
-            if let version = stated[key] { return .atVersion(ItemVersion(rawValue: String(version))) }
-            guard let index = touched[key], let row = rows[index] else { return .absent }
-            guard needsMetadata else { return .atVersion(ItemVersion(rawValue: String(row.version))) }
-            guard let record = try? keys.open(row, withSecret: false), record.key == key else { return .damaged }
-            return .present(record.info)
+                if let version = stated[key] { return .atVersion(ItemVersion(rawValue: String(version))) }
+                guard let index = touched[key], let row = rows[index] else { return .absent }
+                guard needsMetadata else { return .atVersion(ItemVersion(rawValue: String(row.version))) }
+                guard let record = try? keys.open(row, withSecret: false), record.key == key else { return .damaged }
+                return .present(record.info)
+            }
+        } catch let error as KeysmithError where !stated.isEmpty {
+            // Refused while trusting: the refusal is the batch's own if what was trusted holds.
+            let current = try RecordRows.versions(stated.keys.compactMap { touched[$0] }, namespace: keys.namespaceID, in: transaction)
+            guard stated.allSatisfy({ key, version in touched[key].flatMap { current[$0] } == version }) else {
+                throw RetryableConflict(state: "a trusted version was stale")
+            }
+            throw error
         }
         // Written in a few statements whatever the batch's size (arrays, not a statement per row),
         // a run of 16,384 rows at a time: each run is sealed on every core (each seal is
         // independent; the order is kept) while the server writes the run before.
         var pending: [Transaction.Pending] = []
-        var putChanges: [RecordRows.Change] = [], removalChanges: [RecordRows.Change] = []
-        for start in stride(from: 0, to: writes.count, by: 16_384) {
-            let run = writes[start..<min(start + 16_384, writes.count)]
-            let sealed = try concurrentChunks(count: run.count) { range in try range.map { offset -> (put: RecordRows.Put?, removal: RecordRows.Removal?) in
-                switch run[run.startIndex + offset] {
-                case .put(let record):
-                    let index = touched[record.key] ?? keys.blindIndex(record.key)
-                    let table = RecordTable(record.key)
-                    let existing = versionOf(record.key, index)
-                    if table == .audit, existing != nil { throw Self.appendOnly }
-                    return (RecordRows.Put(table: table, blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version, with: dataKey),
-                                           existing: existing, sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version, with: dataKey)),
-                            nil)
-                case .remove(let key):
-                    let index = touched[key] ?? keys.blindIndex(key)
-                    if RecordTable(key) == .audit { throw Self.appendOnly }
-                    // A removal is of an item that exists (the batch planner drops the others).
-                    guard let existing = versionOf(key, index) else { throw RetryableConflict(state: "a removed row vanished") }
-                    return (nil, RecordRows.Removal(blindIndex: index, existing: existing,
-                                                    sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey)))
-                }
-            } }
-            let puts = sealed.compactMap(\.put), removals = sealed.compactMap(\.removal)
-            pending += RecordRows.send(puts: puts, removals: removals, namespace: keys.namespaceID, version: version, keyID: dataKey.id,
-                                       in: transaction)
-            putChanges += puts.map { ($0.blindIndex, false, $0.sealedKey) }
-            removalChanges += removals.map { ($0.blindIndex, true, $0.sealedKey) }
+        do {
+            var putChanges: [RecordRows.Change] = [], removalChanges: [RecordRows.Change] = []
+            for start in stride(from: 0, to: writes.count, by: 16_384) {
+                let run = writes[start..<min(start + 16_384, writes.count)]
+                let sealed = try concurrentChunks(count: run.count) { range in try range.map { offset -> (put: RecordRows.Put?, removal: RecordRows.Removal?) in
+                    switch run[run.startIndex + offset] {
+                    case .put(let record):
+                        let index = touched[record.key] ?? keys.blindIndex(record.key)
+                        let table = RecordTable(record.key)
+                        let existing = versionOf(record.key, index)
+                        if table == .audit, existing != nil { throw Self.appendOnly }
+                        return (RecordRows.Put(table: table, blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version, with: dataKey),
+                                               existing: existing, sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version, with: dataKey)),
+                                nil)
+                    case .remove(let key):
+                        let index = touched[key] ?? keys.blindIndex(key)
+                        if RecordTable(key) == .audit { throw Self.appendOnly }
+                        // A removal is of an item that exists (the batch planner drops the others).
+                        guard let existing = versionOf(key, index) else { throw RetryableConflict(state: "a removed row vanished") }
+                        return (nil, RecordRows.Removal(blindIndex: index, existing: existing,
+                                                        sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey)))
+                    }
+                } }
+                let puts = sealed.compactMap(\.put), removals = sealed.compactMap(\.removal)
+                pending += RecordRows.send(puts: puts, removals: removals, namespace: keys.namespaceID, version: version, keyID: dataKey.id,
+                                           in: transaction)
+                putChanges += puts.map { ($0.blindIndex, false, $0.sealedKey) }
+                removalChanges += removals.map { ($0.blindIndex, true, $0.sealedKey) }
+            }
+            return try RecordRows.appendChanges(putChanges + removalChanges, keys: keys, version: version, after: pending, in: transaction)
+        } catch {
+            // Statements already sent run on: each is waited for (its answer dropped) before the
+            // transaction is rolled back, so the rollback and the next attempt do not queue
+            // behind them, and their locks go with the rollback.
+            for statement in pending { _ = try? transaction.wait(statement) }
+            throw error
         }
-        return try RecordRows.appendChanges(putChanges + removalChanges, keys: keys, version: version, after: pending, in: transaction)
     }
 }
 

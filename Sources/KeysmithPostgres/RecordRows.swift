@@ -85,6 +85,24 @@ enum RecordRows {
         }
     }
 
+    /// The version each of these rows is at, by blind index (rows that do not exist are absent).
+    static func versions(_ indexes: [[UInt8]], namespace: [UInt8], in transaction: Transaction) throws -> [[UInt8]: Int64] {
+        var out: [[UInt8]: Int64] = [:]
+        let namespaceBuffer = ByteBuffer(bytes: namespace)
+        var start = 0
+        while start < indexes.count {
+            let chunk = indexes[start..<min(start + 16_384, indexes.count)].map { ByteBuffer(bytes: $0) }
+            start += 16_384
+            for row in try transaction.execute("""
+                SELECT blind_index, version FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk))
+                """) {
+                let (index, version) = try row.decode((ByteBuffer, Int64).self)
+                out[index.bytes] = version
+            }
+        }
+        return out
+    }
+
     /// Up to `limit` rows after the blind index `after`, in index order. The walk is told to
     /// follow the primary key: planned from statistics that lag a bulk import (the planner
     /// guessed a thousand rows where there were a hundred thousand), it read and sorted every
@@ -163,7 +181,9 @@ enum RecordRows {
         // Only records are ever rewritten or deleted: the batch refused audit changes already.
         precondition(!puts.contains { $0.exists && $0.table == .audit } && !removals.contains { $0.table == .audit })
         // Each row is written only at the version the batch saw (read and locked, or stated by a
-        // replace): a row changed meanwhile makes the count short, and the batch runs again.
+        // replace), and never over a row sealed with a newer data key than the batch's (one
+        // `rekey` re-sealed meanwhile, keeping its version): a row changed meanwhile makes the
+        // count short, and the batch runs again.
         for chunk in chunks(puts.filter(\.exists), size: { $0.sealed.count }) {
             let indexes = chunk.map { ByteBuffer(bytes: $0.blindIndex) }, sealed = chunk.map { ByteBuffer(bytes: $0.sealed) }
             let expected = chunk.map { $0.existing ?? 0 }
@@ -171,7 +191,7 @@ enum RecordRows {
                 WITH written AS (
                     UPDATE keysmith_records AS r SET version = \(version), key_id = \(keyID), sealed = t.s
                     FROM unnest(\(indexes)::bytea[], \(sealed)::bytea[], \(expected)::bigint[]) AS t(i, s, v)
-                    WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i AND r.version = t.v
+                    WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i AND r.version = t.v AND r.key_id <= \(keyID)
                     RETURNING 1)
                 SELECT count(*) FROM written
                 """, touching: chunk.count))

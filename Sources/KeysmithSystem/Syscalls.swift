@@ -281,6 +281,12 @@ package enum System {
         return String(cString: value)
     }
 
+    /// Sets an environment variable of this process (and of the programs it runs).
+    package static func setEnvironment(_ name: String, _ value: String) { setenv(name, value, 1) }
+
+    /// Removes an environment variable of this process.
+    package static func unsetEnvironment(_ name: String) { unsetenv(name) }
+
     /// Whether the variable `name` is set and its bytes are not UTF-8 (``environment(_:)``
     /// then holds U+FFFD in their place, so two different byte strings read the same).
     package static func environmentIsNotUTF8(_ name: String) -> Bool {

@@ -60,5 +60,69 @@ struct LeanBinaryTests {
         // And what needs keysmith-net says it is missing, and where it was looked for.
         let missing = try alone.run(["postgres", "verify"])
         #expect(missing.status == 5 && missing.stderr.contains("keysmith-net") && missing.stderr.contains(lonely.path), "\(missing.output)")
+        // Without keysmith-net, help and usage errors are the lean command's own (exit 0 and 64).
+        let aloneHelp = try alone.run(["--help"])
+        #expect(aloneHelp.status == 0 && aloneHelp.stdout.contains("secret"), "\(aloneHelp.output)")
+        let aloneTypo = try alone.run(["secret", "get", "--servce", "x"])
+        #expect(aloneTypo.status == 64 && !aloneTypo.stderr.contains("keysmith-net"), "\(aloneTypo.output)")
+        let misplaced = try alone.run(["--vault", "v", "secret", "list"])
+        #expect(misplaced.status == 64 && misplaced.stderr.contains("goes after the subcommand"), "\(misplaced.output)")
+    }
+
+    /// Every command line that reaches PostgreSQL or a provider. Run by a `keysmith` without
+    /// `keysmith-net` and with no vault, each must say it needs `keysmith-net`: had `keysmith`
+    /// gone on to open the store (where a passphrase would be asked for, or input read) before
+    /// handing the command over, it would say instead that there is no vault.
+    static let needsNetwork: [[String]] = [
+        ["token", "revoke", "--service", "s", "--account", "a", "--at-provider", "read"],
+        ["token", "revoke-all", "--service", "s", "--account", "a", "--at-provider"],
+        ["token", "delete", "--service", "s", "--account", "a", "--at-provider"],
+        ["token", "introspect", "--service", "s", "--account", "a", "--at-provider"],
+        ["token", "get", "--service", "s", "--account", "a", "--fresh"],
+        ["token", "login", "--provider", "p"],
+        ["token", "outbox"],
+        ["token", "reconcile", "--service", "s"],
+        ["revoke", "--scope", "read", "--yes", "--at-provider"],
+        ["revoke", "--scope", "read", "--wait"],
+        ["secret", "list", "--backend", "postgres"],
+        ["secret", "list", "--backend=auto"],
+        ["migrate", "--from", "vault", "--to", "postgres"],
+        ["watch"],
+        ["postgres", "verify"],
+        ["provider", "list"],
+        ["git-credential", "get"],
+        ["help", "postgres"],
+    ]
+
+    @Test("a keysmith without keysmith-net refuses every command line that needs it before it opens a store",
+          arguments: needsNetwork)
+    func everyNetworkPathIsHandedOverAtTheStart(_ arguments: [String]) throws {
+        var keysmith = try Keysmith()
+        let lonely = URL(fileURLWithPath: keysmith.directory).appendingPathComponent("alone")
+        try FileManager.default.createDirectory(at: lonely, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: Keysmith.binary, toPath: lonely.appendingPathComponent("keysmith").path)
+        keysmith.executable = lonely.appendingPathComponent("keysmith").path
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.keyfile
+        let result = try keysmith.run(arguments, stdin: "protocol=https\nhost=example.com\n\n")
+        #expect(result.status == 5 && result.stderr.contains("needs keysmith-net") && result.stdout.isEmpty, "\(arguments): \(result.output)")
+        #expect(!result.stderr.contains("no vault"), "\(arguments) opened the store before handing over: \(result.output)")
+    }
+
+    @Test("a lean keysmith installed as keysmith-net is refused at once, not run again for ever")
+    func aLeanHelperIsRefused() throws {
+        let keysmith = try Keysmith()
+        let folder = URL(fileURLWithPath: keysmith.directory).appendingPathComponent("twins")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        var twin = keysmith
+        twin.executable = folder.appendingPathComponent("keysmith").path
+        try FileManager.default.copyItem(atPath: Keysmith.binary, toPath: twin.executable)
+        try FileManager.default.copyItem(atPath: Keysmith.binary, toPath: folder.appendingPathComponent("keysmith-net").path)
+        let copied = try twin.run(["postgres", "verify"])
+        #expect(copied.status == 5 && copied.stderr.contains("is a lean keysmith, not keysmith-net"), "\(copied.output)")
+        // A link to keysmith itself is never taken for keysmith-net.
+        try FileManager.default.removeItem(atPath: folder.appendingPathComponent("keysmith-net").path)
+        try FileManager.default.createSymbolicLink(atPath: folder.appendingPathComponent("keysmith-net").path, withDestinationPath: "keysmith")
+        let linked = try twin.run(["postgres", "verify"])
+        #expect(linked.status == 5 && linked.stderr.contains("needs keysmith-net"), "\(linked.output)")
     }
 }

@@ -132,6 +132,30 @@ struct PostgresStoreTests {
         #expect(stale?.code == .writeConflict)
         let after = try setup.read(bulk)
         #expect(after.enumerated().allSatisfy { $1?.secret == Data(($0 == 2345 ? "theirs" : "old").utf8) })
+
+        // Larger than one run of 16,384 rows (sent while the next run is sealed), the stale row in
+        // the first run: refused whole, and the statements sent after it do not hold the handle up.
+        let large = (0..<20_000).map { ItemKey.genericPassword(service: "cas", account: "large-\($0)") }
+        try setup.perform(large.map { .create(ItemAttributes(key: $0), secret: Data("old".utf8)) })
+        let readLarge = try setup.read(large).map { try #require($0) }
+        try other.perform([.update(ItemAttributes(key: large[100]), secret: Data("theirs".utf8), ifVersion: nil)])
+        let staleLarge = #expect(throws: KeysmithError.self) {
+            try setup.perform(readLarge.map { record in
+                var record = record
+                record.secret = Data("new".utf8)
+                return .replace(record)
+            })
+        }
+        #expect(staleLarge?.code == .writeConflict)
+        let afterLarge = try setup.read(large)
+        #expect(afterLarge.enumerated().allSatisfy { $1?.secret == Data(($0 == 100 ? "theirs" : "old").utf8) })
+        // The same batch at the versions now current applies whole.
+        try setup.perform(try setup.read(large).map { record in
+            var record = try #require(record)
+            record.secret = Data("new".utf8)
+            return .replace(record)
+        })
+        #expect(try setup.read(large).allSatisfy { $0?.secret == Data("new".utf8) })
     }
 
     @Test("no table holds a secret, a service, an account, a namespace or a scope in the clear")
