@@ -58,6 +58,9 @@ public enum StoreChoice: String, Sendable, CaseIterable {
         public var databaseURL: String?
         /// `namespace = NAME`.
         public var namespace: String?
+        /// The largest config file read (1 MiB); a larger one, or one that is not a regular
+        /// file, is refused with `ioFailure`.
+        public static let maximumSize = 1 << 20
     }
 
     /// Reads the config file; a missing file says nothing.
@@ -70,7 +73,14 @@ public enum StoreChoice: String, Sendable, CaseIterable {
         let path = base + "/keysmith/config"
         let bytes: [UInt8]?
         do {
-            bytes = try System.readFile(path)
+            // A regular file (a link to one is fine) of at most 1 MiB: a FIFO or a device there
+            // would hold up, or fill the memory of, every command that reads it.
+            if let (fd, _) = try System.openRegularFile(path, maximumSize: ConfigFile.maximumSize, followingLinks: true) {
+                defer { System.close(fd) }
+                bytes = try System.readAll(fd, path: path, atMost: ConfigFile.maximumSize)
+            } else {
+                bytes = nil
+            }
         } catch let error as SystemError {
             throw KeysmithError(.ioFailure, "cannot read the config file \(path) (\(error)); fix it or remove it")
         }
