@@ -117,8 +117,9 @@ package enum NetworkHelper {
     }
 
     /// Whether the command `arguments` (without the program's name) must run in `keysmith-net`:
-    /// a command or option above, or the PostgreSQL store, named by an argument (`--backend postgres`, `migrate --to postgres`),
-    /// `KEYSMITH_BACKEND` or the config file, or chosen by `auto` with a database configured.
+    /// a command or option above, or the PostgreSQL store, named by an argument (`--backend
+    /// postgres`, `migrate --to postgres`), `KEYSMITH_BACKEND` or the config file, or chosen by
+    /// `auto` with a database configured.
     /// `git-credential-keysmith` arrives here as `git-credential`.
     /// It errs towards `keysmith-net`, which runs every command: an argument that merely reads
     /// `postgres` (a service of that name) costs a slower start, never a different answer.
@@ -151,6 +152,10 @@ package enum NetworkHelper {
         let candidates = helperPaths()
         var failures: [String] = []
         for path in candidates {
+            if System.canonicalPath(path) == System.executablePath() {
+                failures.append("\(path) is this keysmith itself")
+                continue
+            }
             guard System.isExecutable(path) else {
                 if (try? System.status(path)) ?? nil != nil { failures.append("\(path) is not an executable file") }
                 continue
@@ -171,13 +176,16 @@ package enum NetworkHelper {
     }
 
     /// The `keysmith-net` ``run(_:)`` would run, when there is one.
-    static func installedPath() -> String? { helperPaths().first(where: System.isExecutable) }
+    static func installedPath() -> String? {
+        helperPaths().first { System.isExecutable($0) && System.canonicalPath($0) != System.executablePath() }
+    }
 
     /// Beside this executable, then in `../libexec/keysmith/` (where scripts/install.sh puts it);
-    /// never this executable itself.
+    /// none when this process cannot tell where it runs from. `run(_:)` never takes this
+    /// executable itself (a link to it) for `keysmith-net`.
     static func helperPaths() -> [String] {
         guard let executable = System.executablePath() else { return [] }
         let directory = executable.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
-        return [directory + "/keysmith-net", directory + "/../libexec/keysmith/keysmith-net"].filter { System.canonicalPath($0) != executable }
+        return [directory + "/keysmith-net", directory + "/../libexec/keysmith/keysmith-net"]
     }
 }
