@@ -328,6 +328,9 @@ public final class PostgresStore: SecureStore {
     /// The advisory locks this handle holds (``tryExclusiveLock(named:)``).
     let advisory = Mutex(AdvisoryState())
     private let lastSequence = Mutex<Int64>(0)
+    /// Rows this handle's committed batches wrote without reading and locking them first (their
+    /// replaces were trusted, `apply`): what shows that the fast path is taken.
+    let trustedWrites = Atomic<Int>(0)
 
     /// The change-feed sequence of this handle's newest committed change (0 before its first
     /// write): what ``waitForWatchers(through:timeout:liveWithin:)`` waits for.
@@ -597,13 +600,14 @@ public final class PostgresStore: SecureStore {
         // The first attempt trusts what a replace says it replaces (`apply`); every later attempt
         // reads and locks each row first.
         var trusting = true
-        let sequence = try RetryableConflict.retrying({
+        let (sequence, trusted) = try RetryableConflict.retrying({
             try withSession { session in
                 defer { trusting = false }
                 return try session.transaction { transaction in try apply(operations, now: now, trusting: trusting, in: transaction) }
             }
         }, failure: { KeysmithError(.writeConflict, "\(storeDescription) kept conflicting with other writers (\($0)); nothing was applied") })
         if sequence > 0 { lastSequence.withLock { $0 = max($0, sequence) } }
+        if trusted > 0 { trustedWrites.add(trusted, ordering: .relaxed) }
     }
 
     private static let appendOnly = KeysmithError(.invalidArgument, "the audit log in PostgreSQL is append-only: an entry is never changed or deleted; nothing was applied")
@@ -620,7 +624,8 @@ public final class PostgresStore: SecureStore {
     /// never writes a row back under an older key. When the batch planner refuses the batch, the
     /// trusted versions are read again: the refusal stands if they still hold, and the batch runs
     /// the careful way if not (its error may then differ). Audit entries are never trusted.
-    private func apply(_ operations: [StoreOperation], now: Date, trusting: Bool, in transaction: Transaction) throws -> Int64 {
+    /// Returns the sequence number of the batch's last change row and how many items it trusted.
+    private func apply(_ operations: [StoreOperation], now: Date, trusting: Bool, in transaction: Transaction) throws -> (Int64, Int) {
         var distinct: [ItemKey] = []
         var seen: Set<ItemKey> = []
         var stated: [ItemKey: Int64] = [:]
@@ -705,7 +710,8 @@ public final class PostgresStore: SecureStore {
                 putChanges += puts.map { ($0.blindIndex, false, $0.sealedKey) }
                 removalChanges += removals.map { ($0.blindIndex, true, $0.sealedKey) }
             }
-            return try RecordRows.appendChanges(putChanges + removalChanges, keys: keys, version: version, after: pending, in: transaction)
+            return (try RecordRows.appendChanges(putChanges + removalChanges, keys: keys, version: version, after: pending, in: transaction),
+                    stated.count)
         } catch {
             // Statements already sent run on: each is waited for (its answer dropped) before the
             // transaction is rolled back, so the rollback and the next attempt do not queue

@@ -149,13 +149,16 @@ struct PostgresStoreTests {
         #expect(staleLarge?.code == .writeConflict)
         let afterLarge = try setup.read(large)
         #expect(afterLarge.enumerated().allSatisfy { $1?.secret == Data(($0 == 100 ? "theirs" : "old").utf8) })
-        // The same batch at the versions now current applies whole.
+        // The same batch at the versions now current applies whole, on the trusting path: its
+        // 20,000 rows were not read and locked first.
+        let trustedBefore = setup.trustedWrites.load(ordering: .relaxed)
         try setup.perform(try setup.read(large).map { record in
             var record = try #require(record)
             record.secret = Data("new".utf8)
             return .replace(record)
         })
         #expect(try setup.read(large).allSatisfy { $0?.secret == Data("new".utf8) })
+        #expect(setup.trustedWrites.load(ordering: .relaxed) - trustedBefore == large.count)
     }
 
     @Test("no table holds a secret, a service, an account, a namespace or a scope in the clear")
