@@ -21,10 +21,8 @@ enum RecordRows {
     {
         var out: [[UInt8]: RecordRow] = [:]
         let namespaceBuffer = ByteBuffer(bytes: namespace)
-        var start = 0
-        while start < indexes.count {
-            let chunk = indexes[start..<min(start + 16_384, indexes.count)].map { ByteBuffer(bytes: $0) }
-            start += 16_384
+        for piece in chunks(indexes, size: { $0.count }) {
+            let chunk = piece.map { ByteBuffer(bytes: $0) }
             // Reads also fetch the newest version the change feed holds for each item (a row put
             // back from an older copy is older than that); a batch's locked read does not need it.
             let query: PostgresQuery = lock
@@ -89,10 +87,8 @@ enum RecordRows {
     static func versions(_ indexes: [[UInt8]], namespace: [UInt8], in transaction: Transaction) throws -> [[UInt8]: Int64] {
         var out: [[UInt8]: Int64] = [:]
         let namespaceBuffer = ByteBuffer(bytes: namespace)
-        var start = 0
-        while start < indexes.count {
-            let chunk = indexes[start..<min(start + 16_384, indexes.count)].map { ByteBuffer(bytes: $0) }
-            start += 16_384
+        for piece in chunks(indexes, size: { $0.count }) {
+            let chunk = piece.map { ByteBuffer(bytes: $0) }
             for row in try transaction.execute("""
                 SELECT blind_index, version FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk))
                 """) {
