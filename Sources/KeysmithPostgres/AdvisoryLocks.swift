@@ -19,14 +19,18 @@ extension PostgresStore: ExclusiveLocking {
             let (taken, generation) = try advisory.withLock { state -> (Bool, Int) in
                 if state.session == nil || state.session?.isClosed == true {
                     state.session?.close()
-                    let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: "keysmith-lock")
+                    let settings = settings
+                    let session = try Blocking.run {
+                        try await Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: "keysmith-lock")
+                    }
                     // Its statements are instant at a live server: one that hangs (a half-open
                     // connection) is cut after 5 s, not 120, with the handle's lock state held.
                     session.statementTimeout = .seconds(5)
                     state.session = session
                     state.generation += 1
                 }
-                let rows = try Transaction(session: state.session!).execute("SELECT pg_try_advisory_lock(\(number))")
+                let session = state.session!
+                let rows = try Blocking.run { try await Transaction(session: session).execute("SELECT pg_try_advisory_lock(\(number))") }
                 return (try rows.first?.decode(Bool.self) ?? false, state.generation)
             }
             guard taken else {
@@ -58,7 +62,7 @@ extension PostgresStore: ExclusiveLocking {
             // A bigint advisory lock is listed with its high 32 bits as classid, its low as objid.
             let high = UInt32(truncatingIfNeeded: UInt64(bitPattern: number) >> 32), low = UInt32(truncatingIfNeeded: UInt64(bitPattern: number))
             let query: PostgresQuery = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND classid::bigint = \(Int64(high)) AND objid::bigint = \(Int64(low)) AND objsubid = 1)"
-            guard let rows = try? Transaction(session: session).execute(query), let held = try? rows.first?.decode(Bool.self) else {
+            guard let rows = try? Blocking.run({ try await Transaction(session: session).execute(query) }), let held = try? rows.first?.decode(Bool.self) else {
                 session.close()
                 return false
             }
@@ -71,7 +75,9 @@ extension PostgresStore: ExclusiveLocking {
             guard state.held.remove(name) != nil else { return }
             if let session = state.session, !session.isClosed {
                 // A connection that fails here ends, and its locks with it.
-                if (try? Transaction(session: session).execute("SELECT pg_advisory_unlock(\(number))")) == nil { session.close() }
+                if (try? Blocking.run({ try await Transaction(session: session).execute("SELECT pg_advisory_unlock(\(number))") })) == nil {
+                    session.close()
+                }
             }
             if state.held.isEmpty {
                 state.session?.close()

@@ -68,6 +68,12 @@ extension PostgresStore {
     /// the mark first (after a deliberate restore of the database).
     public func verifyChangeFeed(pageSize: Int = 10_000, anchor: ChangeFeedAnchor? = nil,
                                  acceptRollback: Bool = false) throws -> ChangeFeedVerification {
+        try Blocking.run { try await verifyChangeFeed(pageSize: pageSize, anchor: anchor, acceptRollback: acceptRollback) }
+    }
+
+    /// ``verifyChangeFeed(pageSize:anchor:acceptRollback:)`` without blocking a thread: the same check, awaited.
+    public func verifyChangeFeed(pageSize: Int = 10_000, anchor: ChangeFeedAnchor? = nil,
+                                 acceptRollback: Bool = false) async throws -> ChangeFeedVerification {
         let markName = anchor?.name(for: self)
         if acceptRollback, let anchor, let markName { try? anchor.marks.remove(markName) }
         let mark = markName.flatMap { anchor?.marks.read($0, header: ChangeFeedAnchor.header) }
@@ -77,9 +83,9 @@ extension PostgresStore {
         var result = ChangeFeedVerification(changes: 0, unlinked: 0, problems: [])
         func problem(_ text: String) { if result.problems.count < 100 { result.problems.append(text) } }
         // The head first: rows committed while this runs come after it.
-        let head = try withSessionPublic { session in
-            try session.transaction { transaction in
-                try transaction.execute("SELECT seq, chain FROM keysmith_chain_heads WHERE namespace_id = \(namespaceBuffer)")
+        let head = try await withSessionPublic { session in
+            try await session.transaction { transaction in
+                try await transaction.execute("SELECT seq, chain FROM keysmith_chain_heads WHERE namespace_id = \(namespaceBuffer)")
                     .first?.decode((Int64, ByteBuffer).self)
             }
         }
@@ -87,13 +93,13 @@ extension PostgresStore {
         var after: Int64 = 0
         var headSeen = head == nil || head?.0 == 0
         while true {
-            let rows = try withSessionPublic { session in
-                try session.transaction { transaction in
-                    let rows = try transaction.execute("""
+            let rows = try await withSessionPublic { session in
+                try await session.transaction { transaction in
+                    let rows = try await transaction.execute("""
                         SELECT seq, blind_index, version, deleted, sealed_key, chain FROM keysmith_changes
                         WHERE namespace_id = \(namespaceBuffer) AND seq > \(after) ORDER BY seq LIMIT \(size)
                         """).map { try $0.decode((Int64, ByteBuffer, Int64, Bool, ByteBuffer, ByteBuffer?).self) }
-                    try keys.ensureKnown(rows.compactMap { row in
+                    try await keys.ensureKnown(rows.compactMap { row in
                         let bytes = row.4.readableBytesView
                         return bytes.count >= 4 ? Int32(bitPattern: bytes.prefix(4).reduce(0) { $0 << 8 | UInt32($1) }) : nil
                     }, in: transaction)
@@ -144,9 +150,9 @@ extension PostgresStore {
         }
         // The head must name the newest row. Rows committed while this ran came with a head at
         // least as new, so the head is read again for the comparison.
-        if after > 0, let headNow = try withSessionPublic({ session in
-            try session.transaction { transaction in
-                try transaction.execute("SELECT seq FROM keysmith_chain_heads WHERE namespace_id = \(namespaceBuffer)")
+        if after > 0, let headNow = try await withSessionPublic({ session in
+            try await session.transaction { transaction in
+                try await transaction.execute("SELECT seq FROM keysmith_chain_heads WHERE namespace_id = \(namespaceBuffer)")
                     .first?.decode(Int64.self)
             }
         }), headNow < after, link != nil {
@@ -156,9 +162,9 @@ extension PostgresStore {
             problem("the namespace's chain head is missing, though its changes are chained")
         }
         // Every item the feed says exists (its newest change is not a deletion) has its row.
-        let missing = try withSessionPublic { session in
-            try session.transaction(snapshot: true) { transaction in
-                try transaction.execute("""
+        let missing = try await withSessionPublic { session in
+            try await session.transaction(snapshot: true) { transaction in
+                try await transaction.execute("""
                     SELECT count(*) FROM (
                         SELECT DISTINCT ON (blind_index) blind_index, deleted FROM keysmith_changes
                         WHERE namespace_id = \(namespaceBuffer) ORDER BY blind_index, seq DESC) n
@@ -174,11 +180,11 @@ extension PostgresStore {
         }
         // Every record and audit entry has the change row of its own version, and none is older
         // than its item's newest change: the rows that fail either, and how.
-        let flagged = try withSessionPublic { session in
-            try session.transaction { transaction in
+        let flagged = try await withSessionPublic { session in
+            try await session.transaction { transaction in
                 var flagged: [RecordTable: [[UInt8]: (orphan: Bool, behind: Bool)]] = [:]
                 for table in RecordTable.allCases {
-                    let rows = try transaction.execute("""
+                    let rows = try await transaction.execute("""
                         SELECT blind_index, orphan, behind FROM (
                             SELECT r.blind_index,
                                    (newest IS NULL OR NOT EXISTS (
@@ -205,10 +211,10 @@ extension PostgresStore {
         for table in RecordTable.allCases {
             var after: [UInt8]? = nil
             while true {
-                let page = try withSessionPublic { session in
-                    try session.transaction { transaction in
-                        let page = try RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: Int(size), in: transaction)
-                        try? keys.ensureKnown(page.map(\.keyID), in: transaction)  // an unknown key id fails the row's open
+                let page = try await withSessionPublic { session in
+                    try await session.transaction { transaction in
+                        let page = try await RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: Int(size), in: transaction)
+                        try? await keys.ensureKnown(page.map(\.keyID), in: transaction)  // an unknown key id fails the row's open
                         return page
                     }
                 }

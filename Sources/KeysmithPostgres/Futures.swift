@@ -1,26 +1,97 @@
+import Dispatch
 import Keysmith
 import NIOCore
-import Dispatch
+import Synchronization
 
-/// A future's result, waited for at most `timeout` (a connection that dies without the driver
-/// noticing must not hang a caller forever).
+/// A statement, connection or close that did not complete within its bound (a connection that
+/// dies without the driver noticing must not hang a caller forever).
 struct WaitTimedOut: Error {}
 
-final class ResultBox<Value>: @unchecked Sendable {
-    // @unchecked: written once by the event loop before the semaphore is signalled, read after.
-    var result: Result<Value, any Error>?
+extension EventLoopFuture {
+    /// The future's value, awaited for at most `timeout` without blocking a thread: the wait is
+    /// a timer on the future's own event loop. With `cancellable`, cancelling the task ends the
+    /// wait at once with `CancellationError` (the statement itself runs on, and the transaction's
+    /// rollback queues behind it); a `COMMIT` is awaited with `cancellable` false, so a caller is
+    /// never told "not applied" about a commit the server may have made.
+    func value(timeout: Duration, cancellable: Bool = true) async throws -> Value {
+        let promise = eventLoop.makePromise(of: Value.self)
+        let timer = eventLoop.scheduleTask(in: .nanoseconds(Int64(timeout.inNanoseconds))) { promise.fail(WaitTimedOut()) }
+        cascade(to: promise)
+        promise.futureResult.whenComplete { _ in timer.cancel() }
+        guard cancellable else { return try await promise.futureResult.get() }
+        return try await withTaskCancellationHandler {
+            try await promise.futureResult.get()
+        } onCancel: {
+            promise.fail(CancellationError())
+        }
+    }
 }
 
-extension EventLoopFuture {
-    func wait(timeout: Duration) throws -> Value {
-        let semaphore = DispatchSemaphore(value: 0)
-        let box = ResultBox<Value>()
-        whenComplete { result in
-            box.result = result
-            semaphore.signal()
+/// The synchronous API's bridge to the asynchronous one: `run` executes async code to its end
+/// on the calling thread, so the synchronous methods are the asynchronous ones, not a second copy.
+///
+/// The code runs as a task whose executor is the calling thread itself (``CallingThreadExecutor``):
+/// every job of the task, and of any child task, runs on this thread while it waits, and the
+/// thread sleeps between them. Nothing is handed to Swift's cooperative pool, so a synchronous
+/// call made from a pool thread, or from many threads at once, can never wait for a pool thread
+/// that is itself waiting (the deadlock of blocking on a `Task` from inside the pool).
+enum Blocking {
+    static func run<T, Failure: Error>(_ body: () async throws(Failure) -> T) throws(Failure) -> T {
+        try withoutActuallyEscaping(body) { (body) throws(Failure) -> T in
+            let executor = CallingThreadExecutor()
+            // Unchecked: the closure and the result are touched only on this thread (the task's
+            // every job runs here, in `executor.run()`, while this function waits).
+            let work = ThreadBound(body)
+            let outcome = ThreadBound<Result<T, Failure>?>(nil)
+            Task(executorPreference: executor) {
+                do throws(Failure) {
+                    outcome.value = .success(try await work.value())
+                } catch {
+                    outcome.value = .failure(error)
+                }
+                executor.finish()
+            }
+            executor.run()
+            return try outcome.value!.get()
         }
-        let nanoseconds = timeout.inNanoseconds
-        guard semaphore.wait(timeout: .now() + .nanoseconds(nanoseconds)) == .success, let result = box.result else { throw WaitTimedOut() }
-        return try result.get()
+    }
+}
+
+/// A value used by one thread only, carried across an isolation boundary the compiler cannot
+/// see through (``Blocking/run(_:)``).
+final class ThreadBound<Value>: @unchecked Sendable {
+    var value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+/// A task executor whose jobs run on the thread that calls ``run()``, until ``finish()``.
+final class CallingThreadExecutor: TaskExecutor {
+    private let jobs = Mutex<(queue: [UnownedJob], finished: Bool)>(([], false))
+    /// One signal per job enqueued, and one for `finish`.
+    private let ready = DispatchSemaphore(value: 0)
+
+    func enqueue(_ job: UnownedJob) {
+        jobs.withLock { $0.queue.append(job) }
+        ready.signal()
+    }
+
+    func finish() {
+        jobs.withLock { $0.finished = true }
+        ready.signal()
+    }
+
+    /// Runs jobs as they come until ``finish()`` has been called and none is left.
+    func run() {
+        while true {
+            ready.wait()
+            let (job, finished) = jobs.withLock { state -> (UnownedJob?, Bool) in
+                (state.queue.isEmpty ? nil : state.queue.removeFirst(), state.finished)
+            }
+            if let job {
+                job.runSynchronously(on: asUnownedTaskExecutor())
+            } else if finished {
+                return
+            }
+        }
     }
 }

@@ -53,10 +53,10 @@ enum MasterKeyRecord {
 
     /// The master key, checked against the database's verifier, with the identity key; with
     /// `create`, the record is written when the database has none.
-    static func loadOrCreate(_ source: PostgresMasterKey, transaction: Transaction, scrypt: ScryptCost, create: Bool, lock: Bool = false) throws
+    static func loadOrCreate(_ source: PostgresMasterKey, transaction: Transaction, scrypt: ScryptCost, create: Bool, lock: Bool = false) async throws
         -> MasterKeys
     {
-        let rows = try transaction.execute("SELECT kdf, salt, log_n, verifier, identity_key FROM keysmith_master WHERE id = 1 \(unescaped: lock ? "FOR UPDATE" : "")")
+        let rows = try await transaction.execute("SELECT kdf, salt, log_n, verifier, identity_key FROM keysmith_master WHERE id = 1 \(unescaped: lock ? "FOR UPDATE" : "")")
         if let row = rows.first {
             let (kdf, salt, logN, verifier, wrappedIdentity) = try row.decode((String, ByteBuffer?, Int16?, ByteBuffer, ByteBuffer?).self)
             let master: SecretBytes
@@ -102,7 +102,7 @@ enum MasterKeyRecord {
         defer { cleanse(&identity) }
         let keys = MasterKeys(master: master, verifier: verifier, identity: SecretBytes(copying: identity))
         let wrappedIdentity = ByteBuffer(bytes: try keys.wrapIdentity())
-        try transaction.execute("""
+        try await transaction.execute("""
             INSERT INTO keysmith_master (id, kdf, salt, log_n, verifier, identity_key)
             VALUES (1, \(kdf), \(saltBuffer), \(logN), \(ByteBuffer(bytes: verifier)), \(wrappedIdentity))
             """)
@@ -213,20 +213,20 @@ final class NamespaceKeys: Sendable {
         return SecretBytes(takingOwnershipOf: &opened)
     }
 
-    static func loadOrCreate(namespace: String, master: MasterKeys, transaction: Transaction) throws -> NamespaceKeys {
+    static func loadOrCreate(namespace: String, master: MasterKeys, transaction: Transaction) async throws -> NamespaceKeys {
         let namespaceID = SHA256.hmac(key: master.identity, namespaceLabel + Array(namespace.utf8))
         let wrapKey = master.wrapKey
         let idBuffer = ByteBuffer(bytes: namespaceID)
-        if try transaction.execute("SELECT 1 FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) LIMIT 1").isEmpty {
+        if try await transaction.execute("SELECT 1 FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) LIMIT 1").isEmpty {
             var dataKey = try Random.bytes(count: 32)
             defer { cleanse(&dataKey) }
             let wrapped = ByteBuffer(bytes: try wrap(dataKey, wrapKey: wrapKey, namespaceID: namespaceID, keyID: 1))
-            try transaction.execute("""
+            try await transaction.execute("""
                 INSERT INTO keysmith_data_keys (namespace_id, key_id, wrapped) VALUES (\(idBuffer), \(Int32(1)), \(wrapped))
                 ON CONFLICT DO NOTHING
                 """)
         }
-        let keys = try loadDataKeys(namespaceID: namespaceID, wrapKey: wrapKey, transaction: transaction)
+        let keys = try await loadDataKeys(namespaceID: namespaceID, wrapKey: wrapKey, transaction: transaction)
         guard let first = keys[1], let current = keys.keys.max() else {
             throw KeysmithError(.corruptData, "this namespace's first data key is missing from PostgreSQL")
         }
@@ -238,10 +238,10 @@ final class NamespaceKeys: Sendable {
                              wrapKey: wrapKey, verifier: master.verifier)
     }
 
-    private static func loadDataKeys(namespaceID: [UInt8], wrapKey: SecretBytes, transaction: Transaction) throws -> [Int32: SecretBytes] {
+    private static func loadDataKeys(namespaceID: [UInt8], wrapKey: SecretBytes, transaction: Transaction) async throws -> [Int32: SecretBytes] {
         let idBuffer = ByteBuffer(bytes: namespaceID)
         var keys: [Int32: SecretBytes] = [:]
-        for row in try transaction.execute("SELECT key_id, wrapped FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) ORDER BY key_id") {
+        for row in try await transaction.execute("SELECT key_id, wrapped FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) ORDER BY key_id") {
             let (keyID, wrapped) = try row.decode((Int32, ByteBuffer).self)
             guard let key = try unwrap(wrapped.bytes, wrapKey: wrapKey, namespaceID: namespaceID, keyID: keyID) else {
                 throw KeysmithError(.corruptData, "data key \(keyID) of this namespace does not open under the master key (edited or moved in the database)")
@@ -254,12 +254,12 @@ final class NamespaceKeys: Sendable {
     /// Loads data keys added since this process opened the namespace (a rotation elsewhere).
     /// Throws `KeysmithError.Code.authenticationFailed` when the master key was rotated since:
     /// the process must reopen with the new one.
-    func refresh(in transaction: Transaction) throws {
-        if let row = try transaction.execute("SELECT verifier FROM keysmith_master WHERE id = 1").first,
+    func refresh(in transaction: Transaction) async throws {
+        if let row = try await transaction.execute("SELECT verifier FROM keysmith_master WHERE id = 1").first,
            try row.decode(ByteBuffer.self).bytes != verifier {
             throw KeysmithError(.authenticationFailed, "the master key was rotated since this process opened the store: reopen it with the new master key")
         }
-        let keys = try Self.loadDataKeys(namespaceID: namespaceID, wrapKey: wrapKey, transaction: transaction)
+        let keys = try await Self.loadDataKeys(namespaceID: namespaceID, wrapKey: wrapKey, transaction: transaction)
         ring.withLock { ring in
             for (id, key) in keys where ring.keys[id] == nil { ring.keys[id] = key }
             ring.current = max(ring.current, keys.keys.max() ?? ring.current)
@@ -267,23 +267,23 @@ final class NamespaceKeys: Sendable {
     }
 
     /// Refreshes when any of these key ids is unknown (a row sealed after a rotation elsewhere).
-    func ensureKnown(_ ids: some Sequence<Int32>, in transaction: Transaction) throws {
+    func ensureKnown(_ ids: some Sequence<Int32>, in transaction: Transaction) async throws {
         let unknown = ring.withLock { ring in ids.contains { ring.keys[$0] == nil } }
-        if unknown { try refresh(in: transaction) }
+        if unknown { try await refresh(in: transaction) }
     }
 
     /// Adds a data key (the next id) and makes it current; returns its id.
-    func rotate(in transaction: Transaction) throws -> Int32 {
-        try refresh(in: transaction)
+    func rotate(in transaction: Transaction) async throws -> Int32 {
+        try await refresh(in: transaction)
         let idBuffer = ByteBuffer(bytes: namespaceID)
         // One rotation at a time per namespace: the next id is taken under a lock on the first key.
-        _ = try transaction.execute("SELECT 1 FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) AND key_id = 1 FOR SHARE")
-        let newest = try transaction.execute("SELECT max(key_id) FROM keysmith_data_keys WHERE namespace_id = \(idBuffer)").first?.decode(Int32.self) ?? 1
+        _ = try await transaction.execute("SELECT 1 FROM keysmith_data_keys WHERE namespace_id = \(idBuffer) AND key_id = 1 FOR SHARE")
+        let newest = try await transaction.execute("SELECT max(key_id) FROM keysmith_data_keys WHERE namespace_id = \(idBuffer)").first?.decode(Int32.self) ?? 1
         let id = newest + 1
         var dataKey = try Random.bytes(count: 32)
         defer { cleanse(&dataKey) }
         let wrapped = ByteBuffer(bytes: try Self.wrap(dataKey, wrapKey: wrapKey, namespaceID: namespaceID, keyID: id))
-        try transaction.execute("INSERT INTO keysmith_data_keys (namespace_id, key_id, wrapped) VALUES (\(idBuffer), \(id), \(wrapped))")
+        try await transaction.execute("INSERT INTO keysmith_data_keys (namespace_id, key_id, wrapped) VALUES (\(idBuffer), \(id), \(wrapped))")
         let key = SecretBytes(copying: dataKey)
         ring.withLock { ring in
             ring.keys[id] = key

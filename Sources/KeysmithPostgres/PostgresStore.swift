@@ -324,7 +324,8 @@ public final class PostgresStore: SecureStore {
     public let limits: StoreLimits = .standard
 
     let keys: NamespaceKeys
-    private let session: Mutex<Session?>
+    /// The handle's connections (``init(_:namespace:masterKey:connections:clock:)``).
+    let pool: SessionPool
     /// The advisory locks this handle holds (``tryExclusiveLock(named:)``).
     let advisory = Mutex(AdvisoryState())
     private let lastSequence = Mutex<Int64>(0)
@@ -370,21 +371,23 @@ public final class PostgresStore: SecureStore {
         if let role = applicationRole, !Self.isPlainIdentifier(role) {
             throw KeysmithError.invalidArgument("a database role here is 1 to 63 lower-case letters, digits and underscores, not starting with a digit")
         }
-        let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: application)
-        defer { session.close() }
-        // The schema's statements lock tables that running applications write: a deadlock with
-        // one of them rolls this back, and it is run again.
-        try RetryableConflict.retrying({
-            try session.transaction { transaction in
-                // One initializer at a time (CREATE … IF NOT EXISTS races itself in PostgreSQL).
-                try transaction.execute("SELECT pg_advisory_xact_lock(\(PostgresSchema.initializationLock))")
-                for statement in PostgresSchema.statements { try transaction.execute(PostgresQuery(unsafeSQL: statement)) }
-                _ = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: scrypt, create: true)
-                if let role = applicationRole {
-                    for statement in PostgresSchema.grants(to: role) { try transaction.execute(PostgresQuery(unsafeSQL: statement)) }
+        try Blocking.run {
+            let session = try await Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: application)
+            defer { session.close() }
+            // The schema's statements lock tables that running applications write: a deadlock with
+            // one of them rolls this back, and it is run again.
+            try await RetryableConflict.retrying({
+                try await session.transaction { transaction in
+                    // One initializer at a time (CREATE … IF NOT EXISTS races itself in PostgreSQL).
+                    try await transaction.execute("SELECT pg_advisory_xact_lock(\(PostgresSchema.initializationLock))")
+                    for statement in PostgresSchema.statements { try await transaction.execute(PostgresQuery(unsafeSQL: statement)) }
+                    _ = try await MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: scrypt, create: true)
+                    if let role = applicationRole {
+                        for statement in PostgresSchema.grants(to: role) { try await transaction.execute(PostgresQuery(unsafeSQL: statement)) }
+                    }
                 }
-            }
-        }, failure: { KeysmithError(.writeConflict, "installing the Keysmith schema in PostgreSQL kept conflicting with other transactions (\($0)); nothing was changed") })
+            }, failure: { KeysmithError(.writeConflict, "installing the Keysmith schema in PostgreSQL kept conflicting with other transactions (\($0)); nothing was changed") })
+        }
     }
 
     /// `[a-z_][a-z0-9_]{0,62}`: safe to write into a statement unquoted.
@@ -402,80 +405,107 @@ public final class PostgresStore: SecureStore {
     ///   has no Keysmith schema (run ``initialize(_:masterKey:scrypt:applicationRole:)`` or `keysmith postgres
     ///   init`); `KeysmithError.Code.authenticationFailed` for a wrong master key;
     ///   `KeysmithError.Code.corruptData` for a wrapped key that does not open.
+    public convenience init(_ settings: PostgresConnectionSettings, namespace: String = "default", masterKey: PostgresMasterKey,
+                            clock: @escaping @Sendable () -> Date = { Date() }) throws {
+        try self.init(settings, namespace: namespace, masterKey: masterKey, connections: 4, clock: clock)
+    }
+
+    /// Opens a namespace, as ``init(_:namespace:masterKey:clock:)``, with at most `connections`
+    /// connections open at once (1 to 64; 4 by default). They are opened as operations need
+    /// them and kept: a handle used by one caller at a time holds one, and concurrent
+    /// operations (tasks calling the async API, or threads calling the synchronous one) each
+    /// use their own, waiting without blocking a thread when all are in use.
+    ///
+    /// ```swift
+    /// let store = try PostgresStore(settings, masterKey: key, connections: 16)
+    /// try await withThrowingTaskGroup(of: SecureRecord?.self) { group in
+    ///     for key in keys { group.addTask { try await store.read(key) } }
+    ///     for try await _ in group {}
+    /// }
+    /// ```
     public init(_ settings: PostgresConnectionSettings, namespace: String = "default", masterKey: PostgresMasterKey,
-                clock: @escaping @Sendable () -> Date = { Date() }) throws {
+                connections: Int, clock: @escaping @Sendable () -> Date = { Date() }) throws {
         guard !namespace.isEmpty, namespace.utf8.count <= 256 else { throw KeysmithError.invalidArgument("a namespace is 1 to 256 bytes") }
+        guard (1...64).contains(connections) else { throw KeysmithError.invalidArgument("a store handle opens 1 to 64 connections") }
         self.settings = settings
         self.namespace = namespace
         self.clock = clock
         var logger = Logger(label: "keysmith.postgres")
         logger.logLevel = .warning
         self.logger = logger
-        let session = try Session.connect(settings, logger: logger)
-        do {
-            keys = try RetryableConflict.retrying({
-                try session.transaction { transaction in
-                    let master = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: .standard, create: false)
-                    return try NamespaceKeys.loadOrCreate(namespace: namespace, master: master, transaction: transaction)
-                }
-            }, failure: { KeysmithError(.writeConflict, "opening the namespace kept conflicting with other transactions (\($0))") })
-        } catch {
-            session.close()
-            throw error
-        }
-        self.session = Mutex(session)
-    }
-
-    deinit {
-        session.withLock { $0?.close() }
-        advisory.withLock { $0.session?.close() }
-    }
-
-    /// Runs `body` on this handle's connection, reconnecting once if it was lost.
-    private func withSession<T>(_ body: (Session) throws -> T) throws -> T {
-        try session.withLock { current in
-            if current == nil || current?.isClosed == true {
-                current = try Session.connect(settings, logger: logger)
-            }
+        let (session, keys) = try Blocking.run {
+            let session = try await Session.connect(settings, logger: logger)
             do {
-                return try body(current!)
-            } catch let error as KeysmithError where error.code == .storeUnavailable {
-                current?.close()
-                current = nil
+                let keys = try await RetryableConflict.retrying({
+                    try await session.transaction { transaction in
+                        let master = try await MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: .standard, create: false)
+                        return try await NamespaceKeys.loadOrCreate(namespace: namespace, master: master, transaction: transaction)
+                    }
+                }, failure: { KeysmithError(.writeConflict, "opening the namespace kept conflicting with other transactions (\($0))") })
+                return (session, keys)
+            } catch {
+                session.close()
                 throw error
             }
         }
+        self.keys = keys
+        self.pool = SessionPool(settings: settings, logger: logger, limit: connections, first: session)
+    }
+
+    deinit {
+        advisory.withLock { $0.session?.close() }
+    }
+
+    /// Runs `body` on one of this handle's connections, connecting again if it was lost.
+    private func withSession<T>(_ body: (Session) async throws -> T) async throws -> T {
+        try await pool.withSession(body)
     }
 
     /// A read in a session, run again when it conflicted with a concurrent transaction.
-    private func readRetrying<T>(_ body: (Session) throws -> T) throws -> T {
-        try RetryableConflict.retrying({ try withSession(body) }, failure: {
+    private func readRetrying<T>(_ body: (Session) async throws -> T) async throws -> T {
+        try await RetryableConflict.retrying({ try await withSession(body) }, failure: {
             KeysmithError(.writeConflict, "reading \(storeDescription) kept conflicting with other transactions (\($0))")
         })
     }
 
     /// The session, for this module's other parts (the watcher's waiting).
-    func withSessionPublic<T>(_ body: (Session) throws -> T) throws -> T { try withSession(body) }
+    func withSessionPublic<T>(_ body: (Session) async throws -> T) async throws -> T { try await withSession(body) }
 
     /// Reads one item.
     public func read(_ key: ItemKey) throws -> SecureRecord? {
         try read([key])[0]
     }
 
+    /// Reads one item without blocking a thread: the same read as the synchronous
+    /// ``read(_:)-(ItemKey)``, awaited. Cancelling the task ends it with `CancellationError`.
+    ///
+    /// ```swift
+    /// let record = try await store.read(ItemKey(service: "api", account: "billing"))
+    /// ```
+    public func read(_ key: ItemKey) async throws -> SecureRecord? {
+        try await read([key])[0]
+    }
+
     /// Reads many items in one query.
     public func read(_ itemKeys: [ItemKey]) throws -> [SecureRecord?] {
+        try Blocking.run { try await read(itemKeys) }
+    }
+
+    /// Reads many items in one query without blocking a thread; cancelling the task ends it with
+    /// `CancellationError`.
+    public func read(_ itemKeys: [ItemKey]) async throws -> [SecureRecord?] {
         for key in itemKeys { try key.validate() }
         let indexes = itemKeys.map(keys.blindIndex)
-        let (rows, live) = try readRetrying { session in
+        let (rows, live) = try await readRetrying { session in
             // One snapshot for both questions: under READ COMMITTED a create committed between
             // them left its item without a row but live in the feed, and the read called that
             // damage (found by the conformance suite's racing creates).
-            try session.transaction(snapshot: true) { transaction in
-                let rows = try fetch(Array(zip(itemKeys, indexes)), in: transaction, lock: false)
+            try await session.transaction(snapshot: true) { transaction in
+                let rows = try await fetch(Array(zip(itemKeys, indexes)), in: transaction, lock: false)
                 // An item with no row is absent only if the feed agrees: a row deleted, or its
                 // index edited, by hand is damage, not "does not exist".
                 let missing = indexes.filter { rows[$0] == nil }
-                return (rows, missing.isEmpty ? [] : try RecordRows.liveInFeed(missing, namespace: keys.namespaceID, in: transaction))
+                return (rows, missing.isEmpty ? [] : try await RecordRows.liveInFeed(missing, namespace: keys.namespaceID, in: transaction))
             }
         }
         return try zip(itemKeys, indexes).map { key, index in
@@ -493,49 +523,63 @@ public final class PostgresStore: SecureStore {
     }
 
     /// The rows of these items, from the table each lives in (audit entries in the audit log's).
-    private func fetch(_ items: [(ItemKey, [UInt8])], in transaction: Transaction, lock: Bool, withSealed: Bool = true) throws -> [[UInt8]: RecordRow] {
+    private func fetch(_ items: [(ItemKey, [UInt8])], in transaction: Transaction, lock: Bool, withSealed: Bool = true) async throws -> [[UInt8]: RecordRow] {
         var rows: [[UInt8]: RecordRow] = [:]
         for table in RecordTable.allCases {
             let indexes = items.filter { RecordTable($0.0) == table }.map(\.1)
             guard !indexes.isEmpty else { continue }
             // Audit rows are never locked: they are only ever inserted (a racing insert is a unique
             // violation, and the batch is retried), and the application role may not lock them.
-            rows.merge(try RecordRows.fetch(indexes, namespace: keys.namespaceID, table: table, in: transaction, lock: lock && table == .records,
-                                            withSealed: withSealed)) { a, _ in a }
+            rows.merge(try await RecordRows.fetch(indexes, namespace: keys.namespaceID, table: table, in: transaction,
+                                                  lock: lock && table == .records, withSealed: withSealed)) { a, _ in a }
         }
-        try keys.ensureKnown(rows.values.map(\.keyID), in: transaction)
+        try await keys.ensureKnown(rows.values.map(\.keyID), in: transaction)
         return rows
     }
 
     /// Lists matching items, without their secrets (each row is opened on the client: the
     /// database cannot filter what it cannot read).
     public func search(_ query: ItemQuery) throws -> [ItemInfo] {
+        try Blocking.run { try await search(query) }
+    }
+
+    /// Lists matching items without blocking a thread; cancelling the task ends it with
+    /// `CancellationError`.
+    public func search(_ query: ItemQuery) async throws -> [ItemInfo] {
         var found: [ItemInfo] = []
-        try scan(query, chunkSize: 1024, withSecret: false) { records, _ in found += records.map(\.info) }
+        try await scan(query, chunkSize: 1024, withSecret: false) { records, _ in found += records.map(\.info) }
         return found
     }
 
     /// Reads every matching item a chunk at a time, in blind-index order with a cursor: each
     /// item that exists for the whole scan comes exactly once.
     public func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
-        try scan(query, chunkSize: chunkSize, withSecret: true, body)
+        try Blocking.run { try await scan(query, chunkSize: chunkSize, withSecret: true) { try body($0, $1) } }
     }
 
-    private func scan(_ query: ItemQuery, chunkSize: Int, withSecret: Bool, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
+    /// Reads every matching item a chunk at a time, as the synchronous
+    /// ``forEachRecord(matching:chunkSize:_:)``, without blocking a thread; `body` may await.
+    public func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) async throws -> Void) async throws {
+        try await scan(query, chunkSize: chunkSize, withSecret: true, body)
+    }
+
+    private func scan(_ query: ItemQuery, chunkSize: Int, withSecret: Bool, _ body: ([SecureRecord], ScanProgress) async throws -> Void) async throws {
         let size = max(1, min(chunkSize, 4096))
         var examined = 0
-        let total = try readRetrying { session in
-            try session.transaction { transaction in
-                try RecordTable.allCases.reduce(0) { $0 + (try RecordRows.count(namespace: keys.namespaceID, table: $1, in: transaction)) }
+        let total = try await readRetrying { session in
+            try await session.transaction { transaction in
+                var total = 0
+                for table in RecordTable.allCases { total += try await RecordRows.count(namespace: keys.namespaceID, table: table, in: transaction) }
+                return total
             }
         }
         for table in RecordTable.allCases {
-            try scan(table, query, size: size, withSecret: withSecret, examined: &examined, total: total, body)
+            try await scan(table, query, size: size, withSecret: withSecret, examined: &examined, total: total, body)
         }
     }
 
     private func scan(_ table: RecordTable, _ query: ItemQuery, size: Int, withSecret: Bool, examined: inout Int, total: Int,
-                      _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
+                      _ body: ([SecureRecord], ScanProgress) async throws -> Void) async throws {
         // Audit entries are never what a query for other record types, or for the user's own
         // items, wants: skip their table (so a damaged entry, which an append-only log keeps,
         // does not stop listing the user's items).
@@ -543,10 +587,10 @@ public final class PostgresStore: SecureStore {
         if table == .audit, !query.namespace.contains(.keysmith) { return }
         var after: [UInt8]? = nil
         while true {
-            let page = try readRetrying { session in
-                try session.transaction { transaction in
-                    let page = try RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: size, in: transaction)
-                    try keys.ensureKnown(page.map(\.keyID), in: transaction)
+            let page = try await readRetrying { session in
+                try await session.transaction { transaction in
+                    let page = try await RecordRows.page(namespace: keys.namespaceID, table: table, after: after, limit: size, in: transaction)
+                    try await keys.ensureKnown(page.map(\.keyID), in: transaction)
                     return page
                 }
             }
@@ -567,7 +611,7 @@ public final class PostgresStore: SecureStore {
                 }
             } }
             let records = opened.filter { query.matches($0.attributes) }
-            if !records.isEmpty { try body(records, ScanProgress(examined: examined, total: total)) }
+            if !records.isEmpty { try await body(records, ScanProgress(examined: examined, total: total)) }
             if page.count < size { break }
         }
         // Items the feed says exist that have no row: a listing must not leave them out without
@@ -575,8 +619,8 @@ public final class PostgresStore: SecureStore {
         // namespace (a write committing meanwhile is seen whole or not at all); per page, the
         // same look cost a sort of the page's stretch of the feed each time, three times as much.
         guard table == .records else { return }
-        let missing = try readRetrying { session in
-            try session.transaction { transaction in try RecordRows.missing(namespace: keys.namespaceID, in: transaction) }
+        let missing = try await readRetrying { session in
+            try await session.transaction { transaction in try await RecordRows.missing(namespace: keys.namespaceID, in: transaction) }
         }
         for item in missing {
             let key = try? keys.openKey(item.sealedKey, blindIndex: item.blindIndex, version: item.version)
@@ -593,6 +637,18 @@ public final class PostgresStore: SecureStore {
     /// transaction (a unique violation on a create both made, a serialization failure) retries
     /// the whole batch from its reads, so its checks always see the latest committed state.
     public func perform(_ operations: [StoreOperation]) throws {
+        try Blocking.run { try await perform(operations) }
+    }
+
+    /// Applies a batch, as the synchronous ``perform(_:)-([StoreOperation])``, without blocking a
+    /// thread. Cancelling the task before the batch's `COMMIT` is sent rolls it back and throws
+    /// `CancellationError` (nothing applied); once it is sent, the commit is awaited and the call
+    /// returns normally.
+    ///
+    /// ```swift
+    /// try await store.perform([.replace(updated)])
+    /// ```
+    public func perform(_ operations: [StoreOperation]) async throws {
         guard !operations.isEmpty else { return }
         try checkBatchLimits(operations, limits: limits, store: storeDescription)
         for operation in operations { try operation.key.validate() }
@@ -600,10 +656,10 @@ public final class PostgresStore: SecureStore {
         // The first attempt trusts what a replace says it replaces (`apply`); every later attempt
         // reads and locks each row first.
         var trusting = true
-        let (sequence, trusted) = try RetryableConflict.retrying({
-            try withSession { session in
+        let (sequence, trusted) = try await RetryableConflict.retrying({
+            try await withSession { session in
                 defer { trusting = false }
-                return try session.transaction { transaction in try apply(operations, now: now, trusting: trusting, in: transaction) }
+                return try await session.transaction { transaction in try await apply(operations, now: now, trusting: trusting, in: transaction) }
             }
         }, failure: { KeysmithError(.writeConflict, "\(storeDescription) kept conflicting with other writers (\($0)); nothing was applied") })
         if sequence > 0 { lastSequence.withLock { $0 = max($0, sequence) } }
@@ -625,7 +681,7 @@ public final class PostgresStore: SecureStore {
     /// trusted versions are read again: the refusal stands if they still hold, and the batch runs
     /// the careful way if not (its error may then differ). Audit entries are never trusted.
     /// Returns the sequence number of the batch's last change row and how many items it trusted.
-    private func apply(_ operations: [StoreOperation], now: Date, trusting: Bool, in transaction: Transaction) throws -> (Int64, Int) {
+    private func apply(_ operations: [StoreOperation], now: Date, trusting: Bool, in transaction: Transaction) async throws -> (Int64, Int) {
         var distinct: [ItemKey] = []
         var seen: Set<ItemKey> = []
         var stated: [ItemKey: Int64] = [:]
@@ -647,7 +703,7 @@ public final class PostgresStore: SecureStore {
             default: false
             }
         }
-        let rows = try fetch(touched.compactMap { stated[$0.key] == nil ? ($0.key, $0.value) : nil }, in: transaction, lock: true,
+        let rows = try await fetch(touched.compactMap { stated[$0.key] == nil ? ($0.key, $0.value) : nil }, in: transaction, lock: true,
                              withSealed: readsRecords)
         /// The version a row is at (read, or stated), or `nil` when there is no row.
         func versionOf(_ key: ItemKey, _ index: [UInt8]) -> Int64? { rows[index]?.version ?? stated[key] }
@@ -655,9 +711,9 @@ public final class PostgresStore: SecureStore {
         // their versions in the order they commit (taken before, the one that waited for the
         // lock wrote the lower version over the higher, and the item's newest change looked
         // newer than its row).
-        let (version, newestKey) = try transaction.nextVersion(namespace: keys.namespaceID)
+        let (version, newestKey) = try await transaction.nextVersion(namespace: keys.namespaceID)
         // A data key rotated in elsewhere: load it, and seal this batch with it.
-        if newestKey > keys.currentKeyID { try keys.refresh(in: transaction) }
+        if newestKey > keys.currentKeyID { try await keys.refresh(in: transaction) }
         let dataKey = keys.current
         let writes: [ResolvedWrite]
         do {
@@ -671,7 +727,7 @@ public final class PostgresStore: SecureStore {
             }
         } catch let error as KeysmithError where !stated.isEmpty {
             // Refused while trusting: the refusal is the batch's own if what was trusted holds.
-            let current = try RecordRows.versions(stated.keys.compactMap { touched[$0] }, namespace: keys.namespaceID, in: transaction)
+            let current = try await RecordRows.versions(stated.keys.compactMap { touched[$0] }, namespace: keys.namespaceID, in: transaction)
             guard stated.allSatisfy({ key, version in touched[key].flatMap { current[$0] } == version }) else {
                 throw RetryableConflict(state: "a trusted version was stale")
             }
@@ -710,13 +766,13 @@ public final class PostgresStore: SecureStore {
                 putChanges += puts.map { ($0.blindIndex, false, $0.sealedKey) }
                 removalChanges += removals.map { ($0.blindIndex, true, $0.sealedKey) }
             }
-            return (try RecordRows.appendChanges(putChanges + removalChanges, keys: keys, version: version, after: pending, in: transaction),
+            return (try await RecordRows.appendChanges(putChanges + removalChanges, keys: keys, version: version, after: pending, in: transaction),
                     stated.count)
         } catch {
             // Statements already sent run on: each is waited for (its answer dropped) before the
             // transaction is rolled back, so the rollback and the next attempt do not queue
             // behind them, and their locks go with the rollback.
-            for statement in pending { _ = try? transaction.wait(statement) }
+            for statement in pending { _ = try? await transaction.wait(statement) }
             throw error
         }
     }

@@ -17,7 +17,7 @@ enum RecordRows {
     /// The rows of these blind indexes, by index; with `lock`, locked for this transaction. Without
     /// `withSealed` (a batch that only needs versions), `sealed` comes back empty.
     static func fetch(_ indexes: [[UInt8]], namespace: [UInt8], table: RecordTable = .records, in transaction: Transaction, lock: Bool,
-                      withSealed: Bool = true) throws -> [[UInt8]: RecordRow]
+                      withSealed: Bool = true) async throws -> [[UInt8]: RecordRow]
     {
         var out: [[UInt8]: RecordRow] = [:]
         let namespaceBuffer = ByteBuffer(bytes: namespace)
@@ -32,7 +32,7 @@ enum RecordRows {
                        (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
                 FROM \(unescaped: table.rawValue) r WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = ANY(\(chunk))
                 """
-            for row in try transaction.execute(query) {
+            for row in try await transaction.execute(query) {
                 let (index, version, keyID, sealed, newest) = try row.decode((ByteBuffer, Int64, Int32, ByteBuffer, Int64?).self)
                 out[index.bytes] = RecordRow(blindIndex: index.bytes, version: version, keyID: keyID, sealed: sealed.bytes, newestChange: newest)
             }
@@ -40,19 +40,19 @@ enum RecordRows {
         return out
     }
 
-    static func count(namespace: [UInt8], table: RecordTable, in transaction: Transaction) throws -> Int {
+    static func count(namespace: [UInt8], table: RecordTable, in transaction: Transaction) async throws -> Int {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
-        guard let row = try transaction.execute("SELECT count(*) FROM \(unescaped: table.rawValue) WHERE namespace_id = \(namespaceBuffer)").first else { return 0 }
+        guard let row = try await transaction.execute("SELECT count(*) FROM \(unescaped: table.rawValue) WHERE namespace_id = \(namespaceBuffer)").first else { return 0 }
         return Int(try row.decode(Int64.self))
     }
 
     /// Of these indexes, those whose newest change in the feed is not a deletion: items the
     /// feed says exist (a read that finds no row for one was edited away by hand).
-    static func liveInFeed(_ indexes: [[UInt8]], namespace: [UInt8], in transaction: Transaction) throws -> Set<[UInt8]> {
+    static func liveInFeed(_ indexes: [[UInt8]], namespace: [UInt8], in transaction: Transaction) async throws -> Set<[UInt8]> {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
         let buffers = indexes.map { ByteBuffer(bytes: $0) }
         var live: Set<[UInt8]> = []
-        for row in try transaction.execute("""
+        for row in try await transaction.execute("""
             SELECT DISTINCT ON (blind_index) blind_index, deleted FROM keysmith_changes
             WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(buffers))
             ORDER BY blind_index, seq DESC
@@ -67,9 +67,9 @@ enum RecordRows {
     /// deleted by hand. One statement, so a write committing meanwhile is seen whole or not at
     /// all. The feed is sorted by its narrow columns only; the sealed identities are fetched for
     /// the items found.
-    static func missing(namespace: [UInt8], in transaction: Transaction) throws -> [(blindIndex: [UInt8], version: Int64, sealedKey: [UInt8])] {
+    static func missing(namespace: [UInt8], in transaction: Transaction) async throws -> [(blindIndex: [UInt8], version: Int64, sealedKey: [UInt8])] {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
-        return try transaction.execute("""
+        return try await transaction.execute("""
             SELECT c.blind_index, c.version, c.sealed_key FROM (
                 SELECT DISTINCT ON (blind_index) blind_index, seq, deleted FROM keysmith_changes
                 WHERE namespace_id = \(namespaceBuffer) ORDER BY blind_index, seq DESC) n
@@ -84,12 +84,12 @@ enum RecordRows {
     }
 
     /// The version each of these rows is at, by blind index (rows that do not exist are absent).
-    static func versions(_ indexes: [[UInt8]], namespace: [UInt8], in transaction: Transaction) throws -> [[UInt8]: Int64] {
+    static func versions(_ indexes: [[UInt8]], namespace: [UInt8], in transaction: Transaction) async throws -> [[UInt8]: Int64] {
         var out: [[UInt8]: Int64] = [:]
         let namespaceBuffer = ByteBuffer(bytes: namespace)
         for piece in chunks(indexes, size: { $0.count }) {
             let chunk = piece.map { ByteBuffer(bytes: $0) }
-            for row in try transaction.execute("""
+            for row in try await transaction.execute("""
                 SELECT blind_index, version FROM keysmith_records WHERE namespace_id = \(namespaceBuffer) AND blind_index = ANY(\(chunk))
                 """) {
                 let (index, version) = try row.decode((ByteBuffer, Int64).self)
@@ -103,21 +103,21 @@ enum RecordRows {
     /// follow the primary key: planned from statistics that lag a bulk import (the planner
     /// guessed a thousand rows where there were a hundred thousand), it read and sorted every
     /// row past the cursor for each page, and a scan grew with the square of the table.
-    static func page(namespace: [UInt8], table: RecordTable, after: [UInt8]?, limit: Int, in transaction: Transaction) throws -> [RecordRow] {
+    static func page(namespace: [UInt8], table: RecordTable, after: [UInt8]?, limit: Int, in transaction: Transaction) async throws -> [RecordRow] {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
         // For this transaction only; any role may set it.
-        try transaction.execute("SELECT set_config('enable_bitmapscan', 'off', true)")
+        try await transaction.execute("SELECT set_config('enable_bitmapscan', 'off', true)")
         let rows: [PostgresRow]
         if let after {
             let afterBuffer = ByteBuffer(bytes: after)
-            rows = try transaction.execute("""
+            rows = try await transaction.execute("""
                 SELECT r.blind_index, r.version, r.key_id, r.sealed,
                        (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
                 FROM \(unescaped: table.rawValue) r
                 WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index > \(afterBuffer) ORDER BY r.blind_index LIMIT \(limit)
                 """)
         } else {
-            rows = try transaction.execute("""
+            rows = try await transaction.execute("""
                 SELECT r.blind_index, r.version, r.key_id, r.sealed,
                        (SELECT max(c.version) FROM keysmith_changes c WHERE c.namespace_id = r.namespace_id AND c.blind_index = r.blind_index)
                 FROM \(unescaped: table.rawValue) r
@@ -225,11 +225,11 @@ enum RecordRows {
     /// change row (what watchers acknowledge), or 0 when it changed nothing.
     @discardableResult
     static func appendChanges(_ changed: [Change], keys: NamespaceKeys, version: Int64, after pending: [Transaction.Pending],
-                              in transaction: Transaction) throws -> Int64 {
+                              in transaction: Transaction) async throws -> Int64 {
         // In order: the first statement that failed is the cause (those after it fail because
         // the transaction already had).
         for statement in pending {
-            let rows = try transaction.wait(statement)
+            let rows = try await transaction.wait(statement)
             if let count = statement.touching {
                 guard let first = rows.first, try first.decode(Int64.self) == Int64(count) else {
                     throw RetryableConflict(state: "a row changed since the batch read it")
@@ -245,7 +245,7 @@ enum RecordRows {
         // appear later), and each row links to the one before it.
         // One statement: creates the namespace's head if it has none, locks it either way
         // (an upsert's update takes the row lock), and returns its link.
-        guard let head = try transaction.execute("""
+        guard let head = try await transaction.execute("""
             INSERT INTO keysmith_chain_heads AS h (namespace_id, seq, chain) VALUES (\(namespaceBuffer), 0, \(ByteBuffer(bytes: NamespaceKeys.chainGenesis)))
             ON CONFLICT (namespace_id) DO UPDATE SET seq = h.seq RETURNING h.seq, h.chain
             """).first else {
@@ -255,7 +255,7 @@ enum RecordRows {
         var link = headChain.bytes
         // The head must name the newest link (a statement after the lock sees every commit
         // made before it): a chain whose head was set back is never extended into a fork.
-        let newest = try transaction.execute("""
+        let newest = try await transaction.execute("""
             SELECT seq, chain FROM keysmith_changes WHERE namespace_id = \(namespaceBuffer) ORDER BY seq DESC LIMIT 1
             """).first.map { try $0.decode((Int64, ByteBuffer?).self) }
         let headIsNewest: Bool = switch newest {
@@ -269,7 +269,7 @@ enum RecordRows {
                 "the change feed's head names change \(headSequence), not its newest link (change \(newest?.0 ?? 0)): it was set back or "
                     + "the newest rows were edited; nothing was written (run `keysmith postgres verify`)")
         }
-        guard let reserved = try transaction.execute("""
+        guard let reserved = try await transaction.execute("""
             SELECT array_agg(v ORDER BY v) FROM (SELECT nextval('keysmith_changes_seq_seq') AS v FROM generate_series(1, \(Int64(changed.count)))) s
             """).first, let sequences = try reserved.decode([Int64]?.self), sequences.count == changed.count else {
             throw KeysmithError(.ioFailure, "PostgreSQL returned no sequence numbers for the change feed")
@@ -311,7 +311,7 @@ enum RecordRows {
                     """, touching: nil))
             }
         }
-        for statement in inserts { _ = try transaction.wait(statement) }
+        for statement in inserts { _ = try await transaction.wait(statement) }
         return last
     }
 }

@@ -31,11 +31,17 @@ extension PostgresStore {
     /// - Returns: The new key's id.
     @discardableResult
     public func rotateDataKey() throws -> Int32 {
+        try Blocking.run { try await rotateDataKey() }
+    }
+
+    /// ``rotateDataKey()`` without blocking a thread: the same rotation, awaited.
+    @discardableResult
+    public func rotateDataKey() async throws -> Int32 {
         var attempt = 0
         while true {
             attempt += 1
             do {
-                return try withSessionPublic { session in try session.transaction { try keys.rotate(in: $0) } }
+                return try await withSessionPublic { session in try await session.transaction { try await keys.rotate(in: $0) } }
             } catch is RetryableConflict where attempt < 5 {
                 continue  // another process rotated at the same moment: take the next id
             } catch is RetryableConflict {
@@ -51,18 +57,23 @@ extension PostgresStore {
     /// rows that do not open are counted and left alone. Safe to run while applications write,
     /// and to stop and run again. `chunkSize` is held between 1 and 10,000.
     public func rekey(chunkSize: Int = 1_000) throws -> RekeyReport {
+        try Blocking.run { try await rekey(chunkSize: chunkSize) }
+    }
+
+    /// ``rekey(chunkSize:)`` without blocking a thread: the same work, awaited; cancelling the task stops it between chunks (a chunk is committed or rolled back whole, and a later run carries on).
+    public func rekey(chunkSize: Int = 1_000) async throws -> RekeyReport {
         let size = max(1, min(chunkSize, 10_000))
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
         var report = RekeyReport(currentKeyID: 0, rekeyed: 0, damaged: 0, auditEntriesOnOlderKeys: 0)
         var after: [UInt8] = []
         while true {
-            let done = try withSessionPublic { session in
-                try session.transaction { transaction -> Bool in
-                    try keys.refresh(in: transaction)
+            let done = try await withSessionPublic { session in
+                try await session.transaction { transaction -> Bool in
+                    try await keys.refresh(in: transaction)
                     let current = keys.current
                     report.currentKeyID = current.id
                     let afterBuffer = ByteBuffer(bytes: after)
-                    let rows = try transaction.execute("""
+                    let rows = try await transaction.execute("""
                         SELECT blind_index, version, key_id, sealed FROM keysmith_records
                         WHERE namespace_id = \(namespaceBuffer) AND key_id <> \(current.id) AND blind_index > \(afterBuffer)
                         ORDER BY blind_index LIMIT \(size) FOR UPDATE SKIP LOCKED
@@ -83,7 +94,7 @@ extension PostgresStore {
                         sealed.append(ByteBuffer(bytes: try keys.seal(record, blindIndex: row.blindIndex, version: row.version, with: current)))
                     }
                     if !indexes.isEmpty {
-                        try transaction.execute("""
+                        try await transaction.execute("""
                             UPDATE keysmith_records AS r SET key_id = \(current.id), sealed = t.s
                             FROM unnest(\(indexes)::bytea[], \(versions)::bigint[], \(sealed)::bytea[]) AS t(i, v, s)
                             WHERE r.namespace_id = \(namespaceBuffer) AND r.blind_index = t.i AND r.version = t.v
@@ -95,9 +106,9 @@ extension PostgresStore {
             }
             if done { break }
         }
-        report.auditEntriesOnOlderKeys = try withSessionPublic { session in
-            try session.transaction { transaction in
-                try transaction.execute("""
+        report.auditEntriesOnOlderKeys = try await withSessionPublic { session in
+            try await session.transaction { transaction in
+                try await transaction.execute("""
                     SELECT count(*) FROM keysmith_audit WHERE namespace_id = \(namespaceBuffer) AND key_id <> \(report.currentKeyID)
                     """).first.map { Int(try $0.decode(Int64.self)) } ?? 0
             }
@@ -124,10 +135,17 @@ extension PostgresStore {
     @discardableResult
     public static func rotateMasterKey(_ settings: PostgresConnectionSettings, from old: PostgresMasterKey, to new: PostgresMasterKey,
                                        scrypt: ScryptCost = .standard) throws -> Int {
-        let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"))
+        try Blocking.run { try await rotateMasterKey(settings, from: old, to: new, scrypt: scrypt) }
+    }
+
+    /// ``rotateMasterKey(_:from:to:scrypt:)`` without blocking a thread: the same rotation, awaited.
+    @discardableResult
+    public static func rotateMasterKey(_ settings: PostgresConnectionSettings, from old: PostgresMasterKey, to new: PostgresMasterKey,
+                                       scrypt: ScryptCost = .standard) async throws -> Int {
+        let session = try await Session.connect(settings, logger: Logger(label: "keysmith.postgres"))
         defer { session.close() }
-        return try session.transaction { transaction in
-            let current = try MasterKeyRecord.loadOrCreate(old, transaction: transaction, scrypt: scrypt, create: false, lock: true)
+        return try await session.transaction { transaction in
+            let current = try await MasterKeyRecord.loadOrCreate(old, transaction: transaction, scrypt: scrypt, create: false, lock: true)
             let derived = try MasterKeyRecord.derive(new: new, scrypt: scrypt)
             let replacement = MasterKeys(master: derived.master, verifier: SHA256.hmac(key: derived.master, MasterKeyRecord.verifierLabel),
                                          identity: current.identity)
@@ -136,7 +154,7 @@ extension PostgresStore {
             }
             let oldWrap = current.wrapKey, newWrap = replacement.wrapKey
             var namespaces: [ByteBuffer] = [], ids: [Int32] = [], wrapped: [ByteBuffer] = []
-            for row in try transaction.execute("SELECT namespace_id, key_id, wrapped FROM keysmith_data_keys ORDER BY namespace_id, key_id FOR UPDATE") {
+            for row in try await transaction.execute("SELECT namespace_id, key_id, wrapped FROM keysmith_data_keys ORDER BY namespace_id, key_id FOR UPDATE") {
                 let (namespace, keyID, bytes) = try row.decode((ByteBuffer, Int32, ByteBuffer).self)
                 guard let key = try NamespaceKeys.unwrap(bytes.bytes, wrapKey: oldWrap, namespaceID: namespace.bytes, keyID: keyID) else {
                     throw KeysmithError(.corruptData, "data key \(keyID) of a namespace does not open under the current master key (edited or moved); nothing was changed")
@@ -148,14 +166,14 @@ extension PostgresStore {
                 wrapped.append(ByteBuffer(bytes: try NamespaceKeys.wrap(plain, wrapKey: newWrap, namespaceID: namespace.bytes, keyID: keyID)))
             }
             if !ids.isEmpty {
-                try transaction.execute("""
+                try await transaction.execute("""
                     UPDATE keysmith_data_keys AS d SET wrapped = t.w
                     FROM unnest(\(namespaces)::bytea[], \(ids)::integer[], \(wrapped)::bytea[]) AS t(n, k, w)
                     WHERE d.namespace_id = t.n AND d.key_id = t.k
                     """)
             }
             let salt = derived.salt.map { ByteBuffer(bytes: $0) }
-            try transaction.execute("""
+            try await transaction.execute("""
                 UPDATE keysmith_master SET kdf = \(derived.kdf), salt = \(salt), log_n = \(derived.logN),
                     verifier = \(ByteBuffer(bytes: replacement.verifier)), identity_key = \(ByteBuffer(bytes: try replacement.wrapIdentity()))
                 WHERE id = 1
@@ -168,11 +186,16 @@ extension PostgresStore {
     /// anyway (the connection lost during COMMIT), so that a new keyfile made for it is removed
     /// only when nothing uses it.
     package static func isCurrentMasterKey(_ settings: PostgresConnectionSettings, _ key: PostgresMasterKey) throws -> Bool {
-        let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres"))
+        try Blocking.run { try await isCurrentMasterKey(settings, key) }
+    }
+
+    /// ``isCurrentMasterKey(_:_:)``, awaited.
+    package static func isCurrentMasterKey(_ settings: PostgresConnectionSettings, _ key: PostgresMasterKey) async throws -> Bool {
+        let session = try await Session.connect(settings, logger: Logger(label: "keysmith.postgres"))
         defer { session.close() }
-        return try session.transaction { transaction in
+        return try await session.transaction { transaction in
             do {
-                _ = try MasterKeyRecord.loadOrCreate(key, transaction: transaction, scrypt: .standard, create: false)
+                _ = try await MasterKeyRecord.loadOrCreate(key, transaction: transaction, scrypt: .standard, create: false)
                 return true
             } catch let error as KeysmithError where error.code == .authenticationFailed {
                 return false

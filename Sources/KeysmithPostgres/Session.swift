@@ -15,14 +15,16 @@ struct RetryableConflict: Error {
     /// violation on a row another made first), up to 20 times; then `failure(state)`. So no
     /// public entry point ever throws this internal error: a reader, a batch and the schema's
     /// installer racing each other's locks all retry.
-    static func retrying<T>(_ body: () throws -> T, failure: (String) -> KeysmithError) throws -> T {
+    /// The pause sleeps the task (`Task.sleep`), never a thread, and ends early with
+    /// `CancellationError` when the task is cancelled.
+    static func retrying<T>(_ body: () async throws -> T, failure: (String) -> KeysmithError) async throws -> T {
         var attempt = 0
         while true {
             attempt += 1
             do {
-                return try body()
+                return try await body()
             } catch is RetryableConflict where attempt < 20 {
-                usleep(UInt32.random(in: 200...2_000) * UInt32(attempt))
+                try await Task.sleep(for: .microseconds(Int.random(in: 200...2_000) * attempt))
             } catch let error as RetryableConflict {
                 throw failure(error.state)
             }
@@ -30,11 +32,10 @@ struct RetryableConflict: Error {
     }
 }
 
-/// One connection, used from one thread at a time (the store's mutex), through the
-/// `EventLoopFuture` interface: the store's API is synchronous, and waiting on a future from a
-/// thread outside the event loop never ties up Swift's cooperative thread pool.
+/// One connection, used by one operation at a time (a ``SessionPool`` lends it out), awaited
+/// without blocking a thread: each statement's answer is awaited on its event loop.
 final class Session: @unchecked Sendable {
-    // @unchecked: used only under PostgresStore's mutex (or by one caller during set-up).
+    // @unchecked: lent to one operation at a time by SessionPool (or used by one caller during set-up).
     let connection: PostgresConnection
     let logger: Logger
     let description: String
@@ -49,7 +50,7 @@ final class Session: @unchecked Sendable {
 
     /// Connects; `application` names the connection in `pg_stat_activity` (an operator can see
     /// which connections are Keysmith's, and which watcher is which).
-    static func connect(_ settings: PostgresConnectionSettings, logger: Logger, application: String = "keysmith") throws -> Session {
+    static func connect(_ settings: PostgresConnectionSettings, logger: Logger, application: String = "keysmith") async throws -> Session {
         var configuration: PostgresConnection.Configuration
         if let problem = settings.tlsProblem { throw KeysmithError.invalidArgument(problem) }
         if let socket = settings.socketPath {
@@ -60,10 +61,12 @@ final class Session: @unchecked Sendable {
         }
         configuration.options.additionalStartupParameters = [("application_name", String(application.prefix(63)))]
         do {
-            let connection = try PostgresConnection.connect(
+            let connection = try await PostgresConnection.connect(
                 on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: 1, logger: logger
-            ).wait(timeout: .seconds(30))
+            ).value(timeout: .seconds(30))
             return Session(connection: connection, logger: logger, description: settings.description)
+        } catch is CancellationError {
+            throw CancellationError()
         } catch {
             throw KeysmithError(.storeUnavailable, "cannot connect to PostgreSQL (\(OneLine.escaped(settings.description)), \(settings.protection)): \(Session.reason(error))")
         }
@@ -114,8 +117,18 @@ final class Session: @unchecked Sendable {
 
     var isClosed: Bool { connection.isClosed }
 
+    /// Closes the connection without waiting for the server to see it go (a `deinit` or a
+    /// `defer` cannot wait); ``closeAndWait()`` waits.
     func close() {
-        _ = try? connection.close().wait(timeout: .seconds(5))
+        let connection = connection
+        let closing: EventLoopFuture<Void> = connection.close()
+        // The connection must outlive its closing (the driver checks that it is closed when freed).
+        closing.whenComplete { _ in withExtendedLifetime(connection) {} }
+    }
+
+    /// Closes the connection and waits (at most 5 s) until it is closed.
+    func closeAndWait() async {
+        _ = try? await (connection.close() as EventLoopFuture<Void>).value(timeout: .seconds(5), cancellable: false)
     }
 
     /// The server's reason, without the query text or its bindings (they may hold ciphertext).
@@ -191,17 +204,24 @@ final class Session: @unchecked Sendable {
     /// `snapshot`: a read-only transaction whose statements all see one snapshot (`REPEATABLE
     /// READ`), for a read that asks two questions of the database (the rows, then the change
     /// feed about the rows it did not find) and must not see a writer's commit between them.
-    func transaction<T>(snapshot: Bool = false, _ body: (Transaction) throws -> T) throws -> T {
+    ///
+    /// Cancelling the task ends the transaction at its next statement with `CancellationError`,
+    /// rolled back; once `COMMIT` is sent it is awaited to its end, so a cancelled write either
+    /// committed (and returns normally) or throws and changed nothing.
+    func transaction<T>(snapshot: Bool = false, _ body: (Transaction) async throws -> T) async throws -> T {
+        try Task.checkCancellation()
         let transaction = Transaction(session: self)
-        try transaction.execute(snapshot ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN ISOLATION LEVEL READ COMMITTED")
+        try await transaction.execute(snapshot ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN ISOLATION LEVEL READ COMMITTED")
         do {
-            let result = try body(transaction)
-            try transaction.execute("COMMIT")
+            let result = try await body(transaction)
+            try await transaction.execute("COMMIT", cancellable: false)
             return result
         } catch {
             // Bounded: after a server crash the connection may not know yet that it is dead, and an
             // unbounded wait here hung a writer for good (found by the server-crash test).
-            if !connection.isClosed { _ = try? connection.query("ROLLBACK", logger: logger).wait(timeout: .seconds(5)) }
+            if !connection.isClosed {
+                _ = try? await connection.query("ROLLBACK", logger: logger).value(timeout: .seconds(5), cancellable: false)
+            }
             throw error
         }
     }
@@ -211,14 +231,18 @@ final class Session: @unchecked Sendable {
 struct Transaction {
     let session: Session
 
+    /// Runs a statement and awaits its rows; with `cancellable` (the default), cancelling the
+    /// task ends the wait with `CancellationError`.
     @discardableResult
-    func execute(_ query: PostgresQuery) throws -> [PostgresRow] {
+    func execute(_ query: PostgresQuery, cancellable: Bool = true) async throws -> [PostgresRow] {
         // A statement on a connection the server closed may never be answered: fail at once.
         guard !session.connection.isClosed else {
             throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) closed the connection")
         }
+        if cancellable { try Task.checkCancellation() }
         do {
-            return try session.connection.query(query, logger: session.logger).wait(timeout: session.statementTimeout).rows
+            return try await session.connection.query(query, logger: session.logger)
+                .value(timeout: session.statementTimeout, cancellable: cancellable).rows
         } catch {
             throw failure(error)
         }
@@ -241,12 +265,12 @@ struct Transaction {
     }
 
     /// The answer to a statement ``send(_:touching:)`` sent, failing as ``execute(_:)`` does.
-    func wait(_ pending: Pending) throws -> [PostgresRow] {
+    func wait(_ pending: Pending) async throws -> [PostgresRow] {
         guard let future = pending.future else {
             throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) closed the connection")
         }
         do {
-            return try future.wait(timeout: session.statementTimeout).rows
+            return try await future.value(timeout: session.statementTimeout).rows
         } catch {
             throw failure(error)
         }
@@ -254,6 +278,7 @@ struct Transaction {
 
     /// What a statement's failure means to the caller.
     private func failure(_ error: any Error) -> any Error {
+        if error is CancellationError { return error }
         if error is WaitTimedOut {
             session.close()
             return KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) did not answer within \(session.statementTimeout); the connection was closed")
@@ -276,9 +301,9 @@ struct Transaction {
 
     /// The next version number, from the one sequence all namespaces share, and the namespace's
     /// newest data key id (in the same round trip: a batch seals with the newest key).
-    func nextVersion(namespace: [UInt8]) throws -> (version: Int64, newestKey: Int32) {
+    func nextVersion(namespace: [UInt8]) async throws -> (version: Int64, newestKey: Int32) {
         let namespaceBuffer = ByteBuffer(bytes: namespace)
-        guard let row = try execute("""
+        guard let row = try await execute("""
             SELECT nextval('keysmith_versions'), (SELECT max(key_id) FROM keysmith_data_keys WHERE namespace_id = \(namespaceBuffer))
             """).first else {
             throw KeysmithError(.ioFailure, "PostgreSQL returned no version")

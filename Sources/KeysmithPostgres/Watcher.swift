@@ -78,27 +78,33 @@ public final class PostgresWatcher: Sendable {
         self.namespace = namespace
         self.name = name
         self.staleAfter = staleAfter
-        let session = try Session.connect(settings, logger: Logger(label: "keysmith.postgres.watch"))
+        let (keys, start, link) = try Blocking.run { try await Self.open(settings, namespace: namespace, masterKey: masterKey, after: sequence) }
+        self.keys = keys
+        state = Mutex(State(applied: start, link: link))
+    }
+
+    /// The namespace's keys, the sequence to start after, and the chain link there.
+    private static func open(_ settings: PostgresConnectionSettings, namespace: String, masterKey: PostgresMasterKey,
+                             after sequence: Int64?) async throws -> (NamespaceKeys, Int64, [UInt8]?) {
+        let session = try await Session.connect(settings, logger: Logger(label: "keysmith.postgres.watch"))
         defer { session.close() }
-        var start: Int64 = 0
-        var link: [UInt8]?
-        keys = try session.transaction { transaction in
-            let master = try MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: .standard, create: false)
-            let keys = try NamespaceKeys.loadOrCreate(namespace: namespace, master: master, transaction: transaction)
+        return try await session.transaction { transaction in
+            let master = try await MasterKeyRecord.loadOrCreate(masterKey, transaction: transaction, scrypt: .standard, create: false)
+            let keys = try await NamespaceKeys.loadOrCreate(namespace: namespace, master: master, transaction: transaction)
             let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
+            let start: Int64
             if let sequence {
                 start = sequence
             } else {
-                start = try transaction.execute("SELECT coalesce(max(seq), 0) FROM keysmith_changes WHERE namespace_id = \(namespaceBuffer)")
+                start = try await transaction.execute("SELECT coalesce(max(seq), 0) FROM keysmith_changes WHERE namespace_id = \(namespaceBuffer)")
                     .first?.decode(Int64.self) ?? 0
             }
             // The chain continues from the newest row at or before the start.
-            link = try transaction.execute("""
+            let link = try await transaction.execute("""
                 SELECT chain FROM keysmith_changes WHERE namespace_id = \(namespaceBuffer) AND seq <= \(start) ORDER BY seq DESC LIMIT 1
                 """).first?.decode(ByteBuffer?.self)?.bytes
-            return keys
+            return (keys, start, link)
         }
-        state = Mutex(State(applied: start, link: link))
     }
 
     /// The newest sequence applied.
@@ -145,7 +151,8 @@ public final class PostgresWatcher: Sendable {
         while !state.withLock({ $0.stopped }) {
             let session: Session
             do {
-                session = try Session.connect(settings, logger: logger, application: "keysmith watch \(name)")
+                let (settings, name) = (settings, name)
+                session = try Blocking.run { try await Session.connect(settings, logger: logger, application: "keysmith watch \(name)") }
                 session.statementTimeout = .seconds(5)
             } catch {
                 wake.wait(timeout: pollInterval)
@@ -156,10 +163,10 @@ public final class PostgresWatcher: Sendable {
             let listener = listens ? session.connection.addListener(channel: PostgresSchema.channel) { [wake] _, _ in wake.signal() } : nil
             defer { listener?.stop() }
             do {
-                if listens { try Transaction(session: session).execute("LISTEN keysmith_changes") }
+                if listens { try Blocking.run { try await Transaction(session: session).execute("LISTEN keysmith_changes") } }
                 while !state.withLock({ $0.stopped }) {
                     let asked = ContinuousClock.now
-                    let changes = try fetch(session)
+                    let changes = try Blocking.run { try await fetch(session) }
                     var keepGoing = true
                     for change in changes where keepGoing {
                         do { keepGoing = try apply(change) } catch { throw ApplyFailure(error: error) }
@@ -168,15 +175,15 @@ public final class PostgresWatcher: Sendable {
                             if let link = change.link { state.link = link }
                         }
                     }
-                    try acknowledge(session)
+                    try Blocking.run { try await acknowledge(session) }
                     guard keepGoing else {
-                        deregister(session)
+                        Blocking.run { await deregister(session) }
                         return
                     }
                     if changes.isEmpty { state.withLock { $0.confirmedAt = asked } }
                     if changes.isEmpty { wake.wait(timeout: pollInterval) }
                 }
-                deregister(session)
+                Blocking.run { await deregister(session) }
                 return
             } catch let failure as ApplyFailure {
                 let error = failure.error as? KeysmithError ?? KeysmithError(.ioFailure, "the watcher's handler failed: \(type(of: failure.error))")
@@ -215,7 +222,7 @@ public final class PostgresWatcher: Sendable {
     }
 
     /// The changes after the applied sequence, at most 4,096, each with its item as it is now.
-    private func fetch(_ session: Session) throws -> [PostgresChange] {
+    private func fetch(_ session: Session) async throws -> [PostgresChange] {
         let applied = lastSequence
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
         let transaction = Transaction(session: session)
@@ -223,7 +230,7 @@ public final class PostgresWatcher: Sendable {
         // item), read in the same statement as the row: the row must be that version, or absent
         // after a deletion; an older row put back, or one deleted by hand, is damage, never
         // delivered as it is.
-        let rows = try transaction.execute("""
+        let rows = try await transaction.execute("""
             SELECT c.seq, c.blind_index, c.version, c.deleted, c.sealed_key,
                    coalesce(r.version, a.version), coalesce(r.key_id, a.key_id), coalesce(r.sealed, a.sealed), c.chain,
                    n.version, n.deleted
@@ -244,7 +251,7 @@ public final class PostgresWatcher: Sendable {
             if bytes.count >= 4 { keyIDs.append(Int32(bitPattern: bytes.prefix(4).reduce(0) { $0 << 8 | UInt32($1) })) }
             if let keyID { keyIDs.append(keyID) }
         }
-        try keys.ensureKnown(keyIDs, in: transaction)
+        try await keys.ensureKnown(keyIDs, in: transaction)
         var changes: [PostgresChange] = []
         var link = state.withLock { $0.link }
         for row in rows {
@@ -295,17 +302,17 @@ public final class PostgresWatcher: Sendable {
 
     /// Removes the watcher's registration (best effort): a watcher that ended on purpose is no
     /// longer waited for by ``PostgresStore/waitForWatchers(through:timeout:liveWithin:)``.
-    private func deregister(_ session: Session) {
+    private func deregister(_ session: Session) async {
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
-        _ = try? Transaction(session: session).execute(
+        _ = try? await Transaction(session: session).execute(
             "DELETE FROM keysmith_watchers WHERE namespace_id = \(namespaceBuffer) AND watcher = \(name)")
     }
 
     /// Records the applied sequence and that the watcher is alive.
-    private func acknowledge(_ session: Session) throws {
+    private func acknowledge(_ session: Session) async throws {
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
         let applied = lastSequence
-        try Transaction(session: session).execute("""
+        try await Transaction(session: session).execute("""
             INSERT INTO keysmith_watchers (namespace_id, watcher, acked_seq, seen_at) VALUES (\(namespaceBuffer), \(name), \(applied), now())
             ON CONFLICT (namespace_id, watcher) DO UPDATE SET acked_seq = excluded.acked_seq, seen_at = now()
             """)
@@ -327,18 +334,23 @@ extension PostgresStore {
     ///
     /// - Returns: The watchers that had not acknowledged it by the timeout (empty: all did).
     public func waitForWatchers(through sequence: Int64, timeout: Duration, liveWithin: Duration = .seconds(10)) throws -> [PendingWatcher] {
+        try Blocking.run { try await waitForWatchers(through: sequence, timeout: timeout, liveWithin: liveWithin) }
+    }
+
+    /// ``waitForWatchers(through:timeout:liveWithin:)`` without blocking a thread: it polls every 5 ms with `Task.sleep`, and cancelling the task ends it with `CancellationError`.
+    public func waitForWatchers(through sequence: Int64, timeout: Duration, liveWithin: Duration = .seconds(10)) async throws -> [PendingWatcher] {
         let deadline = ContinuousClock.now + timeout
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
         let seconds = liveWithin.inSeconds
-        let live = try withSessionPublic { session in
-            try Transaction(session: session).execute("""
+        let live = try await withSessionPublic { session in
+            try await Transaction(session: session).execute("""
                 SELECT watcher FROM keysmith_watchers WHERE namespace_id = \(namespaceBuffer) AND seen_at > now() - make_interval(secs => \(seconds))
                 """).map { try $0.decode(String.self) }
         }
         guard !live.isEmpty else { return [] }
         while true {
-            let pending = try withSessionPublic { session in
-                try Transaction(session: session).execute("""
+            let pending = try await withSessionPublic { session in
+                try await Transaction(session: session).execute("""
                     SELECT watcher, acked_seq FROM keysmith_watchers
                     WHERE namespace_id = \(namespaceBuffer) AND watcher = ANY(\(live)) AND acked_seq < \(sequence)
                     ORDER BY watcher
@@ -348,7 +360,7 @@ extension PostgresStore {
                 }
             }
             if pending.isEmpty || ContinuousClock.now >= deadline { return pending }
-            usleep(5_000)
+            try await Task.sleep(for: .milliseconds(5))
         }
     }
 }

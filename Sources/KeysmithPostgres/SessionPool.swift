@@ -1,0 +1,151 @@
+import Keysmith
+import Logging
+import Synchronization
+
+/// The connections of one ``PostgresStore`` handle: at most `limit`, opened when first needed and
+/// kept, each lent to one operation at a time. An operation that finds them all lent waits
+/// without blocking a thread (a continuation, resumed by the operation that gives one back), and
+/// a cancelled task stops waiting at once.
+final class SessionPool: Sendable {
+    let settings: PostgresConnectionSettings
+    let logger: Logger
+    /// The most connections open at once.
+    let limit: Int
+
+    private struct Waiter {
+        let id: Int
+        /// Resumed with a connection handed over, or with `nil`: a place came free, open one.
+        let continuation: CheckedContinuation<Session?, any Error>
+    }
+
+    private struct State {
+        var idle: [Session] = []
+        /// Connections open or being opened, lent or idle.
+        var open = 0
+        var waiters: [Waiter] = []
+        var nextWaiter = 0
+    }
+
+    private let state = Mutex(State())
+
+    init(settings: PostgresConnectionSettings, logger: Logger, limit: Int, first: Session? = nil) {
+        self.settings = settings
+        self.logger = logger
+        self.limit = max(1, limit)
+        if let first { state.withLock { $0.idle = [first]; $0.open = 1 } }
+    }
+
+    deinit {
+        state.withLock { state in for session in state.idle { session.close() } }
+    }
+
+    /// How many connections are open now (idle or lent).
+    var openCount: Int { state.withLock { $0.open } }
+
+    /// Runs `body` with a connection. A connection that `body` found lost
+    /// (`KeysmithError.Code.storeUnavailable`) is closed and not given back, so the next
+    /// operation connects again.
+    func withSession<T>(_ body: (Session) async throws -> T) async throws -> T {
+        let session = try await checkOut()
+        do {
+            let result = try await body(session)
+            checkIn(session)
+            return result
+        } catch let error as KeysmithError where error.code == .storeUnavailable {
+            discard(session)
+            throw error
+        } catch {
+            checkIn(session)
+            throw error
+        }
+    }
+
+    private enum Decision {
+        case use(Session)
+        case open
+        case wait
+    }
+
+    private func checkOut() async throws -> Session {
+        try Task.checkCancellation()
+        let decision = state.withLock { state -> Decision in
+            if let session = state.idle.popLast() {
+                if !session.isClosed { return .use(session) }
+                // Lost while idle (the server restarted, say): a new connection takes its place.
+                session.close()
+                return .open
+            }
+            if state.open < limit {
+                state.open += 1
+                return .open
+            }
+            return .wait
+        }
+        switch decision {
+        case .use(let session): return session
+        case .open: return try await open()
+        case .wait:
+            if let handed = try await waitForTurn() { return handed }
+            return try await open()
+        }
+    }
+
+    /// Opens a connection in a place already counted in `open`; gives the place back on failure.
+    private func open() async throws -> Session {
+        do {
+            return try await Session.connect(settings, logger: logger)
+        } catch {
+            freePlace()
+            throw error
+        }
+    }
+
+    private func waitForTurn() async throws -> Session? {
+        let id = state.withLock { state -> Int in
+            state.nextWaiter += 1
+            return state.nextWaiter
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let cancelled = state.withLock { state -> Bool in
+                    // Cancelled before the waiter was listed: the handler below found nothing to end.
+                    if Task.isCancelled { return true }
+                    state.waiters.append(Waiter(id: id, continuation: continuation))
+                    return false
+                }
+                if cancelled { continuation.resume(throwing: CancellationError()) }
+            }
+        } onCancel: {
+            let waiter = state.withLock { state -> Waiter? in
+                guard let position = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return state.waiters.remove(at: position)
+            }
+            waiter?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    private func checkIn(_ session: Session) {
+        guard !session.isClosed else { return discard(session) }
+        let waiter = state.withLock { state -> Waiter? in
+            if !state.waiters.isEmpty { return state.waiters.removeFirst() }
+            state.idle.append(session)
+            return nil
+        }
+        waiter?.continuation.resume(returning: session)
+    }
+
+    private func discard(_ session: Session) {
+        session.close()
+        freePlace()
+    }
+
+    /// A place came free: the first waiter opens a connection in it, else it is given back.
+    private func freePlace() {
+        let waiter = state.withLock { state -> Waiter? in
+            if !state.waiters.isEmpty { return state.waiters.removeFirst() }
+            state.open -= 1
+            return nil
+        }
+        waiter?.continuation.resume(returning: nil)
+    }
+}

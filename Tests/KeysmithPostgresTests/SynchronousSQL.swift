@@ -1,0 +1,31 @@
+import Keysmith
+@testable import KeysmithPostgres
+import Logging
+import PostgresNIO
+
+// The tests play the database administrator with the module's own sessions, from synchronous
+// code: these run the asynchronous calls through the store's own bridge (`Blocking.run`), as the
+// store's synchronous API does.
+
+extension Session {
+    static func connect(_ settings: PostgresConnectionSettings, logger: Logger, application: String = "keysmith") throws -> Session {
+        try Blocking.run { try await connect(settings, logger: logger, application: application) }
+    }
+
+    func transaction<T>(snapshot: Bool = false, _ body: (Transaction) throws -> T) throws -> T {
+        try Blocking.run { try await transaction(snapshot: snapshot) { (transaction) async throws -> T in try body(transaction) } }
+    }
+}
+
+extension Transaction {
+    @discardableResult
+    func execute(_ query: PostgresQuery) throws -> [PostgresRow] {
+        try Blocking.run { try await execute(query) }
+    }
+}
+
+extension RetryableConflict {
+    static func retrying<T>(_ body: () throws -> T, failure: (String) -> KeysmithError) throws -> T {
+        try Blocking.run { try await retrying({ () async throws -> T in try body() }, failure: { failure($0) }) }
+    }
+}
