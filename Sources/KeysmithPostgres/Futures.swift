@@ -1,4 +1,5 @@
 import Dispatch
+import Glibc
 import Keysmith
 import NIOCore
 import Synchronization
@@ -36,6 +37,21 @@ extension EventLoopFuture {
 /// call made from a pool thread, or from many threads at once, can never wait for a pool thread
 /// that is itself waiting (the deadlock of blocking on a `Task` from inside the pool).
 enum Blocking {
+    /// Whether the running task is one ``run(_:)`` drives: code that must not depend on Swift's
+    /// cooperative pool (whose threads may all be blocked in synchronous calls) asks this.
+    @TaskLocal static var isActive = false
+
+    /// Pauses: the thread, inside ``run(_:)`` (its task owns the thread anyway, and a sleeping
+    /// task's wake-up would need the cooperative pool); otherwise the task, ending early with
+    /// `CancellationError` when it is cancelled.
+    static func pause(_ duration: Duration) async throws {
+        if isActive {
+            usleep(UInt32(clamping: duration.inNanoseconds / 1_000))
+        } else {
+            try await Task.sleep(for: duration)
+        }
+    }
+
     static func run<T, Failure: Error>(_ body: () async throws(Failure) -> T) throws(Failure) -> T {
         try withoutActuallyEscaping(body) { (body) throws(Failure) -> T in
             let executor = CallingThreadExecutor()
@@ -44,10 +60,12 @@ enum Blocking {
             let work = ThreadBound(body)
             let outcome = ThreadBound<Result<T, Failure>?>(nil)
             Task(executorPreference: executor) {
-                do throws(Failure) {
-                    outcome.value = .success(try await work.value())
-                } catch {
-                    outcome.value = .failure(error)
+                outcome.value = await $isActive.withValue(true) { () async -> Result<T, Failure> in
+                    do throws(Failure) {
+                        return .success(try await work.value())
+                    } catch {
+                        return .failure(error)
+                    }
                 }
                 executor.finish()
             }

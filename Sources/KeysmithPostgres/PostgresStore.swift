@@ -324,8 +324,11 @@ public final class PostgresStore: SecureStore {
     public let limits: StoreLimits = .standard
 
     let keys: NamespaceKeys
-    /// The handle's connections (``init(_:namespace:masterKey:connections:clock:)``).
+    /// The connections of async callers (``init(_:namespace:masterKey:connections:clock:)``).
     let pool: SessionPool
+    /// The connections of blocking callers: apart, so that a blocking call never waits for a
+    /// connection an async task holds (that task may need the very thread the call blocks).
+    let blockingPool: SessionPool
     /// The advisory locks this handle holds (``tryExclusiveLock(named:)``).
     let advisory = Mutex(AdvisoryState())
     private let lastSequence = Mutex<Int64>(0)
@@ -411,10 +414,13 @@ public final class PostgresStore: SecureStore {
     }
 
     /// Opens a namespace, as ``init(_:namespace:masterKey:clock:)``, with at most `connections`
-    /// connections open at once (1 to 64; 4 by default). They are opened as operations need
-    /// them and kept: a handle used by one caller at a time holds one, and concurrent
-    /// operations (tasks calling the async API, or threads calling the synchronous one) each
-    /// use their own, waiting without blocking a thread when all are in use.
+    /// connections open at once for async callers (1 to 64; 4 by default), and as many for
+    /// blocking callers. They are opened as operations need them and kept: a handle used by one
+    /// caller at a time holds one, and concurrent operations each use their own; a task that
+    /// finds them all in use waits without blocking a thread. Blocking calls have connections
+    /// of their own because a blocking call made from async code holds a thread of Swift's
+    /// cooperative pool: waiting there for a connection that a suspended task holds could wait
+    /// for ever, the task needing that very thread to finish.
     ///
     /// ```swift
     /// let store = try PostgresStore(settings, masterKey: key, connections: 16)
@@ -449,16 +455,18 @@ public final class PostgresStore: SecureStore {
             }
         }
         self.keys = keys
-        self.pool = SessionPool(settings: settings, logger: logger, limit: connections, first: session)
+        self.pool = SessionPool(settings: settings, logger: logger, limit: connections)
+        self.blockingPool = SessionPool(settings: settings, logger: logger, limit: connections, first: session)
     }
 
     deinit {
         advisory.withLock { $0.session?.close() }
     }
 
-    /// Runs `body` on one of this handle's connections, connecting again if it was lost.
+    /// Runs `body` on one of this handle's connections (of the blocking callers' pool when a
+    /// synchronous call is running it), connecting again if it was lost.
     private func withSession<T>(_ body: (Session) async throws -> T) async throws -> T {
-        try await pool.withSession(body)
+        try await (Blocking.isActive ? blockingPool : pool).withSession(body)
     }
 
     /// A read in a session, run again when it conflicted with a concurrent transaction.
@@ -496,11 +504,19 @@ public final class PostgresStore: SecureStore {
     public func read(_ itemKeys: [ItemKey]) async throws -> [SecureRecord?] {
         for key in itemKeys { try key.validate() }
         let indexes = itemKeys.map(keys.blindIndex)
+        // Items of one table, few enough for one statement: that statement alone, outside a
+        // transaction (one round trip instead of three; a statement sees one snapshot), answers
+        // when every item has a row.
+        let oneStatement = itemKeys.count <= RecordRows.chunkLimit && Set(itemKeys.map(RecordTable.init)).count <= 1
         let (rows, live) = try await readRetrying { session in
+            if oneStatement {
+                let rows = try await fetch(Array(zip(itemKeys, indexes)), in: Transaction(session: session), lock: false)
+                if indexes.allSatisfy({ rows[$0] != nil }) { return (rows, Set<[UInt8]>()) }
+            }
             // One snapshot for both questions: under READ COMMITTED a create committed between
             // them left its item without a row but live in the feed, and the read called that
             // damage (found by the conformance suite's racing creates).
-            try await session.transaction(snapshot: true) { transaction in
+            return try await session.transaction(snapshot: true) { transaction in
                 let rows = try await fetch(Array(zip(itemKeys, indexes)), in: transaction, lock: false)
                 // An item with no row is absent only if the feed agrees: a row deleted, or its
                 // index edited, by hand is damage, not "does not exist".

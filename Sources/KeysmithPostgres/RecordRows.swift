@@ -151,12 +151,15 @@ enum RecordRows {
         var sealedKey: [UInt8]
     }
 
-    /// Splits `items` into runs of at most 16,384 items or 16 MiB (by `size`).
+    /// The most items one statement carries (``chunks(_:size:)``).
+    static let chunkLimit = 16_384
+
+    /// Splits `items` into runs of at most ``chunkLimit`` items or 16 MiB (by `size`).
     static func chunks<T>(_ items: [T], size: (T) -> Int) -> [ArraySlice<T>] {
         var out: [ArraySlice<T>] = []
         var start = 0, bytes = 0
         for (index, item) in items.enumerated() {
-            if index > start && (index - start >= 16_384 || bytes + size(item) > 16 << 20) {
+            if index > start && (index - start >= chunkLimit || bytes + size(item) > 16 << 20) {
                 out.append(items[start..<index])
                 start = index
                 bytes = 0

@@ -5,6 +5,7 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import PostgresNIO
+import Synchronization
 
 /// A conflict with a concurrent transaction: the batch is retried from its reads.
 struct RetryableConflict: Error {
@@ -15,8 +16,8 @@ struct RetryableConflict: Error {
     /// violation on a row another made first), up to 20 times; then `failure(state)`. So no
     /// public entry point ever throws this internal error: a reader, a batch and the schema's
     /// installer racing each other's locks all retry.
-    /// The pause sleeps the task (`Task.sleep`), never a thread, and ends early with
-    /// `CancellationError` when the task is cancelled.
+    /// From async code the pause sleeps the task (`Task.sleep`), never a thread, and ends early
+    /// with `CancellationError` when the task is cancelled (``Blocking/pause(_:)``).
     static func retrying<T>(_ body: () async throws -> T, failure: (String) -> KeysmithError) async throws -> T {
         var attempt = 0
         while true {
@@ -24,7 +25,7 @@ struct RetryableConflict: Error {
             do {
                 return try await body()
             } catch is RetryableConflict where attempt < 20 {
-                try await Task.sleep(for: .microseconds(Int.random(in: 200...2_000) * attempt))
+                try await Blocking.pause(.microseconds(Int.random(in: 200...2_000) * attempt))
             } catch let error as RetryableConflict {
                 throw failure(error.state)
             }
@@ -115,11 +116,16 @@ final class Session: @unchecked Sendable {
         throw KeysmithError.invalidArgument("the trusted roots file \(path) (sslrootcert) \(problem)")
     }
 
-    var isClosed: Bool { connection.isClosed }
+    /// Set by ``close()``: the connection is never used again, even before the driver has
+    /// finished closing it.
+    private let abandoned = Atomic(false)
+
+    var isClosed: Bool { abandoned.load(ordering: .acquiring) || connection.isClosed }
 
     /// Closes the connection without waiting for the server to see it go (a `deinit` or a
     /// `defer` cannot wait); ``closeAndWait()`` waits.
     func close() {
+        abandoned.store(true, ordering: .releasing)
         let connection = connection
         let closing: EventLoopFuture<Void> = connection.close()
         // The connection must outlive its closing (the driver checks that it is closed when freed).
@@ -128,6 +134,7 @@ final class Session: @unchecked Sendable {
 
     /// Closes the connection and waits (at most 5 s) until it is closed.
     func closeAndWait() async {
+        abandoned.store(true, ordering: .releasing)
         _ = try? await (connection.close() as EventLoopFuture<Void>).value(timeout: .seconds(5), cancellable: false)
     }
 
@@ -219,7 +226,7 @@ final class Session: @unchecked Sendable {
         } catch {
             // Bounded: after a server crash the connection may not know yet that it is dead, and an
             // unbounded wait here hung a writer for good (found by the server-crash test).
-            if !connection.isClosed {
+            if !isClosed {
                 _ = try? await connection.query("ROLLBACK", logger: logger).value(timeout: .seconds(5), cancellable: false)
             }
             throw error
@@ -236,7 +243,7 @@ struct Transaction {
     @discardableResult
     func execute(_ query: PostgresQuery, cancellable: Bool = true) async throws -> [PostgresRow] {
         // A statement on a connection the server closed may never be answered: fail at once.
-        guard !session.connection.isClosed else {
+        guard !session.isClosed else {
             throw KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) closed the connection")
         }
         if cancellable { try Task.checkCancellation() }
@@ -260,7 +267,7 @@ struct Transaction {
     /// goes on, and statements on one connection run in the order they were sent. Every
     /// statement sent must be waited for (``wait(_:)``) before the transaction commits.
     func send(_ query: PostgresQuery, touching: Int?) -> Pending {
-        guard !session.connection.isClosed else { return Pending(future: nil, touching: touching) }
+        guard !session.isClosed else { return Pending(future: nil, touching: touching) }
         return Pending(future: session.connection.query(query, logger: session.logger), touching: touching)
     }
 
@@ -278,7 +285,12 @@ struct Transaction {
 
     /// What a statement's failure means to the caller.
     private func failure(_ error: any Error) -> any Error {
-        if error is CancellationError { return error }
+        if error is CancellationError {
+            // The statement may still be running, or waiting for a lock: the connection is given
+            // up, so the server rolls its transaction back and no later statement queues behind it.
+            session.close()
+            return error
+        }
         if error is WaitTimedOut {
             session.close()
             return KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) did not answer within \(session.statementTimeout); the connection was closed")
@@ -289,7 +301,7 @@ struct Transaction {
         let state = Session.sqlState(error)
         // Connection exceptions (08…) and operator intervention (57…: a terminated backend,
         // a server shutting down) mean the server is gone for now, not that the statement was wrong.
-        if session.connection.isClosed || !(error is PSQLError) || state == nil || state!.hasPrefix("08") || state!.hasPrefix("57") {
+        if session.isClosed || !(error is PSQLError) || state == nil || state!.hasPrefix("08") || state!.hasPrefix("57") {
             return KeysmithError(.storeUnavailable, "PostgreSQL (\(session.description)) failed: \(Session.reason(error))")
         }
         // An undefined table or column: no schema, or one older than this version.

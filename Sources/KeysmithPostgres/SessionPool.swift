@@ -22,6 +22,8 @@ final class SessionPool: Sendable {
         var idle: [Session] = []
         /// Connections open or being opened, lent or idle.
         var open = 0
+        /// The most connections open at once so far (a test checks the limit holds).
+        var peak = 0
         var waiters: [Waiter] = []
         var nextWaiter = 0
     }
@@ -32,7 +34,7 @@ final class SessionPool: Sendable {
         self.settings = settings
         self.logger = logger
         self.limit = max(1, limit)
-        if let first { state.withLock { $0.idle = [first]; $0.open = 1 } }
+        if let first { state.withLock { $0.idle = [first]; $0.open = 1; $0.peak = 1 } }
     }
 
     deinit {
@@ -41,6 +43,9 @@ final class SessionPool: Sendable {
 
     /// How many connections are open now (idle or lent).
     var openCount: Int { state.withLock { $0.open } }
+
+    /// The most connections that were open at once.
+    var peakOpen: Int { state.withLock { $0.peak } }
 
     /// Runs `body` with a connection. A connection that `body` found lost
     /// (`KeysmithError.Code.storeUnavailable`) is closed and not given back, so the next
@@ -77,6 +82,7 @@ final class SessionPool: Sendable {
             }
             if state.open < limit {
                 state.open += 1
+                state.peak = max(state.peak, state.open)
                 return .open
             }
             return .wait

@@ -360,7 +360,7 @@ extension PostgresStore {
                 }
             }
             if pending.isEmpty || ContinuousClock.now >= deadline { return pending }
-            try await Task.sleep(for: .milliseconds(5))
+            try await Blocking.pause(.milliseconds(5))
         }
     }
 }

@@ -45,6 +45,57 @@ for index in 0..<5000 {
 print("single read: p50 \(ms(percentile(reads, 0.5))), p99 \(ms(percentile(reads, 0.99))) (5,000 reads)")
 print("single durable write: p50 \(ms(percentile(writes, 0.5))), p99 \(ms(percentile(writes, 0.99))) (2,000 upserts, each a commit)")
 
+// 64 tasks reading at once from async code, on one handle with a pool of 16 connections: the
+// async API (each read awaits its answer; no thread waits) against the blocking API called from
+// the same 64 tasks (each call holds one of the cooperative pool's threads, as many as there are
+// cores, until its answer comes). Rounds alternate; medians of 5. Run on their own with
+// --concurrent-only.
+let concurrentTasks = 64, readsPerTask = 50
+let poolSize = arguments.firstIndex(of: "--pool").map { Int(arguments[$0 + 1]) ?? 16 } ?? 16
+let pooled = try PostgresStore(settings, namespace: namespace, masterKey: master, connections: poolSize)
+/// Reads per second of `concurrentTasks` tasks each reading `readsPerTask` items, through the
+/// async API or the blocking one.
+@Sendable func concurrentReads(async: Bool) async throws -> Double {
+    let start = now()
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        for task in 0..<concurrentTasks {
+            group.addTask {
+                for read in 0..<readsPerTask {
+                    let key = ItemKey.genericPassword(service: "bench", account: "a\((task * readsPerTask + read) % 200)")
+                    // `any SecureStore` has only the blocking read.
+                    let record = async ? try await pooled.read(key) : try (pooled as any SecureStore).read(key)
+                    precondition(record != nil)
+                }
+            }
+        }
+        try await group.waitForAll()
+    }
+    return Double(concurrentTasks * readsPerTask) / (Double(now() - start) / 1e9)
+}
+let concurrentDone = DispatchSemaphore(value: 0)
+let concurrentFigures = Mutex<(async: [Double], blocking: [Double])>(([], []))
+Task.detached {  // detached: top-level code is on the main actor, whose thread waits below
+    do {
+        _ = try await concurrentReads(async: true)  // warm: every connection of the pool opened
+        for _ in 0..<5 {
+            let blocking = try await concurrentReads(async: false)
+            let async = try await concurrentReads(async: true)
+            concurrentFigures.withLock { $0.blocking.append(blocking); $0.async.append(async) }
+        }
+    } catch {
+        print("concurrent reads failed: \(error)")
+    }
+    concurrentDone.signal()
+}
+concurrentDone.wait()
+let (asyncRates, blockingRates) = concurrentFigures.withLock { ($0.async.sorted(), $0.blocking.sorted()) }
+if asyncRates.count == 5 {
+    let ratio = asyncRates[2] / blockingRates[2]
+    print(String(format: "64 concurrent tasks reading (pool of %d connections, %d cores): async %.0f reads/s, blocking calls %.0f reads/s (medians of 5, alternating): %.2fx (target >= 2x)",
+                 poolSize, ProcessInfo.processInfo.activeProcessorCount, asyncRates[2], blockingRates[2], ratio))
+}
+if arguments.contains("--concurrent-only") { exit(0) }
+
 // 8 writers, each its own handle (connection), incrementing with conditional updates.
 func race(sameItem: Bool, perWriter: Int) throws -> (seconds: Double, lost: Int, conflicts: Int) {
     let counter = ItemKey.genericPassword(service: "race", account: sameItem ? "shared" : "x")

@@ -1,0 +1,174 @@
+import Foundation
+import Keysmith
+@testable import KeysmithPostgres
+import NIOCore
+import PostgresNIO
+import Synchronization
+import Testing
+
+/// The PostgreSQL store's asynchronous API (docs/postgres.md, "From async code"): the same store
+/// as the blocking API, connections bounded per handle, waits that never block a thread, and
+/// cancellation that changes nothing.
+@Suite("PostgreSQL store from async code: one store both ways, a bounded pool, cancellation that applies nothing",
+       .enabled(if: ProcessInfo.processInfo.environment["KEYSMITH_TEST_DATABASE_URL"] != nil))
+struct AsyncStoreTests {
+    static func open(connections: Int) throws -> PostgresStore {
+        let settings = try PostgresStoreTests.settings()
+        try PostgresStore.initialize(settings, masterKey: .key(PostgresStoreTests.key))
+        return try PostgresStore(settings, namespace: "async-\(UUID().uuidString)", masterKey: .key(PostgresStoreTests.key), connections: connections)
+    }
+
+    static func item(_ account: String) -> ItemAttributes { ItemAttributes(key: .genericPassword(service: "async", account: account)) }
+
+    /// The task's outcome. A watchdog on a thread of its own (a deadlock of the cooperative pool
+    /// would stop any task-based one) ends the test process with a message if the task has not
+    /// ended within `seconds`: a hang detector, not a measure of speed.
+    static func outcome<T: Sendable>(of task: Task<T, any Error>, within seconds: Int, _ what: String) async -> Result<T, any Error> {
+        let ended = Mutex(false)
+        let watchdog = Thread {
+            for _ in 0..<(seconds * 10) {
+                Thread.sleep(forTimeInterval: 0.1)
+                if ended.withLock({ $0 }) { return }
+            }
+            FileHandle.standardError.write(Data("AsyncStoreTests: \(what) did not end within \(seconds) s (a deadlock?); stopping the tests\n".utf8))
+            exit(70)
+        }
+        watchdog.start()
+        let result = await task.result
+        ended.withLock { $0 = true }
+        return result
+    }
+
+    @Test("the async API reads, writes, lists and verifies the same store the blocking API does")
+    func bothWays() async throws {
+        let store = try Self.open(connections: 4)
+        try await store.perform([.create(Self.item("a"), secret: Data("one".utf8)), .create(Self.item("b"), secret: Data("two".utf8))])
+        let blocking = try (store as any SecureStore).read(.genericPassword(service: "async", account: "a"))
+        let awaited = try await store.read(.genericPassword(service: "async", account: "a"))
+        #expect(blocking?.secret == Data("one".utf8))
+        #expect(awaited == blocking)
+        try (store as any SecureStore).perform([.upsert(Self.item("b"), secret: Data("three".utf8))])
+        #expect(try await store.read(.genericPassword(service: "async", account: "b"))?.secret == Data("three".utf8))
+        let missing = try await store.read([.genericPassword(service: "async", account: "a"), .genericPassword(service: "async", account: "none")])
+        #expect(missing.map { $0?.secret } == [Data("one".utf8), nil])
+
+        let listed = try await store.search(ItemQuery(service: "async")).map(\.key)
+        #expect(Set(listed) == Set(try (store as any SecureStore).search(ItemQuery(service: "async")).map(\.key)))
+        #expect(listed.count == 2)
+        var scanned: [String] = []
+        try await store.forEachRecord(matching: ItemQuery(service: "async"), chunkSize: 1) { records, _ in
+            await Task.yield()  // the body may await
+            scanned += records.map { String(decoding: $0.secret, as: UTF8.self) }
+        }
+        #expect(scanned.sorted() == ["one", "three"])
+
+        let newKey = try await store.rotateDataKey()
+        #expect(newKey == 2)
+        let report = try await store.rekey()
+        #expect(report.rekeyed == 2 && report.currentKeyID == 2)
+        #expect(try await store.verifyChangeFeed().problems.isEmpty)
+        #expect(try await store.waitForWatchers(through: store.lastCommittedSequence, timeout: .seconds(1)).isEmpty)
+    }
+
+    @Test("64 tasks mixing async and blocking calls on a handle of 2 connections all finish; async callers never open a third, nor do blocking ones")
+    func boundedPool() async throws {
+        let store = try Self.open(connections: 2)
+        try await store.perform((0..<64).map { .create(Self.item("n\($0)"), secret: Data("s\($0)".utf8)) })
+        let all = Task {
+            try await withThrowingTaskGroup(of: Bool.self) { group in
+                for task in 0..<64 {
+                    group.addTask {
+                        for round in 0..<5 {
+                            let key = ItemKey.genericPassword(service: "async", account: "n\((task + round) % 64)")
+                            // Odd tasks call the blocking API from inside the cooperative pool:
+                            // it must not wait for a pool thread that is itself waiting.
+                            let record = task % 2 == 0 ? try await store.read(key) : try (store as any SecureStore).read(key)
+                            guard record?.secret == Data("s\((task + round) % 64)".utf8) else { return false }
+                        }
+                        try await store.perform([.upsert(Self.item("w\(task)"), secret: Data("w".utf8))])
+                        return true
+                    }
+                }
+                var correct = 0
+                for try await ok in group where ok { correct += 1 }
+                return correct
+            }
+        }
+        #expect(try await Self.outcome(of: all, within: 120, "64 tasks on 2 connections").get() == 64)
+        #expect(store.pool.peakOpen == 2, "async callers used \(store.pool.peakOpen) connections at most")
+        #expect(store.blockingPool.peakOpen <= 2, "blocking callers used \(store.blockingPool.peakOpen) connections at most")
+        #expect(try await store.search(ItemQuery(service: "async")).count == 128)
+    }
+
+    @Test("a task cancelled while waiting for a connection or a row lock ends with CancellationError, applies nothing, and the handle works on")
+    func cancellation() async throws {
+        let store = try Self.open(connections: 1)
+        let key = ItemKey.genericPassword(service: "async", account: "locked")
+        try await store.perform([.create(ItemAttributes(key: key), secret: Data("before".utf8))])
+
+        // Cancelled before it starts: nothing is sent.
+        let early = Task {
+            while !Task.isCancelled { await Task.yield() }
+            try await store.perform([.create(Self.item("early"), secret: Data("x".utf8))])
+        }
+        early.cancel()
+        await #expect(throws: CancellationError.self) { try await Self.outcome(of: early, within: 30, "a cancelled write").get() }
+        #expect(try await store.read(.genericPassword(service: "async", account: "early")) == nil)
+
+        // The administrator holds the item's row: a write of it waits on the lock, holding the
+        // handle's only connection.
+        let admin = try await Session.connect(try PostgresStoreTests.settings(), logger: .init(label: "dba"))
+        defer { admin.close() }
+        let hold = Transaction(session: admin)
+        try await hold.execute("BEGIN")
+        let namespace = ByteBuffer(bytes: store.keys.namespaceID), index = ByteBuffer(bytes: store.keys.blindIndex(key))
+        try await hold.execute("SELECT 1 FROM keysmith_records WHERE namespace_id = \(namespace) AND blind_index = \(index) FOR UPDATE")
+        let writer = Task { try await store.perform([.upsert(ItemAttributes(key: key), secret: Data("after".utf8))]) }
+        var blocked = false
+        for _ in 0..<3000 where !blocked {
+            try await hold.execute("SELECT pg_stat_clear_snapshot()")
+            blocked = try await hold.execute("SELECT count(*) FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))")
+                .first?.decode(Int64.self) == 1
+            if !blocked { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(blocked, "the write never waited for the administrator's lock: nothing to cancel")
+
+        // A read now waits for the connection; cancelled, it ends at once, the writer still waiting.
+        let reader = Task { try await store.read(ItemKey.genericPassword(service: "async", account: "other")) }
+        try await Task.sleep(for: .milliseconds(50))
+        reader.cancel()
+        await #expect(throws: CancellationError.self) { try await Self.outcome(of: reader, within: 30, "a read waiting for a connection").get() }
+
+        // The writer, cancelled while its statement waits for the lock.
+        writer.cancel()
+        await #expect(throws: CancellationError.self) { try await Self.outcome(of: writer, within: 30, "a write waiting for a row lock").get() }
+        try await hold.execute("ROLLBACK")
+
+        #expect(try await store.read(key)?.secret == Data("before".utf8), "a cancelled write changed the item")
+        try await store.perform([.upsert(ItemAttributes(key: key), secret: Data("later".utf8))])
+        #expect(try await store.read(key)?.secret == Data("later".utf8))
+        #expect(try await store.verifyChangeFeed().problems.isEmpty)
+        #expect(store.pool.peakOpen == 1)
+    }
+
+    @Test("a blocking call waits for nothing an async task holds: with every pool thread blocked in one, the tasks holding the connections finish")
+    func blockingCallsBesideTasks() async throws {
+        let store = try Self.open(connections: 1)
+        try await store.perform([.create(Self.item("x"), secret: Data("x".utf8))])
+        let threads = ProcessInfo.processInfo.activeProcessorCount
+        let all = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                // Async readers keep the handle's one async connection busy...
+                for _ in 0..<16 {
+                    group.addTask { for _ in 0..<20 { _ = try await store.read(ItemKey.genericPassword(service: "async", account: "x")) } }
+                }
+                // ...while as many blocking calls as the pool has threads run beside them.
+                for _ in 0..<(threads * 4) {
+                    group.addTask { for _ in 0..<20 { _ = try (store as any SecureStore).read(ItemKey.genericPassword(service: "async", account: "x")) } }
+                }
+                try await group.waitForAll()
+            }
+        }
+        try await Self.outcome(of: all, within: 120, "blocking calls beside async tasks").get()
+    }
+}
