@@ -70,8 +70,7 @@ public final class WatchedPermissions: Sendable {
         let thread = Thread {
             _ = try? watcher.run(pollInterval: pollInterval) { change in
                 guard change.key == tokenKey else { return true }
-                // A token that is deleted, or whose row does not open, holds nothing.
-                let token = change.deleted ? nil : change.record.flatMap { try? OAuthToken(storedSecret: $0.secret) }
+                let token = Self.token(in: change)
                 expiry.date.withLock { $0 = token?.expiresAt }
                 permissions.replace(with: token?.grantedScopes(at: clock()) ?? [])
                 return true
@@ -79,6 +78,12 @@ public final class WatchedPermissions: Sendable {
         }
         thread.name = "keysmith watch \(watcher.name)"
         thread.start()
+    }
+
+    /// The token a change leaves: `nil` when it was deleted, or its row does not open (it then
+    /// holds nothing).
+    static func token(in change: PostgresChange) -> OAuthToken? {
+        change.deleted ? nil : change.record.flatMap { try? OAuthToken(storedSecret: $0.secret) }
     }
 
     /// Stops the watcher; from then on the permissions are not current (every check denies).

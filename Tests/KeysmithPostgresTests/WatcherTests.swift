@@ -254,6 +254,45 @@ struct WatcherTests {
         #expect(watched.failure == nil)
     }
 
+    @Test("one watcher follows every token of a service: a revocation reaches only its token, a token imported later appears, a deleted one denies, other services are ignored, and all deny once stopped")
+    func watchedTokensFollowAService() throws {
+        let namespace = "tokens-\(UUID().uuidString)"
+        let writer = TokenKeeper(store: try PostgresStoreTests.open(namespace))
+        for account in ["alice", "bob"] {
+            try writer.importResponse(Data(#"{"access_token":"at-\#(account)","token_type":"Bearer","scope":"posts:read posts:write"}"#.utf8),
+                                      service: "news", account: account, requested: [])
+        }
+        try writer.importResponse(Data(#"{"access_token":"at-other","token_type":"Bearer","scope":"posts:write"}"#.utf8),
+                                  service: "other", account: "alice", requested: [])
+        let tokens = try WatchedTokens(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
+                                       service: "news", name: "tokens-\(namespace.prefix(20))", staleAfter: .seconds(5))
+        #expect(tokens.accounts == ["alice", "bob"])
+        #expect(tokens.permissions(account: "carol") == nil)
+        let alice = try #require(tokens.permissions(account: "alice")), bob = try #require(tokens.permissions(account: "bob"))
+        let write = try Scope("posts:write"), read = try Scope("posts:read")
+        #expect(!alice.hasPermission(read), "not current before it has watched")
+        tokens.start(pollInterval: .milliseconds(20))
+        defer { tokens.stop() }
+        #expect(Self.waitUntil { alice.hasPermission(write) && bob.hasPermission(write) })
+
+        try writer.revoke([write], service: "news", account: "bob", reason: "test")
+        #expect(Self.waitUntil { !bob.hasPermission(write) })
+        #expect(bob.hasPermission(read) && alice.hasPermission(write))
+        // Another service's token of the same account changes nothing here.
+        try writer.revoke([write], service: "other", account: "alice", reason: "test")
+        try writer.importResponse(Data(#"{"access_token":"at-carol","token_type":"Bearer","scope":"posts:read"}"#.utf8),
+                                  service: "news", account: "carol", requested: [])
+        #expect(Self.waitUntil { tokens.permissions(account: "carol")?.hasPermission(read) == true })
+        #expect(alice.hasPermission(write))
+        #expect(tokens.permissions(account: "carol")?.hasPermission(write) == false)
+
+        try writer.delete(service: "news", account: "alice")
+        #expect(Self.waitUntil { !alice.hasPermission(read) })
+        tokens.stop()
+        #expect(Self.waitUntil { !bob.hasPermission(read) }, "a stopped watcher's permissions still granted")
+        #expect(tokens.failure == nil)
+    }
+
     @Test("a change row edited in the database stops the watcher with corrupt data; it is never current again and its permissions deny")
     func editedChangeRowStopsTheWatcher() throws {
         let namespace = "edit-\(UUID().uuidString)"

@@ -1,0 +1,116 @@
+public import Foundation
+public import Keysmith
+public import KeysmithTokens
+import Synchronization
+
+/// Permissions that follow every token kept under one service through PostgreSQL's change feed,
+/// with one watcher (one connection, one thread) however many tokens there are: what a server
+/// that authorizes many callers needs, where ``WatchedPermissions`` follows one. Each token's
+/// permissions fail closed as ``WatchedPermissions``' do: while the watcher cannot confirm it is
+/// current, or once the token has expired, they hold nothing.
+///
+/// ```swift
+/// let tokens = try WatchedTokens(settings, namespace: "api", masterKey: .keyfile(path: keyfile),
+///                                service: "reports", name: "api-host-1")
+/// tokens.start()
+/// let caller = tokens.permissions(account: "client-7")            // nil: no token kept for it
+/// let request = AuthorizationRequest(principal: client, action: read, resource: report,
+///                                    token: caller.map(TokenView.live))
+/// ```
+///
+/// A token imported after the start appears at the change that created it; a token deleted
+/// keeps its `PermissionManager`, empty (a caller holding it is denied).
+public final class WatchedTokens: Sendable {
+    /// The watcher that feeds the permissions; it registers under its name, so `keysmith revoke
+    /// … --wait` waits for it to apply a revocation.
+    public let watcher: PostgresWatcher
+    /// The service whose tokens are followed.
+    public let service: String
+
+    private struct Followed: Sendable {
+        let permissions: PermissionManager
+        let expiry: Expiry
+    }
+
+    private let followed: Mutex<[String: Followed]>
+    private let clock: @Sendable () -> Date
+
+    /// Opens the namespace, starts a watcher at the newest committed change, then reads every
+    /// token of `service` (a change after the watcher's start is replayed to it, so none is
+    /// missed between the two).
+    ///
+    /// - Parameter staleAfter: how long a confirmation of being current is good for; past it,
+    ///   every check denies until the watcher confirms again.
+    /// - Throws: what ``PostgresStore/init(_:namespace:masterKey:clock:)`` throws;
+    ///   `KeysmithError.Code.invalidArgument` for an empty or over-long watcher name or service.
+    public init(_ settings: PostgresConnectionSettings, namespace: String = "default", masterKey: PostgresMasterKey,
+                service: String, name: String, staleAfter: Duration = .seconds(2),
+                clock: @escaping @Sendable () -> Date = { Date() }) throws {
+        try ItemKey.keysmithRecord(KeysmithRecordKey(recordType: .oauthToken, service: service, account: "x")).validate()
+        self.service = service
+        self.clock = clock
+        let watcher = try PostgresWatcher(settings, namespace: namespace, masterKey: masterKey, name: name, staleAfter: staleAfter)
+        self.watcher = watcher
+        let store = try PostgresStore(settings, namespace: namespace, masterKey: masterKey, connections: 1)
+        let now = clock()
+        var followed: [String: Followed] = [:]
+        for (reference, token) in try TokenKeeper(store: store).tokens(matching: TokenFilter(service: service)) {
+            followed[reference.account] = Self.follow(token, at: now, watcher: watcher, clock: clock)
+        }
+        self.followed = Mutex(followed)
+    }
+
+    private static func follow(_ token: OAuthToken?, at now: Date, watcher: PostgresWatcher, clock: @escaping @Sendable () -> Date) -> Followed {
+        let expiry = Expiry(token?.expiresAt)
+        let permissions = PermissionManager(granted: token?.grantedScopes(at: now) ?? [], failingClosedUnless: {
+            guard watcher.isCurrent else { return false }
+            guard let expiresAt = expiry.date.withLock({ $0 }) else { return true }
+            return clock() < expiresAt
+        })
+        return Followed(permissions: permissions, expiry: expiry)
+    }
+
+    /// The permissions of the token kept under `account`, or `nil` when the service has no
+    /// token for it (yet).
+    public func permissions(account: String) -> PermissionManager? {
+        followed.withLock { $0[account]?.permissions }
+    }
+
+    /// The accounts whose tokens are followed.
+    public var accounts: [String] { followed.withLock { $0.keys.sorted() } }
+
+    /// Starts watching on a thread of its own; returns at once. Call ``stop()`` to end it.
+    public func start(pollInterval: Duration = .milliseconds(50)) {
+        let thread = Thread { [self] in
+            _ = try? watcher.run(pollInterval: pollInterval) { change in
+                guard case .keysmithRecord(let record) = change.key, record.recordType == .oauthToken, record.service == service else {
+                    return true
+                }
+                apply(WatchedPermissions.token(in: change), account: record.account)
+                return true
+            }
+        }
+        thread.name = "keysmith watch \(watcher.name)"
+        thread.start()
+    }
+
+    private func apply(_ token: OAuthToken?, account: String) {
+        let now = clock()
+        let existing = followed.withLock { followed -> Followed? in
+            if let existing = followed[account] { return existing }
+            followed[account] = Self.follow(token, at: now, watcher: watcher, clock: clock)
+            return nil
+        }
+        guard let existing else { return }
+        existing.expiry.date.withLock { $0 = token?.expiresAt }
+        existing.permissions.replace(with: token?.grantedScopes(at: now) ?? [])
+    }
+
+    /// Stops the watcher; from then on no permission is current (every check denies).
+    public func stop() {
+        watcher.stop()
+    }
+
+    /// Why the watch ended by itself, if it did (``PostgresWatcher/failure``).
+    public var failure: KeysmithError? { watcher.failure }
+}
