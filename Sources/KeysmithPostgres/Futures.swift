@@ -2,6 +2,7 @@ import Dispatch
 import Glibc
 import Keysmith
 import NIOCore
+import NIOPosix
 import Synchronization
 
 /// A statement, connection or close that did not complete within its bound (a connection that
@@ -11,9 +12,9 @@ struct WaitTimedOut: Error {}
 extension EventLoopFuture {
     /// The future's value, awaited for at most `timeout` without blocking a thread: the wait is
     /// a timer on the future's own event loop. With `cancellable`, cancelling the task ends the
-    /// wait at once with `CancellationError` (the statement itself runs on, and the transaction's
-    /// rollback queues behind it); a `COMMIT` is awaited with `cancellable` false, so a caller is
-    /// never told "not applied" about a commit the server may have made.
+    /// wait at once with `CancellationError` (a statement still running then has its connection
+    /// closed by the caller, `Transaction`); a `COMMIT` is awaited with `cancellable` false, so a
+    /// caller is never told "not applied" about a commit the server may have made.
     func value(timeout: Duration, cancellable: Bool = true) async throws -> Value {
         let promise = eventLoop.makePromise(of: Value.self)
         let timer = eventLoop.scheduleTask(in: .nanoseconds(Int64(timeout.inNanoseconds))) { promise.fail(WaitTimedOut()) }
@@ -37,9 +38,17 @@ extension EventLoopFuture {
 /// call made from a pool thread, or from many threads at once, can never wait for a pool thread
 /// that is itself waiting (the deadlock of blocking on a `Task` from inside the pool).
 enum Blocking {
-    /// Whether the running task is one ``run(_:)`` drives: code that must not depend on Swift's
-    /// cooperative pool (whose threads may all be blocked in synchronous calls) asks this.
-    @TaskLocal static var isActive = false
+    /// The thread a ``run(_:)`` drives its task on (a task-local, so it is inherited by any task
+    /// created inside; compared with the current thread, it is true only on that thread).
+    @TaskLocal private static var runThread: pthread_t?
+
+    /// Whether the running code is a task ``run(_:)`` drives on this thread: code that must not
+    /// depend on Swift's cooperative pool (whose threads may all be blocked in synchronous
+    /// calls) asks this. A task created inside a blocking call runs elsewhere: false there.
+    static var isActive: Bool {
+        guard let thread = runThread else { return false }
+        return pthread_equal(thread, pthread_self()) != 0
+    }
 
     /// Pauses: the thread, inside ``run(_:)`` (its task owns the thread anyway, and a sleeping
     /// task's wake-up would need the cooperative pool); otherwise the task, ending early with
@@ -53,14 +62,19 @@ enum Blocking {
     }
 
     static func run<T, Failure: Error>(_ body: () async throws(Failure) -> T) throws(Failure) -> T {
-        try withoutActuallyEscaping(body) { (body) throws(Failure) -> T in
+        // The store's connections answer on SwiftNIO's shared event loops: a blocking call made
+        // on one of them would wait for the very thread it holds, for ever.
+        if MultiThreadedEventLoopGroup.currentEventLoop != nil {
+            fatalError("a blocking PostgresStore call on a SwiftNIO event loop can never finish (that loop answers it): use its async form")
+        }
+        return try withoutActuallyEscaping(body) { (body) throws(Failure) -> T in
             let executor = CallingThreadExecutor()
             // Unchecked: the closure and the result are touched only on this thread (the task's
             // every job runs here, in `executor.run()`, while this function waits).
             let work = ThreadBound(body)
             let outcome = ThreadBound<Result<T, Failure>?>(nil)
             Task(executorPreference: executor) {
-                outcome.value = await $isActive.withValue(true) { () async -> Result<T, Failure> in
+                outcome.value = await $runThread.withValue(pthread_self()) { () async -> Result<T, Failure> in
                     do throws(Failure) {
                         return .success(try await work.value())
                     } catch {
@@ -87,6 +101,10 @@ final class CallingThreadExecutor: TaskExecutor {
     private let jobs = Mutex<(queue: [UnownedJob], finished: Bool)>(([], false))
     /// One signal per job enqueued, and one for `finish`.
     private let ready = DispatchSemaphore(value: 0)
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        enqueue(UnownedJob(job))
+    }
 
     func enqueue(_ job: UnownedJob) {
         jobs.withLock { $0.queue.append(job) }

@@ -272,8 +272,12 @@ final class NamespaceKeys: Sendable {
         if unknown { try await refresh(in: transaction) }
     }
 
-    /// Adds a data key (the next id) and makes it current; returns its id.
-    func rotate(in transaction: Transaction) async throws -> Int32 {
+    /// Adds a data key (the next id) in `transaction`; returns it without making it current:
+    /// the caller installs it (``install(_:id:)``) once the transaction committed. (Made current
+    /// here, a batch running beside the rotation on another connection of the handle sealed
+    /// rows with a key no other process could load yet, and that the database never had if the
+    /// rotation then failed to commit.)
+    func rotate(in transaction: Transaction) async throws -> (id: Int32, key: SecretBytes) {
         try await refresh(in: transaction)
         let idBuffer = ByteBuffer(bytes: namespaceID)
         // One rotation at a time per namespace: the next id is taken under a lock on the first key.
@@ -284,12 +288,15 @@ final class NamespaceKeys: Sendable {
         defer { cleanse(&dataKey) }
         let wrapped = ByteBuffer(bytes: try Self.wrap(dataKey, wrapKey: wrapKey, namespaceID: namespaceID, keyID: id))
         try await transaction.execute("INSERT INTO keysmith_data_keys (namespace_id, key_id, wrapped) VALUES (\(idBuffer), \(id), \(wrapped))")
-        let key = SecretBytes(copying: dataKey)
+        return (id, SecretBytes(copying: dataKey))
+    }
+
+    /// Makes a committed rotation's key current (``rotate(in:)``).
+    func install(_ key: SecretBytes, id: Int32) {
         ring.withLock { ring in
-            ring.keys[id] = key
+            if ring.keys[id] == nil { ring.keys[id] = key }
             ring.current = max(ring.current, id)
         }
-        return id
     }
 
     /// The keyed blind index of an item: HMAC-SHA256 of its canonical identity.

@@ -313,8 +313,9 @@ public enum PostgresMasterKey: Sendable {
 ///
 /// Every batch is one serializable unit: one transaction, retried when PostgreSQL reports a
 /// conflict with a concurrent transaction, so two processes can never lose each other's update.
-/// A handle holds one connection and serializes its callers; open one handle per thread for
-/// parallel work.
+/// A handle keeps a few connections (``init(_:namespace:masterKey:connections:clock:)``), so
+/// callers on many threads or tasks share one handle; every operation has an `async` form that
+/// never blocks a thread while the database answers.
 public final class PostgresStore: SecureStore {
     /// The connection settings.
     public let settings: PostgresConnectionSettings

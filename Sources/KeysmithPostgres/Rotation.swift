@@ -41,7 +41,9 @@ extension PostgresStore {
         while true {
             attempt += 1
             do {
-                return try await withSessionPublic { session in try await session.transaction { try await keys.rotate(in: $0) } }
+                let rotated = try await withSessionPublic { session in try await session.transaction { try await keys.rotate(in: $0) } }
+                keys.install(rotated.key, id: rotated.id)
+                return rotated.id
             } catch is RetryableConflict where attempt < 5 {
                 continue  // another process rotated at the same moment: take the next id
             } catch is RetryableConflict {

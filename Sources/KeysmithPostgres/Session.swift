@@ -62,10 +62,20 @@ final class Session: @unchecked Sendable {
         }
         configuration.options.additionalStartupParameters = [("application_name", String(application.prefix(63)))]
         do {
-            let connection = try await PostgresConnection.connect(
-                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: 1, logger: logger
-            ).value(timeout: .seconds(30))
-            return Session(connection: connection, logger: logger, description: settings.description)
+            let connecting: EventLoopFuture<PostgresConnection> = PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: 1, logger: logger)
+            do {
+                let connection = try await connecting.value(timeout: .seconds(30))
+                return Session(connection: connection, logger: logger, description: settings.description)
+            } catch {
+                // Given up (cancelled, or timed out) while the connection may still be made: close
+                // it when it is, never leave it open and unowned.
+                connecting.whenSuccess { connection in
+                    let closing: EventLoopFuture<Void> = connection.close()
+                    closing.whenComplete { _ in withExtendedLifetime(connection) {} }
+                }
+                throw error
+            }
         } catch is CancellationError {
             throw CancellationError()
         } catch {
@@ -123,7 +133,7 @@ final class Session: @unchecked Sendable {
     var isClosed: Bool { abandoned.load(ordering: .acquiring) || connection.isClosed }
 
     /// Closes the connection without waiting for the server to see it go (a `deinit` or a
-    /// `defer` cannot wait); ``closeAndWait()`` waits.
+    /// `defer` cannot wait).
     func close() {
         abandoned.store(true, ordering: .releasing)
         let connection = connection
@@ -132,11 +142,6 @@ final class Session: @unchecked Sendable {
         closing.whenComplete { _ in withExtendedLifetime(connection) {} }
     }
 
-    /// Closes the connection and waits (at most 5 s) until it is closed.
-    func closeAndWait() async {
-        abandoned.store(true, ordering: .releasing)
-        _ = try? await (connection.close() as EventLoopFuture<Void>).value(timeout: .seconds(5), cancellable: false)
-    }
 
     /// The server's reason, without the query text or its bindings (they may hold ciphertext).
     static func reason(_ error: any Error) -> String {
@@ -221,13 +226,20 @@ final class Session: @unchecked Sendable {
         try await transaction.execute(snapshot ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN ISOLATION LEVEL READ COMMITTED")
         do {
             let result = try await body(transaction)
+            // The last point where cancelling rolls the batch back.
+            try Task.checkCancellation()
             try await transaction.execute("COMMIT", cancellable: false)
             return result
         } catch {
             // Bounded: after a server crash the connection may not know yet that it is dead, and an
             // unbounded wait here hung a writer for good (found by the server-crash test).
             if !isClosed {
-                _ = try? await connection.query("ROLLBACK", logger: logger).value(timeout: .seconds(5), cancellable: false)
+                do {
+                    _ = try await connection.query("ROLLBACK", logger: logger).value(timeout: .seconds(5), cancellable: false)
+                } catch {
+                    // A connection in an unknown state is given up, not lent again.
+                    close()
+                }
             }
             throw error
         }

@@ -71,23 +71,26 @@ final class SessionPool: Sendable {
         case wait
     }
 
+    /// What a caller asking for a connection does now: take an idle one, open one in a free
+    /// place (counted here), or wait.
+    private static func decide(_ state: inout State, limit: Int) -> Decision {
+        if let session = state.idle.popLast() {
+            if !session.isClosed { return .use(session) }
+            // Lost while idle (the server restarted, say): a new connection takes its place.
+            session.close()
+            return .open
+        }
+        if state.open < limit {
+            state.open += 1
+            state.peak = max(state.peak, state.open)
+            return .open
+        }
+        return .wait
+    }
+
     private func checkOut() async throws -> Session {
         try Task.checkCancellation()
-        let decision = state.withLock { state -> Decision in
-            if let session = state.idle.popLast() {
-                if !session.isClosed { return .use(session) }
-                // Lost while idle (the server restarted, say): a new connection takes its place.
-                session.close()
-                return .open
-            }
-            if state.open < limit {
-                state.open += 1
-                state.peak = max(state.peak, state.open)
-                return .open
-            }
-            return .wait
-        }
-        switch decision {
+        switch state.withLock({ Self.decide(&$0, limit: limit) }) {
         case .use(let session): return session
         case .open: return try await open()
         case .wait:
@@ -99,6 +102,7 @@ final class SessionPool: Sendable {
     /// Opens a connection in a place already counted in `open`; gives the place back on failure.
     private func open() async throws -> Session {
         do {
+            try Task.checkCancellation()
             return try await Session.connect(settings, logger: logger)
         } catch {
             freePlace()
@@ -106,20 +110,34 @@ final class SessionPool: Sendable {
         }
     }
 
+    /// Waits for a connection given back (returned) or a place come free (`nil`: open one).
+    /// The state is decided again under the same lock that lists the waiter, so a connection
+    /// given back between the first decision and the listing is taken, not missed.
     private func waitForTurn() async throws -> Session? {
         let id = state.withLock { state -> Int in
             state.nextWaiter += 1
             return state.nextWaiter
         }
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                let cancelled = state.withLock { state -> Bool in
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Session?, any Error>) in
+                enum Now { case cancelled, use(Session), open, listed }
+                let now = state.withLock { state -> Now in
                     // Cancelled before the waiter was listed: the handler below found nothing to end.
-                    if Task.isCancelled { return true }
-                    state.waiters.append(Waiter(id: id, continuation: continuation))
-                    return false
+                    if Task.isCancelled { return .cancelled }
+                    switch Self.decide(&state, limit: limit) {
+                    case .use(let session): return .use(session)
+                    case .open: return .open
+                    case .wait:
+                        state.waiters.append(Waiter(id: id, continuation: continuation))
+                        return .listed
+                    }
                 }
-                if cancelled { continuation.resume(throwing: CancellationError()) }
+                switch now {
+                case .cancelled: continuation.resume(throwing: CancellationError())
+                case .use(let session): continuation.resume(returning: session)
+                case .open: continuation.resume(returning: nil)
+                case .listed: break
+                }
             }
         } onCancel: {
             let waiter = state.withLock { state -> Waiter? in
