@@ -2,7 +2,8 @@
 # README's test command: installs what is missing, checks that public API breaks are named in
 # CHANGELOG.md, builds, builds the API reference, and runs every test, the Secret
 # Service tests against a private gnome-keyring-daemon and the PostgreSQL store's against a
-# private PostgreSQL server.
+# private PostgreSQL server; then builds the example service (Examples/ReportService) and runs it
+# end to end.
 #
 # A watchdog bounds the test run (KEYSMITH_TEST_TIMEOUT seconds, 40 minutes unless set; a whole
 # run takes about 6): a run that hangs prints every process of this run with its kernel wait
@@ -47,3 +48,9 @@ trap 'pkill -P "$watchdog_pid" 2>/dev/null; kill "$watchdog_pid" 2>/dev/null || 
 # Every real part is started above: a suite that cannot find its part fails, never skips silently.
 export KEYSMITH_REQUIRE_ALL_PARTS=1
 scripts/with-postgres.sh scripts/with-secret-service.sh scripts/with-oauth-server.sh swift test --skip-build "$@"
+# The example service (Examples/ReportService, a package of its own with Hummingbird) end to end:
+# built, served, asked as a client would, and following a revocation made by keysmith-net. Run
+# whenever the whole suite runs (not when tests are picked with arguments).
+if [ $# -eq 0 ]; then
+    scripts/with-postgres.sh Examples/ReportService/smoke.sh "$PWD/.build/debug/keysmith-net"
+fi
