@@ -21,11 +21,17 @@ def worker(args):
         mine = []
         while time.monotonic() < stop_at:
             start = time.monotonic()
-            connection.request("GET", "/reports/1", headers=headers)
-            response = connection.getresponse()
-            response.read()
+            try:
+                connection.request("GET", "/reports/1", headers=headers)
+                response = connection.getresponse()
+                response.read()
+                status = response.status
+            except (OSError, http.client.HTTPException):
+                status = 0  # counted as a failure, never dropped
+                connection.close()
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
             end = time.monotonic()
-            mine.append((caller["client"], end, response.status, end - start))
+            mine.append((caller["client"], end, status, end - start))
         with lock:
             results.extend(mine)
 
@@ -60,6 +66,8 @@ def main():
     print(f"{len(callers)} clients, {options.seconds:.0f} s: {len(results) / options.seconds:.0f} requests/s, "
           f"p50 {latencies[len(latencies) // 2] * 1000:.2f} ms, p99 {latencies[int(len(latencies) * 0.99)] * 1000:.2f} ms")
     denied_others = [r for r in results if r[0] != "client-0" and r[2] != 200]
+    failed = [r for r in results if r[2] == 0]
+    silent = [c["client"] for c in callers if not any(r[0] == c["client"] and r[1] > revoke_end for r in results)]
     revoked = sorted(r for r in results if r[0] == "client-0")
     early = [r for r in revoked if r[2] != 200 and r[1] < revoke_start]
     first = next((r for r in revoked if r[2] == 403 and r[1] >= revoke_start), None)
@@ -68,8 +76,9 @@ def main():
           + (f"{(first[1] - revoke_start) * 1000:.1f} ms after it started, {(first[1] - revoke_end) * 1000:.1f} ms after it exited"
              if first else "never"))
     print(f"correctness: other clients denied {len(denied_others)}, client-0 denied before the revocation {len(early)}, "
-          f"client-0 allowed after its first denial {len(after)}")
-    if denied_others or early or after or not first:
+          f"client-0 allowed after its first denial {len(after)}, failed requests {len(failed)}, "
+          f"clients without a request after the revocation {len(silent)}")
+    if denied_others or early or after or not first or failed or silent:
         raise SystemExit(1)
 
 

@@ -32,8 +32,11 @@ public final class WatchedTokens: Sendable {
         let expiry: Expiry
     }
 
-    private let followed: Mutex<[String: Followed]>
+    /// By the account's bytes: names are equal only when their bytes are (two spellings of
+    /// "josé" are two accounts), as everywhere in Keysmith.
+    private let followed: Mutex<[[UInt8]: Followed]>
     private let clock: @Sendable () -> Date
+    private let started = Atomic(false)
 
     /// Opens the namespace, starts a watcher at the newest committed change, then reads every
     /// token of `service` (a change after the watcher's start is replayed to it, so none is
@@ -52,10 +55,17 @@ public final class WatchedTokens: Sendable {
         let watcher = try PostgresWatcher(settings, namespace: namespace, masterKey: masterKey, name: name, staleAfter: staleAfter)
         self.watcher = watcher
         let store = try PostgresStore(settings, namespace: namespace, masterKey: masterKey, connections: 1)
+        let keeper = TokenKeeper(store: store)
         let now = clock()
-        var followed: [String: Followed] = [:]
-        for (reference, token) in try TokenKeeper(store: store).tokens(matching: TokenFilter(service: service)) {
-            followed[reference.account] = Self.follow(token, at: now, watcher: watcher, clock: clock)
+        var followed: [[UInt8]: Followed] = [:]
+        for (_, account) in try keeper.tokenKeys(service: service) {
+            let token: OAuthToken?
+            do {
+                token = try keeper.token(service: service, account: account)
+            } catch let error as KeysmithError where error.code == .corruptData || error.code == .malformedData {
+                token = nil  // a token that does not open holds nothing, as the watcher treats it
+            }
+            followed[Array(account.utf8)] = Self.follow(token, at: now, watcher: watcher, clock: clock)
         }
         self.followed = Mutex(followed)
     }
@@ -73,17 +83,21 @@ public final class WatchedTokens: Sendable {
     /// The permissions of the token kept under `account`, or `nil` when the service has no
     /// token for it (yet).
     public func permissions(account: String) -> PermissionManager? {
-        followed.withLock { $0[account]?.permissions }
+        followed.withLock { $0[Array(account.utf8)]?.permissions }
     }
 
-    /// The accounts whose tokens are followed.
-    public var accounts: [String] { followed.withLock { $0.keys.sorted() } }
+    /// The accounts followed: every account of the service that had a token at the start or
+    /// since (a deleted token's account stays, its permissions empty).
+    public var accounts: [String] { followed.withLock { $0.keys.map { String(decoding: $0, as: UTF8.self) }.sorted() } }
 
     /// Starts watching on a thread of its own; returns at once. Call ``stop()`` to end it.
+    /// Called again, it does nothing.
     public func start(pollInterval: Duration = .milliseconds(50)) {
+        guard !started.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let thread = Thread { [self] in
             _ = try? watcher.run(pollInterval: pollInterval) { change in
-                guard case .keysmithRecord(let record) = change.key, record.recordType == .oauthToken, record.service == service else {
+                guard case .keysmithRecord(let record) = change.key, record.recordType == .oauthToken,
+                      record.service.utf8.elementsEqual(service.utf8) else {
                     return true
                 }
                 apply(WatchedPermissions.token(in: change), account: record.account)
@@ -97,11 +111,13 @@ public final class WatchedTokens: Sendable {
     private func apply(_ token: OAuthToken?, account: String) {
         let now = clock()
         let existing = followed.withLock { followed -> Followed? in
-            if let existing = followed[account] { return existing }
-            followed[account] = Self.follow(token, at: now, watcher: watcher, clock: clock)
+            if let existing = followed[Array(account.utf8)] { return existing }
+            followed[Array(account.utf8)] = Self.follow(token, at: now, watcher: watcher, clock: clock)
             return nil
         }
         guard let existing else { return }
+        // Emptied first, so that no check pairs the old scopes with the new expiry.
+        existing.permissions.replace(with: [])
         existing.expiry.date.withLock { $0 = token?.expiresAt }
         existing.permissions.replace(with: token?.grantedScopes(at: now) ?? [])
     }

@@ -114,10 +114,11 @@ public final class PostgresWatcher: Sendable {
     public var reconnects: Int { state.withLock { $0.reconnects } }
 
     /// Whether the watcher confirmed, less than `staleAfter` ago, that it had applied every
-    /// committed change. When false, scope checks that rely on it must deny.
+    /// committed change, and has not been stopped. When false, scope checks that rely on it
+    /// must deny.
     public var isCurrent: Bool {
         state.withLock { state in
-            guard state.failure == nil, let confirmed = state.confirmedAt else { return false }
+            guard !state.stopped, state.failure == nil, let confirmed = state.confirmedAt else { return false }
             return ContinuousClock.now - confirmed < staleAfter
         }
     }
@@ -132,7 +133,8 @@ public final class PostgresWatcher: Sendable {
     func ignoreNotifications() { state.withLock { $0.ignoresNotifications = true } }
 
     /// Ends ``run(pollInterval:_:)`` at its next wake-up; the watcher then removes its
-    /// registration, so writers waiting for watchers no longer wait for it.
+    /// registration, so writers waiting for watchers no longer wait for it. From this call on it
+    /// is not current (it applies no more changes).
     public func stop() {
         state.withLock { $0.stopped = true }
         wake.signal()

@@ -286,10 +286,22 @@ struct WatcherTests {
         #expect(alice.hasPermission(write))
         #expect(tokens.permissions(account: "carol")?.hasPermission(write) == false)
 
+        // Names are equal only when their bytes are: "josé" precomposed and decomposed are two
+        // accounts, each with its own token and permissions.
+        let composed = "jos\u{E9}", decomposed = "jose\u{301}"
+        try writer.importResponse(Data(#"{"access_token":"at-c","token_type":"Bearer","scope":"posts:read"}"#.utf8),
+                                  service: "news", account: composed, requested: [])
+        try writer.importResponse(Data(#"{"access_token":"at-d","token_type":"Bearer","scope":"posts:write"}"#.utf8),
+                                  service: "news", account: decomposed, requested: [])
+        #expect(Self.waitUntil { tokens.permissions(account: decomposed)?.hasPermission(write) == true })
+        #expect(Self.waitUntil { tokens.permissions(account: composed)?.hasPermission(read) == true })
+        #expect(tokens.permissions(account: composed)?.hasPermission(write) == false)
+        #expect(tokens.permissions(account: decomposed)?.hasPermission(read) == false)
+
         try writer.delete(service: "news", account: "alice")
         #expect(Self.waitUntil { !alice.hasPermission(read) })
         tokens.stop()
-        #expect(Self.waitUntil { !bob.hasPermission(read) }, "a stopped watcher's permissions still granted")
+        #expect(!bob.hasPermission(read), "a stopped watcher's permissions still granted")
         #expect(tokens.failure == nil)
     }
 

@@ -5,7 +5,7 @@
 // confirm it is current denies everything.
 //
 //   ReportService setup --clients 64 --out clients.json   # API keys and tokens for client-0 … client-63
-//   ReportService serve [--port 8080]
+//   ReportService serve [--port 8080] [--connections 16] [--name WATCHER]
 //
 // Both read KEYSMITH_DATABASE_URL, KEYSMITH_KEYFILE (the master key: 64 hex digits) and
 // KEYSMITH_NAMESPACE (default `report-service`). A request names its caller and proves it:
@@ -13,6 +13,7 @@
 // 200 with the report; 401 for an unknown caller or a wrong key; 403 when the policies deny
 // (`reports:read` for GET, `reports:write` for PUT, revoked, expired, or the feed not current).
 import Foundation
+import Glibc
 import HTTPTypes
 import Hummingbird
 import Keysmith
@@ -65,17 +66,22 @@ case "setup":
                     response: Data(#"{"access_token":"upstream-\#(index)","token_type":"Bearer","scope":"reports:read reports:write"}"#.utf8),
                     requested: [])
     }, replacing: true)
-    let created = FileManager.default.createFile(atPath: out, contents: try JSONSerialization.data(withJSONObject: callers),
-                                                 attributes: [.posixPermissions: 0o600])
-    guard created else { fail("cannot write \(out)") }
+    // Created 0600 from the start, and never over an existing file or through a link.
+    let descriptor = open(out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+    guard descriptor >= 0 else { fail("cannot create \(out) (it must not exist yet): errno \(errno)") }
+    let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+    try handle.write(contentsOf: try JSONSerialization.data(withJSONObject: callers))
     print("set up \(count) callers in namespace \(namespace); their keys are in \(out)")
 
 case "serve":
     let port = option("--port").flatMap(Int.init) ?? 8080
     let connections = option("--connections").flatMap(Int.init) ?? 16
     let store = try PostgresStore(settings, namespace: namespace, masterKey: masterKey, connections: connections)
+    // The watcher's name is its registration (`keysmith revoke --wait` waits for each): one per
+    // instance, so the host's name and the process, unless given.
+    let watcherName = option("--name") ?? "report-service-\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
     let tokens = try WatchedTokens(settings, namespace: namespace, masterKey: masterKey, service: tokenService,
-                                   name: "report-service-\(ProcessInfo.processInfo.processIdentifier)")
+                                   name: String(watcherName.prefix(200)))
     tokens.start(pollInterval: .milliseconds(20))
     let policies = try Policies(text: """
         permit (principal, action == Action::"read", resource)
@@ -92,7 +98,10 @@ case "serve":
         guard let client = request.headers[clientHeader], let authorization = request.headers[.authorization],
               authorization.hasPrefix("Bearer ") else { throw HTTPError(.unauthorized) }
         let presented = Array(authorization.utf8.dropFirst(7))
-        let kept = try await store.read(.genericPassword(service: keyService, account: client))
+        let key = ItemKey.genericPassword(service: keyService, account: client)
+        // A name no item can have (empty, too long, a control character) is an unknown caller.
+        guard (try? key.validate()) != nil else { throw HTTPError(.unauthorized) }
+        let kept = try await store.read(key)
         guard let kept, constantTimeEqual(Array(kept.secret), presented) else { throw HTTPError(.unauthorized) }
         return client
     }
@@ -105,7 +114,11 @@ case "serve":
     }
 
     let router = Router()
-    router.get("health") { _, _ in tokens.watcher.isCurrent ? "current\n" : "stale\n" }
+    router.get("health") { _, _ in
+        if tokens.watcher.isCurrent { return "current\n" }
+        // Why the watch ended, if it did (a damaged feed, a rotated master key): never a secret.
+        return tokens.failure.map { "stopped: \($0.message)\n" } ?? "stale\n"
+    }
     router.get("reports/:id") { request, context -> String in
         let client = try await caller(request)
         let id = context.parameters.get("id") ?? ""
@@ -121,8 +134,9 @@ case "serve":
     var logger = Logger(label: "report-service")
     logger.logLevel = .warning
     let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: port)), logger: logger)
-    print("serving on 127.0.0.1:\(port), namespace \(namespace), \(connections) connections")
-    try await app.runService()
+    print("serving on 127.0.0.1:\(port), namespace \(namespace), \(connections) connections, watcher \(watcherName)")
+    try await app.runService()  // until SIGTERM or SIGINT
+    tokens.stop()  // removes the watcher's registration
 
 default:
     fail("usage: ReportService setup --clients N --out FILE | serve [--port P] [--connections N]")
