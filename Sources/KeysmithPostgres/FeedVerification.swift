@@ -4,7 +4,7 @@ internal import KeysmithSystem
 internal import NIOCore
 internal import PostgresNIO
 
-/// What ``PostgresStore/verifyChangeFeed(pageSize:anchor:acceptRollback:)`` found.
+/// What `PostgresStore.verifyChangeFeed(pageSize:anchor:acceptRollback:)` found.
 public struct ChangeFeedVerification: Sendable, Hashable {
     /// The namespace's change rows read.
     public var changes: Int
@@ -16,7 +16,7 @@ public struct ChangeFeedVerification: Sendable, Hashable {
     public var isIntact: Bool { problems.isEmpty }
 }
 
-/// Where ``PostgresStore/verifyChangeFeed(pageSize:anchor:acceptRollback:)`` records, outside
+/// Where `PostgresStore.verifyChangeFeed(pageSize:anchor:acceptRollback:)` records, outside
 /// the database, the newest change it found intact, so that a later check notices the newest
 /// change rows deleted (and the chain's head set back to match), or the whole feed put back.
 ///
@@ -71,7 +71,7 @@ extension PostgresStore {
         try Blocking.run { try await verifyChangeFeed(pageSize: pageSize, anchor: anchor, acceptRollback: acceptRollback) }
     }
 
-    /// ``verifyChangeFeed(pageSize:anchor:acceptRollback:)`` without blocking a thread: the same check, awaited.
+    /// `verifyChangeFeed(pageSize:anchor:acceptRollback:)` without blocking a thread: the same check, awaited.
     public func verifyChangeFeed(pageSize: Int = 10_000, anchor: ChangeFeedAnchor? = nil,
                                  acceptRollback: Bool = false) async throws -> ChangeFeedVerification {
         let markName = anchor?.name(for: self)

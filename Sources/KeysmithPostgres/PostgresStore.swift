@@ -338,7 +338,7 @@ public final class PostgresStore: SecureStore {
     let trustedWrites = Atomic<Int>(0)
 
     /// The change-feed sequence of this handle's newest committed change (0 before its first
-    /// write): what ``waitForWatchers(through:timeout:liveWithin:)`` waits for.
+    /// write): what `waitForWatchers(through:timeout:liveWithin:)` waits for.
     public var lastCommittedSequence: Int64 { lastSequence.withLock { $0 } }
     private let logger: Logger
     private let clock: @Sendable () -> Date
@@ -486,7 +486,7 @@ public final class PostgresStore: SecureStore {
     }
 
     /// Reads one item without blocking a thread: the same read as the synchronous
-    /// ``read(_:)-(ItemKey)``, awaited. Cancelling the task ends it with `CancellationError`.
+    /// `read(_:)`, awaited. Cancelling the task ends it with `CancellationError`.
     ///
     /// ```swift
     /// let record = try await store.read(ItemKey(service: "api", account: "billing"))
@@ -575,7 +575,7 @@ public final class PostgresStore: SecureStore {
     }
 
     /// Reads every matching item a chunk at a time, as the synchronous
-    /// ``forEachRecord(matching:chunkSize:_:)``, without blocking a thread; `body` may await.
+    /// `forEachRecord(matching:chunkSize:_:)`, without blocking a thread; `body` may await.
     public func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) async throws -> Void) async throws {
         try await scan(query, chunkSize: chunkSize, withSecret: true, body)
     }
@@ -657,7 +657,7 @@ public final class PostgresStore: SecureStore {
         try Blocking.run { try await perform(operations) }
     }
 
-    /// Applies a batch, as the synchronous ``perform(_:)-([StoreOperation])``, without blocking a
+    /// Applies a batch, as the synchronous `perform(_:)`, without blocking a
     /// thread. Cancelling the task before the batch's `COMMIT` is sent rolls it back and throws
     /// `CancellationError` (nothing applied); once it is sent, the commit is awaited and the call
     /// returns normally.

@@ -4,7 +4,7 @@ import Logging
 import NIOCore
 import PostgresNIO
 
-/// What ``PostgresStore/rekey(chunkSize:)`` did.
+/// What `PostgresStore.rekey(chunkSize:)` did.
 public struct RekeyReport: Sendable, Hashable {
     /// The data key every re-encrypted row is now sealed with.
     public var currentKeyID: Int32
@@ -21,7 +21,7 @@ public struct RekeyReport: Sendable, Hashable {
 extension PostgresStore {
     /// Adds a new data key to this namespace and makes it the one new rows are sealed with, here
     /// and (from their next batch) in every other process. Older rows stay readable under their
-    /// own keys until ``rekey(chunkSize:)`` re-encrypts them; older keys are kept.
+    /// own keys until `rekey(chunkSize:)` re-encrypts them; older keys are kept.
     ///
     /// ```swift
     /// let id = try store.rotateDataKey()      // 2, 3, …
@@ -34,7 +34,7 @@ extension PostgresStore {
         try Blocking.run { try await rotateDataKey() }
     }
 
-    /// ``rotateDataKey()`` without blocking a thread: the same rotation, awaited.
+    /// `rotateDataKey()` without blocking a thread: the same rotation, awaited.
     @discardableResult
     public func rotateDataKey() async throws -> Int32 {
         var attempt = 0
@@ -62,7 +62,7 @@ extension PostgresStore {
         try Blocking.run { try await rekey(chunkSize: chunkSize) }
     }
 
-    /// ``rekey(chunkSize:)`` without blocking a thread: the same work, awaited; cancelling the task stops it between chunks (a chunk is committed or rolled back whole, and a later run carries on).
+    /// `rekey(chunkSize:)` without blocking a thread: the same work, awaited; cancelling the task stops it between chunks (a chunk is committed or rolled back whole, and a later run carries on).
     public func rekey(chunkSize: Int = 1_000) async throws -> RekeyReport {
         let size = max(1, min(chunkSize, 10_000))
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
@@ -140,7 +140,7 @@ extension PostgresStore {
         try Blocking.run { try await rotateMasterKey(settings, from: old, to: new, scrypt: scrypt) }
     }
 
-    /// ``rotateMasterKey(_:from:to:scrypt:)`` without blocking a thread: the same rotation, awaited.
+    /// `rotateMasterKey(_:from:to:scrypt:)` without blocking a thread: the same rotation, awaited.
     @discardableResult
     public static func rotateMasterKey(_ settings: PostgresConnectionSettings, from old: PostgresMasterKey, to new: PostgresMasterKey,
                                        scrypt: ScryptCost = .standard) async throws -> Int {
@@ -191,7 +191,7 @@ extension PostgresStore {
         try Blocking.run { try await isCurrentMasterKey(settings, key) }
     }
 
-    /// ``isCurrentMasterKey(_:_:)``, awaited.
+    /// `isCurrentMasterKey(_:_:)`, awaited.
     package static func isCurrentMasterKey(_ settings: PostgresConnectionSettings, _ key: PostgresMasterKey) async throws -> Bool {
         let session = try await Session.connect(settings, logger: Logger(label: "keysmith.postgres"))
         defer { session.close() }

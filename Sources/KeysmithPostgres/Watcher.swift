@@ -39,7 +39,7 @@ public struct PostgresChange: Sendable {
 /// ```
 ///
 /// A watcher registers under its name and acknowledges each sequence it applied, so a writer can
-/// wait until every live watcher has applied a revocation (``PostgresStore/waitForWatchers(through:timeout:liveWithin:)``).
+/// wait until every live watcher has applied a revocation (`PostgresStore.waitForWatchers(through:timeout:liveWithin:)`).
 /// ``isCurrent`` is false when the watcher could not confirm within `staleAfter` that it has
 /// seen every committed change: callers must then fail closed.
 public final class PostgresWatcher: Sendable {
@@ -303,7 +303,7 @@ public final class PostgresWatcher: Sendable {
     }
 
     /// Removes the watcher's registration (best effort): a watcher that ended on purpose is no
-    /// longer waited for by ``PostgresStore/waitForWatchers(through:timeout:liveWithin:)``.
+    /// longer waited for by `PostgresStore.waitForWatchers(through:timeout:liveWithin:)`.
     private func deregister(_ session: Session) async {
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
         _ = try? await Transaction(session: session).execute(
@@ -339,7 +339,7 @@ extension PostgresStore {
         try Blocking.run { try await waitForWatchers(through: sequence, timeout: timeout, liveWithin: liveWithin) }
     }
 
-    /// ``waitForWatchers(through:timeout:liveWithin:)`` without blocking a thread: it polls every 5 ms with `Task.sleep`, and cancelling the task ends it with `CancellationError`.
+    /// `waitForWatchers(through:timeout:liveWithin:)` without blocking a thread: it polls every 5 ms with `Task.sleep`, and cancelling the task ends it with `CancellationError`.
     public func waitForWatchers(through sequence: Int64, timeout: Duration, liveWithin: Duration = .seconds(10)) async throws -> [PendingWatcher] {
         let deadline = ContinuousClock.now + timeout
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
