@@ -31,7 +31,7 @@ public final class WatchedPermissions: Sendable {
 
     private let tokenKey: ItemKey
     private let clock: @Sendable () -> Date
-    private let expiry: Expiry
+    private let followed: FollowedToken
 
     /// Opens the namespace, starts a watcher at the newest committed change, then reads the
     /// token (so that no change between the two is missed: a change after the watcher's start
@@ -54,25 +54,17 @@ public final class WatchedPermissions: Sendable {
         self.watcher = watcher
         let store = try PostgresStore(settings, namespace: namespace, masterKey: masterKey)
         let token = try TokenKeeper(store: store).token(service: service, account: account)
-        let now = clock()
-        let expiry = Expiry(token?.expiresAt)
-        self.expiry = expiry
-        permissions = PermissionManager(granted: token?.grantedScopes(at: now) ?? [], failingClosedUnless: {
-            guard watcher.isCurrent else { return false }
-            guard let expiresAt = expiry.date.withLock({ $0 }) else { return true }
-            return clock() < expiresAt
-        })
+        followed = FollowedToken(token, at: clock(), watcher: watcher, clock: clock)
+        permissions = followed.permissions
     }
 
     /// Starts watching on a thread of its own; returns at once. Call ``stop()`` to end it.
     public func start(pollInterval: Duration = .milliseconds(50)) {
-        let watcher = self.watcher, tokenKey = self.tokenKey, permissions = self.permissions, clock = self.clock, expiry = self.expiry
+        let watcher = self.watcher, tokenKey = self.tokenKey, followed = self.followed, clock = self.clock
         let thread = Thread {
             _ = try? watcher.run(pollInterval: pollInterval) { change in
                 guard change.key == tokenKey else { return true }
-                let token = Self.token(in: change)
-                expiry.date.withLock { $0 = token?.expiresAt }
-                permissions.replace(with: token?.grantedScopes(at: clock()) ?? [])
+                followed.apply(Self.token(in: change), at: clock())
                 return true
             }
         }
@@ -95,7 +87,33 @@ public final class WatchedPermissions: Sendable {
     public var failure: KeysmithError? { watcher.failure }
 }
 
-/// The followed token's expiry, shared by the watch thread and the permission checks.
+/// One followed token: its permissions, which fail closed unless its watcher is current and the
+/// token unexpired, and its expiry (shared by the watch thread and the permission checks).
+/// `WatchedPermissions` follows one, `WatchedTokens` one per account.
+struct FollowedToken: Sendable {
+    let permissions: PermissionManager
+    private let expiry: Expiry
+
+    init(_ token: OAuthToken?, at now: Date, watcher: PostgresWatcher, clock: @escaping @Sendable () -> Date) {
+        let expiry = Expiry(token?.expiresAt)
+        self.expiry = expiry
+        permissions = PermissionManager(granted: token?.grantedScopes(at: now) ?? [], failingClosedUnless: {
+            guard watcher.isCurrent else { return false }
+            guard let expiresAt = expiry.date.withLock({ $0 }) else { return true }
+            return clock() < expiresAt
+        })
+    }
+
+    /// Takes what a change left (`nil`: deleted, or a row that does not open: nothing held).
+    /// The scopes are emptied first, so that no check pairs the old scopes with the new expiry.
+    func apply(_ token: OAuthToken?, at now: Date) {
+        permissions.replace(with: [])
+        expiry.date.withLock { $0 = token?.expiresAt }
+        permissions.replace(with: token?.grantedScopes(at: now) ?? [])
+    }
+}
+
+/// The followed token's expiry.
 final class Expiry: Sendable {
     let date: Mutex<Date?>
     init(_ date: Date?) { self.date = Mutex(date) }

@@ -27,14 +27,9 @@ public final class WatchedTokens: Sendable {
     /// The service whose tokens are followed.
     public let service: String
 
-    private struct Followed: Sendable {
-        let permissions: PermissionManager
-        let expiry: Expiry
-    }
-
     /// By the account's bytes: names are equal only when their bytes are (two spellings of
     /// "josé" are two accounts), as everywhere in Keysmith.
-    private let followed: Mutex<[[UInt8]: Followed]>
+    private let followed: Mutex<[[UInt8]: FollowedToken]>
     private let clock: @Sendable () -> Date
     private let started = Atomic(false)
 
@@ -57,7 +52,7 @@ public final class WatchedTokens: Sendable {
         let store = try PostgresStore(settings, namespace: namespace, masterKey: masterKey, connections: 1)
         let keeper = TokenKeeper(store: store)
         let now = clock()
-        var followed: [[UInt8]: Followed] = [:]
+        var followed: [[UInt8]: FollowedToken] = [:]
         for (_, account) in try keeper.tokenKeys(service: service) {
             let token: OAuthToken?
             do {
@@ -65,19 +60,9 @@ public final class WatchedTokens: Sendable {
             } catch let error as KeysmithError where error.code == .corruptData || error.code == .malformedData {
                 token = nil  // a token that does not open holds nothing, as the watcher treats it
             }
-            followed[Array(account.utf8)] = Self.follow(token, at: now, watcher: watcher, clock: clock)
+            followed[Array(account.utf8)] = FollowedToken(token, at: now, watcher: watcher, clock: clock)
         }
         self.followed = Mutex(followed)
-    }
-
-    private static func follow(_ token: OAuthToken?, at now: Date, watcher: PostgresWatcher, clock: @escaping @Sendable () -> Date) -> Followed {
-        let expiry = Expiry(token?.expiresAt)
-        let permissions = PermissionManager(granted: token?.grantedScopes(at: now) ?? [], failingClosedUnless: {
-            guard watcher.isCurrent else { return false }
-            guard let expiresAt = expiry.date.withLock({ $0 }) else { return true }
-            return clock() < expiresAt
-        })
-        return Followed(permissions: permissions, expiry: expiry)
     }
 
     /// The permissions of the token kept under `account`, or `nil` when the service has no
@@ -110,16 +95,12 @@ public final class WatchedTokens: Sendable {
 
     private func apply(_ token: OAuthToken?, account: String) {
         let now = clock()
-        let existing = followed.withLock { followed -> Followed? in
+        let existing = followed.withLock { followed -> FollowedToken? in
             if let existing = followed[Array(account.utf8)] { return existing }
-            followed[Array(account.utf8)] = Self.follow(token, at: now, watcher: watcher, clock: clock)
+            followed[Array(account.utf8)] = FollowedToken(token, at: now, watcher: watcher, clock: clock)
             return nil
         }
-        guard let existing else { return }
-        // Emptied first, so that no check pairs the old scopes with the new expiry.
-        existing.permissions.replace(with: [])
-        existing.expiry.date.withLock { $0 = token?.expiresAt }
-        existing.permissions.replace(with: token?.grantedScopes(at: now) ?? [])
+        existing?.apply(token, at: now)
     }
 
     /// Stops the watcher; from then on no permission is current (every check denies).
