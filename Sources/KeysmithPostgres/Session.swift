@@ -18,13 +18,16 @@ struct RetryableConflict: Error {
     /// installer racing each other's locks all retry.
     /// From async code the pause sleeps the task (`Task.sleep`), never a thread, and ends early
     /// with `CancellationError` when the task is cancelled (``Blocking/pause(_:)``).
-    static func retrying<T>(_ body: () async throws -> T, failure: (String) -> KeysmithError) async throws -> T {
+    /// `conflicted` is told of each conflict's state.
+    static func retrying<T>(_ body: () async throws -> T, failure: (String) -> KeysmithError,
+                            conflicted: (String) -> Void = { _ in }) async throws -> T {
         var attempt = 0
         while true {
             attempt += 1
             do {
                 return try await body()
-            } catch is RetryableConflict where attempt < 20 {
+            } catch let error as RetryableConflict where attempt < 20 {
+                conflicted(error.state)
                 try await Blocking.pause(.microseconds(Int.random(in: 200...2_000) * attempt))
             } catch let error as RetryableConflict {
                 throw failure(error.state)
