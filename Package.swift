@@ -36,11 +36,9 @@ let package = Package(
             pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
-        .systemLibrary(
-            name: "CLibSecret",
-            pkgConfig: "libsecret-1",
-            providers: [.apt(["libsecret-1-dev"])]
-        ),
+        // Declarations only: libsecret is loaded when a Secret Service store is first opened
+        // (dlopen), never linked, so nothing else pays for loading it.
+        .systemLibrary(name: "CLibSecret"),
 
         // The core: capability protocols, item kinds, results, errors, the storage protocol,
         // the in-memory store and the static API. Depends on nothing.
@@ -149,7 +147,7 @@ let package = Package(
                 "Keysmith", "KeysmithVault", "KeysmithSecretService", "KeysmithStores", "KeysmithTokens", "KeysmithPostgres", "store-race",
             ]
         ),
-        .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService"]),
+        .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService", "KeysmithTestSupport"]),
         .testTarget(
             name: "KeysmithPostgresTests",
             dependencies: ["Keysmith", "KeysmithPostgres", "KeysmithTokens", "KeysmithPolicy", "KeysmithTestSupport",

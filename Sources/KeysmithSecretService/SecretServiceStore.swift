@@ -91,8 +91,9 @@ public final class SecretServiceStore: SecureStore {
     ///   - timeout: The deadline of every call; 5 seconds if omitted.
     ///   - clock: The source of created and modified dates.
     ///   - logger: Where to report what the store does (label `keysmith.secret-service` if omitted).
-    /// - Throws: `KeysmithError.Code.storeUnavailable` when there is no D-Bus session, no
-    ///   Secret Service on it, or no such collection; `KeysmithError.Code.storeLocked` when the
+    /// - Throws: `KeysmithError.Code.storeUnavailable` when libsecret cannot be loaded (it is
+    ///   loaded here, on first use: a program that never opens this store never loads it), when
+    ///   there is no D-Bus session, no Secret Service on it, or no such collection; `KeysmithError.Code.storeLocked` when the
     ///   collection is locked; `KeysmithError.Code.timedOut` when the service does not answer;
     ///   `KeysmithError.Code.ioFailure` when the writer lock's directory (under
     ///   `$XDG_RUNTIME_DIR`, else `/tmp/keysmith-UID`) cannot be made.
@@ -100,6 +101,8 @@ public final class SecretServiceStore: SecureStore {
         collection: String = "default", namespace: String? = nil, timeout: Duration = .seconds(5),
         clock: @escaping @Sendable () -> Date = { Date() }, logger: Logger = Logger(label: "keysmith.secret-service")
     ) throws {
+        // libsecret is loaded here, on first use, not at the program's start.
+        _ = try LibSecretLibrary.loaded.get()
         try Self.checkSessionBus()
         // Connecting loads the collection's items: one deleted by another process meanwhile
         // makes the load fail, and connecting again sees the collection as it is now.

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import KeysmithTestSupport
 
 /// The lean `keysmith` and `keysmith-net` (README, "Install"; docs/benchmarks.md, "Binary size"):
 /// PostgreSQL and providers live in `keysmith-net`, which `keysmith` runs in its place for the
@@ -124,5 +125,53 @@ struct LeanBinaryTests {
         try FileManager.default.createSymbolicLink(atPath: folder.appendingPathComponent("keysmith-net").path, withDestinationPath: "keysmith")
         let linked = try twin.run(["postgres", "verify"])
         #expect(linked.status == 5 && linked.stderr.contains("needs keysmith-net"), "\(linked.output)")
+    }
+
+    /// The dynamic loader's list of what a binary loads at its start (`LD_TRACE_LOADED_OBJECTS`,
+    /// what ldd does): the program itself is not run.
+    static func loadedAtStart(_ binary: String) throws -> String {
+        let result = try spawnAndWait(binary, ["--version"], environment: ["LD_TRACE_LOADED_OBJECTS": "1", "PATH": "/usr/bin:/bin"],
+                                      directory: "/", stdin: Data())
+        #expect(result.status == 0, "\(String(decoding: result.stderr, as: UTF8.self))")
+        return String(decoding: result.stdout, as: UTF8.self)
+    }
+
+    @Test("neither keysmith nor keysmith-net loads libsecret, GLib or GIO at its start: only opening a Secret Service store does")
+    func libsecretIsLoadedOnFirstUse() throws {
+        for binary in [Keysmith.binary, Self.net] {
+            let loaded = try Self.loadedAtStart(binary)
+            // What the list would name: libcrypto is linked, so the list is the real one.
+            #expect(loaded.contains("libcrypto.so"), "\(loaded)")
+            for library in ["libsecret-1", "libglib-2.0", "libgio-2.0", "libgobject-2.0"] {
+                #expect(!loaded.contains(library), "\(binary) loads \(library) at its start:\n\(loaded)")
+            }
+        }
+        // A libsecret that cannot be loaded, first in the search path: a command on a file vault
+        // never notices (a linked libsecret would stop the program before main), and one on the
+        // Secret Service says what is missing and how to get it (exit 5), without a D-Bus session.
+        var keysmith = try Keysmith.withVault()
+        let broken = keysmith.directory + "/broken-lib"
+        try FileManager.default.createDirectory(atPath: broken, withIntermediateDirectories: true)
+        try Data("not a shared library".utf8).write(to: URL(fileURLWithPath: broken + "/libsecret-1.so.0"))
+        keysmith.environment["LD_LIBRARY_PATH"] = broken
+        keysmith.environment.removeValue(forKey: "DBUS_SESSION_BUS_ADDRESS")
+        let set = try keysmith.run(["secret", "set", "--service", "s", "--account", "a"], stdin: "value")
+        #expect(set.status == 0, "\(set.output)")
+        let got = try keysmith.run(["secret", "get", "--service", "s", "--account", "a"])
+        #expect(got.status == 0 && got.stdout.trimmingCharacters(in: .newlines) == "value", "\(got.output)")
+        let refused = try keysmith.run(["secret", "list", "--backend", "secret-service"])
+        #expect(refused.status == 5, "\(refused.output)")
+        #expect(refused.stderr.contains("needs libsecret, which cannot be loaded") && refused.stderr.contains("libsecret-1-0"), "\(refused.output)")
+        // A shared library that is not libsecret (another real one under its name): refused
+        // whole, naming what it lacks, before any of it is called.
+        let other = ["/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1", "/lib/aarch64-linux-gnu/libz.so.1"]
+            .first { FileManager.default.fileExists(atPath: $0) }
+        let impostor = try #require(other, "no libz.so.1 to stand in for libsecret")
+        try FileManager.default.removeItem(atPath: broken + "/libsecret-1.so.0")
+        // Its bytes, not the link the system's name is.
+        try Data(contentsOf: URL(fileURLWithPath: impostor)).write(to: URL(fileURLWithPath: broken + "/libsecret-1.so.0"))
+        let lacking = try keysmith.run(["secret", "list", "--backend", "secret-service"])
+        #expect(lacking.status == 5, "\(lacking.output)")
+        #expect(lacking.stderr.contains("lacks 41 of the 41 functions Keysmith calls (secret_service_get_sync, "), "\(lacking.output)")
     }
 }
