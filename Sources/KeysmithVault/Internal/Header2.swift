@@ -186,6 +186,14 @@ enum HeaderFormat {
             body = Array(covered[0..<(covered.count - macLine)])
             mac = [UInt8](hex: String(decoding: covered[(covered.count - 64)...], as: UTF8.self))
         }
+        // The usual case in one decode: a format-2 document. Anything else is peeked at for
+        // the version it declares.
+        if let mac, mac.count == 32, let header = try? JSONDecoder().decode(VaultHeader2.self, from: Data(body)),
+           header.format == VaultHeader.formatName, header.version == 2
+        {
+            if let problem = boundsProblem(header) { return .damaged(problem) }
+            return .version2(HeaderCopy2(header: header, body: body, mac: mac, bytes: bytes))
+        }
         guard let peek = try? JSONDecoder().decode(Peek.self, from: Data(body)), peek.format == VaultHeader.formatName else {
             return .damaged("it is not a valid header document")
         }
