@@ -5,6 +5,8 @@ set -euo pipefail
 
 # gdb: the test script's watchdog prints a hung test's backtraces with it.
 # man-db and binutils: scripts/install.sh strips the binary and its test reads the man pages.
+# libsecret-1-dev: nothing links libsecret (it is loaded on first use); LibSecretABITests compiles
+# Keysmith's declarations beside its headers. It brings libsecret-1-0, which the Secret Service uses.
 packages=(pkg-config libssl-dev openssl libsecret-1-dev gnome-keyring libsecret-tools dbus dbus-bin postgresql gdb git man-db binutils)
 
 # The format test runs an independent decryptor in Python (docs/examples/decrypt_vault.py).
