@@ -69,7 +69,9 @@ final class Session: @unchecked Sendable {
                 on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: 1, logger: logger)
             do {
                 let connection = try await connecting.value(timeout: .seconds(30))
-                return Session(connection: connection, logger: logger, description: settings.description)
+                let session = Session(connection: connection, logger: logger, description: settings.description)
+                try await session.checkClientWhileRunning()
+                return session
             } catch {
                 // Given up (cancelled, or timed out) while the connection may still be made: close
                 // it when it is, never leave it open and unowned.
@@ -83,6 +85,28 @@ final class Session: @unchecked Sendable {
             throw CancellationError()
         } catch {
             throw KeysmithError(.storeUnavailable, "cannot connect to PostgreSQL (\(OneLine.escaped(settings.description)), \(settings.protection)): \(Session.reason(error))")
+        }
+    }
+
+    /// Asks the server to check, every second while a statement of this connection runs,
+    /// that the connection is still open (`client_connection_check_interval`, PostgreSQL 14
+    /// and later, on systems that can tell). A statement given up by closing its connection (a
+    /// cancelled task's: `Transaction.failure`) is then ended within about a second, with the
+    /// locks its transaction took, even while it waits for a lock itself; without it, the
+    /// backend would wait on, holding them, until it next wrote to the connection. An older
+    /// server (no such setting: no row) or one that cannot check (the setting refused) keeps its
+    /// default, and the connection is used as it is.
+    private func checkClientWhileRunning() async throws {
+        do {
+            try await Transaction(session: self).execute("""
+                SELECT set_config(name, '1000', false) FROM pg_settings WHERE name = 'client_connection_check_interval'
+                """)
+        } catch let error as KeysmithError where error.code == .ioFailure && !isClosed {
+            // Refused as a statement (outside a transaction): nothing is left to undo.
+            logger.debug("the server does not check for closed connections while a statement runs", metadata: ["reason": "\(error.message)"])
+        } catch {
+            close()
+            throw error
         }
     }
 

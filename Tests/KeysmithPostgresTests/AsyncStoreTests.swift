@@ -142,6 +142,18 @@ struct AsyncStoreTests {
         // The writer, cancelled while its statement waits for the lock.
         writer.cancel()
         await #expect(throws: CancellationError.self) { try await Self.outcome(of: writer, within: 30, "a write waiting for a row lock").get() }
+        // Its backend does not wait on: the server finds the connection closed (it checks every
+        // second while a statement runs) and ends it, with the locks it took, while the
+        // administrator still holds the row.
+        let waitedUntil = Date().addingTimeInterval(15)
+        var stillWaiting = true
+        while stillWaiting && Date() < waitedUntil {
+            try await hold.execute("SELECT pg_stat_clear_snapshot()")
+            stillWaiting = try await hold.execute("SELECT count(*) FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))")
+                .first?.decode(Int64.self) != 0
+            if stillWaiting { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(!stillWaiting, "the cancelled write's backend still waited for the row 15 s later")
         try await hold.execute("ROLLBACK")
 
         #expect(try await store.read(key)?.secret == Data("before".utf8), "a cancelled write changed the item")
