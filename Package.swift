@@ -150,7 +150,7 @@ let package = Package(
         .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService", "KeysmithTestSupport"]),
         .testTarget(
             name: "KeysmithPostgresTests",
-            dependencies: ["Keysmith", "KeysmithPostgres", "KeysmithTokens", "KeysmithPolicy", "KeysmithTestSupport",
+            dependencies: ["Keysmith", "KeysmithPostgres", "KeysmithTokens", "KeysmithProvider", "KeysmithPolicy", "KeysmithTestSupport",
                            .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(

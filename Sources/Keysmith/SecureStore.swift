@@ -347,3 +347,43 @@ extension SecureStore {
         try read(key) != nil
     }
 }
+
+/// A store whose operations can be awaited without blocking a thread: one that waits on the
+/// network or on other processes' locks (the PostgreSQL store), so that async code (a request
+/// handler of a Swift server) never parks one of the cooperative pool's few threads for a
+/// round trip. The synchronous requirements of ``SecureStore`` stay; the async ones are the
+/// same operations, awaited, and cancelling the task ends them with `CancellationError`.
+///
+/// Keysmith's own async code (refreshing tokens at their provider, `ProviderTokens`) reads
+/// through these when the store has them; stores that only do local work (the file vault, the
+/// in-memory store) are synchronous, and are read synchronously.
+///
+/// ```swift
+/// func handle(_ store: any AsyncSecureStore) async throws -> Data? {
+///     try await store.read(ItemKey(service: "api", account: "billing"))?.secret
+/// }
+/// ```
+public protocol AsyncSecureStore: SecureStore {
+    /// Reads one item with its secret, as ``SecureStore/read(_:)-(ItemKey)``, awaited.
+    func read(_ key: ItemKey) async throws -> SecureRecord?
+
+    /// Reads many items at once, as ``SecureStore/read(_:)-([ItemKey])``, awaited.
+    func read(_ keys: [ItemKey]) async throws -> [SecureRecord?]
+
+    /// Lists the items that match a query, as ``SecureStore/search(_:)``, awaited.
+    func search(_ query: ItemQuery) async throws -> [ItemInfo]
+
+    /// Applies a batch, all or nothing, as ``SecureStore/perform(_:)``, awaited. Cancelled
+    /// before its commit is sent, it applies nothing and throws `CancellationError`; once it is
+    /// sent, it is awaited and the call returns normally.
+    func perform(_ operations: [StoreOperation]) async throws
+}
+
+extension SecureStore {
+    /// Reads many items: awaited without blocking a thread when the store is an
+    /// ``AsyncSecureStore``, synchronously otherwise. For Keysmith's own async code.
+    package func readAwaiting(_ keys: [ItemKey]) async throws -> [SecureRecord?] {
+        if let awaitable = self as? any AsyncSecureStore { return try await awaitable.read(keys) }
+        return try read(keys)
+    }
+}

@@ -316,7 +316,7 @@ public enum PostgresMasterKey: Sendable {
 /// A handle keeps a few connections (``init(_:namespace:masterKey:connections:clock:)``), so
 /// callers on many threads or tasks share one handle; every operation has an `async` form that
 /// never blocks a thread while the database answers.
-public final class PostgresStore: SecureStore {
+public final class PostgresStore: AsyncSecureStore {
     /// The connection settings.
     public let settings: PostgresConnectionSettings
     /// The namespace (tenant) this handle reads and writes. Its name is not stored.

@@ -29,6 +29,9 @@ final class SessionPool: Sendable {
     }
 
     private let state = Mutex(State())
+    /// How many operations this pool has lent a connection to (a test checks which pool an
+    /// async caller uses).
+    let lendings = Atomic<Int>(0)
 
     init(settings: PostgresConnectionSettings, logger: Logger, limit: Int, first: Session? = nil) {
         self.settings = settings
@@ -52,6 +55,7 @@ final class SessionPool: Sendable {
     /// operation connects again.
     func withSession<T>(_ body: (Session) async throws -> T) async throws -> T {
         let session = try await checkOut()
+        lendings.add(1, ordering: .relaxed)
         do {
             let result = try await body(session)
             checkIn(session)

@@ -73,7 +73,9 @@ public final class ProviderTokens: Sendable {
     ///   token is now revoked locally, audited); `KeysmithError.Code.timedOut` when another
     ///   process held the grant's lock past the lock timeout; a store failure.
     public func freshToken(service: String, account: String, minValidity: Duration = .seconds(60)) async throws -> OAuthToken {
-        let token = try current(service: service, account: account)
+        // Read without holding a thread where the store can be awaited (PostgreSQL): this is
+        // every request's path, and most find the token fresh.
+        let token = try await currentAwaiting(service: service, account: account)
         if isFresh(token, minValidity) { return token }
         // By the store handle itself, not its description: two stores that describe themselves
         // alike (two memory stores, two databases with one namespace name) share no refresh.
@@ -104,6 +106,14 @@ public final class ProviderTokens: Sendable {
 
     func current(service: String, account: String) throws -> OAuthToken {
         guard let token = try keeper.token(service: service, account: account) else {
+            throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
+        }
+        return token
+    }
+
+    /// ``current(service:account:)``, read through the store's async API when it has one.
+    func currentAwaiting(service: String, account: String) async throws -> OAuthToken {
+        guard let token = try await keeper.versionedTokensAwaiting([(service, account)])[0]?.token else {
             throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
         }
         return token

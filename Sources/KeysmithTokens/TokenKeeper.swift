@@ -72,8 +72,22 @@ public final class TokenKeeper: Sendable {
     func versionedTokens(_ references: [(service: String, account: String)]) throws
         -> [(token: OAuthToken, version: ItemVersion, record: SecureRecord)?]
     {
-        let records = try store.read(references.map { Self.key(service: $0.service, account: $0.account) })
-        return try zip(references, records).map { reference, record in
+        try Self.decoded(references, try store.read(references.map { Self.key(service: $0.service, account: $0.account) }))
+    }
+
+    /// ``versionedTokens(_:)``, reading through the store's async API when it has one
+    /// (`AsyncSecureStore`): for async callers, which then hold no thread while the store answers.
+    package func versionedTokensAwaiting(_ references: [(service: String, account: String)]) async throws
+        -> [(token: OAuthToken, version: ItemVersion, record: SecureRecord)?]
+    {
+        try Self.decoded(references, try await store.readAwaiting(references.map { Self.key(service: $0.service, account: $0.account) }))
+    }
+
+    /// The tokens in records read for `references`, in order.
+    private static func decoded(_ references: [(service: String, account: String)], _ records: [SecureRecord?]) throws
+        -> [(token: OAuthToken, version: ItemVersion, record: SecureRecord)?]
+    {
+        try zip(references, records).map { reference, record in
             guard let record else { return nil }
             let token = try TokenCodec.decode(Array(record.secret), what: "the token for \(reference.account) at \(reference.service)")
             return (token, record.info.version, record)

@@ -1,6 +1,8 @@
 import Foundation
 import Keysmith
 @testable import KeysmithPostgres
+import KeysmithProvider
+import KeysmithTokens
 import NIOCore
 import PostgresNIO
 import Synchronization
@@ -182,5 +184,33 @@ struct AsyncStoreTests {
             }
         }
         try await Self.outcome(of: all, within: 120, "blocking calls beside async tasks").get()
+    }
+
+    @Test("tokens asked for from async code are read without a blocking call: ProviderTokens holds no thread while PostgreSQL answers")
+    func freshTokensAreAwaited() async throws {
+        let store = try Self.open(connections: 4)
+        let keeper = TokenKeeper(store: store)
+        let response = Data(#"{"access_token":"at-1","token_type":"Bearer","expires_in":3600,"refresh_token":"rt-1","scope":"a b"}"#.utf8)
+        _ = try keeper.importResponse(response, service: "news", account: "alice", requested: [try Scope("a"), try Scope("b")])
+        let tokens = try ProviderTokens(keeper: keeper)
+        let blockingBefore = store.blockingPool.lendings.load(ordering: .relaxed)
+        let asyncBefore = store.pool.lendings.load(ordering: .relaxed)
+        let all = Task {
+            try await withThrowingTaskGroup(of: String.self) { group in
+                for _ in 0..<64 {
+                    group.addTask { try await tokens.freshToken(service: "news", account: "alice", minValidity: .seconds(60)).accessToken }
+                }
+                return try await group.reduce(into: [String]()) { $0.append($1) }
+            }
+        }
+        let seen = try await Self.outcome(of: all, within: 120, "64 fresh-token reads").get()
+        #expect(seen == Array(repeating: "at-1", count: 64))
+        // Each read went through the async connections; none was a blocking call (the blocking
+        // API uses the other pool: what a read through the synchronous protocol would do).
+        #expect(store.blockingPool.lendings.load(ordering: .relaxed) == blockingBefore)
+        #expect(store.pool.lendings.load(ordering: .relaxed) - asyncBefore >= 64)
+        // The same read through the synchronous API does use the blocking pool: the check above can fail.
+        _ = try await Task.detached { try tokens.tokenIfFresh(service: "news", account: "alice") }.value
+        #expect(store.blockingPool.lendings.load(ordering: .relaxed) > blockingBefore)
     }
 }
