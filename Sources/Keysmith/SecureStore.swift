@@ -358,6 +358,10 @@ extension SecureStore {
 /// through these when the store has them; stores that only do local work (the file vault, the
 /// in-memory store) are synchronous, and are read synchronously.
 ///
+/// A conforming store implements each async requirement so that it suspends, never blocks,
+/// while it waits. (Swift lets a synchronous method satisfy an `async` requirement, so an empty
+/// conformance compiles; it would hold the caller's thread exactly as the synchronous API does.)
+///
 /// ```swift
 /// func handle(_ store: any AsyncSecureStore) async throws -> Data? {
 ///     try await store.read(ItemKey(service: "api", account: "billing"))?.secret

@@ -336,8 +336,8 @@ public final class PostgresStore: AsyncSecureStore {
     /// Rows this handle's committed batches wrote without reading and locking them first (their
     /// replaces were trusted, `apply`): what shows that the fast path is taken.
     let trustedWrites = Atomic<Int>(0)
-    /// Why this handle's batches were run again (the SQLSTATE, or what a count showed), oldest
-    /// first: what a test that expects the fast path reports when it was left.
+    /// Why this handle's batches were last run again (the SQLSTATE, or what a count showed),
+    /// oldest first, the newest 64: what a test that expects the fast path reports when it was left.
     let batchConflicts = Mutex<[String]>([])
 
     /// The change-feed sequence of this handle's newest committed change (0 before its first
@@ -682,7 +682,12 @@ public final class PostgresStore: AsyncSecureStore {
                 return try await session.transaction { transaction in try await apply(operations, now: now, trusting: trusting, in: transaction) }
             }
         }, failure: { KeysmithError(.writeConflict, "\(storeDescription) kept conflicting with other writers (\($0)); nothing was applied") },
-           conflicted: { state in batchConflicts.withLock { $0.append(state) } })
+           conflicted: { state in
+               batchConflicts.withLock { conflicts in
+                   conflicts.append(state)
+                   if conflicts.count > 64 { conflicts.removeFirst(conflicts.count - 64) }
+               }
+           })
         if sequence > 0 { lastSequence.withLock { $0 = max($0, sequence) } }
         if trusted > 0 { trustedWrites.add(trusted, ordering: .relaxed) }
     }

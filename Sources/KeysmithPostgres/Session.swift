@@ -94,15 +94,17 @@ final class Session: @unchecked Sendable {
     /// cancelled task's: `Transaction.failure`) is then ended within about a second, with the
     /// locks its transaction took, even while it waits for a lock itself; without it, the
     /// backend would wait on, holding them, until it next wrote to the connection. An older
-    /// server (no such setting: no row) or one that cannot check (the setting refused) keeps its
-    /// default, and the connection is used as it is.
+    /// server (no such setting: no row), one that cannot check (the setting refused), or
+    /// anything between that refuses the statement keeps its default, and the connection is
+    /// used as it is; only a connection lost, timed out or cancelled fails the connect.
     private func checkClientWhileRunning() async throws {
         do {
             try await Transaction(session: self).execute("""
                 SELECT set_config(name, '1000', false) FROM pg_settings WHERE name = 'client_connection_check_interval'
                 """)
-        } catch let error as KeysmithError where error.code == .ioFailure && !isClosed {
-            // Refused as a statement (outside a transaction): nothing is left to undo.
+        } catch let error as KeysmithError where !isClosed {
+            // Refused as a statement (outside a transaction): nothing is left to undo. (A
+            // timeout or a lost connection closes the session, and is thrown below.)
             logger.debug("the server does not check for closed connections while a statement runs", metadata: ["reason": "\(error.message)"])
         } catch {
             close()

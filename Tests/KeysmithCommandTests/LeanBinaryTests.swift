@@ -153,7 +153,7 @@ struct LeanBinaryTests {
         let broken = keysmith.directory + "/broken-lib"
         try FileManager.default.createDirectory(atPath: broken, withIntermediateDirectories: true)
         try Data("not a shared library".utf8).write(to: URL(fileURLWithPath: broken + "/libsecret-1.so.0"))
-        keysmith.environment["LD_LIBRARY_PATH"] = broken
+        keysmith.environment["LD_LIBRARY_PATH"] = ([broken] + (keysmith.environment["LD_LIBRARY_PATH"].map { [$0] } ?? [])).joined(separator: ":")
         keysmith.environment.removeValue(forKey: "DBUS_SESSION_BUS_ADDRESS")
         let set = try keysmith.run(["secret", "set", "--service", "s", "--account", "a"], stdin: "value")
         #expect(set.status == 0, "\(set.output)")

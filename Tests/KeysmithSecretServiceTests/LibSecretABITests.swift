@@ -19,6 +19,28 @@ struct LibSecretABITests {
         }
     }
 
+    /// The header's table of functions, renamed `CLibSecret_RealAPI`, with GLib's and
+    /// libsecret's own types in place of the stand-ins.
+    static func tableOverRealTypes(_ header: String) throws -> String {
+        let start = try #require(header.range(of: "typedef struct CLibSecret_API {"))
+        let end = try #require(header.range(of: "} CLibSecret_API;"))
+        var table = String(header[start.lowerBound..<end.upperBound])
+        // The flags argument's enum, by function.
+        let flags = ["secret_service_get_sync": "SecretServiceFlags", "secret_collection_for_alias_sync": "SecretCollectionFlags",
+                     "secret_collection_search_sync": "SecretSearchFlags", "secret_item_create_sync": "SecretItemCreateFlags",
+                     "secret_schema_newv": "SecretSchemaFlags"]
+        for (function, type) in flags {
+            let field = try #require(table.range(of: "(* _Nonnull \(function))"))
+            let flag = try #require(table.range(of: "int flags", range: field.upperBound..<table.endIndex))
+            table.replaceSubrange(flag, with: "\(type) flags")
+        }
+        for name in ["gboolean", "GQuark", "GError", "GList", "GHashTable", "GCancellable", "SecretService", "SecretCollection",
+                     "SecretItem", "SecretValue", "SecretSchema", "GHashFunc", "GEqualFunc", "GDestroyNotify"] {
+            table = table.replacingOccurrences(of: "CLibSecret_\(name)", with: name)
+        }
+        return table.replacingOccurrences(of: "CLibSecret_API", with: "CLibSecret_RealAPI")
+    }
+
     /// Runs a program and returns its status and output.
     static func run(_ executable: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
         let result = try spawnAndWait(executable, arguments, stdin: Data())
@@ -72,9 +94,16 @@ struct LibSecretABITests {
             ("sizeof(CLibSecret_API)", "\(functions.count) * sizeof(void (*)(void))"),
         ]
         checks += constants.map { "SAME(\($0.0), \($0.1));" }
-        // Each name is a function the real headers declare (an unknown name does not compile).
+        // Each name is a function the real headers declare (an unknown name does not compile),
+        // of the type declared here: the table's declarations written over the real types
+        // (each opaque stand-in by the type it stands for, and each `int flags` by the flags
+        // enum the real function takes) must be the real function's type, argument for argument.
+        checks.append(try Self.tableOverRealTypes(header))
         checks.append("static void names(void) {")
-        for name in functions { checks.append("    (void)(void (*)(void))&\(name);") }
+        for name in functions {
+            checks.append("    _Static_assert(__builtin_types_compatible_p(__typeof__(&\(name)), __typeof__(((CLibSecret_RealAPI *)0)->\(name))), "
+                          + "\"\(name) is not declared as libsecret declares it\");")
+        }
         checks.append("}")
         checks.append("int main(void) { (void)names; return 0; }")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("keysmith-abi-\(UUID().uuidString)")
@@ -92,6 +121,17 @@ struct LibSecretABITests {
         try wrong.write(to: source, atomically: true, encoding: .utf8)
         let refused = try Self.run("/usr/bin/env", ["clang"] + arguments)
         #expect(refused.status != 0 && refused.output.contains("CLibSecret_IO_ERROR_TIMED_OUT is not G_IO_ERROR_CANCELLED"), "\(refused.output)")
+        // And for a function declared with a wrong type (an argument dropped).
+        let header2 = header.replacingOccurrences(of: "(* _Nonnull g_cancellable_cancel)(CLibSecret_GCancellable *cancellable)",
+                                                  with: "(* _Nonnull g_cancellable_cancel)(void)")
+        #expect(header2 != header)
+        let shim2 = directory.appendingPathComponent("shim.h")
+        try header2.write(to: shim2, atomically: true, encoding: .utf8)
+        let mistyped = checks.joined(separator: "\n").replacingOccurrences(of: "#include \"\(Self.shim)\"", with: "#include \"\(shim2.path)\"")
+            .replacingOccurrences(of: try Self.tableOverRealTypes(header), with: try Self.tableOverRealTypes(header2))
+        try mistyped.write(to: source, atomically: true, encoding: .utf8)
+        let wrongType = try Self.run("/usr/bin/env", ["clang"] + arguments)
+        #expect(wrongType.status != 0 && wrongType.output.contains("g_cancellable_cancel is not declared as libsecret declares it"), "\(wrongType.output)")
         // And for a name no header declares.
         let unknown = checks.joined(separator: "\n") + "\nstatic void more(void) { (void)(void (*)(void))&secret_item_get_nothing; }\n"
         try unknown.write(to: source, atomically: true, encoding: .utf8)
