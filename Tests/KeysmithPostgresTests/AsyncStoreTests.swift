@@ -22,6 +22,11 @@ struct AsyncStoreTests {
 
     static func item(_ account: String) -> ItemAttributes { ItemAttributes(key: .genericPassword(service: "async", account: account)) }
 
+    /// When `outcome(of:within:_:)` calls a task hung: ten minutes. Only a hang detector: with
+    /// the whole suite running on two cores, a test's tasks can wait minutes for a thread of the
+    /// cooperative pool (a two-minute bound stopped a run in which nothing was wrong).
+    static let hangAfter = 600
+
     /// The task's outcome. A watchdog on a thread of its own (a deadlock of the cooperative pool
     /// would stop any task-based one) ends the test process with a message if the task has not
     /// ended within `seconds`: a hang detector, not a measure of speed.
@@ -96,7 +101,7 @@ struct AsyncStoreTests {
                 return correct
             }
         }
-        #expect(try await Self.outcome(of: all, within: 120, "64 tasks on 2 connections").get() == 64)
+        #expect(try await Self.outcome(of: all, within: Self.hangAfter, "64 tasks on 2 connections").get() == 64)
         #expect(store.pool.peakOpen == 2, "async callers used \(store.pool.peakOpen) connections at most")
         #expect(store.blockingPool.peakOpen <= 2, "blocking callers used \(store.blockingPool.peakOpen) connections at most")
         #expect(try await store.search(ItemQuery(service: "async")).count == 128)
@@ -114,7 +119,7 @@ struct AsyncStoreTests {
             try await store.perform([.create(Self.item("early"), secret: Data("x".utf8))])
         }
         early.cancel()
-        await #expect(throws: CancellationError.self) { try await Self.outcome(of: early, within: 30, "a cancelled write").get() }
+        await #expect(throws: CancellationError.self) { try await Self.outcome(of: early, within: Self.hangAfter, "a cancelled write").get() }
         #expect(try await store.read(.genericPassword(service: "async", account: "early")) == nil)
 
         // The administrator holds the item's row: a write of it waits on the lock, holding the
@@ -139,24 +144,28 @@ struct AsyncStoreTests {
         let reader = Task { try await store.read(ItemKey.genericPassword(service: "async", account: "other")) }
         try await Task.sleep(for: .milliseconds(50))
         reader.cancel()
-        await #expect(throws: CancellationError.self) { try await Self.outcome(of: reader, within: 30, "a read waiting for a connection").get() }
+        await #expect(throws: CancellationError.self) { try await Self.outcome(of: reader, within: Self.hangAfter, "a read waiting for a connection").get() }
 
         // The writer, cancelled while its statement waits for the lock.
         writer.cancel()
-        await #expect(throws: CancellationError.self) { try await Self.outcome(of: writer, within: 30, "a write waiting for a row lock").get() }
+        await #expect(throws: CancellationError.self) { try await Self.outcome(of: writer, within: Self.hangAfter, "a write waiting for a row lock").get() }
         // Its backend does not wait on: the server finds the connection closed (it checks every
         // second while a statement runs, on PostgreSQL 14 and later on Linux: the server these
         // tests start) and ends it, with the locks it took, while the administrator still holds
         // the row.
         let version = try await hold.execute("SELECT current_setting('server_version_num')::int").first?.decode(Int32.self) ?? 0
         try #require(version >= 140000, "PostgreSQL \(version) cannot check for closed connections while a statement runs")
+        // Looked at once more after the deadline: a test starved of threads meanwhile still sees
+        // what the server did.
         let waitedUntil = Date().addingTimeInterval(15)
         var stillThere = true
-        while stillThere && Date() < waitedUntil {
+        while true {
+            let late = Date() >= waitedUntil
             try await hold.execute("SELECT pg_stat_clear_snapshot()")
             stillThere = try await hold.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = \(writerBackend)")
                 .first?.decode(Int64.self) != 0
-            if stillThere { try await Task.sleep(for: .milliseconds(50)) }
+            if !stillThere || late { break }
+            try await Task.sleep(for: .milliseconds(50))
         }
         #expect(!stillThere, "the cancelled write's backend (pid \(writerBackend)) was still there 15 s later")
         try await hold.execute("ROLLBACK")
@@ -186,7 +195,7 @@ struct AsyncStoreTests {
                 try await group.waitForAll()
             }
         }
-        try await Self.outcome(of: all, within: 120, "blocking calls beside async tasks").get()
+        try await Self.outcome(of: all, within: Self.hangAfter, "blocking calls beside async tasks").get()
     }
 
     @Test("tokens asked for from async code are read without a blocking call: ProviderTokens holds no thread while PostgreSQL answers")
@@ -206,7 +215,7 @@ struct AsyncStoreTests {
                 return try await group.reduce(into: [String]()) { $0.append($1) }
             }
         }
-        let seen = try await Self.outcome(of: all, within: 120, "64 fresh-token reads").get()
+        let seen = try await Self.outcome(of: all, within: Self.hangAfter, "64 fresh-token reads").get()
         #expect(seen == Array(repeating: "at-1", count: 64))
         // Each read went through the async connections; none was a blocking call (the blocking
         // API uses the other pool: what a read through the synchronous protocol would do).
