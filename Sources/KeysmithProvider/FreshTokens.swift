@@ -187,7 +187,7 @@ public final class ProviderTokens: Sendable {
         let asked = keeper.now
         let lock = try await acquire("refresh \(service)\u{0}\(account)")
         defer { lock.release() }
-        let token = try current(service: service, account: account)
+        let token = try await currentAwaiting(service: service, account: account)
         switch need {
         case .validity(let minValidity):
             // Another process may have refreshed while this one waited: then its token is used,
@@ -216,7 +216,7 @@ public final class ProviderTokens: Sendable {
         } catch let error as ProviderError where error.kind == .rejected && error.oauthError == "invalid_grant" {
             // Read again before calling the grant dead: a writer that does not take the lock
             // (an older Keysmith, a script) may have refreshed it meanwhile.
-            let again = try current(service: service, account: account)
+            let again = try await currentAwaiting(service: service, account: account)
             if again.refreshToken != refreshToken, again.revokedAt == nil { return again }
             try keeper.revokeAll(service: service, account: account,
                                  reason: "the provider \(provider.name) refused the refresh token (invalid_grant): the grant is over; sign in again")

@@ -104,7 +104,7 @@ public struct GitTokenCredentials: Sendable {
         guard let provider = try provider(protocol: `protocol`, host: host),
               let account = try account(at: provider, username: username)
         else { return nil }
-        let kept = try tokens.current(service: provider.name, account: account)
+        let kept = try await tokens.currentAwaiting(service: provider.name, account: account)
         let minimum = Self.minValidity(kept)
         if let wait = Self.guardWait(kept, minimum: minimum, now: tokens.keeper.now) { try await Task.sleep(for: wait) }
         let token = try await tokens.freshToken(service: provider.name, account: account, minValidity: minimum)
@@ -130,7 +130,7 @@ public struct GitTokenCredentials: Sendable {
     public func rejected(protocol: String?, host: String, username: String?, password: String?) async throws -> Bool {
         guard let provider = try provider(protocol: `protocol`, host: host) else { return false }
         guard let password, let account = try account(at: provider, username: username) else { return true }
-        let kept = try tokens.current(service: provider.name, account: account)
+        let kept = try await tokens.currentAwaiting(service: provider.name, account: account)
         // Only the kept access token's rejection is news: any other password is not Keysmith's.
         guard constantTimeEqual(Array(kept.accessToken.utf8), Array(password.utf8)) else { return true }
         _ = try await tokens.refresh(service: provider.name, account: account, rejected: password)
