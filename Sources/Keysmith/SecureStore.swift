@@ -390,4 +390,11 @@ extension SecureStore {
         if let awaitable = self as? any AsyncSecureStore { return try await awaitable.read(keys) }
         return try read(keys)
     }
+
+    /// Applies a batch: awaited without blocking a thread when the store is an
+    /// ``AsyncSecureStore``, synchronously otherwise. For Keysmith's own async code.
+    package func performAwaiting(_ operations: [StoreOperation]) async throws {
+        if let awaitable = self as? any AsyncSecureStore { return try await awaitable.perform(operations) }
+        try perform(operations)
+    }
 }

@@ -158,7 +158,7 @@ public final class ProviderTokens: Sendable {
     /// - Returns: The token to use now.
     /// - Throws: As ``freshToken(service:account:minValidity:)``.
     public func refresh(service: String, account: String, rejected accessToken: String) async throws -> OAuthToken {
-        let token = try current(service: service, account: account)
+        let token = try await currentAwaiting(service: service, account: account)
         if token.revokedAt == nil, !constantTimeEqual(Array(token.accessToken.utf8), Array(accessToken.utf8)) { return token }
         return try await refreshOnce(service: service, account: account, need: .rejected(accessToken))
     }
@@ -205,10 +205,10 @@ public final class ProviderTokens: Sendable {
         guard let refreshToken = token.refreshToken else {
             throw KeysmithError.invalidArgument("the token for \(account) at \(service) has no refresh token; sign in again")
         }
-        guard let provider = try registry.provider(named: service) else {
+        guard let client = try await registry.clientAwaiting(named: service, timeout: timeout) else {
             throw KeysmithError(.itemNotFound, "there is no provider named \(service) to refresh the token at (add one with `keysmith provider add \(service) …`)")
         }
-        let client = try ProviderClient(provider: provider, registry: registry, timeout: timeout)
+        let provider = client.provider
         guard (try? lock.isHeld()) == true else { throw LockLost() }
         let response: Data
         do {
@@ -218,10 +218,23 @@ public final class ProviderTokens: Sendable {
             // (an older Keysmith, a script) may have refreshed it meanwhile.
             let again = try await currentAwaiting(service: service, account: account)
             if again.refreshToken != refreshToken, again.revokedAt == nil { return again }
-            try keeper.revokeAll(service: service, account: account,
-                                 reason: "the provider \(provider.name) refused the refresh token (invalid_grant): the grant is over; sign in again")
+            try await keeper.awaiting.revokeAll(
+                service: service, account: account,
+                reason: "the provider \(provider.name) refused the refresh token (invalid_grant): the grant is over; sign in again")
             throw error
         }
+        // The provider has spent the old refresh token: its answer is kept even when the
+        // caller's task is cancelled now (a task of its own, which does not inherit that).
+        return try await Task {
+            try await keep(response, of: refreshToken, from: provider, service: service, account: account)
+        }.value
+    }
+
+    /// Keeps a refresh response: the token refreshed, or, when it was replaced, logged out or
+    /// deleted while the provider answered, the response's tokens queued for revocation there.
+    private func keep(_ response: Data, of refreshToken: String, from provider: OAuthProvider, service: String, account: String)
+        async throws -> OAuthToken
+    {
         let refreshed: OAuthToken
         // Should the token turn out logged out meanwhile, the tokens this refresh brings are
         // queued for revocation at the provider in the same commit that keeps them.
@@ -237,20 +250,21 @@ public final class ProviderTokens: Sendable {
             ifLoggedOut = ([entry.operation], "provider-revoke-queued", loggedOutReason)
         }
         do {
-            refreshed = try keeper.refresh(response, service: service, account: account, detail: "refreshed at provider \(provider.name)",
-                                           answering: refreshToken, ifLoggedOut: ifLoggedOut)
+            refreshed = try await keeper.awaiting.refresh(response, service: service, account: account,
+                                                          detail: "refreshed at provider \(provider.name)",
+                                                          answering: refreshToken, ifLoggedOut: ifLoggedOut)
         } catch let error as KeysmithError where error.code == .writeConflict {
             // A sign-in or import that does not take the lock replaced the token meanwhile: it
             // stays; the tokens this refresh obtained are ended at the provider.
             if provider.revocationEndpoint != nil {
-                try outbox.queue(response: response, provider: provider.name, account: account,
+                try await outbox.queue(response: response, provider: provider.name, account: account,
                                  reason: "a newer token was kept while this one was being refreshed")
             }
-            return try current(service: service, account: account)
+            return try await currentAwaiting(service: service, account: account)
         } catch let error as KeysmithError where error.code == .itemNotFound {
             guard provider.revocationEndpoint != nil else { throw error }
             // Deleted while the provider answered: the new tokens live there; queue their end.
-            try outbox.queue(response: response, provider: provider.name, account: account,
+            try await outbox.queue(response: response, provider: provider.name, account: account,
                              reason: "the token was deleted while it was being refreshed")
             throw KeysmithError(.itemNotFound, "the token for \(account) at \(service) was deleted while it was being refreshed; "
                                 + "the tokens the provider had just issued are queued for revocation there")
@@ -260,7 +274,7 @@ public final class ProviderTokens: Sendable {
             // revocation names the old tokens, so the new ones were queued as well, in the
             // commit that kept them (`ifLoggedOut`; when that could not be made, now).
             if provider.revocationEndpoint != nil, ifLoggedOut == nil {
-                try outbox.queue(response: response, provider: provider.name, account: account, reason: loggedOutReason)
+                try await outbox.queue(response: response, provider: provider.name, account: account, reason: loggedOutReason)
             }
             throw KeysmithError.invalidArgument("the token for \(account) at \(service) was logged out while it was being refreshed; "
                                                 + "the tokens the provider had just issued are queued for revocation there")

@@ -155,11 +155,11 @@ public struct RevocationOutbox: Sendable {
 
     /// Queues the revocation of the tokens in a token response (never kept as a token), with an
     /// audit entry saying why: the tokens a refresh obtained for a token that ended meanwhile.
-    func queue(response: Data, provider: String, account: String, reason: String) throws {
+    func queue(response: Data, provider: String, account: String, reason: String) async throws {
         let parsed = try TokenResponse.parse(response)
         guard let (_, operation) = try newEntry(provider: provider, account: account, reason: reason,
                                                 refreshToken: parsed.refreshToken, accessToken: parsed.accessToken) else { return }
-        try keeper.recordEvent("provider-revoke-queued", service: provider, account: account, detail: reason, alongside: [operation])
+        try await keeper.awaiting.recordEvent("provider-revoke-queued", service: provider, account: account, detail: reason, alongside: [operation])
     }
 
     /// A new pending entry for these tokens (refresh token first) and the operation that
@@ -272,14 +272,15 @@ public struct RevocationOutbox: Sendable {
         for (provider, group) in Dictionary(grouping: due, by: \.provider) {
             var next = group.makeIterator()
             var batch: [Outcome] = []
-            func flush() {
+            func flush() async {
                 let confirmed = batch.filter { $0.state == "confirmed" && $0.operation != nil }
                 if !confirmed.isEmpty {
                     do {
-                        try keeper.recordEvent("provider-revoke", service: provider, account: confirmed.count == 1 ? confirmed[0].account : "*",
-                                               detail: "revoked at provider \(provider): \(confirmed.count) token(s) confirmed",
-                                               tokens: confirmed.map { TokenReference(service: provider, account: $0.account) },
-                                               alongside: confirmed.compactMap(\.operation))
+                        try await keeper.awaiting.recordEvent(
+                            "provider-revoke", service: provider, account: confirmed.count == 1 ? confirmed[0].account : "*",
+                            detail: "revoked at provider \(provider): \(confirmed.count) token(s) confirmed",
+                            tokens: confirmed.map { TokenReference(service: provider, account: $0.account) },
+                            alongside: confirmed.compactMap(\.operation))
                     } catch {
                         // Not recorded: they stay queued, and are sent again (idempotent).
                         report.confirmed -= confirmed.count
@@ -305,11 +306,11 @@ public struct RevocationOutbox: Sendable {
                     default: report.pending += 1
                     }
                     batch.append(outcome)
-                    if batch.count >= 64 { flush() }
+                    if batch.count >= 64 { await flush() }
                     if let entry = next.next() { tasks.addTask { await self.sendOne(entry) } }
                 }
             }
-            flush()
+            await flush()
         }
         return report
     }
@@ -334,7 +335,7 @@ public struct RevocationOutbox: Sendable {
         let record: SecureRecord
         var entry: QueuedRevocation
         do {
-            guard let read = try keeper.store.read(key) else {
+            guard let read = try await keeper.store.readAwaiting([key])[0] else {
                 lock.release()
                 return Outcome(id: listed.id, state: "gone", account: listed.account)  // confirmed by another process meanwhile
             }
@@ -348,12 +349,10 @@ public struct RevocationOutbox: Sendable {
             lock.release()
             return Outcome(id: listed.id, state: entry.state, account: listed.account)
         }
-        let registry = ProviderRegistry(store: keeper.store)
         do {
-            guard let provider = try registry.provider(named: entry.provider) else {
+            guard let client = try await ProviderRegistry(store: keeper.store).clientAwaiting(named: entry.provider, timeout: timeout) else {
                 throw ProviderError(.unsupported, "provider \(OneLine.escaped(entry.provider)) is no longer kept")
             }
-            let client = try ProviderClient(provider: provider, registry: registry, timeout: timeout)
             entry.attempts += 1
             let endedGrant = entry.tokens.first?.hint == "refresh_token"
             while let first = entry.tokens.first {
@@ -396,9 +395,10 @@ public struct RevocationOutbox: Sendable {
             var updated = record
             guard let secret = try? Self.encode(entry) else { return Outcome(id: entry.id, state: "pending", account: entry.account) }
             updated.secret = secret
-            try? keeper.recordEvent(transient ? "provider-revoke-retry" : "provider-revoke-failed", service: entry.provider, account: entry.account,
-                                    detail: "revocation at provider \(entry.provider) " + (transient ? "will be retried" : "failed")
-                                        + ": \(message)", alongside: [.replace(updated)])
+            try? await keeper.awaiting.recordEvent(
+                transient ? "provider-revoke-retry" : "provider-revoke-failed", service: entry.provider, account: entry.account,
+                detail: "revocation at provider \(entry.provider) " + (transient ? "will be retried" : "failed") + ": \(message)",
+                alongside: [.replace(updated)])
             return Outcome(id: entry.id, state: transient ? "pending" : "failed", account: entry.account)
         }
     }

@@ -309,6 +309,18 @@ public struct ProviderRegistry: Sendable {
         return true
     }
 
+    /// A client for the provider of that name, with its client secret, both read in one read
+    /// awaited through the store's async API when it has one (for async code: a refresh);
+    /// `nil` when there is no such provider.
+    ///
+    /// - Throws: As ``provider(named:)`` and ``ProviderClient/init(provider:registry:timeout:)``.
+    func clientAwaiting(named name: String, timeout: Duration) async throws -> ProviderClient? {
+        let records = try await store.readAwaiting([Self.key(name), Self.secretKey(name)])
+        guard let record = records[0] else { return nil }
+        return try ProviderClient(provider: try Self.decode(record.secret, name: name), keptSecret: records[1].map { Array($0.secret) },
+                                  timeout: timeout)
+    }
+
     /// The provider's client secret, or `nil` when it keeps none.
     func clientSecret(for name: String) throws -> [UInt8]? {
         try store.read(Self.secretKey(name)).map { Array($0.secret) }

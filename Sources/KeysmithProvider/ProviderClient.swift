@@ -25,15 +25,19 @@ public struct ProviderClient: Sendable {
     /// - Throws: `KeysmithError.Code.itemNotFound` when the provider needs a secret the store
     ///   does not hold; a store failure.
     public init(provider: OAuthProvider, registry: ProviderRegistry, timeout: Duration = .seconds(30)) throws {
-        var secret: [UInt8]? = nil
-        if provider.clientAuthentication != .none {
-            guard let kept = try registry.clientSecret(for: provider.name) else {
-                throw KeysmithError(.itemNotFound, "provider \(provider.name) authenticates with \(provider.clientAuthentication.rawValue), "
-                                    + "but its client secret is not kept; add the provider again with --client-secret-fd")
-            }
-            secret = kept
+        let kept = provider.clientAuthentication == .none ? nil : try registry.clientSecret(for: provider.name)
+        try self.init(provider: provider, keptSecret: kept, timeout: timeout)
+    }
+
+    /// A client for `provider` with the secret its registry keeps (`nil`: none is kept).
+    ///
+    /// - Throws: `KeysmithError.Code.itemNotFound` when the provider needs a secret and none is kept.
+    init(provider: OAuthProvider, keptSecret kept: [UInt8]?, timeout: Duration) throws {
+        guard provider.clientAuthentication == .none || kept != nil else {
+            throw KeysmithError(.itemNotFound, "provider \(provider.name) authenticates with \(provider.clientAuthentication.rawValue), "
+                                + "but its client secret is not kept; add the provider again with --client-secret-fd")
         }
-        self.init(provider: provider, clientSecret: secret, timeout: timeout)
+        self.init(provider: provider, clientSecret: provider.clientAuthentication == .none ? nil : kept, timeout: timeout)
     }
 
     /// A client for `provider` with the secret given here.

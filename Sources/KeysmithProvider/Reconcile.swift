@@ -36,16 +36,14 @@ public struct ProviderIntrospection: Sendable {
     /// - Throws: `KeysmithError.Code.itemNotFound` for no such token or provider;
     ///   ``ProviderError`` (``ProviderError/Kind/unsupported`` without an introspection endpoint).
     public func introspect(service: String, account: String) async throws -> (answer: ProviderClient.Introspection, revokedHere: Bool) {
-        let registry = ProviderRegistry(store: keeper.store)
-        guard let provider = try registry.provider(named: service) else {
+        guard let client = try await ProviderRegistry(store: keeper.store).clientAwaiting(named: service, timeout: timeout) else {
             throw KeysmithError(.itemNotFound, "there is no provider named \(service) (see `keysmith provider list`)")
         }
-        guard let token = try keeper.token(service: service, account: account) else {
+        guard let token = try await keeper.awaiting.token(service: service, account: account) else {
             throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
         }
-        let client = try ProviderClient(provider: provider, registry: registry, timeout: timeout)
         let answer = try await client.introspect(token.accessToken)
-        return (answer, try follow(answer, token: token, service: service, account: account))
+        return (answer, try await follow(answer, token: token, service: service, account: account))
     }
 
     /// What ``reconcile(service:)`` did.
@@ -61,12 +59,10 @@ public struct ProviderIntrospection: Sendable {
     /// Asks the provider about every token of `service` that is valid here, `concurrency` at a
     /// time, and revokes here those it reports inactive.
     public func reconcile(service: String) async throws -> Report {
-        let registry = ProviderRegistry(store: keeper.store)
-        guard let provider = try registry.provider(named: service) else {
+        guard let client = try await ProviderRegistry(store: keeper.store).clientAwaiting(named: service, timeout: timeout) else {
             throw KeysmithError(.itemNotFound, "there is no provider named \(service) (see `keysmith provider list`)")
         }
-        let client = try ProviderClient(provider: provider, registry: registry, timeout: timeout)
-        guard provider.introspectionEndpoint != nil else {
+        guard client.provider.introspectionEndpoint != nil else {
             throw ProviderError(.unsupported, "provider \(OneLine.escaped(service)) has no introspection endpoint")
         }
         let now = keeper.now
@@ -86,7 +82,7 @@ public struct ProviderIntrospection: Sendable {
                 report.checked += 1
                 switch result {
                 case .success(let answer):
-                    if try follow(answer, token: token, service: service, account: account) { report.revoked.append(account) }
+                    if try await follow(answer, token: token, service: service, account: account) { report.revoked.append(account) }
                 case .failure(let error):
                     report.failed[account] = error.message
                 }
@@ -98,9 +94,9 @@ public struct ProviderIntrospection: Sendable {
     }
 
     /// Revokes the token here when the provider says inactive and it is valid here.
-    private func follow(_ answer: ProviderClient.Introspection, token: OAuthToken, service: String, account: String) throws -> Bool {
+    private func follow(_ answer: ProviderClient.Introspection, token: OAuthToken, service: String, account: String) async throws -> Bool {
         guard !answer.active, token.isActive(at: keeper.now) else { return false }
-        try keeper.revokeAll(service: service, account: account, reason: "inactive at the provider")
+        try await keeper.awaiting.revokeAll(service: service, account: account, reason: "inactive at the provider")
         return true
     }
 }

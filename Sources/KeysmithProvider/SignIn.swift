@@ -111,22 +111,32 @@ public struct ProviderSignIn: Sendable {
     ///   its history and revocations are kept).
     public func completeDevice(_ authorization: DeviceAuthorization, account: String, replacing: Bool = false) async throws -> OAuthToken {
         let response = try await client.completeDeviceAuthorization(authorization)
-        return try keep(response, account: account, requested: authorization.scopes, replacing: replacing)
+        return try await keep(response, account: account, requested: authorization.scopes, replacing: replacing)
     }
 
     /// Signs the client itself in (client credentials, for services) and keeps the token.
     public func clientCredentials(account: String, scopes: Set<Scope>, replacing: Bool = false) async throws -> OAuthToken {
         let response = try await client.clientCredentials(scopes: scopes)
-        return try keep(response, account: account, requested: scopes, replacing: replacing)
+        return try await keep(response, account: account, requested: scopes, replacing: replacing)
     }
 
     /// Keeps a token response: a new token, or an update (an incremental grant) of the one kept.
-    func keep(_ response: Data, account: String, requested: Set<Scope>, replacing: Bool) throws -> OAuthToken {
+    func keep(_ response: Data, account: String, requested: Set<Scope>, replacing: Bool) async throws -> OAuthToken {
         let provider = client.provider
-        if !replacing, try keeper.token(service: provider.name, account: account) != nil {
-            return try keeper.update(with: response, requested: requested, allowRegrant: true, service: provider.name, account: account).token
+        // Kept even when the caller's task is cancelled now: the provider has issued the tokens.
+        return try await Task {
+            try await keepNow(response, provider: provider, account: account, requested: requested, replacing: replacing)
+        }.value
+    }
+
+    private func keepNow(_ response: Data, provider: OAuthProvider, account: String, requested: Set<Scope>, replacing: Bool)
+        async throws -> OAuthToken
+    {
+        if !replacing, try await keeper.awaiting.token(service: provider.name, account: account) != nil {
+            return try await keeper.awaiting.update(with: response, requested: requested, allowRegrant: true, service: provider.name,
+                                                    account: account).token
         }
-        return try keeper.importResponse(response, service: provider.name, account: account, requested: requested, clientID: provider.clientID,
+        return try await keeper.awaiting.importResponse(response, service: provider.name, account: account, requested: requested, clientID: provider.clientID,
                                          issuer: provider.issuer, replacing: replacing)
     }
 }
@@ -244,7 +254,7 @@ extension ProviderSignIn {
         // The browser hears how it ended only once the code is exchanged and the token kept.
         do {
             let response = try await client.exchange(code: code, redirectURI: authorization.redirectURI, verifier: authorization.verifier)
-            let token = try keep(response, account: account, requested: authorization.scopes, replacing: replacing)
+            let token = try await keep(response, account: account, requested: authorization.scopes, replacing: replacing)
             answer(connection, "200 OK", "Signed in to Keysmith. You can close this window.")
             return token
         } catch {

@@ -211,7 +211,12 @@ enum AuditLog {
     }
 
     static func head(in store: any SecureStore) throws -> ReadHead {
-        guard let record = try store.read(headKey) else { return ReadHead(head: Head(sequence: 0, hash: genesis), version: nil) }
+        try head(from: try store.read(headKey))
+    }
+
+    /// The head in its record as read (`nil`: the log is empty).
+    static func head(from record: SecureRecord?) throws -> ReadHead {
+        guard let record else { return ReadHead(head: Head(sequence: 0, hash: genesis), version: nil) }
         return ReadHead(head: try TokenCoding.decode(Head.self, from: record.secret, what: "the audit log's head"),
                         version: record.info.version)
     }

@@ -149,16 +149,16 @@ extension TokenKeeper {
     ) throws -> BulkRevocationReport {
         let scopes = Array(Set(scopes)).sorted()
         guard !scopes.isEmpty else { throw KeysmithError.invalidArgument("name at least one scope to revoke") }
-        var report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
         let time = now
-        try commit(at: time) { _ in
-            report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
+        // The scan is the change's read (synchronous: a store's async API has no scan).
+        return try run(Change(time: time, reading: []) { _ in
+            var report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
             var tokens: [StoreOperation] = []
             var extra: [StoreOperation] = []
             var examined = 0
             var heardOf = Set<Scope>()
             // One pass, a chunk at a time: each token is read (and decrypted) once.
-            try store.forEachRecord(matching: ItemQuery(service: filter.service, recordType: .oauthToken), chunkSize: 4096) { records, scan in
+            try self.store.forEachRecord(matching: ItemQuery(service: filter.service, recordType: .oauthToken), chunkSize: 4096) { records, scan in
                 for record in records {
                     guard case .keysmithRecord(let recordKey) = record.key else { continue }
                     let service = recordKey.service, account = recordKey.account
@@ -194,15 +194,15 @@ extension TokenKeeper {
                     "none of the \(report.matched) matching token(s) has ever held \(Scope.formatList(unknown)) "
                         + "(misspelled?); nothing was revoked")
             }
-            guard !dryRun, !tokens.isEmpty else { return ([], []) }
+            guard !dryRun, !tokens.isEmpty else { return Built([], [], report) }
             // One audit entry names every token the bulk change touched.
             // The filters go in the detail; account is "*" (a bulk change has no one account).
             let event = Event("bulk-revoke", filter.service ?? "*", "*", scopes.map(\.rawValue),
                               "bulk: \(reason); service \(filter.service ?? "*"); client \(filter.clientID ?? "*"); "
                                   + "subject \(filter.subject ?? "*"); \(tokens.count) token(s)",
                               tokens: report.changedTokens.map(\.description))
-            return (tokens + extra, [event])
-        }
-        return report
+            tokens += extra
+            return Built(tokens, [event], report)
+        })
     }
 }

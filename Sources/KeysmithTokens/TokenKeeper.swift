@@ -155,26 +155,35 @@ public final class TokenKeeper: Sendable {
         _ response: Data, service: String, account: String, requested: Set<Scope>, clientID: String? = nil,
         subject: String? = nil, issuer: String? = nil, audience: [String] = [], replacing: Bool = false
     ) throws -> OAuthToken {
+        try run(importChange(response, service: service, account: account, requested: requested, clientID: clientID, subject: subject,
+                             issuer: issuer, audience: audience, replacing: replacing))
+    }
+
+    /// ``importResponse(_:service:account:requested:clientID:subject:issuer:audience:replacing:)`` as a change to run.
+    func importChange(
+        _ response: Data, service: String, account: String, requested: Set<Scope>, clientID: String?,
+        subject: String?, issuer: String?, audience: [String], replacing: Bool
+    ) throws -> Change<OAuthToken> {
         let time = now
         let token = try OAuthToken(response: response, requested: requested, clientID: clientID, subject: subject,
                                    issuer: issuer, audience: audience, now: time)
-        try commit(at: time) { _ in
+        return Change(time: time, reading: [Self.key(service: service, account: account)]) { read in
             let granted = token.scopes.filter { $0.value.state == .granted }.map(\.key.rawValue).sorted()
             let declined = token.scopes.filter { $0.value.state == .declined }.map(\.key.rawValue).sorted()
             let imported = "granted: \(granted.joined(separator: " ")); declined: \(declined.joined(separator: " "))"
-            let found: (token: OAuthToken, version: ItemVersion, record: SecureRecord)?
+            let found: Versioned?
             do {
-                found = try versionedToken(service: service, account: account)
+                found = try Self.decoded([(service, account)], try read.get())[0]
             } catch let error as KeysmithError where error.code == .corruptData && replacing {
                 // The stored token is damaged: replacing it is its repair (the new record
                 // supersedes the damaged one); nothing of the old one can be kept.
                 let stored = StoredToken(service: service, account: account, token: token)
-                return ([.upsert(stored.attributes, secret: stored.secret)],
-                        [Event("replace", service, account, granted + declined, "replaced a damaged token; " + imported)])
+                return Built([.upsert(stored.attributes, secret: stored.secret)],
+                             [Event("replace", service, account, granted + declined, "replaced a damaged token; " + imported)], token)
             }
             guard let existing = found else {
-                return ([Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: nil)],
-                        [Event("import", service, account, granted + declined, "imported; " + imported)])
+                return Built([Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: nil)],
+                             [Event("import", service, account, granted + declined, "imported; " + imported)], token)
             }
             guard replacing else {
                 throw KeysmithError(.duplicateItem, "a token is kept for \(account) at \(service) already; update it, or replace it")
@@ -183,10 +192,9 @@ public final class TokenKeeper: Sendable {
             let revoked = existing.token.scopes.filter { $0.value.state == .revoked }.map(\.key.rawValue).sorted()
             let discarded = (revoked.isEmpty ? "" : "; discards the revocation of \(revoked.joined(separator: " "))")
                 + (existing.token.revokedAt == nil ? "" : "; ends a log-out")
-            return ([Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: existing.version)],
-                    [Event("replace", service, account, granted + declined, "replaced; " + imported + discarded)])
+            return Built([Self.tokenWrite(StoredToken(service: service, account: account, token: token), replacing: existing.version)],
+                         [Event("replace", service, account, granted + declined, "replaced; " + imported + discarded)], token)
         }
-        return token
     }
 
     /// Imports many token responses as one all-or-nothing commit, with one audit entry
@@ -208,6 +216,13 @@ public final class TokenKeeper: Sendable {
     public func importBatch(_ imports: [TokenImport], replacing: Bool = false) throws
         -> (imported: [TokenReference], updated: [TokenReference])
     {
+        try run(importBatchChange(imports, replacing: replacing))
+    }
+
+    /// ``importBatch(_:replacing:)`` as a change to run.
+    func importBatchChange(_ imports: [TokenImport], replacing: Bool) throws
+        -> Change<(imported: [TokenReference], updated: [TokenReference])>
+    {
         let time = now
         // Every response is parsed before anything is read: a bad one fails the whole batch.
         var seen = Set<TokenReference>()
@@ -224,14 +239,13 @@ public final class TokenKeeper: Sendable {
                 throw KeysmithError(error.code, "token \(index + 1) (\(reference)): \(error.message)")
             }
         }
-        var imported: [TokenReference] = [], updated: [TokenReference] = []
-        try commit(at: time) { _ in
-            imported = []
-            updated = []
+        // One read for the whole batch (a store that can, PostgreSQL, answers it in one
+        // query: read one at a time, 20,000 tokens took 53 s there).
+        let references = imports.map { (service: $0.service, account: $0.account) }
+        return Change(time: time, reading: references.map { Self.key(service: $0.service, account: $0.account) }) { read in
+            var imported: [TokenReference] = [], updated: [TokenReference] = []
             var writes: [StoreOperation] = []
-            // One read for the whole batch (a store that can, PostgreSQL, answers it in one
-            // query: read one at a time, 20,000 tokens took 53 s there).
-            let kept = try versionedTokens(imports.map { (service: $0.service, account: $0.account) })
+            let kept = try Self.decoded(references, try read.get())
             for ((item, token), existing) in zip(zip(imports, fresh), kept) {
                 let reference = TokenReference(service: item.service, account: item.account)
                 let stored = StoredToken(service: item.service, account: item.account, token: token)
@@ -249,11 +263,10 @@ public final class TokenKeeper: Sendable {
                 }
                 updated.append(reference)
             }
-            guard !writes.isEmpty else { return ([], []) }
+            guard !writes.isEmpty else { return Built([], [], ([], [])) }
             let detail = "batch of \(writes.count): \(imported.count) imported, \(updated.count) " + (replacing ? "replaced" : "updated")
-            return (writes, [Event("import-batch", "*", "*", [], detail, tokens: (imported + updated).map(\.description))])
+            return Built(writes, [Event("import-batch", "*", "*", [], detail, tokens: (imported + updated).map(\.description))], (imported, updated))
         }
-        return (imported, updated)
     }
 
     /// Revokes scopes of one token.
@@ -263,7 +276,11 @@ public final class TokenKeeper: Sendable {
     ///   never heard of (nothing changes then); a store failure.
     @discardableResult
     public func revoke(_ scopes: [Scope], service: String, account: String, reason: String) throws -> OAuthToken {
-        try change(service: service, account: account, event: "revoke", scopes: scopes.map(\.rawValue), detail: reason) { token, time in
+        try run(revokeChange(scopes, service: service, account: account, reason: reason))
+    }
+
+    func revokeChange(_ scopes: [Scope], service: String, account: String, reason: String) -> Change<OAuthToken> {
+        change(service: service, account: account, event: "revoke", scopes: scopes.map(\.rawValue), detail: reason) { token, time in
             var changed = false
             for scope in scopes { changed = try token.revoke(scope, reason: reason, at: time) || changed }
             return changed
@@ -273,7 +290,11 @@ public final class TokenKeeper: Sendable {
     /// Revokes everything (log-out): every scope revoked, the token inactive.
     @discardableResult
     public func revokeAll(service: String, account: String, reason: String) throws -> OAuthToken {
-        try change(service: service, account: account, event: "revoke-all", scopes: [], detail: reason) { token, time in
+        try run(revokeAllChange(service: service, account: account, reason: reason))
+    }
+
+    func revokeAllChange(service: String, account: String, reason: String) -> Change<OAuthToken> {
+        change(service: service, account: account, event: "revoke-all", scopes: [], detail: reason) { token, time in
             token.revokeAll(reason: reason, at: time)
         }
     }
@@ -281,7 +302,7 @@ public final class TokenKeeper: Sendable {
     /// Applies a refresh response (which may narrow the grant, never widen it).
     @discardableResult
     public func refresh(_ response: Data, service: String, account: String) throws -> OAuthToken {
-        try strictRefresh(response, service: service, account: account, detail: "refreshed")
+        try run(strictRefreshChange(response, service: service, account: account, detail: "refreshed"))
     }
 
     /// Applies a refresh response obtained from the provider, with the audit entry's detail
@@ -302,8 +323,14 @@ public final class TokenKeeper: Sendable {
     @discardableResult
     public func refresh(_ response: Data, service: String, account: String, detail: String, answering sent: String? = nil,
                         ifLoggedOut: (operations: [StoreOperation], event: String, detail: String)? = nil) throws -> OAuthToken {
+        try run(refreshChange(response, service: service, account: account, detail: detail, answering: sent, ifLoggedOut: ifLoggedOut))
+    }
+
+    func refreshChange(_ response: Data, service: String, account: String, detail: String, answering sent: String?,
+                       ifLoggedOut: (operations: [StoreOperation], event: String, detail: String)?) -> Change<OAuthToken> {
+        // One attempt's finding, for the entry's detail (each attempt sets it before describe reads it).
         var ignored: Set<Scope> = []
-        return try change(service: service, account: account, event: "refresh", scopes: [], detail: detail, { token, time in
+        return change(service: service, account: account, event: "refresh", scopes: [], detail: detail, { token, time in
             if let sent, token.refreshToken != sent {
                 throw KeysmithError(.writeConflict, "the token for \(account) at \(service) was replaced while it was being refreshed")
             }
@@ -317,8 +344,8 @@ public final class TokenKeeper: Sendable {
         })
     }
 
-    private func strictRefresh(_ response: Data, service: String, account: String, detail: String) throws -> OAuthToken {
-        try change(service: service, account: account, event: "refresh", scopes: [], detail: detail) { token, time in
+    func strictRefreshChange(_ response: Data, service: String, account: String, detail: String) -> Change<OAuthToken> {
+        change(service: service, account: account, event: "refresh", scopes: [], detail: detail) { token, time in
             try token.applyRefresh(response: response, at: time)
             return true
         }
@@ -328,7 +355,11 @@ public final class TokenKeeper: Sendable {
     /// become granted this way).
     @discardableResult
     public func grant(_ response: Data, requested: Set<Scope>, service: String, account: String) throws -> OAuthToken {
-        try change(service: service, account: account, event: "grant", scopes: requested.map(\.rawValue), detail: "incremental grant") { token, time in
+        try run(grantChange(response, requested: requested, service: service, account: account))
+    }
+
+    func grantChange(_ response: Data, requested: Set<Scope>, service: String, account: String) -> Change<OAuthToken> {
+        change(service: service, account: account, event: "grant", scopes: requested.map(\.rawValue), detail: "incremental grant") { token, time in
             try token.applyGrant(response: response, requested: requested, at: time)
             return true
         }
@@ -345,14 +376,21 @@ public final class TokenKeeper: Sendable {
     public func update(
         with response: Data, requested: Set<Scope>, allowRegrant: Bool = false, service: String, account: String
     ) throws -> (token: OAuthToken, outcome: OAuthToken.UpdateOutcome) {
-        var outcome = OAuthToken.UpdateOutcome()
-        var regranted: [String] = []
-        let token = try change(service: service, account: account, event: "update", scopes: [], detail: "new token response") { token, time in
+        try run(updateChange(with: response, requested: requested, allowRegrant: allowRegrant, service: service, account: account))
+    }
+
+    func updateChange(
+        with response: Data, requested: Set<Scope>, allowRegrant: Bool, service: String, account: String
+    ) -> Change<(token: OAuthToken, outcome: OAuthToken.UpdateOutcome)> {
+        // The last attempt's outcome (each attempt sets it before describe and the result read it).
+        var found = (outcome: OAuthToken.UpdateOutcome(), regranted: [String]())
+        let change = change(service: service, account: account, event: "update", scopes: [], detail: "new token response") { token, time in
             let before = token
-            outcome = try token.applyUpdate(response: response, requested: requested, allowRegrant: allowRegrant, at: time)
-            regranted = outcome.granted.filter { before.scopes[$0]?.state == .revoked }.map(\.rawValue).sorted()
+            let outcome = try token.applyUpdate(response: response, requested: requested, allowRegrant: allowRegrant, at: time)
+            found = (outcome, outcome.granted.filter { before.scopes[$0]?.state == .revoked }.map(\.rawValue).sorted())
             return true
         } describe: {
+            let (outcome, regranted) = found
             // The entry names every scope whose state changed (change() does) and says how.
             var parts = ["new token response"]
             if !outcome.granted.isEmpty { parts.append("granted \(Scope.formatList(outcome.granted))") }
@@ -361,29 +399,30 @@ public final class TokenKeeper: Sendable {
             if !outcome.keptRevoked.isEmpty { parts.append("kept revoked \(Scope.formatList(outcome.keptRevoked))") }
             return parts.joined(separator: "; ")
         }
-        return (token, outcome)
+        return change.map { ($0, found.outcome) }
     }
 
     /// Deletes a token (the audit log keeps its history). A token whose record is damaged is
     /// deleted too: that repairs it (the audit entry says so).
     public func delete(service: String, account: String) throws {
+        try run(deleteChange(service: service, account: account))
+    }
+
+    func deleteChange(service: String, account: String) -> Change<Void> {
         let key = Self.key(service: service, account: account)
-        var deletion: [StoreOperation] = []
-        try commit(at: now) { _ in
-            let current: (token: OAuthToken, version: ItemVersion, record: SecureRecord)?
+        return Change(time: now, reading: [key]) { read in
+            let current: Versioned?
             do {
-                current = try self.versionedToken(service: service, account: account)
+                current = try Self.decoded([(service, account)], try read.get())[0]
             } catch let error as KeysmithError where error.code == .corruptData {
                 // A damaged token is deleted as it is: deleting is its repair.
-                deletion = [.delete(key)]
-                return ([], [Event("delete", service, account, [], "deleted a damaged token")])
+                return Built([.delete(key)], [Event("delete", service, account, [], "deleted a damaged token")], ())
             }
             guard let current else {
                 throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
             }
-            deletion = [.delete(key, ifVersion: current.version)]
-            return ([], [Event("delete", service, account, [], "deleted")])
-        } extra: { deletion }
+            return Built([.delete(key, ifVersion: current.version)], [Event("delete", service, account, [], "deleted")], ())
+        }
     }
 
     /// Ends a token here and commits other records with it, in one commit with one audit
@@ -405,30 +444,33 @@ public final class TokenKeeper: Sendable {
     @discardableResult
     public func endToken(service: String, account: String, scopes: [Scope]?, deleting: Bool = false, reason: String, event: String,
                          alongside: (OAuthToken) throws -> [StoreOperation]) throws -> OAuthToken {
+        try withoutActuallyEscaping(alongside) { alongside in
+            try run(endTokenChange(service: service, account: account, scopes: scopes, deleting: deleting, reason: reason, event: event,
+                                   alongside: alongside))
+        }
+    }
+
+    func endTokenChange(service: String, account: String, scopes: [Scope]?, deleting: Bool, reason: String, event: String,
+                        alongside: @escaping (OAuthToken) throws -> [StoreOperation]) -> Change<OAuthToken> {
         let time = now
-        var result: OAuthToken?
-        var extra: [StoreOperation] = []
-        try commit(at: time) { _ in
-            guard let (read, version, record) = try self.versionedToken(service: service, account: account) else {
+        return Change(time: time, reading: [Self.key(service: service, account: account)]) { records in
+            guard let (read, version, record) = try Self.decoded([(service, account)], try records.get())[0] else {
                 throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
             }
-            extra = try alongside(read)
+            var extra = try alongside(read)
             var token = read
             if let scopes {
                 for scope in scopes { _ = try token.revoke(scope, reason: reason, at: time) }
             }
             _ = token.revokeAll(reason: reason, at: time)
-            result = token
             let touched = token.scopes.filter { read.scopes[$0.key]?.state != $0.value.state }.map(\.key.rawValue).sorted()
             if deleting {
                 extra.insert(.delete(Self.key(service: service, account: account), ifVersion: version), at: 0)
-                return ([], [Event(event, service, account, touched, reason)])
+                return Built(extra, [Event(event, service, account, touched, reason)], token)
             }
-            return ([Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record)],
-                    [Event(event, service, account, touched, reason)])
-        } extra: { extra }
-        guard let result else { throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)") }
-        return result
+            return Built([Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record)] + extra,
+                         [Event(event, service, account, touched, reason)], token)
+        }
     }
 
     /// Appends one audit entry, with other operations in the same commit (for modules that
@@ -444,7 +486,14 @@ public final class TokenKeeper: Sendable {
     ///   - tokens: The tokens the entry is about, for an entry about many (`ACCOUNT at SERVICE`).
     public func recordEvent(_ event: String, service: String, account: String, detail: String, tokens: [TokenReference] = [],
                             alongside: [StoreOperation] = []) throws {
-        try commit(at: now) { _ in ([], [Event(event, service, account, [], detail, tokens: tokens.map(\.description))]) } extra: { alongside }
+        try run(eventChange(event, service: service, account: account, detail: detail, tokens: tokens, alongside: alongside))
+    }
+
+    func eventChange(_ event: String, service: String, account: String, detail: String, tokens: [TokenReference] = [],
+                     alongside: [StoreOperation] = []) -> Change<Void> {
+        Change(time: now, reading: []) { _ in
+            Built(alongside, [Event(event, service, account, [], detail, tokens: tokens.map(\.description))], ())
+        }
     }
 
     /// Verifies the audit log's hash chain, and against ``auditAnchor`` that the log still
@@ -489,11 +538,10 @@ public final class TokenKeeper: Sendable {
         }
         let repair = AuditRepair(headRebuilt: plan.head != nil, entriesReplaced: replaced, entriesLeft: left)
         guard repair.changed else { return repair }
-        try commit(at: time) { _ in
-            ([], [Event("audit-repair", "*", "*", [], "repaired the audit log: head \(repair.headRebuilt ? "rebuilt" : "kept"); "
-                        + "entries replaced by markers: \(replaced.isEmpty ? "none" : replaced.map(String.init).joined(separator: " "))"
-                        + (left.isEmpty ? "" : "; entries left damaged (append-only log): \(left.map(String.init).joined(separator: " "))"))])
-        }
+        let detail = "repaired the audit log: head \(repair.headRebuilt ? "rebuilt" : "kept"); "
+            + "entries replaced by markers: \(replaced.isEmpty ? "none" : replaced.map(String.init).joined(separator: " "))"
+            + (left.isEmpty ? "" : "; entries left damaged (append-only log): \(left.map(String.init).joined(separator: " "))")
+        try run(Change(time: time, reading: []) { _ in Built([], [Event("audit-repair", "*", "*", [], detail)], ()) })
         return repair
     }
 
@@ -504,7 +552,7 @@ public final class TokenKeeper: Sendable {
     ///
     /// - Throws: `KeysmithError.Code.corruptData` when the audit log cannot be repaired either.
     public func recordStoreRepair(_ summary: String) throws {
-        let append = { try self.commit(at: self.now) { _ in ([], [Event("store-repair", "*", "*", [], summary)]) } }
+        let append = { try self.run(self.eventChange("store-repair", service: "*", account: "*", detail: summary)) }
         do {
             try append()
         } catch let error as KeysmithError where error.code == .corruptData || error.code == .duplicateItem || error.code == .writeConflict {
@@ -516,31 +564,31 @@ public final class TokenKeeper: Sendable {
     /// Every audit entry, in order.
     public func auditEntries() throws -> [AuditEntry] { try AuditLog.entries(in: store) }
 
+    /// A change of one token (revoke, refresh, grant, update): `body` changes the token as read
+    /// and says whether anything changed; the entry names `scopes`, or when none are given every
+    /// scope whose state changed, and says `describe()` or else `detail`; `alongside` adds
+    /// operations and entries to the same commit.
     private func change(
         service: String, account: String, event: String, scopes: [String], detail: String,
-        _ body: (inout OAuthToken, Date) throws -> Bool, describe: (() -> String)? = nil,
+        _ body: @escaping (inout OAuthToken, Date) throws -> Bool, describe: (() -> String)? = nil,
         alongside: ((OAuthToken) throws -> (operations: [StoreOperation], events: [Event]))? = nil
-    ) throws -> OAuthToken {
+    ) -> Change<OAuthToken> {
         let time = now
-        var result: OAuthToken?
-        try commit(at: time) { _ in
-            guard let (read, _, record) = try self.versionedToken(service: service, account: account) else {
+        return Change(time: time, reading: [Self.key(service: service, account: account)]) { records in
+            guard let (read, _, record) = try Self.decoded([(service, account)], try records.get())[0] else {
                 throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
             }
             var token = read
             let changed = try body(&token, time)
-            result = token
-            guard changed else { return ([], []) }
+            guard changed else { return Built([], [], token) }
             // The scopes the entry names: those given, else every scope whose state changed.
             let touched = scopes.isEmpty
                 ? token.scopes.filter { read.scopes[$0.key]?.state != $0.value.state }.map(\.key.rawValue).sorted()
                 : scopes
             let extra: (operations: [StoreOperation], events: [Event]) = try alongside?(token) ?? ([], [])
-            return ([Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record)] + extra.operations,
-                    [Event(event, service, account, touched, describe?() ?? detail)] + extra.events)
+            return Built([Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record)] + extra.operations,
+                         [Event(event, service, account, touched, describe?() ?? detail)] + extra.events, token)
         }
-        guard let result else { throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)") }
-        return result
     }
 
     typealias Event = AuditLog.Event
@@ -566,34 +614,112 @@ public final class TokenKeeper: Sendable {
         }
     }
 
-    /// Builds a batch from fresh reads and commits it with its audit entries, every write
-    /// conditional on what was read; retries when another writer changed a token or appended to
-    /// the audit log in between (the batch then fails as a duplicate or a write conflict, and
-    /// nothing of it was applied).
-    func commit(
-        at time: Date, attempts: Int = 200,
-        _ build: (Int) throws -> (tokens: [StoreOperation], events: [Event]),
-        extra: () -> [StoreOperation] = { [] }
-    ) throws {
+    // MARK: Running a change
+
+    /// A token as read, with the store's version of its record, for a conditional write.
+    typealias Versioned = (token: OAuthToken, version: ItemVersion, record: SecureRecord)
+
+    /// One change of tokens and the audit log, apart from its I/O: which token records to read,
+    /// and the batch to commit given what was read. The same change runs synchronously
+    /// (``run(_:attempts:)``) or awaiting the store (``runAwaiting(_:attempts:)``): the logic of
+    /// every change is written once, and only the reading and the writing differ.
+    struct Change<Output> {
+        /// When the change happens: the audit entries' time.
+        var time: Date
+        /// The token records read, in one read, at each attempt before ``build``.
+        var reading: [ItemKey]
+        /// The batch for what was read (or why it could not be read: a change that repairs a
+        /// damaged record goes on without it), and the caller's result. Called once per
+        /// attempt, with fresh reads each time.
+        var build: (_ read: Result<[SecureRecord?], any Error>) throws -> Built<Output>
+
+        /// The same change with its result transformed.
+        func map<Other>(_ transform: @escaping (Output) -> Other) -> Change<Other> {
+            let build = self.build
+            return Change<Other>(time: time, reading: reading) { read in
+                let built = try build(read)
+                return Built<Other>(built.operations, built.events, transform(built.output))
+            }
+        }
+    }
+
+    /// What one attempt of a ``Change`` commits: token writes and other operations, then
+    /// audit entries for `events` (no events: nothing is committed), and the caller's result.
+    struct Built<Output> {
+        var operations: [StoreOperation]
+        var events: [Event]
+        var output: Output
+
+        init(_ operations: [StoreOperation], _ events: [Event], _ output: Output) {
+            self.operations = operations
+            self.events = events
+            self.output = output
+        }
+    }
+
+    /// Runs a change: reads the audit log's head and the change's tokens, builds its batch,
+    /// and commits it with its audit entries, every write conditional on what was read. When
+    /// another writer changed a token or appended to the audit log in between, the batch fails
+    /// as a whole (a duplicate or a write conflict, nothing of it applied) and the change is
+    /// read and built again, up to `attempts` times.
+    func run<Output>(_ change: Change<Output>, attempts: Int = 200) throws -> Output {
         var attempt = 0
         while true {
             attempt += 1
-            let head = try AuditLog.head(in: store)
-            // The token writes become the batch in place: a bulk change is not copied.
-            var (operations, events) = try build(attempt)
-            guard !events.isEmpty else { return }
-            operations += extra()
-            let appended = try AuditLog.appendOperations(events, after: head, at: time, actor: actor)
-            operations += appended.operations
+            let head = try AuditLog.head(from: try store.read(AuditLog.headKey))
+            let read = change.reading.isEmpty ? .success([]) : Result { try store.read(change.reading) }
+            var built = try change.build(read)
+            guard let newHead = try appendAudit(to: &built, after: head, at: change.time) else { return built.output }
             do {
-                try store.perform(operations)
-                auditAnchor?.advance(for: store, to: appended.head)
-                return
-            } catch let error as KeysmithError
-                where (error.code == .duplicateItem || error.code == .writeConflict) && attempt < attempts
-            {
-                continue  // another writer went first: read again and retry
+                try store.perform(built.operations)
+                auditAnchor?.advance(for: store, to: newHead)
+                return built.output
+            } catch let error as KeysmithError where Self.anotherWriterWentFirst(error) && attempt < attempts {
+                continue  // read again and retry
             }
         }
+    }
+
+    /// ``run(_:attempts:)`` for async code: the same reads, batch and retries, each read and
+    /// the commit awaited through the store's async API when it has one (`AsyncSecureStore`),
+    /// so no thread is held while the store answers. Cancellation is checked before each
+    /// attempt; a commit already sent is awaited (the store's rule).
+    func runAwaiting<Output>(_ change: Change<Output>, attempts: Int = 200) async throws -> Output {
+        var attempt = 0
+        while true {
+            attempt += 1
+            try Task.checkCancellation()
+            let head = try AuditLog.head(from: try await store.readAwaiting([AuditLog.headKey])[0])
+            let read: Result<[SecureRecord?], any Error>
+            if change.reading.isEmpty {
+                read = .success([])
+            } else {
+                do { read = .success(try await store.readAwaiting(change.reading)) } catch { read = .failure(error) }
+            }
+            var built = try change.build(read)
+            guard let newHead = try appendAudit(to: &built, after: head, at: change.time) else { return built.output }
+            do {
+                try await store.performAwaiting(built.operations)
+                auditAnchor?.advance(for: store, to: newHead)
+                return built.output
+            } catch let error as KeysmithError where Self.anotherWriterWentFirst(error) && attempt < attempts {
+                continue  // read again and retry
+            }
+        }
+    }
+
+    /// Appends to the attempt's operations the audit entries for its events, after `head`, and
+    /// the head's update, in place (a bulk change's hundred thousand writes are not copied).
+    /// - Returns: The new head; `nil` when there is nothing to commit.
+    private func appendAudit<Output>(to built: inout Built<Output>, after head: AuditLog.ReadHead, at time: Date) throws -> AuditLog.Head? {
+        guard !built.events.isEmpty else { return nil }
+        let appended = try AuditLog.appendOperations(built.events, after: head, at: time, actor: actor)
+        built.operations += appended.operations
+        return appended.head
+    }
+
+    /// Whether a failed commit met another writer's change (the batch is read and built again).
+    private static func anotherWriterWentFirst(_ error: KeysmithError) -> Bool {
+        error.code == .duplicateItem || error.code == .writeConflict
     }
 }

@@ -225,4 +225,59 @@ struct AsyncStoreTests {
         _ = try await Task.detached { try tokens.tokenIfFresh(service: "news", account: "alice") }.value
         #expect(store.blockingPool.lendings.load(ordering: .relaxed) > blockingBefore)
     }
+
+    @Test("token changes awaited on PostgreSQL hold no thread: 64 tasks import, revoke, refresh and delete without one blocking call, and lose no update")
+    func tokenChangesAreAwaited() async throws {
+        let store = try Self.open(connections: 4)
+        let keeper = TokenKeeper(store: store)
+        let blockingBefore = store.blockingPool.lendings.load(ordering: .relaxed)
+        let asyncBefore = store.pool.lendings.load(ordering: .relaxed)
+        let scopes = try (0..<8).map { try Scope("s\($0)") }
+        let granted = Data(#"{"access_token":"at-1","token_type":"Bearer","expires_in":3600,"refresh_token":"rt-1","scope":"s0 s1 s2 s3 s4 s5 s6 s7"}"#.utf8)
+        let refreshed = Data(#"{"access_token":"at-2","token_type":"Bearer","expires_in":3600,"refresh_token":"rt-2"}"#.utf8)
+        let all = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                // 8 accounts, each imported, then 8 tasks per account revoking one scope each
+                // (conflicting with one another), one refreshing it; every 4th account deleted.
+                for account in 0..<8 {
+                    group.addTask {
+                        let name = "user\(account)"
+                        try await keeper.awaiting.importResponse(granted, service: "news", account: name, requested: Set(scopes))
+                        try await withThrowingTaskGroup(of: Void.self) { inner in
+                            for scope in scopes {
+                                inner.addTask { try await keeper.awaiting.revoke([scope], service: "news", account: name, reason: "race") }
+                            }
+                            inner.addTask { try await keeper.awaiting.refresh(refreshed, service: "news", account: name) }
+                            try await inner.waitForAll()
+                        }
+                        if account % 4 == 0 { try await keeper.awaiting.delete(service: "news", account: name) }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        try await Self.outcome(of: all, within: Self.hangAfter, "64 token changes").get()
+        // No change took a connection of the blocking pool: every read and commit was awaited.
+        #expect(store.blockingPool.lendings.load(ordering: .relaxed) == blockingBefore)
+        #expect(store.pool.lendings.load(ordering: .relaxed) - asyncBefore >= 8 * 11 * 2)
+        // No update lost: every scope revoked, every refresh kept, every delete done.
+        for account in 0..<8 {
+            let token = try await keeper.awaiting.token(service: "news", account: "user\(account)")
+            if account % 4 == 0 {
+                #expect(token == nil)
+                continue
+            }
+            let kept = try #require(token)
+            #expect(kept.accessToken == "at-2")
+            #expect(scopes.allSatisfy { kept.scopes[$0]?.state == .revoked }, "user\(account): \(kept.scopes)")
+        }
+        let entries = try keeper.auditEntries()
+        #expect(entries.filter { $0.event == "revoke" }.count == 64)
+        #expect(entries.filter { $0.event == "refresh" }.count == 8)
+        #expect(entries.filter { $0.event == "delete" }.count == 2)
+        #expect(try keeper.verifyAuditLog().problems.isEmpty)
+        // The synchronous keeper does use the blocking pool: the first check can fail.
+        _ = try await Task.detached { try keeper.revokeAll(service: "news", account: "user1", reason: "sync") }.value
+        #expect(store.blockingPool.lendings.load(ordering: .relaxed) > blockingBefore)
+    }
 }

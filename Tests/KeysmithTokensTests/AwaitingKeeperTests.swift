@@ -1,0 +1,189 @@
+import Foundation
+import Keysmith
+import KeysmithTokens
+import Testing
+
+/// `TokenKeeper.awaiting`: the same operations as the synchronous keeper, with the same checks,
+/// audit entries and retries (docs/guide.md, "Tokens from async code").
+@Suite("token keeper from async code: the same changes as the synchronous keeper")
+struct AwaitingKeeperTests {
+    /// One step of the script below, run on one keeper synchronously and on another awaited.
+    struct Step: Sendable {
+        let name: String
+        let sync: @Sendable (TokenKeeper) throws -> String
+        let awaited: @Sendable (TokenKeeper.Awaiting) async throws -> String
+    }
+
+    static let refreshed = response(["access_token": "AT-2", "token_type": "Bearer", "expires_in": 3600, "refresh_token": "RT-2",
+                                     "scope": "groups:read"])
+    static let grantResponse = response(["access_token": "AT-3", "token_type": "Bearer", "expires_in": 3600, "scope": "groups:read posts:delete"])
+    static let renewed = response(["access_token": "AT-4", "token_type": "Bearer", "expires_in": 600, "refresh_token": "RT-4",
+                                   "scope": "groups:read posts:write"])
+    static let marker = ItemKey.keysmithRecord(KeysmithRecordKey(recordType: KeysmithRecordType(rawValue: "test-marker"), service: "news", account: "bob"))
+
+    /// Every change the keeper makes, and the refusals it answers with, in an order where each
+    /// step meets the state the steps before it left.
+    static let script: [Step] = [
+        Step(name: "import") { try describe($0.importResponse(standard, service: "news", account: "bob", requested: ["groups:read", "posts:write"], clientID: "app")) }
+            awaited: { try await describe($0.importResponse(standard, service: "news", account: "bob", requested: ["groups:read", "posts:write"], clientID: "app")) },
+        Step(name: "import again, refused") { try describe($0.importResponse(standard, service: "news", account: "bob", requested: [])) }
+            awaited: { try await describe($0.importResponse(standard, service: "news", account: "bob", requested: [])) },
+        Step(name: "batch: one new, one updated") {
+            let result = try $0.importBatch([TokenImport(service: "news", account: "carol", response: standard, requested: ["groups:read"]),
+                                             TokenImport(service: "news", account: "bob", response: renewed, requested: ["groups:read"])])
+            return "\(result.imported) \(result.updated)"
+        } awaited: {
+            let result = try await $0.importBatch([TokenImport(service: "news", account: "carol", response: standard, requested: ["groups:read"]),
+                                                   TokenImport(service: "news", account: "bob", response: renewed, requested: ["groups:read"])])
+            return "\(result.imported) \(result.updated)"
+        },
+        Step(name: "revoke") { try describe($0.revoke(["posts:write"], service: "news", account: "bob", reason: "asked")) }
+            awaited: { try await describe($0.revoke(["posts:write"], service: "news", account: "bob", reason: "asked")) },
+        Step(name: "revoke a scope never held, refused") { try describe($0.revoke(["admin"], service: "news", account: "bob", reason: "x")) }
+            awaited: { try await describe($0.revoke(["admin"], service: "news", account: "bob", reason: "x")) },
+        Step(name: "revoke of no token, refused") { try describe($0.revoke(["posts:write"], service: "news", account: "nobody", reason: "x")) }
+            awaited: { try await describe($0.revoke(["posts:write"], service: "news", account: "nobody", reason: "x")) },
+        Step(name: "grant") { try describe($0.grant(grantResponse, requested: ["posts:delete"], service: "news", account: "bob")) }
+            awaited: { try await describe($0.grant(grantResponse, requested: ["posts:delete"], service: "news", account: "bob")) },
+        Step(name: "update, regranting") {
+            let (token, outcome) = try $0.update(with: renewed, requested: ["groups:read", "posts:write"], allowRegrant: true, service: "news", account: "bob")
+            return describe(token) + " \(outcome.granted.sorted()) \(outcome.dropped.sorted()) \(outcome.keptRevoked.sorted())"
+        } awaited: {
+            let (token, outcome) = try await $0.update(with: renewed, requested: ["groups:read", "posts:write"], allowRegrant: true,
+                                                       service: "news", account: "bob")
+            return describe(token) + " \(outcome.granted.sorted()) \(outcome.dropped.sorted()) \(outcome.keptRevoked.sorted())"
+        },
+        Step(name: "strict refresh") { try describe($0.refresh(refreshed, service: "news", account: "bob")) }
+            awaited: { try await describe($0.refresh(refreshed, service: "news", account: "bob")) },
+        Step(name: "refresh answering another refresh token, refused") {
+            try describe($0.refresh(renewed, service: "news", account: "bob", detail: "at provider", answering: "RT-old"))
+        } awaited: {
+            try await describe($0.refresh(renewed, service: "news", account: "bob", detail: "at provider", answering: "RT-old"))
+        },
+        Step(name: "refresh from a provider") {
+            try describe($0.refresh(renewed, service: "news", account: "bob", detail: "at provider", answering: "RT-2"))
+        } awaited: {
+            try await describe($0.refresh(renewed, service: "news", account: "bob", detail: "at provider", answering: "RT-2"))
+        },
+        Step(name: "an event with a record beside it") {
+            try $0.recordEvent("note", service: "news", account: "bob", detail: "a note",
+                               alongside: [.create(ItemAttributes(key: marker), secret: Data("m".utf8))])
+            return "recorded"
+        } awaited: {
+            try await $0.recordEvent("note", service: "news", account: "bob", detail: "a note",
+                                     alongside: [.create(ItemAttributes(key: marker), secret: Data("m".utf8))])
+            return "recorded"
+        },
+        Step(name: "end a token, with what alongside returns") {
+            try describe($0.endToken(service: "news", account: "bob", scopes: ["groups:read"], reason: "left", event: "revoke-all") { token in
+                [.update(ItemAttributes(key: marker), secret: Data(token.accessToken.utf8))]
+            })
+        } awaited: {
+            try await describe($0.endToken(service: "news", account: "bob", scopes: ["groups:read"], reason: "left", event: "revoke-all") { token in
+                [.update(ItemAttributes(key: marker), secret: Data(token.accessToken.utf8))]
+            })
+        },
+        Step(name: "revoke everything") { try describe($0.revokeAll(service: "news", account: "carol", reason: "log-out")) }
+            awaited: { try await describe($0.revokeAll(service: "news", account: "carol", reason: "log-out")) },
+        Step(name: "replace") { try describe($0.importResponse(standard, service: "news", account: "carol", requested: ["groups:read"], replacing: true)) }
+            awaited: { try await describe($0.importResponse(standard, service: "news", account: "carol", requested: ["groups:read"], replacing: true)) },
+        Step(name: "delete") { try $0.delete(service: "news", account: "carol"); return "deleted" }
+            awaited: { try await $0.delete(service: "news", account: "carol"); return "deleted" },
+        Step(name: "delete again, refused") { try $0.delete(service: "news", account: "carol"); return "deleted" }
+            awaited: { try await $0.delete(service: "news", account: "carol"); return "deleted" },
+        Step(name: "read") { try $0.token(service: "news", account: "bob").map(describe) ?? "none" }
+            awaited: { try await $0.token(service: "news", account: "bob").map(describe) ?? "none" },
+    ]
+
+    static func describe(_ token: OAuthToken) -> String {
+        let scopes = token.scopes.sorted { $0.key < $1.key }.map { "\($0.key.rawValue)=\($0.value.state)" }
+        return "\(token.accessToken) \(token.refreshToken ?? "-") \(token.revokedAt.map { "\($0.timeIntervalSince1970)" } ?? "active") \(scopes)"
+    }
+
+    /// What a step came to: its result, or its error's kind (errors carry kinds; their text is
+    /// compared too, since both ways must say the same).
+    static func outcome(_ body: () throws -> String) -> Outcome {
+        do { return Outcome(text: try body(), refused: false) } catch { return Outcome(error) }
+    }
+
+    static func outcome(_ body: () async throws -> String) async -> Outcome {
+        do { return Outcome(text: try await body(), refused: false) } catch { return Outcome(error) }
+    }
+
+    struct Outcome: Equatable, CustomStringConvertible {
+        var text: String
+        var refused: Bool
+        init(text: String, refused: Bool) {
+            self.text = text
+            self.refused = refused
+        }
+        init(_ error: any Error) {
+            self.init(text: (error as? KeysmithError).map { "\($0.code): \($0.message)" } ?? "\(error)", refused: true)
+        }
+        var description: String { (refused ? "refused: " : "") + text }
+    }
+
+    @Test("every change, awaited, returns, refuses, stores and audits what the synchronous one does", arguments: TokenStoreFixture.all)
+    func sameChanges(_ fixture: TokenStoreFixture) async throws {
+        let (syncStore, cleanSync) = try fixture.make()
+        defer { cleanSync() }
+        let (awaitedStore, cleanAwaited) = try fixture.make()
+        defer { cleanAwaited() }
+        let clock = ManualClock()
+        let actor = AuditActor.current(command: "test")
+        let sync = TokenKeeper(store: syncStore, clock: { clock.now }, actor: actor)
+        let awaited = TokenKeeper(store: awaitedStore, clock: { clock.now }, actor: actor)
+        var refusals = 0
+        for step in Self.script {
+            let expected = Self.outcome { try step.sync(sync) }
+            let got = await Self.outcome { try await step.awaited(awaited.awaiting) }
+            #expect(got == expected, "\(step.name)")
+            #expect(expected.refused == step.name.hasSuffix("refused"), "\(step.name): \(expected)")
+            if expected.refused { refusals += 1 }
+            clock.advance(7)
+        }
+        #expect(refusals == 5)
+        // The same records: the same audit log, entry for entry (hashes included), the same tokens.
+        let entries = try sync.auditEntries()
+        #expect(entries.count == Self.script.count - refusals - 1)  // one entry per change; the read makes none
+        #expect(try awaited.auditEntries() == entries)
+        #expect(try awaited.tokens() .map(\.token) == sync.tokens().map(\.token))
+        #expect(try awaitedStore.read(Self.marker)?.secret == syncStore.read(Self.marker)?.secret)
+        #expect(try awaited.verifyAuditLog().problems.isEmpty)
+    }
+
+    @Test("changes awaited from many tasks at once lose no update: each conflict is read again and retried", arguments: TokenStoreFixture.all)
+    func racingTasks(_ fixture: TokenStoreFixture) async throws {
+        let (store, cleanup) = try fixture.make()
+        defer { cleanup() }
+        let keeper = TokenKeeper(store: store)
+        let scopes = try (0..<24).map { try Scope("s\($0)") }
+        let all = response(["access_token": "AT", "token_type": "Bearer", "expires_in": 3600, "scope": scopes.map(\.rawValue).joined(separator: " ")])
+        try keeper.importResponse(all, service: "news", account: "bob", requested: Set(scopes))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for scope in scopes {
+                group.addTask { try await keeper.awaiting.revoke([scope], service: "news", account: "bob", reason: "race") }
+            }
+            try await group.waitForAll()
+        }
+        let token = try #require(try keeper.token(service: "news", account: "bob"))
+        #expect(scopes.allSatisfy { token.scopes[$0]?.state == .revoked })
+        #expect(try keeper.auditEntries().filter { $0.event == "revoke" }.count == 24)
+        #expect(try keeper.verifyAuditLog().problems.isEmpty)
+    }
+
+    @Test("a task cancelled before its change commits ends with CancellationError and changes nothing")
+    func cancelled() async throws {
+        let keeper = TokenKeeper(store: MemoryStore())
+        try keeper.importResponse(standard, service: "news", account: "bob", requested: ["groups:read", "posts:write"])
+        let before = try keeper.auditEntries()
+        let task = Task {
+            while !Task.isCancelled { await Task.yield() }
+            return try await keeper.awaiting.revoke(["posts:write"], service: "news", account: "bob", reason: "never")
+        }
+        task.cancel()
+        await #expect(throws: CancellationError.self) { try await task.value }
+        #expect(try keeper.token(service: "news", account: "bob")?.scopes["posts:write"]?.state == .granted)
+        #expect(try keeper.auditEntries() == before)
+    }
+}
