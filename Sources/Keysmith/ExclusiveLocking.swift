@@ -47,3 +47,44 @@ extension HeldLock {
     /// before this requirement).
     public func isHeld() throws -> Bool { true }
 }
+
+/// A store whose locks can be taken from async code without holding a thread while the store
+/// answers (the PostgreSQL store: its lock is a question to the server). For Keysmith's own
+/// async code, through ``ExclusiveLocking/awaitLock(named:)``.
+package protocol AwaitableLocking: ExclusiveLocking {
+    /// ``ExclusiveLocking/tryExclusiveLock(named:)``, awaited.
+    func tryExclusiveLockAwaiting(named name: String) async throws -> (any HeldLock)?
+}
+
+/// A held lock whose questions to its store can be awaited (``HeldLock/awaitIsHeld()``,
+/// ``HeldLock/awaitRelease()``).
+package protocol AwaitableHeldLock: HeldLock {
+    /// ``HeldLock/isHeld()``, awaited; `false` when the store cannot tell.
+    func isHeldAwaiting() async -> Bool
+    /// ``HeldLock/release()``, awaited.
+    func releaseAwaiting() async
+}
+
+extension ExclusiveLocking {
+    /// Takes the lock if nobody holds it: awaited without blocking a thread when the store is
+    /// ``AwaitableLocking``, synchronously otherwise (a file lock: no network).
+    package func awaitLock(named name: String) async throws -> (any HeldLock)? {
+        if let awaitable = self as? any AwaitableLocking { return try await awaitable.tryExclusiveLockAwaiting(named: name) }
+        return try tryExclusiveLock(named: name)
+    }
+}
+
+extension HeldLock {
+    /// Whether the lock is still held (``isHeld()``), awaited when the lock can be; `false`
+    /// when the store cannot tell.
+    package func awaitIsHeld() async -> Bool {
+        if let awaitable = self as? any AwaitableHeldLock { return await awaitable.isHeldAwaiting() }
+        return (try? isHeld()) ?? false
+    }
+
+    /// Releases the lock (``release()``), awaited when the lock can be.
+    package func awaitRelease() async {
+        if let awaitable = self as? any AwaitableHeldLock { return await awaitable.releaseAwaiting() }
+        release()
+    }
+}

@@ -4,36 +4,30 @@ internal import Logging
 internal import PostgresNIO
 import Synchronization
 
-extension PostgresStore: ExclusiveLocking {
+extension PostgresStore: ExclusiveLocking, AwaitableLocking {
     /// A PostgreSQL session-level advisory lock (`pg_try_advisory_lock`), on a connection of
     /// its own that this handle keeps while it holds any lock: every process and machine
     /// using this database's namespace contends for it, and the server releases it when that
     /// connection ends (a killed holder's included). The lock's number is a keyed digest of the
     /// namespace and the name (the database learns neither).
     public func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
-        // One connection holds every lock of this handle, and a session may take a lock it
-        // already holds: callers of this handle are kept apart here first.
+        blockingLockQuestions.add(1, ordering: .relaxed)
+        return try Blocking.run { try await tryExclusiveLockAwaiting(named: name) }
+    }
+
+    /// ``tryExclusiveLock(named:)`` for async code: the connection that holds this handle's
+    /// locks is opened, and `pg_try_advisory_lock` asked, without holding a thread while the
+    /// server answers. The same lock, on the same connection: a lock taken either way excludes
+    /// the other. Cancellation is checked before the question is sent; once sent, it is
+    /// answered (a lock taken is returned, for its holder to release).
+    package func tryExclusiveLockAwaiting(named name: String) async throws -> (any HeldLock)? {
         guard advisory.withLock({ $0.held.insert(name).inserted }) else { return nil }
         let number = lockNumber(name)
         do {
-            let (taken, generation) = try advisory.withLock { state -> (Bool, Int) in
-                if state.session == nil || state.session?.isClosed == true {
-                    state.session?.close()
-                    let settings = settings
-                    let session = try Blocking.run {
-                        try await Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: "keysmith-lock")
-                    }
-                    // Its statements are instant at a live server: one that hangs (a half-open
-                    // connection) is cut after 5 s, not 120, with the handle's lock state held.
-                    session.statementTimeout = .seconds(5)
-                    state.session = session
-                    state.generation += 1
-                }
-                let session = state.session!
-                let rows = try Blocking.run { try await Transaction(session: session).execute("SELECT pg_try_advisory_lock(\(number))") }
-                return (try rows.first?.decode(Bool.self) ?? false, state.generation)
-            }
-            guard taken else {
+            try Task.checkCancellation()
+            let (session, generation) = try await advisorySession()
+            let rows = try await Transaction(session: session).execute("SELECT pg_try_advisory_lock(\(number))", cancellable: false)
+            guard try rows.first?.decode(Bool.self) ?? false else {
                 advisory.withLock { _ = $0.held.remove(name) }
                 return nil
             }
@@ -42,6 +36,50 @@ extension PostgresStore: ExclusiveLocking {
             advisory.withLock { _ = $0.held.remove(name) }
             throw error
         }
+    }
+
+    /// The connection that holds this handle's advisory locks, opened (awaited) when there is
+    /// none or it closed. Two tasks opening at once keep the first installed; the other's is closed.
+    private func advisorySession() async throws -> (Session, Int) {
+        if let open = advisory.withLock({ state -> (Session, Int)? in
+            guard let session = state.session, !session.isClosed else { return nil }
+            return (session, state.generation)
+        }) { return open }
+        let opened = try await Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: "keysmith-lock")
+        opened.statementTimeout = .seconds(5)
+        let (session, generation) = advisory.withLock { state -> (Session, Int) in
+            if let session = state.session, !session.isClosed { return (session, state.generation) }
+            state.session?.close()
+            state.session = opened
+            state.generation += 1
+            return (opened, state.generation)
+        }
+        if session !== opened { opened.close() }
+        return (session, generation)
+    }
+
+    /// ``advisoryHeld(number:generation:)`` for async code: the server is asked without
+    /// holding a thread.
+    func advisoryHeldAwaiting(number: Int64, generation: Int) async -> Bool {
+        guard let session = advisory.withLock({ state -> Session? in
+            guard state.generation == generation, let session = state.session, !session.isClosed else { return nil }
+            return session
+        }) else { return false }
+        guard let rows = try? await Transaction(session: session).execute(Self.advisoryHeldQuery(number), cancellable: false),
+              let held = try? rows.first?.decode(Bool.self)
+        else {
+            session.close()
+            return false
+        }
+        // Asked of the connection of `generation`: still this handle's?
+        return held && advisory.withLock { $0.generation == generation && $0.session === session && !session.isClosed }
+    }
+
+    /// Whether this session holds the bigint advisory lock `number`: listed with its high 32
+    /// bits as classid, its low as objid.
+    static func advisoryHeldQuery(_ number: Int64) -> PostgresQuery {
+        let high = UInt32(truncatingIfNeeded: UInt64(bitPattern: number) >> 32), low = UInt32(truncatingIfNeeded: UInt64(bitPattern: number))
+        return "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND classid::bigint = \(Int64(high)) AND objid::bigint = \(Int64(low)) AND objsubid = 1)"
     }
 
     /// The advisory lock's number: 64 bits of an HMAC of the name under the namespace's index
@@ -57,33 +95,41 @@ extension PostgresStore: ExclusiveLocking {
     /// A connection that fails to answer is closed (the server then releases its locks) and the
     /// answer is `false`.
     func advisoryHeld(number: Int64, generation: Int) -> Bool {
-        advisory.withLock { state in
-            guard state.generation == generation, let session = state.session, !session.isClosed else { return false }
-            // A bigint advisory lock is listed with its high 32 bits as classid, its low as objid.
-            let high = UInt32(truncatingIfNeeded: UInt64(bitPattern: number) >> 32), low = UInt32(truncatingIfNeeded: UInt64(bitPattern: number))
-            let query: PostgresQuery = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND classid::bigint = \(Int64(high)) AND objid::bigint = \(Int64(low)) AND objsubid = 1)"
-            guard let rows = try? Blocking.run({ try await Transaction(session: session).execute(query) }), let held = try? rows.first?.decode(Bool.self) else {
-                session.close()
-                return false
-            }
-            return held
-        }
+        blockingLockQuestions.add(1, ordering: .relaxed)
+        return Blocking.run { await advisoryHeldAwaiting(number: number, generation: generation) }
     }
 
-    func releaseAdvisory(name: String, number: Int64) {
+    /// ``releaseAdvisory(name:number:)`` for async code: `pg_advisory_unlock` is awaited.
+    /// The name stays taken in this handle until the server has answered, so no caller of
+    /// this handle takes the same lock again on this connection meanwhile (a session's advisory
+    /// locks count up).
+    func releaseAdvisoryAwaiting(name: String, number: Int64) async {
+        guard let session = advisory.withLock({ state -> Session? in
+            guard state.held.contains(name) else { return nil }
+            return state.session.flatMap { $0.isClosed ? nil : $0 }
+        }) else {
+            advisory.withLock { state in
+                _ = state.held.remove(name)
+                if state.held.isEmpty { state.session?.close(); state.session = nil }
+            }
+            return
+        }
+        // A connection that fails here ends, and its locks with it.
+        if (try? await Transaction(session: session).execute("SELECT pg_advisory_unlock(\(number))", cancellable: false)) == nil {
+            session.close()
+        }
         advisory.withLock { state in
             guard state.held.remove(name) != nil else { return }
-            if let session = state.session, !session.isClosed {
-                // A connection that fails here ends, and its locks with it.
-                if (try? Blocking.run({ try await Transaction(session: session).execute("SELECT pg_advisory_unlock(\(number))") })) == nil {
-                    session.close()
-                }
-            }
             if state.held.isEmpty {
                 state.session?.close()
                 state.session = nil
             }
         }
+    }
+
+    func releaseAdvisory(name: String, number: Int64) {
+        blockingLockQuestions.add(1, ordering: .relaxed)
+        Blocking.run { await releaseAdvisoryAwaiting(name: name, number: number) }
     }
 }
 
@@ -96,7 +142,7 @@ struct AdvisoryState: ~Copyable {
 }
 
 /// A held advisory lock.
-final class PostgresLock: HeldLock {
+final class PostgresLock: HeldLock, AwaitableHeldLock {
     let store: PostgresStore
     let name: String
     let number: Int64
@@ -117,6 +163,18 @@ final class PostgresLock: HeldLock {
     func release() {
         guard !released.exchange(true, ordering: .acquiringAndReleasing) else { return }
         store.releaseAdvisory(name: name, number: number)
+    }
+
+    /// ``isHeld()``, the server asked without holding a thread.
+    func isHeldAwaiting() async -> Bool {
+        guard !released.load(ordering: .acquiring) else { return false }
+        return await store.advisoryHeldAwaiting(number: number, generation: generation)
+    }
+
+    /// ``release()``, the server's answer awaited without holding a thread.
+    func releaseAwaiting() async {
+        guard !released.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        await store.releaseAdvisoryAwaiting(name: name, number: number)
     }
 
     deinit { release() }

@@ -332,6 +332,9 @@ public final class PostgresStore: AsyncSecureStore {
     let blockingPool: SessionPool
     /// The advisory locks this handle holds (``tryExclusiveLock(named:)``).
     let advisory = Mutex(AdvisoryState())
+    /// How many questions about advisory locks were asked blocking the calling thread (a test
+    /// checks that async callers ask none).
+    let blockingLockQuestions = Atomic<Int>(0)
     private let lastSequence = Mutex<Int64>(0)
     /// Rows this handle's committed batches wrote without reading and locking them first (their
     /// replaces were trusted, `apply`): what shows that the fast path is taken.

@@ -186,7 +186,18 @@ public final class ProviderTokens: Sendable {
     private func refreshHoldingLock(service: String, account: String, need: Need) async throws -> OAuthToken {
         let asked = keeper.now
         let lock = try await acquire("refresh \(service)\u{0}\(account)")
-        defer { lock.release() }
+        do {
+            let token = try await refresh(holding: lock, asked: asked, service: service, account: account, need: need)
+            await lock.awaitRelease()
+            return token
+        } catch {
+            await lock.awaitRelease()
+            throw error
+        }
+    }
+
+    /// The rest of ``refreshHoldingLock(service:account:need:)``, with the lock taken at `asked`.
+    private func refresh(holding lock: any HeldLock, asked: Date, service: String, account: String, need: Need) async throws -> OAuthToken {
         let token = try await currentAwaiting(service: service, account: account)
         switch need {
         case .validity(let minValidity):
@@ -209,7 +220,7 @@ public final class ProviderTokens: Sendable {
             throw KeysmithError(.itemNotFound, "there is no provider named \(service) to refresh the token at (add one with `keysmith provider add \(service) …`)")
         }
         let provider = client.provider
-        guard (try? lock.isHeld()) == true else { throw LockLost() }
+        guard await lock.awaitIsHeld() else { throw LockLost() }
         let response: Data
         do {
             response = try await client.refresh(refreshToken: refreshToken)
@@ -288,7 +299,7 @@ public final class ProviderTokens: Sendable {
         let deadline = clock.now + lockTimeout
         var pause = Duration.milliseconds(2)
         while true {
-            if let lock = try locks.tryExclusiveLock(named: name) { return lock }
+            if let lock = try await locks.awaitLock(named: name) { return lock }
             guard clock.now < deadline else {
                 throw KeysmithError(.timedOut, "another process held the refresh lock of this token for over \(lockTimeout); is a keysmith process hung?")
             }

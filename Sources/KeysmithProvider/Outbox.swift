@@ -288,7 +288,7 @@ public struct RevocationOutbox: Sendable {
                         for outcome in confirmed { report.outcomes[outcome.id] = "pending" }
                     }
                 }
-                for outcome in batch { outcome.lock?.release() }
+                for outcome in batch { await outcome.lock?.awaitRelease() }
                 batch = []
             }
             await withTaskGroup(of: Outcome.self) { tasks in
@@ -330,23 +330,23 @@ public struct RevocationOutbox: Sendable {
     private func sendOne(_ listed: QueuedRevocation) async -> Outcome {
         let key = Self.key(listed.id, provider: listed.provider)
         guard let locks = keeper.store as? any ExclusiveLocking,
-              let lock = try? locks.tryExclusiveLock(named: "outbox \(listed.provider)\u{0}\(listed.id)")
+              let lock = try? await locks.awaitLock(named: "outbox \(listed.provider)\u{0}\(listed.id)")
         else { return Outcome(id: listed.id, state: "pending", account: listed.account) }  // another process is sending it
         let record: SecureRecord
         var entry: QueuedRevocation
         do {
             guard let read = try await keeper.store.readAwaiting([key])[0] else {
-                lock.release()
+                await lock.awaitRelease()
                 return Outcome(id: listed.id, state: "gone", account: listed.account)  // confirmed by another process meanwhile
             }
             record = read
             entry = try Self.decode(read.secret)
         } catch {
-            lock.release()  // unreadable now: left as it is, for the next attempt
+            await lock.awaitRelease()  // unreadable now: left as it is, for the next attempt
             return Outcome(id: listed.id, state: (error as? KeysmithError)?.code == .corruptData ? "failed" : "pending", account: listed.account)
         }
         guard entry.state == "pending" else {
-            lock.release()
+            await lock.awaitRelease()
             return Outcome(id: listed.id, state: entry.state, account: listed.account)
         }
         do {
@@ -368,7 +368,7 @@ public struct RevocationOutbox: Sendable {
             }
             return Outcome(id: entry.id, state: "confirmed", account: entry.account, operation: .delete(key, ifVersion: record.info.version), lock: lock)
         } catch {
-            defer { lock.release() }
+            // The lock is released once the failure is committed (or could not be).
             let failure: ProviderError
             let transient: Bool
             if let error = error as? ProviderError {
@@ -393,12 +393,16 @@ public struct RevocationOutbox: Sendable {
                 entry.state = "failed"
             }
             var updated = record
-            guard let secret = try? Self.encode(entry) else { return Outcome(id: entry.id, state: "pending", account: entry.account) }
+            guard let secret = try? Self.encode(entry) else {
+                await lock.awaitRelease()
+                return Outcome(id: entry.id, state: "pending", account: entry.account)
+            }
             updated.secret = secret
             try? await keeper.awaiting.recordEvent(
                 transient ? "provider-revoke-retry" : "provider-revoke-failed", service: entry.provider, account: entry.account,
                 detail: "revocation at provider \(entry.provider) " + (transient ? "will be retried" : "failed") + ": \(message)",
                 alongside: [.replace(updated)])
+            await lock.awaitRelease()
             return Outcome(id: entry.id, state: transient ? "pending" : "failed", account: entry.account)
         }
     }

@@ -2,6 +2,7 @@ import Foundation
 import Keysmith
 @testable import KeysmithPostgres
 import KeysmithProvider
+import KeysmithTestSupport
 import KeysmithTokens
 import NIOCore
 import PostgresNIO
@@ -279,5 +280,43 @@ struct AsyncStoreTests {
         // The synchronous keeper does use the blocking pool: the first check can fail.
         _ = try await Task.detached { try keeper.revokeAll(service: "news", account: "user1", reason: "sync") }.value
         #expect(store.blockingPool.lendings.load(ordering: .relaxed) > blockingBefore)
+    }
+
+    @Test("a refresh from async code on PostgreSQL holds no thread: its lock, its reads and its commit are awaited, and 16 callers share one refresh",
+          .enabled(if: OAuthTestServer.available))
+    func refreshIsAwaited() async throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let store = try Self.open(connections: 4)
+        try ProviderRegistry(store: store).add(
+            OAuthProvider(name: "dot", tokenEndpoint: server.url + "/token/", clientID: "ks-password", clientAuthentication: .clientSecretBasic),
+            clientSecret: Array(server.clientSecret.utf8))
+        // A grant whose access token is about to expire: every caller below needs a refresh.
+        var granted = try #require(try JSONSerialization.jsonObject(with: Data(try server.passwordGrant().utf8)) as? [String: Any])
+        granted["expires_in"] = 1
+        let keeper = TokenKeeper(store: store)
+        let before = try keeper.importResponse(try JSONSerialization.data(withJSONObject: granted), service: "dot", account: "alice",
+                                               requested: [try Scope("read"), try Scope("write")])
+        let tokens = try ProviderTokens(keeper: keeper)
+        let lendings = store.blockingPool.lendings.load(ordering: .relaxed)
+        let lockQuestions = store.blockingLockQuestions.load(ordering: .relaxed)
+        let all = Task {
+            try await withThrowingTaskGroup(of: OAuthToken.self) { group in
+                for _ in 0..<16 { group.addTask { try await tokens.freshToken(service: "dot", account: "alice", minValidity: .seconds(60)) } }
+                return try await group.reduce(into: [OAuthToken]()) { $0.append($1) }
+            }
+        }
+        let seen = try await Self.outcome(of: all, within: Self.hangAfter, "16 callers of one refresh").get()
+        #expect(Set(seen.map(\.accessToken)).count == 1)
+        #expect(seen[0].accessToken != before.accessToken && seen[0].refreshToken != before.refreshToken)
+        #expect(try await keeper.awaiting.token(service: "dot", account: "alice")?.accessToken == seen[0].accessToken)
+        #expect(try #require(try server.request("/test/refreshes?client_id=ks-password").json["issued"] as? Int) == 2,
+                "one refresh at the provider after the grant")
+        // Nothing blocked a thread: no connection of the blocking pool, no lock question asked blocking.
+        #expect(store.blockingPool.lendings.load(ordering: .relaxed) == lendings)
+        #expect(store.blockingLockQuestions.load(ordering: .relaxed) == lockQuestions)
+        // The synchronous lock does ask blocking: the check above can fail.
+        _ = try await Task.detached { try store.tryExclusiveLock(named: "sync")?.release() }.value
+        #expect(store.blockingLockQuestions.load(ordering: .relaxed) > lockQuestions)
     }
 }
