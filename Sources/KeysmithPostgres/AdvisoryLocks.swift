@@ -25,8 +25,16 @@ extension PostgresStore: ExclusiveLocking, AwaitableLocking {
         let number = lockNumber(name)
         do {
             try Task.checkCancellation()
-            let (session, generation) = try await advisorySession()
-            let rows = try await Transaction(session: session).execute("SELECT pg_try_advisory_lock(\(number))", cancellable: false)
+            var (session, generation) = try await advisorySession()
+            let rows: [PostgresRow]
+            do {
+                rows = try await Transaction(session: session).execute("SELECT pg_try_advisory_lock(\(number))", cancellable: false)
+            } catch where session.isClosed {
+                // The connection was lost (another caller may have opened the next one
+                // meanwhile): asked once more on a connection that is open.
+                (session, generation) = try await advisorySession()
+                rows = try await Transaction(session: session).execute("SELECT pg_try_advisory_lock(\(number))", cancellable: false)
+            }
             guard try rows.first?.decode(Bool.self) ?? false else {
                 advisory.withLock { _ = $0.held.remove(name) }
                 return nil

@@ -39,7 +39,9 @@ struct RetryableConflict: Error {
 /// One connection, used by one operation at a time (a ``SessionPool`` lends it out), awaited
 /// without blocking a thread: each statement's answer is awaited on its event loop.
 final class Session: @unchecked Sendable {
-    // @unchecked: lent to one operation at a time by SessionPool (or used by one caller during set-up).
+    // @unchecked: lent to one operation at a time by SessionPool (or used by one caller during
+    // set-up); the connection of a handle's advisory locks takes statements from several tasks
+    // at once, which PostgresNIO's connection queues and answers in order.
     let connection: PostgresConnection
     let logger: Logger
     let description: String

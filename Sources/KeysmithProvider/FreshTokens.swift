@@ -221,6 +221,19 @@ public final class ProviderTokens: Sendable {
         }
         let provider = client.provider
         guard await lock.awaitIsHeld() else { throw LockLost() }
+        // From here the refresh token is sent, and a rotating provider spends it whatever
+        // becomes of this task: the request and what follows from its answer run to their end
+        // in a task of their own, which a cancellation of the caller's does not reach (a
+        // dropped answer would lose the grant).
+        return try await Task {
+            try await send(refreshToken, with: client, service: service, account: account)
+        }.value
+    }
+
+    /// Sends the refresh token and keeps the answer (``keep(_:of:from:service:account:)``);
+    /// when the provider says the grant is over, logs the token out here.
+    private func send(_ refreshToken: String, with client: ProviderClient, service: String, account: String) async throws -> OAuthToken {
+        let provider = client.provider
         let response: Data
         do {
             response = try await client.refresh(refreshToken: refreshToken)
@@ -234,11 +247,7 @@ public final class ProviderTokens: Sendable {
                 reason: "the provider \(provider.name) refused the refresh token (invalid_grant): the grant is over; sign in again")
             throw error
         }
-        // The provider has spent the old refresh token: its answer is kept even when the
-        // caller's task is cancelled now (a task of its own, which does not inherit that).
-        return try await Task {
-            try await keep(response, of: refreshToken, from: provider, service: service, account: account)
-        }.value
+        return try await keep(response, of: refreshToken, from: provider, service: service, account: account)
     }
 
     /// Keeps a refresh response: the token refreshed, or, when it was replaced, logged out or

@@ -276,11 +276,15 @@ public struct RevocationOutbox: Sendable {
                 let confirmed = batch.filter { $0.state == "confirmed" && $0.operation != nil }
                 if !confirmed.isEmpty {
                     do {
-                        try await keeper.awaiting.recordEvent(
-                            "provider-revoke", service: provider, account: confirmed.count == 1 ? confirmed[0].account : "*",
-                            detail: "revoked at provider \(provider): \(confirmed.count) token(s) confirmed",
-                            tokens: confirmed.map { TokenReference(service: provider, account: $0.account) },
-                            alongside: confirmed.compactMap(\.operation))
+                        // Recorded even when this task is cancelled meanwhile: the provider has
+                        // confirmed them (a task of its own, which the cancellation does not reach).
+                        try await Task { [keeper] in
+                            try await keeper.awaiting.recordEvent(
+                                "provider-revoke", service: provider, account: confirmed.count == 1 ? confirmed[0].account : "*",
+                                detail: "revoked at provider \(provider): \(confirmed.count) token(s) confirmed",
+                                tokens: confirmed.map { TokenReference(service: provider, account: $0.account) },
+                                alongside: confirmed.compactMap(\.operation))
+                        }.value
                     } catch {
                         // Not recorded: they stay queued, and are sent again (idempotent).
                         report.confirmed -= confirmed.count
@@ -376,10 +380,11 @@ public struct RevocationOutbox: Sendable {
                 transient = error.isTransient
             } else {
                 // The store or the provider's description: waiting may help only a store that
-                // is away for now; a missing secret or a bad description needs a person.
+                // is away for now (or a send cancelled); a missing secret or a bad description
+                // needs a person.
                 let code = (error as? KeysmithError)?.code
                 failure = ProviderError(.unsupported, (error as? KeysmithError)?.message ?? "\(type(of: error))")
-                transient = [.storeUnavailable, .storeLocked, .timedOut, .writeConflict].contains(code)
+                transient = [.storeUnavailable, .storeLocked, .timedOut, .writeConflict].contains(code) || error is CancellationError
             }
             // What the server wrote is escaped already; it never gets to repeat a token here.
             var message = failure.message

@@ -309,16 +309,28 @@ public struct ProviderRegistry: Sendable {
         return true
     }
 
-    /// A client for the provider of that name, with its client secret, both read in one read
-    /// awaited through the store's async API when it has one (for async code: a refresh);
-    /// `nil` when there is no such provider.
+    /// A client for the provider of that name, with its client secret when it uses one, read
+    /// through the store's async API when it has one (for async code: a refresh); `nil` when
+    /// there is no such provider.
     ///
     /// - Throws: As ``provider(named:)`` and ``ProviderClient/init(provider:registry:timeout:)``.
     func clientAwaiting(named name: String, timeout: Duration) async throws -> ProviderClient? {
-        let records = try await store.readAwaiting([Self.key(name), Self.secretKey(name)])
-        guard let record = records[0] else { return nil }
-        return try ProviderClient(provider: try Self.decode(record.secret, name: name), keptSecret: records[1].map { Array($0.secret) },
-                                  timeout: timeout)
+        guard let provider = try await providerAwaiting(named: name) else { return nil }
+        return try await clientAwaiting(for: provider, timeout: timeout)
+    }
+
+    /// ``provider(named:)``, read through the store's async API when it has one.
+    func providerAwaiting(named name: String) async throws -> OAuthProvider? {
+        guard let record = try await store.readAwaiting([Self.key(name)])[0] else { return nil }
+        return try Self.decode(record.secret, name: name)
+    }
+
+    /// ``ProviderClient/init(provider:registry:timeout:)``, the secret read through the store's
+    /// async API when it has one. The secret is read only for a provider that uses one: a
+    /// leftover record of a public client's is never decrypted, and never fails its requests.
+    func clientAwaiting(for provider: OAuthProvider, timeout: Duration) async throws -> ProviderClient {
+        let kept = provider.clientAuthentication == .none ? nil : try await store.readAwaiting([Self.secretKey(provider.name)])[0].map { Array($0.secret) }
+        return try ProviderClient(provider: provider, keptSecret: kept, timeout: timeout)
     }
 
     /// The provider's client secret, or `nil` when it keeps none.

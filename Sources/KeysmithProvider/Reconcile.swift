@@ -36,12 +36,14 @@ public struct ProviderIntrospection: Sendable {
     /// - Throws: `KeysmithError.Code.itemNotFound` for no such token or provider;
     ///   ``ProviderError`` (``ProviderError/Kind/unsupported`` without an introspection endpoint).
     public func introspect(service: String, account: String) async throws -> (answer: ProviderClient.Introspection, revokedHere: Bool) {
-        guard let client = try await ProviderRegistry(store: keeper.store).clientAwaiting(named: service, timeout: timeout) else {
+        let registry = ProviderRegistry(store: keeper.store)
+        guard let provider = try await registry.providerAwaiting(named: service) else {
             throw KeysmithError(.itemNotFound, "there is no provider named \(service) (see `keysmith provider list`)")
         }
         guard let token = try await keeper.awaiting.token(service: service, account: account) else {
             throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
         }
+        let client = try await registry.clientAwaiting(for: provider, timeout: timeout)
         let answer = try await client.introspect(token.accessToken)
         return (answer, try await follow(answer, token: token, service: service, account: account))
     }

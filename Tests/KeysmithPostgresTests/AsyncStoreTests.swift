@@ -15,10 +15,10 @@ import Testing
 @Suite("PostgreSQL store from async code: one store both ways, a bounded pool, cancellation that applies nothing",
        .enabled(if: ProcessInfo.processInfo.environment["KEYSMITH_TEST_DATABASE_URL"] != nil))
 struct AsyncStoreTests {
-    static func open(connections: Int) throws -> PostgresStore {
+    static func open(connections: Int, namespace: String = "async-\(UUID().uuidString)") throws -> PostgresStore {
         let settings = try PostgresStoreTests.settings()
         try PostgresStore.initialize(settings, masterKey: .key(PostgresStoreTests.key))
-        return try PostgresStore(settings, namespace: "async-\(UUID().uuidString)", masterKey: .key(PostgresStoreTests.key), connections: connections)
+        return try PostgresStore(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key), connections: connections)
     }
 
     static func item(_ account: String) -> ItemAttributes { ItemAttributes(key: .genericPassword(service: "async", account: account)) }
@@ -227,7 +227,7 @@ struct AsyncStoreTests {
         #expect(store.blockingPool.lendings.load(ordering: .relaxed) > blockingBefore)
     }
 
-    @Test("token changes awaited on PostgreSQL hold no thread: 64 tasks import, revoke, refresh and delete without one blocking call, and lose no update")
+    @Test("token changes awaited on PostgreSQL hold no thread: 82 changes from as many tasks import, revoke, refresh and delete tokens without one blocking call, and lose no update")
     func tokenChangesAreAwaited() async throws {
         let store = try Self.open(connections: 4)
         let keeper = TokenKeeper(store: store)
@@ -282,12 +282,17 @@ struct AsyncStoreTests {
         #expect(store.blockingPool.lendings.load(ordering: .relaxed) > blockingBefore)
     }
 
-    @Test("a refresh from async code on PostgreSQL holds no thread: its lock, its reads and its commit are awaited, and 16 callers share one refresh",
+    @Test("a refresh from async code on PostgreSQL holds no thread: its lock, its reads and its commit are awaited, and 16 callers on two handles share one refresh",
           .enabled(if: OAuthTestServer.available))
     func refreshIsAwaited() async throws {
         let server = try OAuthTestServer()
         defer { server.destroy() }
-        let store = try Self.open(connections: 4)
+        let namespace = "async-\(UUID().uuidString)"
+        let store = try Self.open(connections: 4, namespace: namespace)
+        // A second handle on the same namespace (as another process would have): its callers
+        // do not share the first handle's in-process flight, so the two handles meet at the
+        // grant's advisory lock, and the one that takes it second finds the token refreshed.
+        let other = try Self.open(connections: 4, namespace: namespace)
         try ProviderRegistry(store: store).add(
             OAuthProvider(name: "dot", tokenEndpoint: server.url + "/token/", clientID: "ks-password", clientAuthentication: .clientSecretBasic),
             clientSecret: Array(server.clientSecret.utf8))
@@ -297,12 +302,14 @@ struct AsyncStoreTests {
         let keeper = TokenKeeper(store: store)
         let before = try keeper.importResponse(try JSONSerialization.data(withJSONObject: granted), service: "dot", account: "alice",
                                                requested: [try Scope("read"), try Scope("write")])
-        let tokens = try ProviderTokens(keeper: keeper)
-        let lendings = store.blockingPool.lendings.load(ordering: .relaxed)
-        let lockQuestions = store.blockingLockQuestions.load(ordering: .relaxed)
+        let tokens = try ProviderTokens(keeper: keeper), otherTokens = try ProviderTokens(keeper: TokenKeeper(store: other))
+        let lendings = store.blockingPool.lendings.load(ordering: .relaxed) + other.blockingPool.lendings.load(ordering: .relaxed)
+        let lockQuestions = store.blockingLockQuestions.load(ordering: .relaxed) + other.blockingLockQuestions.load(ordering: .relaxed)
         let all = Task {
             try await withThrowingTaskGroup(of: OAuthToken.self) { group in
-                for _ in 0..<16 { group.addTask { try await tokens.freshToken(service: "dot", account: "alice", minValidity: .seconds(60)) } }
+                for caller in 0..<16 {
+                    group.addTask { try await (caller % 2 == 0 ? tokens : otherTokens).freshToken(service: "dot", account: "alice", minValidity: .seconds(60)) }
+                }
                 return try await group.reduce(into: [OAuthToken]()) { $0.append($1) }
             }
         }
@@ -313,10 +320,10 @@ struct AsyncStoreTests {
         #expect(try #require(try server.request("/test/refreshes?client_id=ks-password").json["issued"] as? Int) == 2,
                 "one refresh at the provider after the grant")
         // Nothing blocked a thread: no connection of the blocking pool, no lock question asked blocking.
-        #expect(store.blockingPool.lendings.load(ordering: .relaxed) == lendings)
-        #expect(store.blockingLockQuestions.load(ordering: .relaxed) == lockQuestions)
+        #expect(store.blockingPool.lendings.load(ordering: .relaxed) + other.blockingPool.lendings.load(ordering: .relaxed) == lendings)
+        #expect(store.blockingLockQuestions.load(ordering: .relaxed) + other.blockingLockQuestions.load(ordering: .relaxed) == lockQuestions)
         // The synchronous lock does ask blocking: the check above can fail.
         _ = try await Task.detached { try store.tryExclusiveLock(named: "sync")?.release() }.value
-        #expect(store.blockingLockQuestions.load(ordering: .relaxed) > lockQuestions)
+        #expect(store.blockingLockQuestions.load(ordering: .relaxed) + other.blockingLockQuestions.load(ordering: .relaxed) > lockQuestions)
     }
 }

@@ -251,6 +251,54 @@ struct LostRefreshLockTests {
     }
 }
 
+/// A caller whose task is cancelled once its refresh is under way (the grant's lock taken, the
+/// provider about to be asked) does not lose the grant: the refresh token is sent, and the answer
+/// kept and handed back, in a task the cancellation does not reach (a rotating provider has spent
+/// the old refresh token the moment it answers).
+@Suite("providers: a refresh whose caller is cancelled midway is sent and kept, never dropped", .enabled(if: OAuthTestServer.available))
+struct CancelledRefreshTests {
+    /// A memory store that cancels `victim` when the provider's record is read (the refresh
+    /// reads it under the grant's lock, just before it checks the lock and sends).
+    final class CancellingStore: ForwardingStore, @unchecked Sendable {
+        let victim = Mutex<Task<OAuthToken, any Error>?>(nil)
+        let cancelled = Mutex(false)
+
+        override func read(_ key: ItemKey) throws -> SecureRecord? {
+            if case .keysmithRecord(let record) = key, record.recordType == .oauthProvider, let task = victim.withLock({ $0 }) {
+                task.cancel()
+                cancelled.withLock { $0 = true }
+            }
+            return try inner.read(key)
+        }
+    }
+
+    @Test("cancelled after taking the lock, the caller still gets the refreshed token; the store keeps it; the provider issued it once; the new refresh token works")
+    func cancelledMidway() async throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let store = CancellingStore()
+        try ProviderRegistry(store: store).add(
+            OAuthProvider(name: "dot", tokenEndpoint: server.url + "/token/", clientID: "ks-password", clientAuthentication: .clientSecretBasic),
+            clientSecret: Array(server.clientSecret.utf8))
+        let keeper = TokenKeeper(store: store)
+        let before = try keeper.importResponse(Data(try server.passwordGrant().utf8), service: "dot", account: "alice", requested: [try Scope("read")])
+        let tokens = try ProviderTokens(keeper: keeper)
+        let caller = Task {
+            // Starts once it can be cancelled by the store.
+            while store.victim.withLock({ $0 == nil }) { await Task.yield() }
+            return try await tokens.refresh(service: "dot", account: "alice", rejected: before.accessToken)
+        }
+        store.victim.withLock { $0 = caller }
+        let refreshed = try await caller.value
+        #expect(store.cancelled.withLock { $0 }, "the caller was never cancelled: the test tested nothing")
+        #expect(caller.isCancelled)
+        #expect(refreshed.accessToken != before.accessToken && refreshed.refreshToken != before.refreshToken)
+        #expect(try keeper.token(service: "dot", account: "alice")?.refreshToken == refreshed.refreshToken, "the answer was not kept")
+        #expect(try #require(try server.request("/test/refreshes?client_id=ks-password").json["issued"] as? Int) == 2)
+        #expect(try server.refreshWorks(try #require(refreshed.refreshToken)), "the kept refresh token is the grant's live one")
+    }
+}
+
 /// A refresh whose token is logged out between the provider's answer and the commit keeps the
 /// answer (the old refresh token is spent) but leaves the token logged out, and queues the new
 /// tokens' revocation at the provider in the same commit, so that no crash can keep them

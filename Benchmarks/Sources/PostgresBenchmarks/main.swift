@@ -29,6 +29,9 @@ try PostgresStore.initialize(settings, masterKey: master)
 let namespace = "bench-\(UUID().uuidString)"
 let store = try PostgresStore(settings, namespace: namespace, masterKey: master)
 
+// --bulk-only: only the bulk revocation, and the same on a file vault (issue 33's figure).
+let bulkOnly = arguments.contains("--bulk-only")
+if !bulkOnly {
 // Single durable writes and single reads, one item each time.
 var writes: [UInt64] = [], reads: [UInt64] = []
 for index in 0..<2000 {
@@ -148,6 +151,8 @@ print("8 writers, distinct items: 2,000 increments in \(String(format: "%.2f", d
 let same = try race(sameItem: true, perWriter: 100)
 print("8 writers, one item: 800 increments in \(String(format: "%.2f", same.seconds)) s, \(same.lost) lost, \(same.conflicts) conflicts retried")
 
+}
+
 // Bulk revocation across many tokens, one transaction.
 let token = try OAuthToken(
     response: Data(#"{"access_token":"a","token_type":"Bearer","expires_in":3600,"scope":"groups:read posts:write"}"#.utf8),
@@ -195,6 +200,8 @@ try phases(vault, "file vault")
 let vaultRevokeStart = now()
 let vaultReport = try TokenKeeper(store: vault).revoke(scope: try Scope("posts:write"), matching: TokenFilter(), reason: "bench")
 print("the same on a file vault: \(vaultReport.changed) tokens: \(ms(now() - vaultRevokeStart))")
+
+if bulkOnly { exit(0) }
 
 // `token import --batch`: 20,000 token responses in one commit, new, then again (each an update).
 let importCount = 20_000
