@@ -314,11 +314,29 @@ final class NamespaceKeys: Sendable {
         return writer.bytes
     }
 
+    /// AES-GCM contexts by data key, for one thread's run of seals and opens (a batch's rows,
+    /// a scan's page): each key's schedule is set up once per run, not once per row (a bulk
+    /// revocation seals 200,000 times). Not for concurrent use: one per thread.
+    final class Ciphers {
+        private var contexts: [Int32: AESGCM.Context] = [:]
+
+        init() {}
+
+        /// The context of data key `id`, set up on first use.
+        func context(_ id: Int32, _ key: SecretBytes) throws -> AESGCM.Context {
+            if let context = contexts[id] { return context }
+            let context = try AESGCM.Context(key: key)
+            contexts[id] = context
+            return context
+        }
+    }
+
     /// nonce ‖ tag ‖ ciphertext, bound to the namespace, the row's index, version and key id.
-    func seal(_ record: SecureRecord, blindIndex: [UInt8], version: Int64, with key: (id: Int32, key: SecretBytes)) throws -> [UInt8] {
+    func seal(_ record: SecureRecord, blindIndex: [UInt8], version: Int64, with key: (id: Int32, key: SecretBytes),
+              ciphers: Ciphers = Ciphers()) throws -> [UInt8] {
         var plaintext = RecordCodec.encode(record)
         defer { cleanse(&plaintext) }
-        let sealed = try AESGCM.seal(plaintext, key: key.key, associatedData: Self.recordAAD(namespaceID, blindIndex, version, key.id))
+        let sealed = try ciphers.context(key.id, key.key).seal(plaintext, associatedData: Self.recordAAD(namespaceID, blindIndex, version, key.id))
         return sealed.nonce + sealed.tag + sealed.ciphertext
     }
 
@@ -351,11 +369,12 @@ final class NamespaceKeys: Sendable {
 
     /// The item's identity, sealed for a change row (a watcher learns which item changed, also
     /// when it was deleted): key id (4 bytes) ‖ nonce ‖ tag ‖ ciphertext.
-    func sealKey(_ key: ItemKey, blindIndex: [UInt8], version: Int64, with dataKey: (id: Int32, key: SecretBytes)) throws -> [UInt8] {
+    func sealKey(_ key: ItemKey, blindIndex: [UInt8], version: Int64, with dataKey: (id: Int32, key: SecretBytes),
+                 ciphers: Ciphers = Ciphers()) throws -> [UInt8] {
         let record = SecureRecord(info: ItemInfo(attributes: ItemAttributes(key: key), created: Date(timeIntervalSinceReferenceDate: 0),
                                                  modified: Date(timeIntervalSinceReferenceDate: 0)), secret: Data())
-        let sealed = try AESGCM.seal(RecordCodec.encode(record), key: dataKey.key,
-                                     associatedData: Self.changeAAD(namespaceID, blindIndex, version))
+        let sealed = try ciphers.context(dataKey.id, dataKey.key).seal(RecordCodec.encode(record),
+                                                                       associatedData: Self.changeAAD(namespaceID, blindIndex, version))
         var writer = ByteWriter()
         writer.append(UInt32(bitPattern: dataKey.id))
         return writer.bytes + sealed.nonce + sealed.tag + sealed.ciphertext
@@ -379,7 +398,7 @@ final class NamespaceKeys: Sendable {
         }
     }
 
-    func open(_ row: RecordRow, withSecret: Bool) throws -> SecureRecord {
+    func open(_ row: RecordRow, withSecret: Bool, ciphers: Ciphers = Ciphers()) throws -> SecureRecord {
         if let newest = row.newestChange, newest > row.version {
             throw KeysmithError(.corruptData, "a row of PostgreSQL is older than the change feed's newest version of it (put back from an older copy)")
         }
@@ -387,8 +406,9 @@ final class NamespaceKeys: Sendable {
         let bytes = row.sealed
         guard bytes.count >= 28 else { throw KeysmithError(.corruptData, "a row of PostgreSQL is too short to be sealed") }
         do {
-            var plaintext = try AESGCM.open(ciphertext: Array(bytes[28...]), tag: Array(bytes[12..<28]), key: key, nonce: Array(bytes[0..<12]),
-                                            associatedData: Self.recordAAD(namespaceID, row.blindIndex, row.version, row.keyID))
+            var plaintext = try ciphers.context(row.keyID, key).open(
+                ciphertext: Array(bytes[28...]), tag: Array(bytes[12..<28]), nonce: Array(bytes[0..<12]),
+                associatedData: Self.recordAAD(namespaceID, row.blindIndex, row.version, row.keyID))
             defer { cleanse(&plaintext) }
             var record = try RecordCodec.decode(plaintext, withSecret: withSecret)
             guard indexKey.mac(RecordCodec.identity(record.key, label: Self.recordLabel)) == row.blindIndex else {

@@ -624,9 +624,11 @@ public final class PostgresStore: AsyncSecureStore {
             // open (edited, swapped, or put back from an older copy) fails the scan, as a damaged
             // record fails a file vault's listing: a list that left it out would look whole.
             // Reading the item names it; writing it repairs it.
-            let opened = try concurrentChunks(count: page.count, minimum: 512) { range in try range.map { position -> SecureRecord in
+            let opened = try concurrentChunks(count: page.count, minimum: 512) { range in
+                let ciphers = NamespaceKeys.Ciphers()
+                return try range.map { position -> SecureRecord in
                 do {
-                    return try keys.open(page[position], withSecret: withSecret)
+                    return try keys.open(page[position], withSecret: withSecret, ciphers: ciphers)
                 } catch {
                     let reason = (error as? KeysmithError)?.message ?? "\(error)"
                     throw KeysmithError(.corruptData, "a row of \(storeDescription) does not open (\(reason)), so a listing could be missing items; "
@@ -770,15 +772,19 @@ public final class PostgresStore: AsyncSecureStore {
             var putChanges: [RecordRows.Change] = [], removalChanges: [RecordRows.Change] = []
             for start in stride(from: 0, to: writes.count, by: 16_384) {
                 let run = writes[start..<min(start + 16_384, writes.count)]
-                let sealed = try concurrentChunks(count: run.count) { range in try range.map { offset -> (put: RecordRows.Put?, removal: RecordRows.Removal?) in
+                let sealed = try concurrentChunks(count: run.count) { range in
+                    let ciphers = NamespaceKeys.Ciphers()
+                    return try range.map { offset -> (put: RecordRows.Put?, removal: RecordRows.Removal?) in
                     switch run[run.startIndex + offset] {
                     case .put(let record):
                         let index = touched[record.key] ?? keys.blindIndex(record.key)
                         let table = RecordTable(record.key)
                         let existing = versionOf(record.key, index)
                         if table == .audit, existing != nil { throw Self.appendOnly }
-                        return (RecordRows.Put(table: table, blindIndex: index, sealed: try keys.seal(record, blindIndex: index, version: version, with: dataKey),
-                                               existing: existing, sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version, with: dataKey)),
+                        return (RecordRows.Put(table: table, blindIndex: index,
+                                               sealed: try keys.seal(record, blindIndex: index, version: version, with: dataKey, ciphers: ciphers),
+                                               existing: existing,
+                                               sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version, with: dataKey, ciphers: ciphers)),
                                 nil)
                     case .remove(let key):
                         let index = touched[key] ?? keys.blindIndex(key)
@@ -786,7 +792,8 @@ public final class PostgresStore: AsyncSecureStore {
                         // A removal is of an item that exists (the batch planner drops the others).
                         guard let existing = versionOf(key, index) else { throw RetryableConflict(state: "a removed row vanished") }
                         return (nil, RecordRows.Removal(blindIndex: index, existing: existing,
-                                                        sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey)))
+                                                        sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey,
+                                                                                    ciphers: ciphers)))
                     }
                 } }
                 let puts = sealed.compactMap(\.put), removals = sealed.compactMap(\.removal)
