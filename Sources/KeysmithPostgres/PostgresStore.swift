@@ -512,13 +512,15 @@ public final class PostgresStore: AsyncSecureStore {
         for key in itemKeys { try key.validate() }
         let indexes = itemKeys.map(keys.blindIndex)
         // Items of one table, few enough for one statement: that statement alone, outside a
-        // transaction (one round trip instead of three; a statement sees one snapshot), answers
-        // when every item has a row.
+        // transaction (one round trip instead of four; a statement sees one snapshot), answers,
+        // with what the feed says of the items without a row.
         let oneStatement = itemKeys.count <= RecordRows.chunkLimit && Set(itemKeys.map(RecordTable.init)).count <= 1
         let (rows, live) = try await readRetrying { session in
-            if oneStatement {
-                let rows = try await fetch(Array(zip(itemKeys, indexes)), in: Transaction(session: session), lock: false)
-                if indexes.allSatisfy({ rows[$0] != nil }) { return (rows, Set<[UInt8]>()) }
+            if oneStatement, let table = itemKeys.first.map(RecordTable.init) {
+                let transaction = Transaction(session: session)
+                let (rows, live) = try await RecordRows.read(indexes, namespace: keys.namespaceID, table: table, in: transaction)
+                try await keys.ensureKnown(rows.values.map(\.keyID), in: transaction)
+                return (rows, live)
             }
             // One snapshot for both questions: under READ COMMITTED a create committed between
             // them left its item without a row but live in the feed, and the read called that

@@ -475,11 +475,16 @@ struct PostgresStoreTests {
         #expect(verification.problems.contains { $0.contains("have no row") }, "\(verification)")
     }
 
-    @Test("a listing never leaves out, without a word, an item whose row was deleted by hand: every scan fails naming it, whatever the page size and wherever the item falls; writing it again repairs the listing")
+    @Test("a listing or a read never leaves out, without a word, an item whose row was deleted by hand: every scan and read fails naming it, whatever the page size and wherever the item falls; writing it again repairs it")
     func listingMeetsDeletedRow() throws {
         let store = try Self.open()
         let keys = (0..<40).map { ItemKey.genericPassword(service: "list", account: "item-\($0)") }
         try store.perform(keys.map { .create(ItemAttributes(key: $0), secret: Data("v".utf8)) })
+        // Absent items read as nil: one never written, one deleted through the store.
+        let gone = ItemKey.genericPassword(service: "gone", account: "x")
+        try store.perform([.create(ItemAttributes(key: gone), secret: Data("v".utf8))])
+        try store.perform([.delete(gone)])
+        #expect(try store.read([gone, .genericPassword(service: "list", account: "never"), keys[3]]).map { $0?.secret } == [nil, nil, Data("v".utf8)])
         let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
         // The first, a middle and the last item in index order (the scan's pages and its end).
         let ordered = keys.sorted { store.keys.blindIndex($0).lexicographicallyPrecedes(store.keys.blindIndex($1)) }
@@ -494,6 +499,11 @@ struct PostgresStoreTests {
             }
             let listing = #expect(throws: KeysmithError.self) { try store.search(ItemQuery()) }
             #expect(listing?.code == .corruptData)
+            // A read of it, alone or with others, says so too (the feed says it exists).
+            let read = #expect(throws: KeysmithError.self) { try store.read(victim) }
+            #expect(read?.code == .corruptData && read?.message.contains("\(victim)") == true, "\(String(describing: read))")
+            let batch = #expect(throws: KeysmithError.self) { try store.read([keys[20], victim, .genericPassword(service: "list", account: "never")]) }
+            #expect(batch?.code == .corruptData)
             try store.perform([.upsert(ItemAttributes(key: victim), secret: Data("again".utf8))])
             #expect(try store.search(ItemQuery(service: "list")).count == 40)
         }
