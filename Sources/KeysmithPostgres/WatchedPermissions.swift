@@ -32,6 +32,8 @@ public final class WatchedPermissions: Sendable {
     private let tokenKey: ItemKey
     private let clock: @Sendable () -> Date
     private let followed: FollowedToken
+    /// Set by the first ``start(pollInterval:)``: a second one starts no second watch.
+    private let started = Atomic(false)
 
     /// Opens the namespace, starts a watcher at the newest committed change, then reads the
     /// token (so that no change between the two is missed: a change after the watcher's start
@@ -59,7 +61,9 @@ public final class WatchedPermissions: Sendable {
     }
 
     /// Starts watching on a thread of its own; returns at once. Call ``stop()`` to end it.
+    /// Called again, it does nothing (as ``WatchedTokens/start(pollInterval:)``).
     public func start(pollInterval: Duration = .milliseconds(50)) {
+        guard !started.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let watcher = self.watcher, tokenKey = self.tokenKey, followed = self.followed, clock = self.clock
         let thread = Thread {
             _ = try? watcher.run(pollInterval: pollInterval) { change in

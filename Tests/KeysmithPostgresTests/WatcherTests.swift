@@ -25,6 +25,37 @@ struct WatcherTests {
         return thread
     }
 
+    @Test("started twice, WatchedPermissions and WatchedTokens each watch once: one connection each in pg_stat_activity, and stop ends it")
+    func startedTwiceWatchesOnce() throws {
+        let namespace = "twice-\(UUID().uuidString)"
+        let writer = TokenKeeper(store: try PostgresStoreTests.open(namespace))
+        try writer.importResponse(Data(#"{"access_token":"at-1","token_type":"Bearer","scope":"posts:read"}"#.utf8),
+                                  service: "news", account: "alice", requested: [])
+        let suffix = namespace.suffix(12)
+        let permissions = try WatchedPermissions(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
+                                                 service: "news", account: "alice", name: "p2-\(suffix)", staleAfter: .seconds(5))
+        let tokens = try WatchedTokens(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
+                                       service: "news", name: "t2-\(suffix)", staleAfter: .seconds(5))
+        /// The connections a watcher of that name holds open now.
+        func connections(_ name: String) throws -> Int {
+            Int(try PostgresStoreTests.sql("SELECT count(*)::text FROM pg_stat_activity WHERE application_name = 'keysmith watch \(name)'")
+                .first?.first ?? "") ?? -1
+        }
+        for _ in 0..<3 {
+            permissions.start(pollInterval: .milliseconds(20))
+            tokens.start(pollInterval: .milliseconds(20))
+        }
+        let read = try Scope("posts:read")
+        #expect(Self.waitUntil { permissions.permissions.hasPermission(read) && tokens.permissions(account: "alice")?.hasPermission(read) == true })
+        // A second watch, had it started, connects within its first poll: give it many.
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(try connections("p2-\(suffix)") == 1)
+        #expect(try connections("t2-\(suffix)") == 1)
+        permissions.stop()
+        tokens.stop()
+        #expect(Self.waitUntil { (try? connections("p2-\(suffix)")) == 0 && (try? connections("t2-\(suffix)")) == 0 })
+    }
+
     static func waitUntil(_ seconds: Double = 60, _ condition: () -> Bool) -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
