@@ -318,15 +318,16 @@ final class NamespaceKeys: Sendable {
     /// a scan's page): each key's schedule is set up once per run, not once per row (a bulk
     /// revocation seals 200,000 times). Not for concurrent use: one per thread.
     final class Ciphers {
-        private var contexts: [Int32: AESGCM.Context] = [:]
+        private var contexts: [Int32: (key: SecretBytes, context: AESGCM.Context)] = [:]
 
         init() {}
 
-        /// The context of data key `id`, set up on first use.
+        /// The context of data key `id` under `key`, set up on first use; set up again if the
+        /// key given for that id is another object (never reuses a schedule for another key).
         func context(_ id: Int32, _ key: SecretBytes) throws -> AESGCM.Context {
-            if let context = contexts[id] { return context }
+            if let cached = contexts[id], cached.key === key { return cached.context }
             let context = try AESGCM.Context(key: key)
-            contexts[id] = context
+            contexts[id] = (key, context)
             return context
         }
     }

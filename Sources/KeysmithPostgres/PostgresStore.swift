@@ -509,6 +509,7 @@ public final class PostgresStore: AsyncSecureStore {
     /// Reads many items in one query without blocking a thread; cancelling the task ends it with
     /// `CancellationError`.
     public func read(_ itemKeys: [ItemKey]) async throws -> [SecureRecord?] {
+        guard !itemKeys.isEmpty else { return [] }
         for key in itemKeys { try key.validate() }
         let indexes = itemKeys.map(keys.blindIndex)
         // Items of one table, few enough for one statement: that statement alone, outside a
