@@ -126,10 +126,10 @@ let package = Package(
         // Tests: one target per module, one shared conformance suite for every store,
         // and the command tested through its built binary. KeysmithTestSupport starts child
         // processes for the tests that need them.
-        .target(name: "KeysmithTestSupport", path: "Tests/KeysmithTestSupport"),
+        .target(name: "KeysmithTestSupport", dependencies: ["Keysmith"], path: "Tests/KeysmithTestSupport"),
         .testTarget(name: "KeysmithTests", dependencies: ["Keysmith"]),
         .testTarget(name: "KeysmithCryptoTests", dependencies: ["KeysmithCrypto"]),
-        .testTarget(name: "KeysmithTokensTests", dependencies: ["KeysmithTokens", "KeysmithVault"]),
+        .testTarget(name: "KeysmithTokensTests", dependencies: ["KeysmithTokens", "KeysmithVault", "KeysmithTestSupport"]),
         .testTarget(
             name: "KeysmithPolicyTests", dependencies: ["Keysmith", "KeysmithPolicy", "KeysmithTokens"],
             exclude: ["Cases", "Oracle"]  // data and the Python oracles, read by path

@@ -353,20 +353,3 @@ struct RefreshMeetsLogOutTests {
         #expect(try !server.isActive(newAccess) && !server.refreshWorks(newRefresh))
     }
 }
-
-/// A memory store behind another object, every call passed on: the tests' wrappers override
-/// the one or two calls they watch.
-class ForwardingStore: ExclusiveLocking, @unchecked Sendable {
-    let inner = MemoryStore()
-
-    var storeDescription: String { inner.storeDescription }
-    var isolation: StoreIsolation { inner.isolation }
-    var limits: StoreLimits { inner.limits }
-    func read(_ key: ItemKey) throws -> SecureRecord? { try inner.read(key) }
-    func search(_ query: ItemQuery) throws -> [ItemInfo] { try inner.search(query) }
-    func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
-        try inner.forEachRecord(matching: query, chunkSize: chunkSize, body)
-    }
-    func perform(_ operations: [StoreOperation]) throws { try inner.perform(operations) }
-    func tryExclusiveLock(named name: String) throws -> (any HeldLock)? { try inner.tryExclusiveLock(named: name) }
-}

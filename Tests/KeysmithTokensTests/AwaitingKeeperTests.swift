@@ -1,5 +1,6 @@
 import Foundation
 import Keysmith
+import KeysmithTestSupport
 import KeysmithTokens
 import Synchronization
 import Testing
@@ -175,19 +176,10 @@ struct AwaitingKeeperTests {
 
     /// A memory store in which another writer revokes `posts:write` of bob's token just before
     /// the first commit that writes a token: that commit then conflicts, and is read and built again.
-    final class InterferingStore: SecureStore, @unchecked Sendable {
-        let inner = MemoryStore()
+    final class InterferingStore: ForwardingStore, @unchecked Sendable {
         let armed = Mutex(true)
         let commits = Mutex(0)
-        var storeDescription: String { inner.storeDescription }
-        var isolation: StoreIsolation { inner.isolation }
-        var limits: StoreLimits { inner.limits }
-        func read(_ key: ItemKey) throws -> SecureRecord? { try inner.read(key) }
-        func search(_ query: ItemQuery) throws -> [ItemInfo] { try inner.search(query) }
-        func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
-            try inner.forEachRecord(matching: query, chunkSize: chunkSize, body)
-        }
-        func perform(_ operations: [StoreOperation]) throws {
+        override func perform(_ operations: [StoreOperation]) throws {
             let writesToken = operations.contains {
                 if case .keysmithRecord(let key) = $0.key { return key.recordType == .oauthToken }
                 return false
