@@ -377,6 +377,10 @@ public protocol AsyncSecureStore: SecureStore {
     /// Lists the items that match a query, as ``SecureStore/search(_:)``, awaited.
     func search(_ query: ItemQuery) async throws -> [ItemInfo]
 
+    /// Reads every item that matches a query, a chunk at a time, as
+    /// ``SecureStore/forEachRecord(matching:chunkSize:_:)``, awaited; `body` may await too.
+    func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) async throws -> Void) async throws
+
     /// Applies a batch, all or nothing, as ``SecureStore/perform(_:)``, awaited. Cancelled
     /// before its commit is sent, it applies nothing and throws `CancellationError`; once it is
     /// sent, it is awaited and the call returns normally.
@@ -389,6 +393,19 @@ extension SecureStore {
     package func readAwaiting(_ keys: [ItemKey]) async throws -> [SecureRecord?] {
         if let awaitable = self as? any AsyncSecureStore { return try await awaitable.read(keys) }
         return try read(keys)
+    }
+
+    /// Reads every matching item a chunk at a time: awaited without blocking a thread when the
+    /// store is an ``AsyncSecureStore``, synchronously otherwise. For Keysmith's own async code.
+    package func forEachRecordAwaiting(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void)
+        async throws
+    {
+        if let awaitable = self as? any AsyncSecureStore {
+            return try await awaitable.forEachRecord(matching: query, chunkSize: chunkSize) { records, progress async throws in
+                try body(records, progress)
+            }
+        }
+        try forEachRecord(matching: query, chunkSize: chunkSize, body)
     }
 
     /// Applies a batch: awaited without blocking a thread when the store is an

@@ -47,6 +47,39 @@ extension TokenKeeper {
             try await keeper.runAwaiting(keeper.importBatchChange(imports, replacing: replacing))
         }
 
+        /// Every stored token that matches the filter, as ``TokenKeeper/tokens(matching:)``:
+        /// one pass over the store, awaited.
+        public func tokens(matching filter: TokenFilter = TokenFilter()) async throws -> [(reference: TokenReference, token: OAuthToken)] {
+            try await keeper.tokensAwaiting(matching: filter)
+        }
+
+        /// Revokes one scope across every matching token, as
+        /// ``TokenKeeper/revoke(scope:matching:reason:dryRun:progress:)``: the scan and the
+        /// commit awaited.
+        public func revoke(scope: Scope, matching filter: TokenFilter, reason: String, dryRun: Bool = false,
+                           progress: ((Int, Int) -> Void)? = nil) async throws -> BulkRevocationReport {
+            try await revoke(scopes: [scope], matching: filter, reason: reason, dryRun: dryRun, progress: progress)
+        }
+
+        /// Revokes scopes across every matching token in one commit, as
+        /// ``TokenKeeper/revoke(scopes:matching:reason:dryRun:progress:)``: the scan and the
+        /// commit awaited.
+        public func revoke(scopes: [Scope], matching filter: TokenFilter, reason: String, dryRun: Bool = false,
+                           progress: ((Int, Int) -> Void)? = nil) async throws -> BulkRevocationReport {
+            try await keeper.runAwaiting(keeper.bulkRevokeChange(scopes: scopes, matching: filter, reason: reason, dryRun: dryRun,
+                                                                 progress: progress, alongside: nil))
+        }
+
+        /// Revokes scopes across every matching token and ends each changed token's grant, as
+        /// ``TokenKeeper/revokeEndingGrants(scopes:matching:reason:progress:alongside:)``.
+        public func revokeEndingGrants(
+            scopes: [Scope], matching filter: TokenFilter, reason: String, progress: ((Int, Int) -> Void)? = nil,
+            alongside: @escaping (TokenReference, OAuthToken) throws -> [StoreOperation]
+        ) async throws -> BulkRevocationReport {
+            try await keeper.runAwaiting(keeper.bulkRevokeChange(scopes: scopes, matching: filter, reason: reason, dryRun: false,
+                                                                 progress: progress, alongside: alongside))
+        }
+
         /// Revokes scopes of one token, as ``TokenKeeper/revoke(_:service:account:reason:)``.
         @discardableResult
         public func revoke(_ scopes: [Scope], service: String, account: String, reason: String) async throws -> OAuthToken {

@@ -147,42 +147,56 @@ extension TokenKeeper {
         scopes: [Scope], matching filter: TokenFilter, reason: String, dryRun: Bool, progress: ((Int, Int) -> Void)?,
         alongside: ((TokenReference, OAuthToken) throws -> [StoreOperation])?
     ) throws -> BulkRevocationReport {
+        try run(try bulkRevokeChange(scopes: scopes, matching: filter, reason: reason, dryRun: dryRun, progress: progress, alongside: alongside))
+    }
+
+    /// A bulk revocation as a change to run: its read is a scan of every matching token, a
+    /// chunk at a time (each token read and decrypted once), and its batch replaces each
+    /// changed token.
+    func bulkRevokeChange(
+        scopes: [Scope], matching filter: TokenFilter, reason: String, dryRun: Bool, progress: ((Int, Int) -> Void)?,
+        alongside: ((TokenReference, OAuthToken) throws -> [StoreOperation])?
+    ) throws -> Change<BulkRevocationReport> {
         let scopes = Array(Set(scopes)).sorted()
         guard !scopes.isEmpty else { throw KeysmithError.invalidArgument("name at least one scope to revoke") }
         let time = now
-        // The scan is the change's read (synchronous: a store's async API has no scan).
-        return try run(Change(time: time, reading: []) { _ in
-            var report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
-            var tokens: [StoreOperation] = []
-            var extra: [StoreOperation] = []
-            var examined = 0
-            var heardOf = Set<Scope>()
-            // One pass, a chunk at a time: each token is read (and decrypted) once.
-            try self.store.forEachRecord(matching: ItemQuery(service: filter.service, recordType: .oauthToken), chunkSize: 4096) { records, scan in
-                for record in records {
-                    guard case .keysmithRecord(let recordKey) = record.key else { continue }
-                    let service = recordKey.service, account = recordKey.account
-                    var token = try TokenCodec.decode(Array(record.secret), what: "the token for \(account) at \(service)")
-                    if let client = filter.clientID, token.clientID != client { continue }
-                    if let subject = filter.subject, token.subject != subject { continue }
-                    report.matched += 1
-                    for scope in scopes where token.scopes[scope] != nil { heardOf.insert(scope) }
-                    // The stored state: a granted scope of an expired token is revoked too (a
-                    // refresh would bring it back otherwise).
-                    let granted = scopes.filter { token.scopes[$0]?.state == .granted }
-                    guard !granted.isEmpty else { continue }
-                    if let alongside {
-                        extra += try alongside(TokenReference(service: service, account: account), token)
-                        _ = token.revokeAll(reason: reason, at: time)
-                    }
-                    for scope in granted { try token.revoke(scope, reason: reason, at: time) }
-                    report.changed += 1
-                    report.changedTokens.append(TokenReference(service: service, account: account))
-                    tokens.append(Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record))
+        // What one attempt's scan found (set afresh at each attempt's start).
+        var report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
+        var tokens: [StoreOperation] = [], extra: [StoreOperation] = []
+        var examined = 0
+        var heardOf = Set<Scope>()
+        let scan = ChangeScan(query: ItemQuery(service: filter.service, recordType: .oauthToken), chunkSize: 4096) {
+            report = BulkRevocationReport(matched: 0, changed: 0, changedTokens: [], dryRun: dryRun)
+            tokens = []
+            extra = []
+            examined = 0
+            heardOf = []
+        } each: { records, scan in
+            for record in records {
+                guard case .keysmithRecord(let recordKey) = record.key else { continue }
+                let service = recordKey.service, account = recordKey.account
+                var token = try TokenCodec.decode(Array(record.secret), what: "the token for \(account) at \(service)")
+                if let client = filter.clientID, token.clientID != client { continue }
+                if let subject = filter.subject, token.subject != subject { continue }
+                report.matched += 1
+                for scope in scopes where token.scopes[scope] != nil { heardOf.insert(scope) }
+                // The stored state: a granted scope of an expired token is revoked too (a
+                // refresh would bring it back otherwise).
+                let granted = scopes.filter { token.scopes[$0]?.state == .granted }
+                guard !granted.isEmpty else { continue }
+                if let alongside {
+                    extra += try alongside(TokenReference(service: service, account: account), token)
+                    _ = token.revokeAll(reason: reason, at: time)
                 }
-                examined = scan.examined
-                progress?(scan.examined, scan.total)
+                for scope in granted { try token.revoke(scope, reason: reason, at: time) }
+                report.changed += 1
+                report.changedTokens.append(TokenReference(service: service, account: account))
+                tokens.append(Self.tokenReplace(StoredToken(service: service, account: account, token: token), over: record))
             }
+            examined = scan.examined
+            progress?(scan.examined, scan.total)
+        }
+        return Change(time: time, reading: [], scanning: scan) { _ in
             progress?(examined, examined)
             guard report.matched > 0 else {
                 throw KeysmithError(.itemNotFound, "no token matches \(filter.summary); nothing was revoked")
@@ -201,8 +215,11 @@ extension TokenKeeper {
                               "bulk: \(reason); service \(filter.service ?? "*"); client \(filter.clientID ?? "*"); "
                                   + "subject \(filter.subject ?? "*"); \(tokens.count) token(s)",
                               tokens: report.changedTokens.map(\.description))
-            tokens += extra
-            return Built(tokens, [event], report)
-        })
+            // The token writes become the batch, moved out of the scan's state, not copied.
+            var operations = tokens
+            tokens = []
+            operations += extra
+            return Built(operations, [event], report)
+        }
     }
 }

@@ -108,15 +108,34 @@ public final class TokenKeeper: Sendable {
     public func tokens(matching filter: TokenFilter = TokenFilter()) throws -> [(reference: TokenReference, token: OAuthToken)] {
         var found: [(reference: TokenReference, token: OAuthToken)] = []
         try store.forEachRecord(matching: ItemQuery(service: filter.service, recordType: .oauthToken), chunkSize: 1024) { records, _ in
-            for record in records {
-                guard case .keysmithRecord(let key) = record.key else { continue }
-                let token = try TokenCodec.decode(Array(record.secret), what: "the token for \(key.account) at \(key.service)")
-                if let client = filter.clientID, token.clientID != client { continue }
-                if let subject = filter.subject, token.subject != subject { continue }
-                found.append((TokenReference(service: key.service, account: key.account), token))
-            }
+            try Self.collect(records, matching: filter, into: &found)
         }
-        return found.sorted { ($0.reference.service, $0.reference.account) < ($1.reference.service, $1.reference.account) }
+        return Self.sorted(found)
+    }
+
+    /// ``tokens(matching:)`` through the store's async API when it has one.
+    func tokensAwaiting(matching filter: TokenFilter) async throws -> [(reference: TokenReference, token: OAuthToken)] {
+        var found: [(reference: TokenReference, token: OAuthToken)] = []
+        try await store.forEachRecordAwaiting(matching: ItemQuery(service: filter.service, recordType: .oauthToken), chunkSize: 1024) { records, _ in
+            try Self.collect(records, matching: filter, into: &found)
+        }
+        return Self.sorted(found)
+    }
+
+    /// The tokens of a scan's chunk that match the filter, decoded, added to `found`.
+    private static func collect(_ records: [SecureRecord], matching filter: TokenFilter,
+                                into found: inout [(reference: TokenReference, token: OAuthToken)]) throws {
+        for record in records {
+            guard case .keysmithRecord(let key) = record.key else { continue }
+            let token = try TokenCodec.decode(Array(record.secret), what: "the token for \(key.account) at \(key.service)")
+            if let client = filter.clientID, token.clientID != client { continue }
+            if let subject = filter.subject, token.subject != subject { continue }
+            found.append((TokenReference(service: key.service, account: key.account), token))
+        }
+    }
+
+    private static func sorted(_ found: [(reference: TokenReference, token: OAuthToken)]) -> [(reference: TokenReference, token: OAuthToken)] {
+        found.sorted { ($0.reference.service, $0.reference.account) < ($1.reference.service, $1.reference.account) }
     }
 
     /// Lists where tokens are stored, optionally for one service.
@@ -628,6 +647,8 @@ public final class TokenKeeper: Sendable {
         var time: Date
         /// The token records read, in one read, at each attempt before ``build``.
         var reading: [ItemKey]
+        /// A scan run at each attempt before ``build`` (a bulk change's read), or none.
+        var scanning: ChangeScan? = nil
         /// The batch for what was read (or why it could not be read: a change that repairs a
         /// damaged record goes on without it), and the caller's result. Called once per
         /// attempt, with fresh reads each time.
@@ -636,11 +657,20 @@ public final class TokenKeeper: Sendable {
         /// The same change with its result transformed.
         func map<Other>(_ transform: @escaping (Output) -> Other) -> Change<Other> {
             let build = self.build
-            return Change<Other>(time: time, reading: reading) { read in
+            return Change<Other>(time: time, reading: reading, scanning: scanning) { read in
                 let built = try build(read)
                 return Built<Other>(built.operations, built.events, transform(built.output))
             }
         }
+    }
+
+    /// The scan a bulk change reads with: `start` resets what the change gathers, then `each`
+    /// is given the matching records a chunk at a time (each record read and decrypted once).
+    struct ChangeScan {
+        var query: ItemQuery
+        var chunkSize: Int
+        var start: () -> Void
+        var each: ([SecureRecord], ScanProgress) throws -> Void
     }
 
     /// What one attempt of a ``Change`` commits: token writes and other operations, then
@@ -667,6 +697,10 @@ public final class TokenKeeper: Sendable {
         while true {
             attempt += 1
             let head = try AuditLog.head(from: try store.read(AuditLog.headKey))
+            if let scan = change.scanning {
+                scan.start()
+                try store.forEachRecord(matching: scan.query, chunkSize: scan.chunkSize, scan.each)
+            }
             let read = change.reading.isEmpty ? .success([]) : Result { try store.read(change.reading) }
             var built = try change.build(read)
             guard let newHead = try appendAudit(to: &built, after: head, at: change.time) else { return built.output }
@@ -690,6 +724,10 @@ public final class TokenKeeper: Sendable {
             attempt += 1
             try Task.checkCancellation()
             let head = try AuditLog.head(from: try await store.readAwaiting([AuditLog.headKey])[0])
+            if let scan = change.scanning {
+                scan.start()
+                try await store.forEachRecordAwaiting(matching: scan.query, chunkSize: scan.chunkSize, scan.each)
+            }
             let read: Result<[SecureRecord?], any Error>
             if change.reading.isEmpty {
                 read = .success([])

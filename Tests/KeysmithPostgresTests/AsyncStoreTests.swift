@@ -227,7 +227,7 @@ struct AsyncStoreTests {
         #expect(store.blockingPool.lendings.load(ordering: .relaxed) > blockingBefore)
     }
 
-    @Test("token changes awaited on PostgreSQL hold no thread: 82 changes from as many tasks import, revoke, refresh and delete tokens without one blocking call, and lose no update")
+    @Test("token changes awaited on PostgreSQL hold no thread: 82 changes from as many tasks import, revoke, refresh and delete tokens, then a bulk revocation and a listing, without one blocking call, and lose no update")
     func tokenChangesAreAwaited() async throws {
         let store = try Self.open(connections: 4)
         let keeper = TokenKeeper(store: store)
@@ -272,14 +272,27 @@ struct AsyncStoreTests {
             #expect(kept.accessToken == "at-2")
             #expect(scopes.allSatisfy { kept.scopes[$0]?.state == .revoked }, "user\(account): \(kept.scopes)")
         }
+        // A bulk revocation and a listing, awaited: the scan and the commit are awaited too.
+        let granted2 = Data(#"{"access_token":"at-3","token_type":"Bearer","scope":"x y"}"#.utf8)
+        for account in 0..<40 {
+            try await keeper.awaiting.importResponse(granted2, service: "bulk", account: "b\(account)", requested: [try Scope("x"), try Scope("y")])
+        }
+        let report = try await keeper.awaiting.revoke(scope: try Scope("x"), matching: TokenFilter(service: "bulk"), reason: "bulk")
+        #expect(report.matched == 40 && report.changed == 40)
+        let listed = try await keeper.awaiting.tokens(matching: TokenFilter(service: "bulk"))
+        #expect(listed.count == 40 && listed.allSatisfy { $0.token.scopes[try! Scope("x")]?.state == .revoked })
+        #expect(store.blockingPool.lendings.load(ordering: .relaxed) == blockingBefore, "the bulk revocation or the listing made a blocking call")
+        // The audit log, read synchronously (its reading is not awaited): from here the blocking pool is used.
         let entries = try keeper.auditEntries()
         #expect(entries.filter { $0.event == "revoke" }.count == 64)
         #expect(entries.filter { $0.event == "refresh" }.count == 8)
         #expect(entries.filter { $0.event == "delete" }.count == 2)
+        #expect(entries.filter { $0.event == "bulk-revoke" }.count == 1)
         #expect(try keeper.verifyAuditLog().problems.isEmpty)
-        // The synchronous keeper does use the blocking pool: the first check can fail.
+        // The synchronous keeper does use the blocking pool: the checks above can fail.
+        let beforeSync = store.blockingPool.lendings.load(ordering: .relaxed)
         _ = try await Task.detached { try keeper.revokeAll(service: "news", account: "user1", reason: "sync") }.value
-        #expect(store.blockingPool.lendings.load(ordering: .relaxed) > blockingBefore)
+        #expect(store.blockingPool.lendings.load(ordering: .relaxed) > beforeSync)
     }
 
     @Test("a refresh from async code on PostgreSQL holds no thread: its lock, its reads and its commit are awaited, and 16 callers on two handles share one refresh",

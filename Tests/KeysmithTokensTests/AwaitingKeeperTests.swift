@@ -154,6 +154,93 @@ struct AwaitingKeeperTests {
         #expect(try awaited.verifyAuditLog().problems.isEmpty)
     }
 
+    /// A report, its tokens sorted: each store scans in an order of its own (a vault by keyed
+    /// index, the memory store by hash), the same for both forms on one store but not across two.
+    static func describe(_ report: BulkRevocationReport) -> String {
+        "\(report.matched) matched, \(report.changed) changed \(report.changedTokens.map(\.description).sorted()) dry \(report.dryRun)"
+    }
+
+    /// Audit entries with the tokens of each in sorted order, and without the hashes that cover
+    /// that order (the chain itself is verified on each store).
+    static func comparable(_ entries: [AuditEntry]) -> [AuditEntry] {
+        entries.map { entry in
+            var entry = entry
+            entry.tokens.sort()
+            entry.hash = ""
+            entry.previousHash = ""
+            return entry
+        }
+    }
+
+    static func markerKey(_ reference: TokenReference) -> ItemKey {
+        .keysmithRecord(KeysmithRecordKey(recordType: KeysmithRecordType(rawValue: "test-marker"), service: reference.service, account: reference.account))
+    }
+
+    /// Bulk changes and listing, in an order where each meets what the one before left.
+    static let bulkScript: [Step] = [
+        Step(name: "listing") { try $0.tokens(matching: TokenFilter(service: "news")).map { "\($0.reference) " + describe($0.token) }.joined(separator: "; ") }
+            awaited: { try await $0.tokens(matching: TokenFilter(service: "news")).map { "\($0.reference) " + describe($0.token) }.joined(separator: "; ") },
+        Step(name: "dry run") { try describe($0.revoke(scopes: ["posts:write"], matching: TokenFilter(service: "news"), reason: "incident", dryRun: true)) }
+            awaited: { try await describe($0.revoke(scopes: ["posts:write"], matching: TokenFilter(service: "news"), reason: "incident", dryRun: true)) },
+        Step(name: "a scope nobody held, refused") { try describe($0.revoke(scope: "nope", matching: TokenFilter(), reason: "x")) }
+            awaited: { try await describe($0.revoke(scope: "nope", matching: TokenFilter(), reason: "x")) },
+        Step(name: "no token matches, refused") { try describe($0.revoke(scope: "posts:write", matching: TokenFilter(service: "none"), reason: "x")) }
+            awaited: { try await describe($0.revoke(scope: "posts:write", matching: TokenFilter(service: "none"), reason: "x")) },
+        Step(name: "bulk revoke") { try describe($0.revoke(scopes: ["posts:write"], matching: TokenFilter(service: "news"), reason: "incident")) }
+            awaited: { try await describe($0.revoke(scopes: ["posts:write"], matching: TokenFilter(service: "news"), reason: "incident")) },
+        Step(name: "again, changing nothing") { try describe($0.revoke(scopes: ["posts:write"], matching: TokenFilter(service: "news"), reason: "incident")) }
+            awaited: { try await describe($0.revoke(scopes: ["posts:write"], matching: TokenFilter(service: "news"), reason: "incident")) },
+        Step(name: "ending grants, with what alongside returns") {
+            try describe($0.revokeEndingGrants(scopes: ["groups:read"], matching: TokenFilter(clientID: "web"), reason: "left") { reference, token in
+                [.upsert(ItemAttributes(key: markerKey(reference)), secret: Data(token.accessToken.utf8))]
+            })
+        } awaited: {
+            try await describe($0.revokeEndingGrants(scopes: ["groups:read"], matching: TokenFilter(clientID: "web"), reason: "left") { reference, token in
+                [.upsert(ItemAttributes(key: markerKey(reference)), secret: Data(token.accessToken.utf8))]
+            })
+        },
+        Step(name: "listing after") { try $0.tokens().map { "\($0.reference) " + describe($0.token) }.joined(separator: "; ") }
+            awaited: { try await $0.tokens().map { "\($0.reference) " + describe($0.token) }.joined(separator: "; ") },
+    ]
+
+    @Test("bulk revocations and listings, awaited, return, refuse, store and audit what the synchronous ones do", arguments: TokenStoreFixture.all)
+    func sameBulkChanges(_ fixture: TokenStoreFixture) async throws {
+        let (syncStore, cleanSync) = try fixture.make()
+        defer { cleanSync() }
+        let (awaitedStore, cleanAwaited) = try fixture.make()
+        defer { cleanAwaited() }
+        let clock = ManualClock()
+        let actor = AuditActor.current(command: "test")
+        let sync = TokenKeeper(store: syncStore, clock: { clock.now }, actor: actor)
+        let awaited = TokenKeeper(store: awaitedStore, clock: { clock.now }, actor: actor)
+        for keeper in [sync, awaited] {
+            for (account, client) in [("bob", "app"), ("carol", "web"), ("dave", "web")] {
+                try keeper.importResponse(standard, service: "news", account: account, requested: ["groups:read", "posts:write"], clientID: client)
+            }
+            try keeper.importResponse(standard, service: "other", account: "erin", requested: ["groups:read"], clientID: "web")
+        }
+        var refusals = 0
+        for step in Self.bulkScript {
+            let expected = Self.outcome { try step.sync(sync) }
+            let got = await Self.outcome { try await step.awaited(awaited.awaiting) }
+            #expect(got == expected, "\(step.name)")
+            #expect(expected.refused == step.name.hasSuffix("refused"), "\(step.name): \(expected)")
+            if expected.refused { refusals += 1 }
+            clock.advance(7)
+        }
+        #expect(refusals == 2)
+        let entries = try sync.auditEntries()
+        #expect(entries.filter { $0.event == "bulk-revoke" }.count == 2, "the revocation and the grants ended; the dry run and the repeat write none")
+        #expect(Self.comparable(try awaited.auditEntries()) == Self.comparable(entries))
+        #expect(try awaited.tokens().map(\.token) == sync.tokens().map(\.token))
+        for account in ["carol", "dave", "erin"] {
+            let marker = Self.markerKey(TokenReference(service: account == "erin" ? "other" : "news", account: account))
+            #expect(try awaitedStore.read(marker)?.secret == syncStore.read(marker)?.secret)
+            #expect(try syncStore.read(marker) != nil, "alongside's operation for \(account) was committed")
+        }
+        #expect(try awaited.verifyAuditLog().problems.isEmpty && sync.verifyAuditLog().problems.isEmpty)
+    }
+
     @Test("changes awaited from many tasks at once lose no update", arguments: TokenStoreFixture.all)
     func racingTasks(_ fixture: TokenStoreFixture) async throws {
         let (store, cleanup) = try fixture.make()
