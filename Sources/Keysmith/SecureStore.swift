@@ -395,6 +395,13 @@ extension SecureStore {
         return try read(keys)
     }
 
+    /// Lists the items that match a query: awaited without blocking a thread when the store is
+    /// an ``AsyncSecureStore``, synchronously otherwise. For Keysmith's own async code.
+    package func searchAwaiting(_ query: ItemQuery) async throws -> [ItemInfo] {
+        if let awaitable = self as? any AsyncSecureStore { return try await awaitable.search(query) }
+        return try search(query)
+    }
+
     /// Reads every matching item a chunk at a time: awaited without blocking a thread when the
     /// store is an ``AsyncSecureStore``, synchronously otherwise. For Keysmith's own async code.
     package func forEachRecordAwaiting(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void)

@@ -100,23 +100,42 @@ public struct RevocationOutbox: Sendable {
     ///   no revocation endpoint: nothing changes then, here either.
     @discardableResult
     public func revoke(service: String, account: String, scopes: [Scope]? = nil, deleting: Bool = false, reason: String) throws -> String? {
-        guard let provider = try ProviderRegistry(store: keeper.store).provider(named: service) else {
+        try Self.checkRevocable(try ProviderRegistry(store: keeper.store).provider(named: service), service)
+        let queue = Queued()
+        try keeper.endToken(service: service, account: account, scopes: scopes, deleting: deleting,
+                            reason: reason + " (queued for revocation at provider \(service))", event: deleting ? "delete" : "revoke-all",
+                            alongside: entry(service: service, account: account, reason: reason, into: queue))
+        return queue.ids.last
+    }
+
+    /// What a revocation queued: the ids of the entries its commit holds (the last attempt's
+    /// last, for one token; every attempt's, for a bulk one, filtered by what was committed).
+    final class Queued: @unchecked Sendable {
+        // @unchecked: filled by one change's attempts, one after another, then read once.
+        var ids: [String] = []
+        var revocable: [String: Bool] = [:]
+    }
+
+    /// The provider named `service`, which must be kept and have a revocation endpoint.
+    static func checkRevocable(_ provider: OAuthProvider?, _ service: String) throws {
+        guard let provider else {
             throw KeysmithError(.itemNotFound, "there is no provider named \(service) to revoke the token at (see `keysmith provider list`)")
         }
         guard provider.revocationEndpoint != nil else {
             throw ProviderError(.unsupported, "provider \(OneLine.escaped(service)) has no revocation endpoint: the token cannot be revoked there; "
                                 + "nothing was changed (revoke without --at-provider to end it here only)")
         }
-        var queued: String?
-        let event = deleting ? "delete" : "revoke-all"
-        try keeper.endToken(service: service, account: account, scopes: scopes, deleting: deleting,
-                            reason: reason + " (queued for revocation at provider \(service))", event: event) { token in
+    }
+
+    /// The `alongside` of a token's end: the queued entry for the token as read.
+    func entry(service: String, account: String, reason: String, into queue: Queued) -> (OAuthToken) throws -> [StoreOperation] {
+        { token in
+            queue.ids = []  // once per attempt: the last attempt's is the one committed
             guard let (id, operation) = try newEntry(provider: service, account: account, reason: reason,
                                                      refreshToken: token.refreshToken, accessToken: token.accessToken) else { return [] }
-            queued = id
+            queue.ids.append(id)
             return [operation]
         }
-        return queued
     }
 
     /// Revokes scopes across every matching token (`TokenKeeper.revokeEndingGrants(scopes:matching:reason:progress:alongside:)`)
@@ -128,29 +147,36 @@ public struct RevocationOutbox: Sendable {
     ///   ``send(force:only:)``).
     public func revoke(scopes: [Scope], matching filter: TokenFilter, reason: String) throws -> (report: BulkRevocationReport, queued: [String]) {
         let registry = ProviderRegistry(store: keeper.store)
-        var providers: [String: Bool] = [:]
-        var queued: [String] = []
-        let report = try keeper.revokeEndingGrants(scopes: scopes, matching: filter, reason: reason + " (queued for revocation at the provider)") { reference, token in
-            let known = try providers[reference.service] ?? {
-                let provider = try registry.provider(named: reference.service)
-                guard provider != nil else {
+        let queue = Queued()
+        let report = try keeper.revokeEndingGrants(scopes: scopes, matching: filter, reason: reason + " (queued for revocation at the provider)",
+                                                   alongside: entries(reason: reason, provider: { try registry.provider(named: $0) }, into: queue))
+        // The build may have run more than once (a conflict retried): only ids committed count.
+        let committed = Set(try entries().map(\.id))
+        return (report, queue.ids.filter(committed.contains))
+    }
+
+    /// The `alongside` of a bulk revocation: each changed token's queued entry, once its
+    /// service is known to be a provider with a revocation endpoint (`provider` looks it up).
+    func entries(reason: String, provider: @escaping (String) throws -> OAuthProvider?, into queue: Queued)
+        -> (TokenReference, OAuthToken) throws -> [StoreOperation]
+    {
+        { reference, token in
+            let known = try queue.revocable[reference.service] ?? {
+                guard let found = try provider(reference.service) else {
                     throw KeysmithError(.itemNotFound, "the token for \(reference) is kept under \(reference.service), which is no provider "
                                         + "(see `keysmith provider list`); nothing was revoked")
                 }
-                return provider?.revocationEndpoint != nil
+                return found.revocationEndpoint != nil
             }()
-            providers[reference.service] = known
+            queue.revocable[reference.service] = known
             guard known else {
                 throw ProviderError(.unsupported, "provider \(OneLine.escaped(reference.service)) has no revocation endpoint; nothing was revoked")
             }
             guard let (id, operation) = try newEntry(provider: reference.service, account: reference.account, reason: reason,
                                                      refreshToken: token.refreshToken, accessToken: token.accessToken) else { return [] }
-            queued.append(id)
+            queue.ids.append(id)
             return [operation]
         }
-        // The build may have run more than once (a conflict retried): only ids committed count.
-        let committed = Set(try entries().map(\.id))
-        return (report, queued.filter(committed.contains))
     }
 
     /// Queues the revocation of the tokens in a token response (never kept as a token), with an
@@ -223,17 +249,35 @@ public struct RevocationOutbox: Sendable {
     public func entries() throws -> [QueuedRevocation] {
         var found: [QueuedRevocation] = []
         try keeper.store.forEachRecord(matching: ItemQuery(recordType: .providerRevocation), chunkSize: 512) { records, _ in
-            for record in records {
-                if let entry = try? Self.decode(record.secret) {
-                    found.append(entry)
-                } else if case .keysmithRecord(let key) = record.key {
-                    found.append(QueuedRevocation(id: key.account, provider: key.service, account: "?", reason: "", queuedAt: record.info.created,
-                                                  attempts: 0, nextAttemptAt: record.info.created, lastError: "its record does not decode",
-                                                  state: "damaged", tokens: []))
-                }
+            Self.collect(records, into: &found)
+        }
+        return Self.sorted(found)
+    }
+
+    /// ``entries()``, the scan awaited through the store's async API when it has one.
+    func entriesAwaiting() async throws -> [QueuedRevocation] {
+        var found: [QueuedRevocation] = []
+        try await keeper.store.forEachRecordAwaiting(matching: ItemQuery(recordType: .providerRevocation), chunkSize: 512) { records, _ in
+            Self.collect(records, into: &found)
+        }
+        return Self.sorted(found)
+    }
+
+    /// The queued revocations of a scan's chunk, a damaged one listed as `damaged`.
+    private static func collect(_ records: [SecureRecord], into found: inout [QueuedRevocation]) {
+        for record in records {
+            if let entry = try? decode(record.secret) {
+                found.append(entry)
+            } else if case .keysmithRecord(let key) = record.key {
+                found.append(QueuedRevocation(id: key.account, provider: key.service, account: "?", reason: "", queuedAt: record.info.created,
+                                              attempts: 0, nextAttemptAt: record.info.created, lastError: "its record does not decode",
+                                              state: "damaged", tokens: []))
             }
         }
-        return found.sorted { ($0.queuedAt, $0.id) < ($1.queuedAt, $1.id) }
+    }
+
+    private static func sorted(_ found: [QueuedRevocation]) -> [QueuedRevocation] {
+        found.sorted { ($0.queuedAt, $0.id) < ($1.queuedAt, $1.id) }
     }
 
     /// What ``RevocationOutbox/send(force:only:)`` did.
@@ -265,7 +309,7 @@ public struct RevocationOutbox: Sendable {
     /// - Throws: A store failure reading the queue.
     public func send(force: Bool = false, only: Set<String>? = nil) async throws -> SendReport {
         var report = SendReport()
-        let all = try entries().filter { only?.contains($0.id) ?? true }
+        let all = try await entriesAwaiting().filter { only?.contains($0.id) ?? true }
         let due = all.filter { $0.state == "pending" && (force || $0.nextAttemptAt <= keeper.now) }
         report.pending = all.filter { $0.state == "pending" }.count - due.count
         report.failed = all.filter { $0.state == "failed" }.count
@@ -435,6 +479,61 @@ public struct RevocationOutbox: Sendable {
                                     tokens: stored.tokens)
         } catch {
             throw KeysmithError(.corruptData, "a queued revocation does not decode")
+        }
+    }
+}
+
+extension RevocationOutbox {
+    /// This outbox's queueing and listing for async code: the same operations, whose reads and
+    /// commits are awaited through the store's async API when it has one (`AsyncSecureStore`,
+    /// the PostgreSQL store). ``send(force:only:)`` is async already.
+    ///
+    /// ```swift
+    /// let id = try await outbox.awaiting.revoke(service: "news", account: "bob", reason: "left the team")
+    /// _ = try await outbox.send(only: Set([id].compactMap { $0 }))
+    /// ```
+    public var awaiting: Awaiting { Awaiting(outbox: self) }
+
+    /// A ``RevocationOutbox``'s operations, awaited (``RevocationOutbox/awaiting``): each does
+    /// what the synchronous method of the same name does, and throws what it throws.
+    public struct Awaiting: Sendable {
+        /// The outbox whose operations these are.
+        public let outbox: RevocationOutbox
+
+        /// Ends the token here and queues its revocation at its provider, in one commit, as
+        /// ``RevocationOutbox/revoke(service:account:scopes:deleting:reason:)``.
+        @discardableResult
+        public func revoke(service: String, account: String, scopes: [Scope]? = nil, deleting: Bool = false, reason: String) async throws -> String? {
+            let keeper = outbox.keeper
+            try RevocationOutbox.checkRevocable(try await ProviderRegistry(store: keeper.store).providerAwaiting(named: service), service)
+            let queue = Queued()
+            try await keeper.awaiting.endToken(service: service, account: account, scopes: scopes, deleting: deleting,
+                                               reason: reason + " (queued for revocation at provider \(service))",
+                                               event: deleting ? "delete" : "revoke-all",
+                                               alongside: outbox.entry(service: service, account: account, reason: reason, into: queue))
+            return queue.ids.last
+        }
+
+        /// Revokes scopes across every matching token and queues each changed token's
+        /// revocation at its provider, in one commit, as
+        /// ``RevocationOutbox/revoke(scopes:matching:reason:)``.
+        public func revoke(scopes: [Scope], matching filter: TokenFilter, reason: String) async throws
+            -> (report: BulkRevocationReport, queued: [String])
+        {
+            // The providers are read first (the scan's chunks are handled without waiting),
+            // each as it reads: a damaged record fails the revocation only if a token needs it.
+            let providers = try await ProviderRegistry(store: outbox.keeper.store).everyProviderAwaiting()
+            let queue = Queued()
+            let report = try await outbox.keeper.awaiting.revokeEndingGrants(
+                scopes: scopes, matching: filter, reason: reason + " (queued for revocation at the provider)",
+                alongside: outbox.entries(reason: reason, provider: { try providers[$0]?.get() }, into: queue))
+            let committed = Set(try await entries().map(\.id))
+            return (report, queue.ids.filter(committed.contains))
+        }
+
+        /// Every queued revocation, oldest first, as ``RevocationOutbox/entries()``.
+        public func entries() async throws -> [QueuedRevocation] {
+            try await outbox.entriesAwaiting()
         }
     }
 }

@@ -319,6 +319,23 @@ public struct ProviderRegistry: Sendable {
         return try await clientAwaiting(for: provider, timeout: timeout)
     }
 
+    /// Every provider kept, by name, each as it reads (a record that does not decode is its
+    /// error, for the caller to meet only if it needs that provider): the names listed and the
+    /// records read through the store's async API when it has one.
+    func everyProviderAwaiting() async throws -> [String: Result<OAuthProvider, any Error>] {
+        let names = try await store.searchAwaiting(ItemQuery(recordType: .oauthProvider)).compactMap { info -> String? in
+            guard case .keysmithRecord(let key) = info.key, key.recordType == .oauthProvider else { return nil }
+            return key.service
+        }
+        let records = try await store.readAwaiting(names.map(Self.key))
+        var providers: [String: Result<OAuthProvider, any Error>] = [:]
+        for (name, record) in zip(names, records) {
+            guard let record else { continue }
+            providers[name] = Result { try Self.decode(record.secret, name: name) }
+        }
+        return providers
+    }
+
     /// ``provider(named:)``, read through the store's async API when it has one.
     func providerAwaiting(named name: String) async throws -> OAuthProvider? {
         guard let record = try await store.readAwaiting([Self.key(name)])[0] else { return nil }

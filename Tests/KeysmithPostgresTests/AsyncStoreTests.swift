@@ -339,4 +339,32 @@ struct AsyncStoreTests {
         _ = try await Task.detached { try store.tryExclusiveLock(named: "sync")?.release() }.value
         #expect(store.blockingLockQuestions.load(ordering: .relaxed) + other.blockingLockQuestions.load(ordering: .relaxed) > lockQuestions)
     }
+
+    @Test("the outbox from async code on PostgreSQL holds no thread: queueing one token's and a bulk revocation, listing the queue and sending it make no blocking call")
+    func outboxIsAwaited() async throws {
+        let store = try Self.open(connections: 4)
+        // A provider at a port nobody listens on: each send is refused at once, and stays pending.
+        try ProviderRegistry(store: store).add(OAuthProvider(name: "news", tokenEndpoint: "http://127.0.0.1:9/token",
+                                                             revocationEndpoint: "http://127.0.0.1:9/revoke", clientID: "c"))
+        let keeper = TokenKeeper(store: store)
+        let granted = Data(#"{"access_token":"at-1","token_type":"Bearer","refresh_token":"rt-1","scope":"read write"}"#.utf8)
+        for account in ["bob", "carol", "dave"] {
+            try keeper.importResponse(granted, service: "news", account: account, requested: [try Scope("read"), try Scope("write")])
+        }
+        let outbox = RevocationOutbox(keeper: keeper, timeout: .seconds(10))
+        let lendings = store.blockingPool.lendings.load(ordering: .relaxed)
+        let lockQuestions = store.blockingLockQuestions.load(ordering: .relaxed)
+        let one = try await outbox.awaiting.revoke(service: "news", account: "bob", reason: "left")
+        #expect(one != nil)
+        let (report, queued) = try await outbox.awaiting.revoke(scopes: [try Scope("write")], matching: TokenFilter(service: "news"), reason: "incident")
+        #expect(report.changed == 2 && queued.count == 2, "\(report) \(queued)")
+        #expect(try await outbox.awaiting.entries().count == 3)
+        let sent = try await outbox.send(force: true)
+        #expect(sent.pending == 3 && sent.confirmed == 0 && sent.failed == 0, "\(sent)")
+        #expect(store.blockingPool.lendings.load(ordering: .relaxed) == lendings, "a blocking call")
+        #expect(store.blockingLockQuestions.load(ordering: .relaxed) == lockQuestions, "a lock asked blocking")
+        // Each stayed queued, with why (read synchronously now).
+        #expect(try outbox.entries().allSatisfy { $0.state == "pending" && $0.attempts == 1 && $0.lastError != nil })
+        #expect(try keeper.auditEntries().filter { $0.event == "provider-revoke-retry" }.count == 3)
+    }
 }

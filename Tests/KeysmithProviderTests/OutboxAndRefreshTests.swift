@@ -36,6 +36,59 @@ struct OutboxAndRefreshTests {
         #expect(String(decoding: record.secret, as: UTF8.self).contains("RT-secret-1"))
     }
 
+    /// The outbox's queueing and listing, run one way: what each step came to (ids, which are
+    /// random, replaced by whether there was one), the queue, and every token's standing.
+    static func queueing(awaited: Bool) async throws -> [String] {
+        let store = MemoryStore()
+        let registry = ProviderRegistry(store: store)
+        try registry.add(OAuthProvider(name: "news", tokenEndpoint: "https://auth.example/token", revocationEndpoint: "https://auth.example/revoke",
+                                       clientID: "c"))
+        try registry.add(OAuthProvider(name: "plain", tokenEndpoint: "https://plain.example/token", clientID: "c"))
+        let keeper = TokenKeeper(store: store)
+        for (service, account) in [("news", "bob"), ("news", "carol"), ("news", "dave"), ("plain", "erin"), ("gone", "fay")] {
+            try keeper.importResponse(response, service: service, account: account, requested: [try Scope("read"), try Scope("write")])
+        }
+        let outbox = RevocationOutbox(keeper: keeper)
+        func outcome(_ body: () async throws -> String) async -> String {
+            do { return try await body() } catch let error as KeysmithError { return "refused \(error.code): \(error.message)" }
+            catch let error as ProviderError { return "refused \(error.kind): \(error.message)" } catch { return "\(error)" }
+        }
+        func revoke(_ service: String, _ account: String, deleting: Bool = false) async -> String {
+            await outcome {
+                let id = awaited ? try await outbox.awaiting.revoke(service: service, account: account, deleting: deleting, reason: "left")
+                    : try outbox.revoke(service: service, account: account, deleting: deleting, reason: "left")
+                return id == nil ? "none queued" : "queued"
+            }
+        }
+        func bulk(_ filter: TokenFilter) async -> String {
+            await outcome {
+                let (report, queued) = awaited ? try await outbox.awaiting.revoke(scopes: [try Scope("write")], matching: filter, reason: "incident")
+                    : try outbox.revoke(scopes: [try Scope("write")], matching: filter, reason: "incident")
+                return "\(report.matched) matched, \(report.changed) changed, \(queued.count) queued"
+            }
+        }
+        var seen = [await revoke("news", "bob"), await revoke("news", "carol", deleting: true), await revoke("plain", "erin"),
+                    await revoke("gone", "fay"), await bulk(TokenFilter()), await bulk(TokenFilter(service: "plain")),
+                    await bulk(TokenFilter(service: "news"))]
+        let entries = awaited ? try await outbox.awaiting.entries() : try outbox.entries()
+        seen.append(entries.map { "\($0.provider)/\($0.account) \($0.state)" }.sorted().joined(separator: ", "))
+        seen.append(try keeper.tokens().map { "\($0.reference) \($0.token.isActive(at: Date()))" }.joined(separator: ", "))
+        seen.append(try keeper.auditEntries().map { "\($0.event) \($0.service) \($0.account) \($0.detail)" }.joined(separator: "; "))
+        return seen
+    }
+
+    @Test("awaited, the outbox queues, refuses and lists what it does synchronously: one token, a deleted one, a bulk revocation, and their refusals")
+    func awaitedQueueing() async throws {
+        let sync = try await Self.queueing(awaited: false), awaited = try await Self.queueing(awaited: true)
+        #expect(awaited == sync)
+        // The steps did what they are for: queued, refused for no endpoint, refused for no provider,
+        // the bulk refused whole while one token's service has no endpoint, then queued.
+        #expect(Array(sync.prefix(4)) == ["queued", "queued", sync[2], sync[3]])
+        #expect(sync[2].hasPrefix("refused unsupported") && sync[3].hasPrefix("refused item not found"), "\(sync)")
+        #expect(sync[4].hasPrefix("refused") && sync[5].hasPrefix("refused unsupported") && sync[6] == "2 matched, 1 changed, 1 queued", "\(sync)")
+        #expect(sync[7] == "news/bob pending, news/carol pending, news/dave pending", "\(sync)")
+    }
+
     @Test("a refresh answer for a refresh token the kept token no longer holds is not applied (a newer sign-in stays); without expires_in the new token lives as long as the last")
     func refreshBookkeeping() throws {
         let keeper = try keeper()
