@@ -97,6 +97,36 @@ struct AwaitingKeeperTests {
             awaited: { try await $0.token(service: "news", account: "bob").map(describe) ?? "none" },
     ]
 
+    /// Two keepers on two fresh stores of one kind, on one manual clock, as one actor: one run
+    /// synchronously, the other awaited.
+    struct Pair {
+        let sync: TokenKeeper, awaited: TokenKeeper, clock = ManualClock()
+        let cleanup: () -> Void
+
+        init(_ fixture: TokenStoreFixture) throws {
+            let (syncStore, cleanSync) = try fixture.make(), (awaitedStore, cleanAwaited) = try fixture.make()
+            let actor = AuditActor.current(command: "test"), clock = clock
+            sync = TokenKeeper(store: syncStore, clock: { clock.now }, actor: actor)
+            awaited = TokenKeeper(store: awaitedStore, clock: { clock.now }, actor: actor)
+            cleanup = { cleanSync(); cleanAwaited() }
+        }
+
+        /// Runs each step both ways, expecting the same outcome, and a refusal exactly where the
+        /// step's name says so. Returns how many were refused.
+        func run(_ script: [Step]) async -> Int {
+            var refusals = 0
+            for step in script {
+                let expected = AwaitingKeeperTests.outcome { try step.sync(sync) }
+                let got = await AwaitingKeeperTests.outcome { try await step.awaited(awaited.awaiting) }
+                #expect(got == expected, "\(step.name)")
+                #expect(expected.refused == step.name.hasSuffix("refused"), "\(step.name): \(expected)")
+                if expected.refused { refusals += 1 }
+                clock.advance(7)
+            }
+            return refusals
+        }
+    }
+
     static func describe(_ token: OAuthToken) -> String {
         let scopes = token.scopes.sorted { $0.key < $1.key }.map { "\($0.key.rawValue)=\($0.value.state)" }
         return "\(token.accessToken) \(token.refreshToken ?? "-") \(token.revokedAt.map { "\($0.timeIntervalSince1970)" } ?? "active") \(scopes)"
@@ -127,23 +157,10 @@ struct AwaitingKeeperTests {
 
     @Test("every change, awaited, returns, refuses, stores and audits what the synchronous one does", arguments: TokenStoreFixture.all)
     func sameChanges(_ fixture: TokenStoreFixture) async throws {
-        let (syncStore, cleanSync) = try fixture.make()
-        defer { cleanSync() }
-        let (awaitedStore, cleanAwaited) = try fixture.make()
-        defer { cleanAwaited() }
-        let clock = ManualClock()
-        let actor = AuditActor.current(command: "test")
-        let sync = TokenKeeper(store: syncStore, clock: { clock.now }, actor: actor)
-        let awaited = TokenKeeper(store: awaitedStore, clock: { clock.now }, actor: actor)
-        var refusals = 0
-        for step in Self.script {
-            let expected = Self.outcome { try step.sync(sync) }
-            let got = await Self.outcome { try await step.awaited(awaited.awaiting) }
-            #expect(got == expected, "\(step.name)")
-            #expect(expected.refused == step.name.hasSuffix("refused"), "\(step.name): \(expected)")
-            if expected.refused { refusals += 1 }
-            clock.advance(7)
-        }
+        let pair = try Pair(fixture)
+        defer { pair.cleanup() }
+        let (sync, awaited, syncStore, awaitedStore) = (pair.sync, pair.awaited, pair.sync.store, pair.awaited.store)
+        let refusals = await pair.run(Self.script)
         #expect(refusals == 5)
         // The same records: the same audit log, entry for entry (hashes included), the same tokens.
         let entries = try sync.auditEntries()
@@ -205,29 +222,16 @@ struct AwaitingKeeperTests {
 
     @Test("bulk revocations and listings, awaited, return, refuse, store and audit what the synchronous ones do", arguments: TokenStoreFixture.all)
     func sameBulkChanges(_ fixture: TokenStoreFixture) async throws {
-        let (syncStore, cleanSync) = try fixture.make()
-        defer { cleanSync() }
-        let (awaitedStore, cleanAwaited) = try fixture.make()
-        defer { cleanAwaited() }
-        let clock = ManualClock()
-        let actor = AuditActor.current(command: "test")
-        let sync = TokenKeeper(store: syncStore, clock: { clock.now }, actor: actor)
-        let awaited = TokenKeeper(store: awaitedStore, clock: { clock.now }, actor: actor)
+        let pair = try Pair(fixture)
+        defer { pair.cleanup() }
+        let (sync, awaited, syncStore, awaitedStore) = (pair.sync, pair.awaited, pair.sync.store, pair.awaited.store)
         for keeper in [sync, awaited] {
             for (account, client) in [("bob", "app"), ("carol", "web"), ("dave", "web")] {
                 try keeper.importResponse(standard, service: "news", account: account, requested: ["groups:read", "posts:write"], clientID: client)
             }
             try keeper.importResponse(standard, service: "other", account: "erin", requested: ["groups:read"], clientID: "web")
         }
-        var refusals = 0
-        for step in Self.bulkScript {
-            let expected = Self.outcome { try step.sync(sync) }
-            let got = await Self.outcome { try await step.awaited(awaited.awaiting) }
-            #expect(got == expected, "\(step.name)")
-            #expect(expected.refused == step.name.hasSuffix("refused"), "\(step.name): \(expected)")
-            if expected.refused { refusals += 1 }
-            clock.advance(7)
-        }
+        let refusals = await pair.run(Self.bulkScript)
         #expect(refusals == 2)
         let entries = try sync.auditEntries()
         #expect(entries.filter { $0.event == "bulk-revoke" }.count == 2, "the revocation and the grants ended; the dry run and the repeat write none")
