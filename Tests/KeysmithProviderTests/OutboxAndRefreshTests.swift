@@ -68,7 +68,7 @@ struct OutboxAndRefreshTests {
             }
         }
         var seen = [await revoke("news", "bob"), await revoke("news", "carol", deleting: true), await revoke("plain", "erin"),
-                    await revoke("gone", "fay"), await bulk(TokenFilter()), await bulk(TokenFilter(service: "plain")),
+                    await revoke("gone", "fay"), await bulk(TokenFilter(service: "gone")), await bulk(TokenFilter(service: "plain")),
                     await bulk(TokenFilter(service: "news"))]
         let entries = awaited ? try await outbox.awaiting.entries() : try outbox.entries()
         seen.append(entries.map { "\($0.provider)/\($0.account) \($0.state)" }.sorted().joined(separator: ", "))
@@ -85,7 +85,9 @@ struct OutboxAndRefreshTests {
         // the bulk refused whole while one token's service has no endpoint, then queued.
         #expect(Array(sync.prefix(4)) == ["queued", "queued", sync[2], sync[3]])
         #expect(sync[2].hasPrefix("refused unsupported") && sync[3].hasPrefix("refused item not found"), "\(sync)")
-        #expect(sync[4].hasPrefix("refused") && sync[5].hasPrefix("refused unsupported") && sync[6] == "2 matched, 1 changed, 1 queued", "\(sync)")
+        // (A bulk revocation over tokens of both bad services would name whichever a scan meets
+        // first: the order is the store's, and two memory stores differ. Each is asked alone.)
+        #expect(sync[4].hasPrefix("refused item not found") && sync[5].hasPrefix("refused unsupported") && sync[6] == "2 matched, 1 changed, 1 queued", "\(sync)")
         #expect(sync[7] == "news/bob pending, news/carol pending, news/dave pending", "\(sync)")
     }
 
