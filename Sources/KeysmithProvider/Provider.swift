@@ -285,10 +285,13 @@ public struct ProviderRegistry: Sendable {
 
     /// The names of the providers kept, sorted.
     func names() throws -> [String] {
-        try store.search(ItemQuery(recordType: .oauthProvider)).compactMap { info -> String? in
-            guard case .keysmithRecord(let key) = info.key, key.recordType == .oauthProvider else { return nil }
-            return key.service
-        }.sorted()
+        try store.search(ItemQuery(recordType: .oauthProvider)).compactMap(Self.name).sorted()
+    }
+
+    /// The name of the provider a listed record keeps, or `nil` for any other record.
+    static func name(_ info: ItemInfo) -> String? {
+        guard case .keysmithRecord(let key) = info.key, key.recordType == .oauthProvider else { return nil }
+        return key.service
     }
 
     /// Every provider, sorted by name.
@@ -323,10 +326,7 @@ public struct ProviderRegistry: Sendable {
     /// error, for the caller to meet only if it needs that provider): the names listed and the
     /// records read through the store's async API when it has one.
     func everyProviderAwaiting() async throws -> [String: Result<OAuthProvider, any Error>] {
-        let names = try await store.searchAwaiting(ItemQuery(recordType: .oauthProvider)).compactMap { info -> String? in
-            guard case .keysmithRecord(let key) = info.key, key.recordType == .oauthProvider else { return nil }
-            return key.service
-        }
+        let names = try await store.searchAwaiting(ItemQuery(recordType: .oauthProvider)).compactMap(Self.name)
         let records = try await store.readAwaiting(names.map(Self.key))
         var providers: [String: Result<OAuthProvider, any Error>] = [:]
         for (name, record) in zip(names, records) {
