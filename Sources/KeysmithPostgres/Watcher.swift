@@ -59,6 +59,8 @@ public final class PostgresWatcher: Sendable {
         var applied: Int64
         var confirmedAt: ContinuousClock.Instant?
         var stopped = false
+        /// Set by the first ``start(pollInterval:_:)``.
+        var started = false
         var reconnects = 0
         /// Tests only: behave as if every notification were dropped on the way (no LISTEN).
         var ignoresNotifications = false
@@ -318,6 +320,25 @@ public final class PostgresWatcher: Sendable {
             INSERT INTO keysmith_watchers (namespace_id, watcher, acked_seq, seen_at) VALUES (\(namespaceBuffer), \(name), \(applied), now())
             ON CONFLICT (namespace_id, watcher) DO UPDATE SET acked_seq = excluded.acked_seq, seen_at = now()
             """)
+    }
+}
+
+extension PostgresWatcher: StoreWatcher {
+    /// Runs ``run(pollInterval:_:)`` on a thread of its own, handing each change to `apply`
+    /// as a `WatchedChange`; returns at once. ``stop()`` ends it. A watcher feeds one follower:
+    /// called again, this starts nothing and returns false.
+    @discardableResult
+    public func start(pollInterval: Duration = .milliseconds(50), _ apply: @escaping @Sendable (WatchedChange) -> Void) -> Bool {
+        guard !state.withLock({ state in defer { state.started = true }; return state.started }) else { return false }
+        let thread = Thread { [self] in
+            _ = try? run(pollInterval: pollInterval) { change in
+                apply(WatchedChange(key: change.key, deleted: change.deleted, record: change.record))
+                return true
+            }
+        }
+        thread.name = "keysmith watch \(name)"
+        thread.start()
+        return true
     }
 }
 

@@ -25,6 +25,30 @@ struct WatcherTests {
         return thread
     }
 
+    @Test("a watcher feeds one follower: a second WatchedPermissions on a started watcher denies every check and says why, the first keeps its permissions")
+    func oneFollowerPerWatcher() throws {
+        let namespace = "claim-\(UUID().uuidString)"
+        let store = try PostgresStoreTests.open(namespace)
+        try TokenKeeper(store: store).importResponse(Data(#"{"access_token":"at-1","token_type":"Bearer","scope":"posts:read"}"#.utf8),
+                                                     service: "news", account: "alice", requested: [])
+        let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
+                                          name: "claim-\(namespace.suffix(12))", staleAfter: .seconds(5))
+        let first = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
+        let second = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
+        first.start(pollInterval: .milliseconds(20))
+        defer { first.stop() }
+        second.start(pollInterval: .milliseconds(20))
+        let read = try Scope("posts:read")
+        #expect(Self.waitUntil { first.permissions.hasPermission(read) })
+        #expect(watcher.isCurrent)
+        #expect(!second.permissions.hasPermission(read) && !second.permissions.isCurrent)
+        #expect(second.failure?.code == .invalidArgument)
+        #expect(first.failure == nil)
+        // The watcher's own start, asked again, starts nothing.
+        #expect(!watcher.start(pollInterval: .milliseconds(20)) { _ in })
+    }
+
+    // Through the deprecated KeysmithPostgres forwards (one release), which must still work.
     @Test("started twice, WatchedPermissions and WatchedTokens each watch once: one connection each in pg_stat_activity, and stop ends it")
     func startedTwiceWatchesOnce() throws {
         let namespace = "twice-\(UUID().uuidString)"
@@ -250,8 +274,9 @@ struct WatcherTests {
                                   service: "news", account: "alice", requested: [])
         var settings = try PostgresStoreTests.settings()
         settings.user = role
-        let watched = try WatchedPermissions(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key),
-                                             service: "news", account: "alice", name: "perm-\(role)", staleAfter: .seconds(5))
+        let watched = try WatchedPermissions(
+            watcher: PostgresWatcher(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key), name: "perm-\(role)", staleAfter: .seconds(5)),
+            store: PostgresStore(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key)), service: "news", account: "alice")
         let write = try Scope("posts:write"), read = try Scope("posts:read")
         // Not current before it has watched: nothing is held yet.
         #expect(!watched.permissions.hasPermission(read))
@@ -295,8 +320,11 @@ struct WatcherTests {
         }
         try writer.importResponse(Data(#"{"access_token":"at-other","token_type":"Bearer","scope":"posts:write"}"#.utf8),
                                   service: "other", account: "alice", requested: [])
-        let tokens = try WatchedTokens(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
-                                       service: "news", name: "tokens-\(namespace.prefix(20))", staleAfter: .seconds(5))
+        let settings = try PostgresStoreTests.settings()
+        let tokens = try WatchedTokens(
+            watcher: PostgresWatcher(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key), name: "tokens-\(namespace.prefix(20))",
+                                     staleAfter: .seconds(5)),
+            store: PostgresStore(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key)), service: "news")
         #expect(tokens.accounts == ["alice", "bob"])
         #expect(tokens.permissions(account: "carol") == nil)
         let alice = try #require(tokens.permissions(account: "alice")), bob = try #require(tokens.permissions(account: "bob"))
@@ -334,6 +362,45 @@ struct WatcherTests {
         tokens.stop()
         #expect(!bob.hasPermission(read), "a stopped watcher's permissions still granted")
         #expect(tokens.failure == nil)
+    }
+
+    @Test("WatchedTokens: a token record that does not decode holds nothing while the others hold their scopes; a row edited by hand refuses the start (corrupt data), never a partial set")
+    func watchedTokensAndDamage() throws {
+        let namespace = "damaged-\(UUID().uuidString)"
+        let store = try PostgresStoreTests.open(namespace)
+        let writer = TokenKeeper(store: store)
+        let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        for account in ["bob", "carol"] {
+            try writer.importResponse(Data(#"{"access_token":"at-\#(account)","token_type":"Bearer","scope":"posts:read"}"#.utf8),
+                                      service: "news", account: account, requested: [])
+        }
+        // A record where alice's token belongs that is no token.
+        try store.perform([.create(ItemAttributes(key: StoredToken.key(service: "news", account: "alice")), secret: Data("not a token".utf8))])
+        let settings = try PostgresStoreTests.settings()
+        func watched(_ name: String) throws -> WatchedTokens {
+            try WatchedTokens(
+                watcher: PostgresWatcher(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key), name: "\(name)-\(namespace.suffix(12))",
+                                         staleAfter: .seconds(5)),
+                store: store, service: "news")
+        }
+        let tokens = try watched("undecodable")
+        #expect(tokens.accounts == ["alice", "bob", "carol"])
+        tokens.start(pollInterval: .milliseconds(20))
+        defer { tokens.stop() }
+        let read = try Scope("posts:read")
+        #expect(Self.waitUntil { tokens.permissions(account: "bob")?.hasPermission(read) == true })
+        #expect(tokens.permissions(account: "carol")?.hasPermission(read) == true)
+        #expect(tokens.permissions(account: "alice")?.isCurrent == true)
+        #expect(tokens.permissions(account: "alice")?.permissions.isEmpty == true, "current, and holding nothing")
+
+        // One bit of bob's sealed row flipped by hand: the listing refuses, and so does the start.
+        _ = try PostgresStoreTests.sql("SET LOCAL session_replication_role = replica", """
+            UPDATE keysmith_records r SET sealed = set_byte(r.sealed, 30, get_byte(r.sealed, 30) # 1) FROM keysmith_changes c
+            WHERE c.namespace_id = \(namespaceID) AND c.seq = (SELECT min(seq) FROM keysmith_changes WHERE namespace_id = \(namespaceID))
+              AND r.namespace_id = c.namespace_id AND r.blind_index = c.blind_index
+            """)
+        let error = #expect(throws: KeysmithError.self) { _ = try watched("edited") }
+        #expect(error?.code == .corruptData)
     }
 
     @Test("a change row edited in the database stops the watcher with corrupt data; it is never current again and its permissions deny")
@@ -393,9 +460,10 @@ struct WatcherTests {
         try #require(token.count == 1, "\(token)")
         let admin = try Scope("h:admin")
         // Permissions fed by a watcher, made before the revocation and started after the owner's edit.
-        let watched = try WatchedPermissions(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
-                                             service: "h", account: "ops", name: "replay-perm-\(namespace.prefix(12))",
-                                             staleAfter: .milliseconds(500))
+        let watched = try WatchedPermissions(
+            watcher: PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
+                                     name: "replay-perm-\(namespace.prefix(12))", staleAfter: .milliseconds(500)),
+            store: PostgresStoreTests.open(namespace), service: "h", account: "ops")
         #expect(watched.permissions.hasPermission(admin) == false)  // not current before it has watched
         try writer.revoke([admin], service: "h", account: "ops", reason: "test")
         _ = try PostgresStoreTests.sql("SET LOCAL session_replication_role = replica", """

@@ -80,8 +80,8 @@ case "serve":
     // The watcher's name is its registration (`keysmith revoke --wait` waits for each): one per
     // instance, so the host's name and the process, unless given.
     let watcherName = option("--name") ?? "report-service-\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
-    let tokens = try WatchedTokens(settings, namespace: namespace, masterKey: masterKey, service: tokenService,
-                                   name: String(watcherName.prefix(200)))
+    let watcher = try PostgresWatcher(settings, namespace: namespace, masterKey: masterKey, name: String(watcherName.prefix(200)))
+    let tokens = try WatchedTokens(watcher: watcher, store: store, service: tokenService)
     tokens.start(pollInterval: .milliseconds(20))
     let policies = try Policies(text: """
         permit (principal, action == Action::"read", resource)
