@@ -116,8 +116,8 @@ let package = Package(
         .executableTarget(
             name: "keysmith-net",
             dependencies: [
-                "KeysmithCommandLine", "Keysmith", "KeysmithCredentials", "KeysmithStores", "KeysmithTokens", "KeysmithSystem", "KeysmithPostgres",
-                "KeysmithProvider",
+                "KeysmithCommandLine", "Keysmith", "KeysmithCredentials", "KeysmithCrypto", "KeysmithStores", "KeysmithTokens", "KeysmithSystem",
+                "KeysmithPostgres", "KeysmithProvider",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -129,7 +129,7 @@ let package = Package(
         .target(name: "KeysmithTestSupport", dependencies: ["Keysmith"], path: "Tests/KeysmithTestSupport"),
         .testTarget(name: "KeysmithTests", dependencies: ["Keysmith"]),
         .testTarget(name: "KeysmithCryptoTests", dependencies: ["KeysmithCrypto"]),
-        .testTarget(name: "KeysmithTokensTests", dependencies: ["KeysmithTokens", "KeysmithVault", "KeysmithTestSupport"]),
+        .testTarget(name: "KeysmithTokensTests", dependencies: ["Keysmith", "KeysmithTokens", "KeysmithVault", "KeysmithTestSupport"]),
         .testTarget(
             name: "KeysmithPolicyTests", dependencies: ["Keysmith", "KeysmithPolicy", "KeysmithTokens"],
             exclude: ["Cases", "Oracle"]  // data and the Python oracles, read by path
@@ -137,7 +137,7 @@ let package = Package(
         .testTarget(
             name: "KeysmithVaultTests",
             dependencies: [
-                "KeysmithVault", "KeysmithCredentials", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem", "KeysmithTestSupport", "vault-stress",
+                "Keysmith", "KeysmithVault", "KeysmithCredentials", "KeysmithTokens", "KeysmithCrypto", "KeysmithSystem", "KeysmithTestSupport", "vault-stress",
                 .product(name: "InMemoryLogging", package: "swift-log"),
             ]
         ),
@@ -154,9 +154,9 @@ let package = Package(
                            .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
-            name: "KeysmithFuzzRegressionTests", dependencies: ["KeysmithVault", "KeysmithTokens", "KeysmithPolicy"]
+            name: "KeysmithFuzzRegressionTests", dependencies: ["Keysmith", "KeysmithVault", "KeysmithTokens", "KeysmithPolicy"]
         ),
-        .testTarget(name: "KeysmithCommandTests", dependencies: ["keysmith", "keysmith-net", "KeysmithTestSupport"]),
+        .testTarget(name: "KeysmithCommandTests", dependencies: ["Keysmith", "keysmith", "keysmith-net", "KeysmithTestSupport"]),
         .testTarget(
             name: "KeysmithProviderTests",
             dependencies: ["Keysmith", "KeysmithProvider", "KeysmithTokens", "KeysmithVault", "KeysmithPostgres", "KeysmithTestSupport", "store-race"]

@@ -220,4 +220,49 @@ public enum Keyfile {
         }
         return key
     }
+
+    /// Writes a new keyfile of 32 random bytes (64 hexadecimal digits and a newline), mode 0600,
+    /// and refuses to overwrite a file that exists. It is written whole into a temporary file
+    /// beside it, synced and then linked into place: a crash leaves no keyfile or a complete
+    /// one, never an empty one that a rerun would refuse.
+    ///
+    /// ```swift
+    /// try Keyfile.generate(at: "/etc/app/keysmith.key")
+    /// let key = try Keyfile.read(at: "/etc/app/keysmith.key")   // the same 32 bytes
+    /// ```
+    ///
+    /// - Parameter path: Where to write it.
+    /// - Throws: `KeysmithError.Code.duplicateItem` if the file exists;
+    ///   `KeysmithError.Code.ioFailure` if it cannot be written.
+    public static func generate(at path: String) throws {
+        var key = try randomBytes(32)
+        var text = Array((key.hexString + "\n").utf8)
+        defer {
+            cleanse(&key)
+            cleanse(&text)
+        }
+        let directory = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+        let temporary = (directory.isEmpty ? "" : directory) + "/.tmp-keyfile-\(System.processID)-\(try randomBytes(6).hexString)"
+        defer { try? System.unlink(temporary) }
+        do {
+            let fd = try System.open(temporary, flags: OpenFlags.writeOnly | OpenFlags.create | OpenFlags.exclusive, mode: 0o600)
+            defer { System.close(fd) }
+            try System.writeAll(fd, text, path: temporary)
+            try System.fsync(fd, path: temporary)
+            try System.link(temporary, path)  // never replaces a file that exists
+            try System.fsyncDirectory(directory.isEmpty ? "/" : directory)
+        } catch let error as SystemError where error.isAlreadyExists {
+            throw KeysmithError(.duplicateItem, "the keyfile \(path) already exists; it was left as it is")
+        } catch let error as SystemError {
+            throw KeysmithError(.ioFailure, "cannot write the keyfile: \(error)")
+        }
+    }
+
+    private static func randomBytes(_ count: Int) throws -> [UInt8] {
+        do {
+            return try Random.bytes(count: count)
+        } catch let error as CryptoError {
+            throw KeysmithError(.ioFailure, "cryptography failed: \(error)")
+        }
+    }
 }

@@ -79,35 +79,14 @@ public struct VaultCredential: Sendable, CustomStringConvertible {
             .storeLocked, "the vault is locked: set KEYSMITH_KEYFILE to a keyfile or KEYSMITH_PASSPHRASE to its passphrase")
     }
 
-    /// Writes a new random keyfile with mode 0600. Refuses to overwrite an existing file.
+    /// Writes a new random keyfile with mode 0600. Refuses to overwrite an existing file. The same
+    /// as `Keyfile.generate(at:)` (module KeysmithCredentials), for programs that use the vault.
     ///
     /// - Parameter path: Where to write it.
     /// - Throws: `KeysmithError.Code.duplicateItem` if the file exists;
     ///   `KeysmithError.Code.ioFailure` if it cannot be written.
     public static func generateKeyfile(at path: String) throws {
-        var key = try vaultCrypto { try Random.bytes(count: 32) }
-        var text = Array((key.hexString + "\n").utf8)
-        defer {
-            cleanse(&key)
-            cleanse(&text)
-        }
-        // Written whole into a temporary file beside it, then linked into place: a crash leaves
-        // no keyfile or a complete one, never an empty one that a rerun would refuse.
-        let directory = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
-        let temporary = (directory.isEmpty ? "" : directory) + "/.tmp-keyfile-\(System.processID)-\(try vaultCrypto { try Random.bytes(count: 6) }.hexString)"
-        defer { try? System.unlink(temporary) }
-        do {
-            let fd = try System.open(temporary, flags: OpenFlags.writeOnly | OpenFlags.create | OpenFlags.exclusive, mode: 0o600)
-            defer { System.close(fd) }
-            try System.writeAll(fd, text, path: temporary)
-            try System.fsync(fd, path: temporary)
-            try System.link(temporary, path)  // never replaces a file that exists
-            try System.fsyncDirectory(directory.isEmpty ? "/" : directory)
-        } catch let error as SystemError where error.isAlreadyExists {
-            throw KeysmithError(.duplicateItem, "the keyfile \(path) already exists; it was left as it is")
-        } catch let error as SystemError {
-            throw KeysmithError(.ioFailure, "cannot write the keyfile: \(error)")
-        }
+        try Keyfile.generate(at: path)
     }
 
     /// Whether this is a passphrase (as opposed to a keyfile or a key).

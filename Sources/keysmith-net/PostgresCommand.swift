@@ -6,7 +6,6 @@ import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithPostgres
 import KeysmithSystem
-import KeysmithVault
 import KeysmithTokens
 import Synchronization
 
@@ -107,7 +106,7 @@ extension KeysmithCommand.PostgresCommand {
             var createdKeyfile: String?
             if let newKeyfile {
                 if try System.status(newKeyfile) == nil {
-                    try VaultCredential.generateKeyfile(at: newKeyfile)
+                    try Keyfile.generate(at: newKeyfile)
                     createdKeyfile = newKeyfile
                 }
                 replacement = .keyfile(path: newKeyfile)
