@@ -151,8 +151,8 @@ extension KeysmithCommand.Secret {
             let query = ItemQuery(service: service, account: account, server: server, namespace: all ? .any : .user)
             let items = try vault.search(query).sorted { $0.key.description < $1.key.description }
             if json {
-                struct Listing: Encodable { var items: [ItemJSON] }
-                print(try jsonLine(Listing(items: items.map(ItemJSON.init))))
+                struct Listing: Encodable { var items: [ItemDocument] }
+                print(try jsonLine(Listing(items: items.map(ItemDocument.init))))
                 return
             }
             if items.isEmpty {
@@ -166,91 +166,6 @@ extension KeysmithCommand.Secret {
                 print(line)
             }
         }
-    }
-}
-
-/// An item's identity and metadata as JSON: what `secret list --json` prints and what a
-/// `batch` line names (docs/cli.md). One shape for both, so scripts can feed one into the other.
-struct ItemJSON: Codable {
-    var kind: String?
-    var service: String?
-    var account: String?
-    var server: String?
-    var port: Int?
-    var `protocol`: String?
-    var authType: String?
-    var securityDomain: String?
-    var path: String?
-    /// Set for Keysmith's own records (`secret list --all`): their record type.
-    var recordType: String?
-    var label: String?
-    var comment: String?
-    var description: String?
-    var type: String?
-    var created: String?
-    var modified: String?
-    var creator: String?
-    var isInvisible: Bool?
-    var isNegative: Bool?
-    /// The item's generic data, in base64 (it is any bytes).
-    var genericBase64: String?
-
-    /// Every field, by its JSON name (what a `batch` line may hold beside `op` and the secret).
-    enum CodingKeys: String, CodingKey, CaseIterable {
-        case kind, service, account, server, port, `protocol`, authType, securityDomain, path, recordType, label, comment,
-             description, type, created, modified, creator, isInvisible, isNegative, genericBase64
-    }
-
-    init(_ info: ItemInfo) {
-        let attributes = info.attributes
-        kind = attributes.key.kind.rawValue
-        account = attributes.key.account
-        switch attributes.key {
-        case .genericPassword(let service, _):
-            self.service = service
-        case .internetPassword(let key):
-            server = key.server
-            port = key.port
-            `protocol` = key.internetProtocol.rawValue
-            authType = key.authenticationType.rawValue
-            securityDomain = key.securityDomain
-            path = key.path
-        case .keysmithRecord(let key):
-            service = key.service
-            recordType = key.recordType.rawValue
-        }
-        label = attributes.label
-        comment = attributes.comment
-        description = attributes.itemDescription
-        type = attributes.type
-        creator = attributes.creator
-        isInvisible = attributes.isInvisible
-        isNegative = attributes.isNegative
-        genericBase64 = attributes.generic?.base64EncodedString()
-        created = iso8601(info.created)
-        modified = iso8601(info.modified)
-    }
-
-    /// The identity these fields name.
-    ///
-    /// - Throws: ``KeysmithError/Code/invalidArgument`` saying which field is missing or unknown.
-    func key() throws -> ItemKey {
-        if recordType != nil || kind == ItemKind.keysmithRecord.rawValue {
-            throw KeysmithError.invalidArgument(
-                "Keysmith's own records (tokens, the audit log) cannot be written as secrets; use `keysmith token …`")
-        }
-        guard let account else { throw KeysmithError.invalidArgument("\"account\" is missing") }
-        if let service { return .genericPassword(service: service, account: account) }
-        guard let server else { throw KeysmithError.invalidArgument("give \"service\" or \"server\"") }
-        guard let name = `protocol`, let internetProtocol = InternetProtocol(rawValue: name) else {
-            throw KeysmithError.invalidArgument("an internet password needs a known \"protocol\"")
-        }
-        guard let authentication = InternetAuthenticationType(rawValue: authType ?? "default") else {
-            throw KeysmithError.invalidArgument("unknown \"authType\"")
-        }
-        return .internetPassword(InternetPasswordKey(
-            server: server, port: port ?? 0, internetProtocol: internetProtocol, authenticationType: authentication,
-            securityDomain: securityDomain ?? "", path: path ?? "", account: account))
     }
 }
 

@@ -327,19 +327,14 @@ extension KeysmithCommand.Token {
     }
 }
 
-/// A duration such as `90s`, `30m`, `12h`, `1d`, `2w`, or a number of seconds; at most 100 years.
+/// A duration such as `90s`, `30m`, `12h`, `1d`, `2w`, or a number of seconds; at most 100 years
+/// (`Duration(parsing:)`), refused as a usage error.
 package func parseDuration(_ text: String) throws -> TimeInterval {
-    let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
-    var number = Substring(text)
-    var unit = 1.0
-    if let last = text.last, let factor = units[last] {
-        number = text.dropLast()
-        unit = factor
+    do {
+        return try Duration(parsing: text).inSeconds
+    } catch let error as KeysmithError where error.code == .invalidArgument {
+        throw ValidationError(error.message)
     }
-    guard let value = Int(number), value >= 0, Double(value) * unit <= 100 * 365 * 86_400 else {
-        throw ValidationError("'\(text)' is not a duration: give a whole number with s, m, h, d or w (such as 12h or 1d), at most 100 years")
-    }
-    return Double(value) * unit
 }
 
 extension KeysmithCommand.Token {
@@ -565,46 +560,13 @@ func printTokenDocument(_ location: (service: String, account: String), _ token:
 }
 
 extension KeysmithCommand.Token.Import {
-    /// One line of `token import --batch`.
-    struct BatchLine: Decodable {
-        var service: String
-        var account: String
-        var response: JSONValue
-        var requested: JSONValue?
-        var clientID: String?
-        var subject: String?
-        var issuer: String?
-        enum CodingKeys: String, CodingKey {
-            case service, account, response, requested, subject, issuer
-            case clientID = "client_id"
-        }
-    }
-
     func runBatch() throws {
         let input = try InputLimit.read(limit: InputLimit.batch, what: "standard input (the token responses)")
-        var imports: [TokenImport] = []
-        for (index, line) in input.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
-            let text = line.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }
-            guard !text.isEmpty else { continue }
-            let parsed: BatchLine
-            do {
-                parsed = try JSONDecoder().decode(BatchLine.self, from: Data(text))
-            } catch {
-                throw ValidationError("line \(index + 1) is not {\"service\", \"account\", \"response\": {…}, …}; nothing was imported")
-            }
-            // The response may be the object itself or a string holding it.
-            let response: Data
-            if case .string(let raw) = parsed.response { response = Data(raw.utf8) } else { response = try JSONEncoder().encode(parsed.response) }
-            var requested: Set<Scope> = []
-            switch parsed.requested {
-            case .string(let list)?: requested = try Scope.parseList(list)
-            case .array(let items)?:
-                for case .string(let item) in items { requested.formUnion(try Scope.parseList(item)) }
-            case nil, .null?: break
-            default: throw ValidationError("line \(index + 1): requested is neither a string nor an array of strings")
-            }
-            imports.append(TokenImport(service: parsed.service, account: parsed.account, response: response, requested: requested,
-                                       clientID: parsed.clientID, subject: parsed.subject, issuer: parsed.issuer))
+        let imports: [TokenImport]
+        do {
+            imports = try TokenImport.batch(jsonLines: input)
+        } catch let error as KeysmithError where error.code == .invalidArgument {
+            throw ValidationError(error.message)
         }
         guard !imports.isEmpty else { throw ValidationError("no token on standard input; nothing was imported") }
         let keeper = makeKeeper(try store.openStore())

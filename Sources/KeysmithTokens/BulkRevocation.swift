@@ -73,6 +73,78 @@ public struct TokenImport: Sendable {
     }
 }
 
+extension TokenImport {
+    /// The imports written as JSON lines, one token response per line, as `keysmith token import
+    /// --batch` reads them (docs/cli.md): `{"service", "account", "response", "requested",
+    /// "client_id", "subject", "issuer"}`, where `response` is the token response's object (or a
+    /// string holding it) and `requested` a scope list (a string, or an array of strings).
+    /// Blank lines are skipped. The whole input is checked before anything is returned, so a
+    /// caller that imports the result imports all of it or, on an error, nothing.
+    ///
+    /// ```swift
+    /// let lines = Data(#"{"service":"news","account":"bob","response":{"access_token":"…","token_type":"Bearer"}}"#.utf8)
+    /// let (imported, updated) = try keeper.importBatch(try TokenImport.batch(jsonLines: Array(lines)), replacing: false)
+    /// ```
+    ///
+    /// - Throws: `KeysmithError.Code.invalidArgument` naming the first line that is not such an
+    ///   object, or whose `requested` is neither a string nor an array of strings;
+    ///   `KeysmithError.Code.invalidScope` naming the line of a requested scope that is invalid.
+    public static func batch(jsonLines input: [UInt8]) throws -> [TokenImport] {
+        var imports: [TokenImport] = []
+        for (index, line) in input.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
+            let text = line.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }
+            guard !text.isEmpty else { continue }
+            imports.append(try batchLine(Array(text), line: index + 1))
+        }
+        return imports
+    }
+
+    /// One line of ``batch(jsonLines:)``, numbered `line` in errors.
+    private static func batchLine(_ bytes: [UInt8], line: Int) throws -> TokenImport {
+        struct Line: Decodable {
+            var service: String
+            var account: String
+            var response: JSONValue
+            var requested: JSONValue?
+            var clientID: String?
+            var subject: String?
+            var issuer: String?
+            enum CodingKeys: String, CodingKey {
+                case service, account, response, requested, subject, issuer
+                case clientID = "client_id"
+            }
+        }
+        let parsed: Line
+        do {
+            parsed = try JSONDecoder().decode(Line.self, from: Data(bytes))
+        } catch {
+            throw KeysmithError.invalidArgument("line \(line) is not {\"service\", \"account\", \"response\": {…}, …}; nothing was imported")
+        }
+        // The response may be the object itself or a string holding it.
+        let response: Data
+        if case .string(let raw) = parsed.response { response = Data(raw.utf8) } else { response = try JSONEncoder().encode(parsed.response) }
+        var requested: Set<Scope> = []
+        do {
+            switch parsed.requested {
+            case .string(let list)?: requested = try Scope.parseList(list)
+            case .array(let items)?:
+                for item in items {
+                    guard case .string(let text) = item else {
+                        throw KeysmithError.invalidArgument("line \(line): requested is neither a string nor an array of strings")
+                    }
+                    requested.formUnion(try Scope.parseList(text))
+                }
+            case nil, .null?: break
+            default: throw KeysmithError.invalidArgument("line \(line): requested is neither a string nor an array of strings")
+            }
+        } catch let error as KeysmithError where error.code == .invalidScope {
+            throw KeysmithError(.invalidScope, "line \(line): \(error.message); nothing was imported")
+        }
+        return TokenImport(service: parsed.service, account: parsed.account, response: response, requested: requested,
+                           clientID: parsed.clientID, subject: parsed.subject, issuer: parsed.issuer)
+    }
+}
+
 /// What a bulk revocation did (or, in a dry run, would do).
 public struct BulkRevocationReport: Sendable, Hashable {
     /// Tokens that match the filter.
