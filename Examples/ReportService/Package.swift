@@ -24,6 +24,7 @@ let package = Package(
             name: "ReportService",
             dependencies: [
                 .product(name: "Keysmith", package: root),
+                .product(name: "KeysmithCredentials", package: root),
                 .product(name: "KeysmithPostgres", package: root),
                 .product(name: "KeysmithPolicy", package: root),
                 .product(name: "KeysmithTokens", package: root),

@@ -141,3 +141,22 @@ struct KeySourcesTests {
         _ = try FileVault.open(at: directory.sub("k"), credential: VaultCredential(.keyfile(path: keyfile)))
     }
 }
+
+@Suite("SecureRecord.secretMatches: a presented secret checked against the kept one")
+struct PresentedSecretTests {
+    static func record(_ secret: String) -> SecureRecord {
+        SecureRecord(info: ItemInfo(attributes: ItemAttributes(key: .genericPassword(service: "api-keys", account: "c")), created: Date(), modified: Date()),
+                     secret: Data(secret.utf8))
+    }
+
+    @Test("equal bytes match; a different byte anywhere, a prefix, a longer string or an empty one do not")
+    func matches() {
+        let kept = Self.record("k-3f9a2b")
+        #expect(kept.secretMatches(Array("k-3f9a2b".utf8)))
+        for presented in ["K-3f9a2b", "k-3f9a2c", "k-3f9a2", "k-3f9a2b ", "", "k-3f9a2b\0"] {
+            #expect(!kept.secretMatches(Array(presented.utf8)), "\(presented)")
+        }
+        #expect(Self.record("").secretMatches([]))
+        #expect(!Self.record("").secretMatches([0]))
+    }
+}

@@ -17,6 +17,7 @@ import Glibc
 import HTTPTypes
 import Hummingbird
 import Keysmith
+import KeysmithCredentials
 import KeysmithPolicy
 import KeysmithPostgres
 import KeysmithTokens
@@ -102,7 +103,7 @@ case "serve":
         // A name no item can have (empty, too long, a control character) is an unknown caller.
         guard (try? key.validate()) != nil else { throw HTTPError(.unauthorized) }
         let kept = try await store.read(key)
-        guard let kept, constantTimeEqual(Array(kept.secret), presented) else { throw HTTPError(.unauthorized) }
+        guard let kept, kept.secretMatches(presented) else { throw HTTPError(.unauthorized) }
         return client
     }
 
