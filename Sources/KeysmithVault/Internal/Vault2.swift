@@ -1,0 +1,76 @@
+import Dispatch
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+import Synchronization
+
+/// Creating format-2 vaults.
+enum Vault2 {
+    static func newKDF(for credential: VaultCredential, scrypt: ScryptParameters) throws -> VaultHeader.KDF {
+        let salt = try vaultCrypto { try Random.bytes(count: Format2.saltSize) }
+        let encoded = Data(salt).base64EncodedString()
+        if credential.isPassphrase {
+            try scrypt.validate()
+            return VaultHeader.KDF(type: "scrypt", n: scrypt.n, r: scrypt.r, p: scrypt.p, salt: encoded)
+        }
+        _ = try credential.keyMaterial()
+        return VaultHeader.KDF(type: "keyfile", n: nil, r: nil, p: nil, salt: encoded)
+    }
+
+    /// Writes a new vault's files into `root` (which exists and is empty apart from what the
+    /// caller allows): the data directory, an empty snapshot (or `records`, sealed), then the
+    /// header last. Returns the header bytes.
+    static func create(
+        paths: Paths2, credential: VaultCredential, scrypt: ScryptParameters, created: Date, idKey: SecretBytes? = nil,
+        through: UInt64 = 0, records: [(record: SecureRecord, version: UInt64)] = [], writeHeader: Bool = true
+    ) throws -> (header: [UInt8], kek: SecretBytes) {
+        let vaultID = try vaultCrypto { try Random.bytes(count: Format.vaultIDSize) }
+        let kdf = try newKDF(for: credential, scrypt: scrypt)
+        let kek = try HeaderFormat.deriveKEK(kdf, credential: credential)
+        let idKey = try idKey ?? vaultCrypto { try SecretBytes.random(count: 32) }
+        let dataKey = try vaultCrypto { try SecretBytes.random(count: 32) }
+        let header = VaultHeader2(
+            format: VaultHeader.formatName, version: Format2.version, vaultId: vaultID.hexString, created: iso8601(created),
+            generation: 1, kdf: kdf,
+            idKey: try VaultHeader2.wrap(idKey, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.id, epoch: 0),
+            dataKeys: [try VaultHeader2.wrap(dataKey, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.data, epoch: 1)],
+            currentEpoch: 1)
+        let keys = EpochKeys(epoch: 1, dataKey: dataKey)
+        try io {
+            try System.mkdir(paths.data, mode: 0o700)
+            try System.mkdir(paths.logDirectory, mode: 0o700)
+        }
+        // The first snapshot: what `records` hold, sorted by record id, chained from the genesis.
+        var sealed: [(id: RecordID, version: UInt64, nonce: [UInt8], ciphertext: [UInt8], tag: [UInt8])] = []
+        for (record, version) in records {
+            let id = RecordID(SHA256.hmac(key: idKey, RecordCodec.identity(record.key)))!
+            var plaintext = RecordCodec.encode(record)
+            defer { cleanse(&plaintext) }
+            let box = try vaultCrypto {
+                try AESGCM.seal(plaintext, key: keys.record, associatedData: SealedRef.associatedData(
+                    vaultID: vaultID, epoch: 1, version: version, op: .put, recordID: id))
+            }
+            sealed.append((id, version, box.nonce, box.ciphertext, box.tag))
+        }
+        sealed.sort { $0.id < $1.id }
+        let head = SnapshotFile2.Head(vaultID: vaultID, through: through, epoch: 1, recordCount: sealed.count,
+                                      throughMAC: Format2.genesisMAC)
+        var index: [SnapshotFile2.IndexEntry] = []
+        var bodies = ByteWriter()
+        var offset = head.bodiesStart
+        for item in sealed {
+            index.append(SnapshotFile2.IndexEntry(recordID: item.id, version: item.version, epoch: 1, offset: offset,
+                                                  length: item.ciphertext.count, nonce: InlineBytes(item.nonce), tag: InlineBytes(item.tag)))
+            offset += item.ciphertext.count
+            bodies.append(item.ciphertext)
+        }
+        let encoded = SnapshotFile2.encodeIndex(index, head: head, chainKey: keys.chain)
+        try Durable.write(encoded.front + encoded.pages + bodies.bytes, to: paths.snapshot, directory: paths.data)
+        let bytes = try vaultCrypto { try header.encode(kek: kek) }
+        if writeHeader {
+            try Durable.write(bytes, to: paths.header, directory: paths.root)
+            try Durable.write(bytes, to: paths.headerBackup, directory: paths.root)
+        }
+        return (bytes, kek)
+    }
+}
