@@ -286,7 +286,7 @@ package struct KeysmithCommand: ParsableCommand {
     }
 
     package static func fail(_ message: String, code: ExitCode) -> Never {
-        Terminal.write(Array("keysmith: \(message)\n".utf8), to: 2)
+        Terminal.write(Array("keysmith: \(message)\n".utf8), to: .standardError)
         Self.exit(withError: code)
     }
 

@@ -84,7 +84,7 @@ struct PolicyInputs: ParsableArguments {
 /// Prints every problem as `file:line:column: message` on standard error and fails with exit 64.
 func reportProblems(_ problems: [PolicyDiagnostic]) throws {
     guard !problems.isEmpty else { return }
-    Terminal.write(Array(problems.map { "\($0)\n" }.joined().utf8), to: 2)
+    Terminal.write(Array(problems.map { "\($0)\n" }.joined().utf8), to: .standardError)
     throw CommandFailure(message: "\(problems.count) problem(s); nothing was decided", exitCode: ExitCode(64))
 }
 
@@ -290,7 +290,7 @@ extension KeysmithCommand.PolicyCommand {
                 output += Array("{\"line\":\(lineNumber),\"error\":\"the line is longer than 1 MiB\"}\n".utf8)
             }
             while true {
-                let count = Terminal.read(fd: 0, into: &buffer)
+                let count = Terminal.read(fd: .standardInput, into: &buffer)
                 if count <= 0 { break }
                 var chunk = buffer[0..<count]
                 if skipping {
@@ -315,11 +315,11 @@ extension KeysmithCommand.PolicyCommand {
                     pending.removeAll()
                     skipping = true
                 }
-                Terminal.write(output, to: 1)
+                Terminal.write(output, to: .standardOutput)
                 output.removeAll(keepingCapacity: true)
             }
             if !pending.isEmpty { answer(pending[...]) }
-            Terminal.write(output, to: 1)
+            Terminal.write(output, to: .standardOutput)
             if bad > 0 { throw CommandFailure(message: "\(bad) request line(s) were invalid", exitCode: ExitCode(64)) }
         }
     }
@@ -439,7 +439,7 @@ extension KeysmithCommand.PolicyCommand {
             for file in policyFiles { files.append((file, try readText(file, "policy file"))) }
             do {
                 let policies = try Policies(files: files)
-                Terminal.write(Array((to == .json ? policies.json + "\n" : policies.formatted).utf8), to: 1)
+                Terminal.write(Array((to == .json ? policies.json + "\n" : policies.formatted).utf8), to: .standardOutput)
             } catch {
                 try reportProblems(error.problems)
             }
@@ -463,7 +463,7 @@ extension KeysmithCommand.PolicyCommand {
 
         func run() {
             let text = schema ? NewsGroupsExample.schema : entities ? NewsGroupsExample.entities : NewsGroupsExample.policies
-            Terminal.write(Array((text + "\n").utf8), to: 1)
+            Terminal.write(Array((text + "\n").utf8), to: .standardOutput)
         }
     }
 }

@@ -64,7 +64,7 @@ extension KeysmithCommand.Secret {
         }
 
         func readSecret() throws -> [UInt8] {
-            if Terminal.isTerminal(0) {
+            if Terminal.isTerminal(.standardInput) {
                 guard var first = try Terminal.readHidden(prompt: "Secret: ") else { return [] }
                 var second = try Terminal.readHidden(prompt: "Repeat the secret: ") ?? []
                 defer { cleanse(&second) }
@@ -105,7 +105,7 @@ extension KeysmithCommand.Secret {
             var bytes = Array(record.secret)
             if !noNewline { bytes.append(UInt8(ascii: "\n")) }
             defer { cleanse(&bytes) }
-            Terminal.write(bytes, to: 1)
+            Terminal.write(bytes, to: .standardOutput)
         }
     }
 

@@ -4,7 +4,7 @@ package import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSecretService
 package import KeysmithStores
-import KeysmithSystem
+package import KeysmithSystem
 import KeysmithVault
 
 /// Where the vault is and how to unlock it; shared by every command that opens a store.
@@ -128,7 +128,7 @@ package enum InputLimit {
     package static let tokenResponse = 1 << 20
 
     /// Reads `fd` to its end, at most `limit` bytes; more is a usage error naming `what`.
-    package static func read(fd: Int32 = 0, limit: Int, what: String) throws -> [UInt8] {
+    package static func read(fd: Descriptor = .standardInput, limit: Int, what: String) throws -> [UInt8] {
         do {
             return try Terminal.readAll(fd: fd, atMost: limit)
         } catch let error as SystemError where error.isOverLimit {

@@ -102,8 +102,8 @@ extension KeysmithCommand.Token {
             let location = (service: service, account: account)
             let shown = shownToken(service: service, account: account)
             let requestedScopes = try Scope.parseList(requested)
-            if Terminal.isTerminal(0) {
-                Terminal.write(Array("keysmith: reading a token response (JSON) from standard input; end it with Ctrl-D\n".utf8), to: 2)
+            if Terminal.isTerminal(.standardInput) {
+                Terminal.write(Array("keysmith: reading a token response (JSON) from standard input; end it with Ctrl-D\n".utf8), to: .standardError)
             }
             let body = Data(try InputLimit.read(limit: InputLimit.tokenResponse, what: "standard input (the token response)"))
             let keeper = makeKeeper(try store.openStore())
@@ -473,7 +473,7 @@ extension KeysmithCommand.Token {
                 }
                 value = token.accessToken
             }
-            Terminal.write(Array((value + (noNewline ? "" : "\n")).utf8), to: 1)
+            Terminal.write(Array((value + (noNewline ? "" : "\n")).utf8), to: .standardOutput)
         }
     }
 
@@ -651,7 +651,7 @@ extension KeysmithCommand {
             // A fleet-wide revocation typed at a terminal is confirmed first; scripts are not asked.
             // A fleet-wide revocation with a terminal on standard input is confirmed first;
             // without a terminal (a pipe, a cron job) no question is asked.
-            if service == nil, client == nil, subject == nil, !dryRun, !yes, Terminal.isTerminal(0) {
+            if service == nil, client == nil, subject == nil, !dryRun, !yes, Terminal.isTerminal(.standardInput) {
                 guard let confirmed = try Terminal.confirm("Revoke \(Scope.formatList(revoking)) from every token in the store?") else {
                     throw ValidationError("revoking from every token needs a yes, and there is no terminal to ask: give --yes")
                 }
@@ -669,7 +669,7 @@ extension KeysmithCommand {
             }
             let waitLimit = try parseDuration(waitTimeout)
             let keeper = makeKeeper(opened)
-            let bar = ProgressBar(enabled: Terminal.isTerminal(2))
+            let bar = ProgressBar(enabled: Terminal.isTerminal(.standardError))
             let filter = TokenFilter(service: service, clientID: client, subject: subject)
             let report: BulkRevocationReport
             var sent = (confirmed: 0, pending: 0, failed: 0)
@@ -902,11 +902,11 @@ final class ProgressBar {
         let width = 40
         let filled = total == 0 ? width : done * width / total
         let line = "\r[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled) + "] \(done)/\(total)"
-        Terminal.write(Array(line.utf8), to: 2)
+        Terminal.write(Array(line.utf8), to: .standardError)
         drawn = true
     }
 
     func finish() {
-        if drawn { Terminal.write(Array("\n".utf8), to: 2) }
+        if drawn { Terminal.write(Array("\n".utf8), to: .standardError) }
     }
 }

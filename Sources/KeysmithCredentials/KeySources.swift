@@ -80,7 +80,7 @@ public struct KeySources: Sendable {
         var chunk = [UInt8](repeating: 0, count: 4096)
         defer { cleanse(&chunk) }
         while true {
-            let count = Terminal.read(fd: fd, into: &chunk)
+            let count = Terminal.read(fd: Descriptor(fd), into: &chunk)
             if count < 0 {
                 cleanse(&bytes)
                 throw KeysmithError.invalidArgument("cannot read a passphrase from file descriptor \(fd)")

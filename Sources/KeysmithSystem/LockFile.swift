@@ -13,10 +13,10 @@ internal import Glibc
 /// processes do (unlike classic `fcntl` locks), and every name shares one file (a lock file
 /// per name would leave one file behind for each: one per queued revocation).
 package final class LockFile: Sendable {
-    private let fd: Mutex<Int32?>
+    private let fd: Mutex<Descriptor?>
     package let path: String
 
-    private init(fd: Int32, path: String) {
+    private init(fd: Descriptor, path: String) {
         self.fd = Mutex(fd)
         self.path = path
     }
@@ -39,7 +39,7 @@ package final class LockFile: Sendable {
         request.l_len = 1
         request.l_pid = 0
         let result = withUnsafeMutablePointer(to: &request) { pointer in
-            System.retrying { fcntl(fd, setOpenFileDescriptionLock, pointer) }
+            System.retrying { fcntl(fd.rawValue, setOpenFileDescriptionLock, pointer) }
         }
         if result == 0 { return LockFile(fd: fd, path: path) }
         let failure = errno

@@ -37,7 +37,7 @@ package struct MarkFiles: Sendable {
     /// of at most 4 KiB opened without following links or waiting (a FIFO, a device, a directory
     /// or a link in its place is damage, never read).
     package func inspect(_ name: String, header: String) -> Inspection {
-        let opened: (fd: Int32, status: System.FileStatus)?
+        let opened: (fd: Descriptor, status: System.FileStatus)?
         do {
             opened = try System.openRegularFile(path(name), maximumSize: 4096)
         } catch let error as SystemError where error.isUnusableFile {

@@ -10,7 +10,9 @@ internal import Darwin
 package struct SystemError: Error, Sendable, Equatable, CustomStringConvertible {
     package let call: String
     package let path: String
-    package let errno: Int32
+    /// The `errno` the call set: read through the predicates below (`isNotFound`, …), never compared
+    /// as a number outside this module.
+    let errno: Int32
 
     package var description: String {
         "\(call) \(path): \(String(cString: strerror(errno)))"
@@ -36,6 +38,26 @@ package struct SystemError: Error, Sendable, Equatable, CustomStringConvertible 
     package var isUnusableFile: Bool { errno == ELOOP || errno == EINVAL || errno == EFBIG || errno == ENXIO || errno == EISDIR }
 }
 
+/// An open file descriptor: the number the kernel gave, typed so that it is never mistaken for
+/// a count, an offset, a flag or an `errno`, nor passed where a path was meant. Only
+/// KeysmithSystem makes one (``System/open(_:flags:mode:)``) or reads its number.
+package struct Descriptor: Hashable, Sendable, CustomStringConvertible {
+    /// The kernel's number.
+    package let rawValue: Int32
+
+    /// A descriptor the process already has open (standard input, a `--passphrase-fd N`), or
+    /// one a C call returned.
+    package init(_ rawValue: Int32) { self.rawValue = rawValue }
+
+    /// Standard input, output and error.
+    package static let standardInput = Descriptor(0)
+    package static let standardOutput = Descriptor(1)
+    package static let standardError = Descriptor(2)
+
+    /// `fd N`, as errors name it.
+    package var description: String { "fd \(rawValue)" }
+}
+
 /// Each system call goes through one function here, so `errno` handling lives in one place and
 /// no pointer code leaks into the stores.
 package enum System {
@@ -49,23 +71,23 @@ package enum System {
     }
 
     /// Opens a file. The corresponding C function is `open`; `O_CLOEXEC` is always added.
-    package static func open(_ path: String, flags: Int32, mode: UInt32 = 0o600) throws -> Int32 {
+    package static func open(_ path: String, flags: Int32, mode: UInt32 = 0o600) throws -> Descriptor {
         let fd = retrying { Glibc.open(path, flags | O_CLOEXEC, mode) }
         guard fd >= 0 else { throw SystemError(call: "open", path: path, errno: errno) }
-        return fd
+        return Descriptor(fd)
     }
 
     /// Closes a descriptor, ignoring errors (nothing useful can be done about them here).
-    package static func close(_ fd: Int32) {
-        _ = Glibc.close(fd)
+    package static func close(_ fd: Descriptor) {
+        _ = Glibc.close(fd.rawValue)
     }
 
     /// Writes every byte. The corresponding C function is `write`.
-    package static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws {
+    package static func writeAll(_ fd: Descriptor, _ bytes: [UInt8], path: String) throws {
         try bytes.withUnsafeBytes { buffer in
             var offset = 0
             while offset < buffer.count {
-                let written = Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+                let written = Glibc.write(fd.rawValue, buffer.baseAddress! + offset, buffer.count - offset)
                 if written < 0 {
                     if errno == EINTR { continue }
                     throw SystemError(call: "write", path: path, errno: errno)
@@ -77,7 +99,7 @@ package enum System {
 
     /// Reads a whole file, or returns `nil` if it does not exist.
     package static func readFile(_ path: String, atMost limit: Int = .max) throws -> [UInt8]? {
-        let fd: Int32
+        let fd: Descriptor
         do {
             fd = try open(path, flags: O_RDONLY)
         } catch let error as SystemError where error.isNotFound {
@@ -100,9 +122,9 @@ package enum System {
     /// Reads from a descriptor to its end. The corresponding C function is `read`. More than
     /// `limit` bytes (a device such as /dev/zero never ends) is an `EFBIG` error, found without
     /// reading more than `limit` + 1 bytes.
-    package static func readAll(_ fd: Int32, path: String, atMost limit: Int = .max) throws -> [UInt8] {
+    package static func readAll(_ fd: Descriptor, path: String, atMost limit: Int = .max) throws -> [UInt8] {
         var status = stat()
-        let size = fstat(fd, &status) == 0 ? Int(status.st_size) : 0
+        let size = fstat(fd.rawValue, &status) == 0 ? Int(status.st_size) : 0
         guard size <= limit else { throw SystemError(call: "read", path: path, errno: EFBIG) }
         var bytes = [UInt8](repeating: 0, count: max(size, 0) + 1)
         var filled = 0
@@ -113,7 +135,7 @@ package enum System {
             // after reading `limit` + 1 bytes.
             let room = limit == .max ? bytes.count - filled : min(bytes.count - filled, limit - filled + 1)
             let count = bytes.withUnsafeMutableBytes { buffer in
-                Glibc.read(fd, buffer.baseAddress! + filled, room)
+                Glibc.read(fd.rawValue, buffer.baseAddress! + filled, room)
             }
             if count < 0 {
                 if errno == EINTR { continue }
@@ -127,8 +149,8 @@ package enum System {
     }
 
     /// Flushes a descriptor's data and metadata to the disk. The corresponding C function is `fsync`.
-    package static func fsync(_ fd: Int32, path: String) throws {
-        guard retrying({ Glibc.fsync(fd) }) == 0 else { throw SystemError(call: "fsync", path: path, errno: errno) }
+    package static func fsync(_ fd: Descriptor, path: String) throws {
+        guard retrying({ Glibc.fsync(fd.rawValue) }) == 0 else { throw SystemError(call: "fsync", path: path, errno: errno) }
     }
 
     /// Makes a directory's entries (creations, renames, removals) durable.
@@ -227,14 +249,14 @@ package enum System {
     }
 
     /// Takes an exclusive advisory lock, waiting for it. The corresponding C function is `flock`.
-    package static func lockExclusive(_ fd: Int32, path: String) throws {
-        guard retrying({ flock(fd, LOCK_EX) }) == 0 else { throw SystemError(call: "flock", path: path, errno: errno) }
+    package static func lockExclusive(_ fd: Descriptor, path: String) throws {
+        guard retrying({ flock(fd.rawValue, LOCK_EX) }) == 0 else { throw SystemError(call: "flock", path: path, errno: errno) }
     }
 
     /// Tries to take an exclusive advisory lock without waiting; `false` if another open file
     /// description holds it. The corresponding C function is `flock` with `LOCK_NB`.
-    package static func tryLockExclusive(_ fd: Int32, path: String) throws -> Bool {
-        if retrying({ flock(fd, LOCK_EX | LOCK_NB) }) == 0 { return true }
+    package static func tryLockExclusive(_ fd: Descriptor, path: String) throws -> Bool {
+        if retrying({ flock(fd.rawValue, LOCK_EX | LOCK_NB) }) == 0 { return true }
         if errno == EWOULDBLOCK { return false }
         throw SystemError(call: "flock", path: path, errno: errno)
     }
@@ -248,8 +270,8 @@ package enum System {
     package static var userID: UInt32 { getuid() }
 
     /// Releases an advisory lock.
-    package static func unlock(_ fd: Int32) {
-        _ = flock(fd, LOCK_UN)
+    package static func unlock(_ fd: Descriptor) {
+        _ = flock(fd.rawValue, LOCK_UN)
     }
 
     /// The process's id.
@@ -309,9 +331,9 @@ package enum OpenFlags {
 
 extension System {
     /// The status of an open descriptor. The corresponding C function is `fstat`.
-    package static func status(fd: Int32, path: String) throws -> FileStatus {
+    package static func status(fd: Descriptor, path: String) throws -> FileStatus {
         var status = stat()
-        guard fstat(fd, &status) == 0 else { throw SystemError(call: "fstat", path: path, errno: errno) }
+        guard fstat(fd.rawValue, &status) == 0 else { throw SystemError(call: "fstat", path: path, errno: errno) }
         return FileStatus(
             inode: UInt64(status.st_ino), size: Int(status.st_size), mode: UInt32(status.st_mode) & 0o7777,
             isDirectory: (status.st_mode & S_IFMT) == S_IFDIR,
@@ -326,8 +348,8 @@ extension System {
     /// - Throws: ``SystemError`` with call `open` and `ELOOP` for a symbolic link, `EINVAL`
     ///   (call `open (not a regular file)`) for a FIFO, device, socket or directory, or
     ///   `EFBIG` when the file is larger than `maximumSize`.
-    package static func openRegularFile(_ path: String, maximumSize: Int, followingLinks: Bool = false) throws -> (fd: Int32, status: FileStatus)? {
-        let fd: Int32
+    package static func openRegularFile(_ path: String, maximumSize: Int, followingLinks: Bool = false) throws -> (fd: Descriptor, status: FileStatus)? {
+        let fd: Descriptor
         do {
             fd = try open(path, flags: O_RDONLY | O_NONBLOCK | (followingLinks ? 0 : O_NOFOLLOW))
         } catch let error as SystemError where error.isNotFound {
@@ -335,7 +357,7 @@ extension System {
         }
         do {
             var raw = stat()
-            guard fstat(fd, &raw) == 0 else { throw SystemError(call: "fstat", path: path, errno: errno) }
+            guard fstat(fd.rawValue, &raw) == 0 else { throw SystemError(call: "fstat", path: path, errno: errno) }
             guard (raw.st_mode & S_IFMT) == S_IFREG else {
                 throw SystemError(call: "open (not a regular file)", path: path, errno: EINVAL)
             }
@@ -349,13 +371,13 @@ extension System {
 
     /// Reads up to `count` bytes at `offset`; fewer only at the end of the file.
     /// The corresponding C function is `pread`.
-    package static func read(_ fd: Int32, count: Int, at offset: Int, path: String) throws -> [UInt8] {
+    package static func read(_ fd: Descriptor, count: Int, at offset: Int, path: String) throws -> [UInt8] {
         guard count > 0 else { return [] }
         var bytes = [UInt8](repeating: 0, count: count)
         var filled = 0
         while filled < count {
             let got = bytes.withUnsafeMutableBytes { buffer in
-                pread(fd, buffer.baseAddress! + filled, count - filled, off_t(offset + filled))
+                pread(fd.rawValue, buffer.baseAddress! + filled, count - filled, off_t(offset + filled))
             }
             if got < 0 {
                 if errno == EINTR { continue }
@@ -369,11 +391,11 @@ extension System {
     }
 
     /// Writes every byte at `offset`. The corresponding C function is `pwrite`.
-    package static func write(_ fd: Int32, _ bytes: [UInt8], at offset: Int, path: String) throws {
+    package static func write(_ fd: Descriptor, _ bytes: [UInt8], at offset: Int, path: String) throws {
         try bytes.withUnsafeBytes { buffer in
             var done = 0
             while done < buffer.count {
-                let written = pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
+                let written = pwrite(fd.rawValue, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
                 if written < 0 {
                     if errno == EINTR { continue }
                     throw SystemError(call: "pwrite", path: path, errno: errno)

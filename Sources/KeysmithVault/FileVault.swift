@@ -474,7 +474,7 @@ public final class FileVault: SecureStore {
             guard let engine = backend as? Engine2 else {
                 throw KeysmithError.invalidArgument("repair works on format 2 vaults; this one is format 1 (run `keysmith vault upgrade` first)")
             }
-            var locked: Int32?
+            var locked: Descriptor?
             if !dryRun {
                 let fd = try engine.lockFD()
                 try io { try System.lockExclusive(fd, path: path + "/lock") }

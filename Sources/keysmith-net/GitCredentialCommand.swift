@@ -47,7 +47,7 @@ extension KeysmithCommand {
                 case "get":
                     let now = Int64(Date().timeIntervalSince1970)
                     if let answer = try GitCredential.get(request, in: opened, now: now) {
-                        Terminal.write(answer.encoded(), to: 1)
+                        Terminal.write(answer.encoded(), to: .standardOutput)
                     }
                 case "store":
                     try GitCredential.store(request, in: opened)
@@ -56,9 +56,9 @@ extension KeysmithCommand {
                 }
             } catch let error as KeysmithError {
                 // git goes on without us (its next helper, or the prompt): say why, print nothing.
-                Terminal.write(Array("keysmith: git-credential \(action): \(error.message)\n".utf8), to: 2)
+                Terminal.write(Array("keysmith: git-credential \(action): \(error.message)\n".utf8), to: .standardError)
             } catch let error as ProviderError {
-                Terminal.write(Array("keysmith: git-credential \(action): \(error.description)\n".utf8), to: 2)
+                Terminal.write(Array("keysmith: git-credential \(action): \(error.description)\n".utf8), to: .standardError)
             }
         }
 
@@ -79,12 +79,12 @@ extension KeysmithCommand {
                 }
                 guard let answer else {
                     let account = username.map { " for \(OneLine.unicodeEscaped($0))" } ?? ""
-                    Terminal.write(Array("keysmith: git-credential get: the provider \(OneLine.unicodeEscaped(provider.name)) keeps no token\(account); sign in with `keysmith token login --provider \(OneLine.unicodeEscaped(provider.name)) --account \(OneLine.unicodeEscaped(username ?? "ACCOUNT"))`\n".utf8), to: 2)
+                    Terminal.write(Array("keysmith: git-credential get: the provider \(OneLine.unicodeEscaped(provider.name)) keeps no token\(account); sign in with `keysmith token login --provider \(OneLine.unicodeEscaped(provider.name)) --account \(OneLine.unicodeEscaped(username ?? "ACCOUNT"))`\n".utf8), to: .standardError)
                     return true
                 }
                 let credential = GitCredential(username: answer.username, password: answer.password,
                                                passwordExpiry: answer.expiry.map { Int64($0.timeIntervalSince1970) })
-                Terminal.write(credential.encoded(), to: 1)
+                Terminal.write(credential.encoded(), to: .standardOutput)
             case "erase":
                 _ = try runAsync { try await git.rejected(protocol: scheme, host: host, username: username, password: password) }
             default:

@@ -125,7 +125,7 @@ extension KeysmithCommand.Token {
                       + (report.revoked.isEmpty ? "." : " (\(report.revoked.map(OneLine.unicodeEscaped).joined(separator: ", "))).")
                       + (report.failed.isEmpty ? "" : " \(report.failed.count) question(s) failed."))
                 for (account, why) in report.failed.sorted(by: { $0.key < $1.key }) {
-                    Terminal.write(Array("keysmith: \(OneLine.unicodeEscaped(account)): \(OneLine.unicodeEscaped(why))\n".utf8), to: 2)
+                    Terminal.write(Array("keysmith: \(OneLine.unicodeEscaped(account)): \(OneLine.unicodeEscaped(why))\n".utf8), to: .standardError)
                 }
             }
             if !report.failed.isEmpty { throw CommandFailure.silent(ExitCode(11)) }

@@ -307,7 +307,7 @@ extension KeysmithCommand {
             let now = Date()
             try watcher.run { change in
                 // Written (and flushed) before it is acknowledged.
-                Terminal.write(Array((changeLine(change, at: now) + "\n").utf8), to: 1)
+                Terminal.write(Array((changeLine(change, at: now) + "\n").utf8), to: .standardOutput)
                 printed += 1
                 return count.map { printed < $0 } ?? true
             }
@@ -365,7 +365,7 @@ final class CurrencyReporter: Sendable {
                             ? "keysmith: watch \(label): current again (through change \(watcher.lastSequence))\n"
                             : "keysmith: watch \(label): not current: no confirmation from the database for \(seconds) s; "
                                 + "checks through a watcher deny until it is current again\n"
-                        Terminal.write(Array(line.utf8), to: 2)
+                        Terminal.write(Array(line.utf8), to: .standardError)
                     }
                     last = current
                 }

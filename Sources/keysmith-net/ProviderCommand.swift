@@ -299,14 +299,14 @@ extension KeysmithCommand.Token {
             } else if browser {
                 let started = try signIn.startBrowser(scopes: scopes)
                 let seconds = try browserTimeout.map(parseDuration) ?? 300
-                Terminal.write(Array("To sign in at \(OneLine.unicodeEscaped(signIn.client.provider.name)), open this address in a browser on this machine:\n\(OneLine.unicodeEscaped(started.url))\nWaiting for the browser to come back to \(started.redirectURI)…\n".utf8), to: 2)
+                Terminal.write(Array("To sign in at \(OneLine.unicodeEscaped(signIn.client.provider.name)), open this address in a browser on this machine:\n\(OneLine.unicodeEscaped(started.url))\nWaiting for the browser to come back to \(started.redirectURI)…\n".utf8), to: .standardError)
                 token = try runAsync { try await signIn.completeBrowser(started, account: account, replacing: replace, timeout: .seconds(seconds)) }
             } else {
                 let started = try runAsync { try await signIn.startDevice(scopes: scopes) }
                 var prompt = "To sign in at \(OneLine.unicodeEscaped(signIn.client.provider.name)), open \(OneLine.unicodeEscaped(started.verificationURI)) and enter the code "
                     + "\(OneLine.unicodeEscaped(started.userCode))"
                 if let complete = started.verificationURIComplete { prompt += " (or open \(OneLine.unicodeEscaped(complete)))" }
-                Terminal.write(Array((prompt + ". Waiting for the approval…\n").utf8), to: 2)
+                Terminal.write(Array((prompt + ". Waiting for the approval…\n").utf8), to: .standardError)
                 token = try runAsync { try await signIn.completeDevice(started, account: account, replacing: replace) }
             }
             let granted = token.scopes.filter { $0.value.state == .granted }.map(\.key.rawValue).sorted()
@@ -350,7 +350,7 @@ func revokeTokenAtProvider(_ keeper: TokenKeeper, _ location: TokenLocation, sco
         throw CommandFailure(message: "the provider refused the revocation for good: \(why) (it stays listed in `keysmith token outbox`)",
                              exitCode: ExitCode(10))
     }
-    Terminal.write(Array("keysmith: the provider has not confirmed yet: \(why); it stays queued and is sent again by `keysmith token outbox --send`\n".utf8), to: 2)
+    Terminal.write(Array("keysmith: the provider has not confirmed yet: \(why); it stays queued and is sent again by `keysmith token outbox --send`\n".utf8), to: .standardError)
 }
 
 extension KeysmithCommand.Token {

@@ -37,7 +37,7 @@ final class WriterLock: Sendable {
     ///   deadline; `KeysmithError.Code.ioFailure` when the lock file cannot be opened; what
     ///   `body` throws.
     func withExclusive<T>(timeout: Duration, _ body: () throws -> T) throws -> T {
-        let fd: Int32
+        let fd: Descriptor
         do {
             fd = try System.open(path, flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600)
         } catch let error as SystemError {

@@ -6,7 +6,7 @@ import KeysmithSystem
 /// calls it, under its mutex (hence `@unchecked Sendable`: the mutex is what makes sharing
 /// safe); the write methods also under the vault's `flock`.
 protocol VaultBackend: AnyObject, Sendable {
-    func lockFD() throws -> Int32
+    func lockFD() throws -> Descriptor
     func refresh() throws
     func read(_ key: ItemKey) throws -> SecureRecord?
     func search(_ query: ItemQuery) throws -> [ItemInfo]
@@ -55,7 +55,7 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
     /// Set once another process upgraded the vault to format 2: this handle's view is gone.
     private var upgradedAway = false
 
-    func lockFD() throws -> Int32 { engine.lockFD }
+    func lockFD() throws -> Descriptor { engine.lockFD }
 
     func refresh() throws {
         if upgradedAway { throw Self.upgradedError }

@@ -65,7 +65,7 @@ enum Durable {
     /// The same, for a file that `fill` writes into the temporary file's descriptor, in any
     /// order (a large commit is written in pieces rather than built whole in memory); the file
     /// is synced and linked only after `fill` returns.
-    static func create(at path: String, directory: String, _ fill: (_ fd: Int32, _ temporary: String) throws -> Void) throws {
+    static func create(at path: String, directory: String, _ fill: (_ fd: Descriptor, _ temporary: String) throws -> Void) throws {
         let temporary = try writeTemporary(directory: directory, sync: true, fill)
         defer { try? System.unlink(temporary) }
         try io {
@@ -82,7 +82,7 @@ enum Durable {
     }
 
     private static func writeTemporary(
-        directory: String, sync: Bool, _ fill: (_ fd: Int32, _ temporary: String) throws -> Void
+        directory: String, sync: Bool, _ fill: (_ fd: Descriptor, _ temporary: String) throws -> Void
     ) throws -> String {
         let random = (try? Random.bytes(count: 6).hexString) ?? "000000000000"
         let temporary = directory + "/" + temporaryPrefix + "\(System.processID)-" + random

@@ -78,7 +78,7 @@ extension Engine2 {
     /// returns `false`; bodies in `sequentialFD` are read a megabyte at a time. With `reseal`,
     /// records of other epochs are re-encrypted under `keys`. Records are otherwise copied
     /// sealed, as they are: nothing is decrypted.
-    func writeSnapshotFile(_ temporary: String, head: SnapshotFile2.Head, keys: EpochKeys, reseal: Bool, sequentialFD: Int32,
+    func writeSnapshotFile(_ temporary: String, head: SnapshotFile2.Head, keys: EpochKeys, reseal: Bool, sequentialFD: Descriptor?,
                            walk: ((SealedRef) throws -> Bool) throws -> Void) throws {
         let count = head.recordCount
         try? System.unlink(temporary)

@@ -13,7 +13,7 @@ extension Engine2 {
     func loadLog(_ sequence: UInt64) throws -> Bool {
         let path = paths.log(sequence)
         let name = paths.logName(sequence)
-        let opened: (fd: Int32, status: System.FileStatus)?
+        let opened: (fd: Descriptor, status: System.FileStatus)?
         do {
             opened = try System.openRegularFile(path, maximumSize: Format2.maximumFileSize)
         } catch let error as SystemError where error.isUnusableFile {

@@ -317,7 +317,7 @@ extension Engine2 {
                         if try !visit(pending.pop()) { return false }
                     }
                     if pending.nextID == entry.recordID { continue }  // a newer version follows
-                    let ref = SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: snapshotFD,
+                    let ref = SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: try openSnapshot(),
                                         file: Paths2.snapshotName, offset: entry.offset, length: entry.length,
                                         nonce: entry.nonce, tag: entry.tag)
                     if try !visit(ref) { return false }
@@ -387,12 +387,12 @@ struct PendingRefs {
 struct BodyWindow {
     private var start = 0
     private var bytes: [UInt8] = []
-    private var logFD: Int32 = -1
+    private var logFD: Descriptor?
     private var logStart = 0
     private var logBytes: [UInt8] = []
     private var logEnd = -1
 
-    mutating func body(of ref: SealedRef, sequentialIn fd: Int32, root: String) throws -> [UInt8] {
+    mutating func body(of ref: SealedRef, sequentialIn fd: Descriptor?, root: String) throws -> [UInt8] {
         let path = root + "/" + ref.file
         guard ref.fd == fd else {
             defer { logEnd = ref.offset + ref.length }
@@ -410,7 +410,7 @@ struct BodyWindow {
         }
         if ref.offset < start || ref.offset + ref.length > start + bytes.count {
             start = ref.offset
-            bytes = try io { try System.read(fd, count: max(ref.length, 1 << 20), at: ref.offset, path: path) }
+            bytes = try io { try System.read(ref.fd, count: max(ref.length, 1 << 20), at: ref.offset, path: path) }
         }
         let from = ref.offset - start
         return Array(bytes[from..<min(bytes.count, from + ref.length)])

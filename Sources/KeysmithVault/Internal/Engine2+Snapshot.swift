@@ -13,7 +13,7 @@ extension Engine2 {
     }
 
     func loadSnapshot() throws {
-        let opened: (fd: Int32, status: System.FileStatus)?
+        let opened: (fd: Descriptor, status: System.FileStatus)?
         do {
             opened = try System.openRegularFile(paths.snapshot, maximumSize: Format2.maximumFileSize)
         } catch {
@@ -130,7 +130,7 @@ extension Engine2 {
         guard let version = reader.readUInt64(), let epoch = reader.readUInt32(), let offset = reader.readUInt64(),
               let length = reader.readUInt32(), let nonce = reader.readInline(12), let tag = reader.readInline(16)
         else { return nil }
-        return SealedRef(recordID: recordID, op: .put, version: version, epoch: epoch, fd: snapshotFD,
+        return SealedRef(recordID: recordID, op: .put, version: version, epoch: epoch, fd: try openSnapshot(),
                          file: Paths2.snapshotName, offset: Int(offset), length: Int(length), nonce: nonce, tag: tag)
     }
 
@@ -148,7 +148,7 @@ extension Engine2 {
         if damagedPages[index] != nil { return nil }
         let count = head.entryCount(ofPage: index)
         let offset = head.pagesStart + index * head.entriesPerPage * Format2.indexEntrySize
-        let bytes = try io { try System.read(snapshotFD, count: count * Format2.indexEntrySize, at: offset, path: paths.snapshot) }
+        let bytes = try io { try System.read(try openSnapshot(), count: count * Format2.indexEntrySize, at: offset, path: paths.snapshot) }
         var problem: String?
         let keys = unlocked.epochs[head.epoch]
         if keys == nil {

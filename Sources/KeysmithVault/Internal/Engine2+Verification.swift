@@ -21,7 +21,7 @@ extension Engine2 {
                 guard let entries = try page(index, head: head, cache: false) else { continue }
                 for entry in entries {
                     recordBytes += entry.length
-                    let ref = SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: snapshotFD,
+                    let ref = SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: try openSnapshot(),
                                         file: Paths2.snapshotName, offset: entry.offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)
                     checkRecord(ref, superseded: overlay[entry.recordID] != nil)
                 }
@@ -53,7 +53,7 @@ extension Engine2 {
         return damage
     }
 
-    private func overlayRefs(ofLog sequence: UInt64, fd: Int32) -> [SealedRef] {
+    private func overlayRefs(ofLog sequence: UInt64, fd: Descriptor) -> [SealedRef] {
         let path = paths.log(sequence)
         guard let size = try? System.status(fd: fd, path: path).size,
               let headBytes = try? System.read(fd, count: Format2.logHeaderSize, at: 0, path: path),

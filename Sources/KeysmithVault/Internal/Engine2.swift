@@ -31,10 +31,10 @@ final class Engine2 {
     /// salt, the same keyfile) can be followed. A passphrase is never kept: after another
     /// process changes it, this handle must be opened again.
     let rederivable: VaultCredential?
-    private var lockDescriptor: Int32 = -1
+    private var lockDescriptor: Descriptor?
 
     // The snapshot.
-    var snapshotFD: Int32 = -1
+    var snapshotFD: Descriptor?
     var snapshotStatus: System.FileStatus?
     var snapshotHead: SnapshotFile2.Head?
     var directory: [(first: RecordID, mac: [UInt8])] = []
@@ -49,7 +49,7 @@ final class Engine2 {
     var foreignSnapshot = false
 
     // The logs since the snapshot.
-    var logFDs: [UInt64: Int32] = [:]
+    var logFDs: [UInt64: Descriptor] = [:]
     var logMACs: [UInt64: [UInt8]] = [:]
     var lastSequence: UInt64 = 0
     /// The chain value of the newest commit, `nil` when that commit is damaged.
@@ -91,22 +91,29 @@ final class Engine2 {
 
     deinit {
         closeFiles()
-        if lockDescriptor >= 0 { System.close(lockDescriptor) }
+        if let lockDescriptor { System.close(lockDescriptor) }
     }
 
     func closeFiles() {
-        if snapshotFD >= 0 { System.close(snapshotFD) }
-        snapshotFD = -1
+        if let snapshotFD { System.close(snapshotFD) }
+        snapshotFD = nil
         for fd in logFDs.values { System.close(fd) }
         logFDs = [:]
     }
 
     /// The lock file, opened on the first write, so a read-only vault can still be read.
-    func lockFD() throws -> Int32 {
-        if lockDescriptor < 0 {
-            lockDescriptor = try io { try System.open(paths.lock, flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600) }
-        }
-        return lockDescriptor
+    func lockFD() throws -> Descriptor {
+        if let lockDescriptor { return lockDescriptor }
+        let opened = try io { try System.open(paths.lock, flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600) }
+        lockDescriptor = opened
+        return opened
+    }
+
+    /// The snapshot's descriptor, for a record found through it (open whenever the snapshot is
+    /// usable).
+    func openSnapshot() throws -> Descriptor {
+        guard let snapshotFD else { throw KeysmithError(.ioFailure, "the vault's snapshot is not open") }
+        return snapshotFD
     }
 
     var currentEpoch: UInt32 { unlocked.copy.header.currentEpoch }

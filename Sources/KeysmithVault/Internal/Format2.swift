@@ -1,5 +1,6 @@
 import Keysmith
 import KeysmithCrypto
+import KeysmithSystem
 
 /// Constants and byte layouts of vault format version 2 (docs/format.md, "Format version 2").
 /// Every number read from disk is checked against the bounds here before it is used.
@@ -94,7 +95,7 @@ struct SealedRef: Sendable {
     var version: UInt64
     var epoch: UInt32
     /// The descriptor of the file that holds the body (the engine keeps it open).
-    var fd: Int32
+    var fd: Descriptor
     var file: String
     var offset: Int
     var length: Int

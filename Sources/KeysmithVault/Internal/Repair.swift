@@ -15,7 +15,7 @@ extension Engine2 {
         var keep: [SealedRef] = []
         var report: VaultRepairReport
         /// Every file the scan opened, closed when the plan is done with.
-        var descriptors: [Int32] = []
+        var descriptors: [Descriptor] = []
         /// The names under `data/log` (not temporary files), moved aside by the repair.
         var logNames: [String] = []
         var logDirectoryUsable = true
@@ -30,7 +30,7 @@ extension Engine2 {
     /// The caller holds the flock (or, for a dry run, may not) and the engine is loaded;
     /// `headerCopies` are the header copies found damaged, missing or stale.
     func planRepair(headerCopies: [String]) throws -> RepairPlan {
-        var descriptors: [Int32] = []
+        var descriptors: [Descriptor] = []
         var losses: [VaultRepairReport.Loss] = []
         var chainMACs: [UInt64: [UInt8]] = [:]
         /// The newest version of each record id that authenticates, with the item it names (nil for a delete).
@@ -233,7 +233,7 @@ extension Engine2 {
             expected = number + 1
             let file = Format2.dataDirectory + "/log/" + name
             let path = paths.root + "/" + file
-            let opened: (fd: Int32, status: System.FileStatus)?
+            let opened: (fd: Descriptor, status: System.FileStatus)?
             do {
                 opened = try System.openRegularFile(path, maximumSize: Format2.maximumFileSize)
             } catch let error as SystemError where error.isUnusableFile {
@@ -411,7 +411,7 @@ extension Engine2 {
         guard System.isRealDirectory(paths.data) else {
             throw KeysmithError(.corruptData, "the vault's data directory is missing or not a directory; restore the vault from a backup; nothing was changed")
         }
-        try writeSnapshotFile(temporary, head: head, keys: keys, reseal: false, sequentialFD: -1) { copy in
+        try writeSnapshotFile(temporary, head: head, keys: keys, reseal: false, sequentialFD: nil) { copy in
             for ref in plan.keep {
                 guard try copy(ref) else { break }
             }

@@ -31,11 +31,11 @@ struct VaultEngine: ~Copyable {
     let idKey: SecretBytes
     var dataKeys: [UInt32: SecretBytes]
     var currentEpoch: UInt32
-    let lockFD: Int32
+    let lockFD: Descriptor
     let clock: @Sendable () -> Date
 
     /// The snapshot we loaded, held open so its inode cannot be reused while we compare it.
-    var snapshotFD: Int32 = -1
+    var snapshotFD: Descriptor?
     var snapshotInode: UInt64?
     var lastSequence: UInt64 = 0
     var logsSinceSnapshot = 0
@@ -50,7 +50,7 @@ struct VaultEngine: ~Copyable {
     var foreignFiles = 0
     var filesSeen = 0
 
-    init(paths: VaultPaths, unlocked: UnlockedHeader, lockFD: Int32, clock: @escaping @Sendable () -> Date) {
+    init(paths: VaultPaths, unlocked: UnlockedHeader, lockFD: Descriptor, clock: @escaping @Sendable () -> Date) {
         self.paths = paths
         self.vaultID = unlocked.header.vaultIDBytes
         self.header = unlocked.header
@@ -63,7 +63,7 @@ struct VaultEngine: ~Copyable {
     }
 
     deinit {
-        if snapshotFD >= 0 { System.close(snapshotFD) }
+        if let snapshotFD { System.close(snapshotFD) }
         System.close(lockFD)
     }
 
@@ -92,11 +92,11 @@ struct VaultEngine: ~Copyable {
         filesSeen = 0
         logsSinceSnapshot = 0
         lastSequence = 0
-        if snapshotFD >= 0 { System.close(snapshotFD) }
-        snapshotFD = -1
+        if let snapshotFD { System.close(snapshotFD) }
+        snapshotFD = nil
         snapshotInode = nil
 
-        let fd: Int32
+        let fd: Descriptor
         do {
             guard let opened = try System.openRegularFile(paths.snapshot, maximumSize: Format2.maximumFileSize) else {
                 try applyLogs()
