@@ -12,6 +12,8 @@ let package = Package(
         .library(name: "KeysmithStores", targets: ["KeysmithStores"]),
         .library(name: "KeysmithTokens", targets: ["KeysmithTokens"]),
         .library(name: "KeysmithPolicy", targets: ["KeysmithPolicy"]),
+        // Tokens as the policy engine reads them (the adapter between the two).
+        .library(name: "KeysmithTokenPolicy", targets: ["KeysmithTokenPolicy"]),
         // A product of its own: only programs that use PostgreSQL pay for postgres-nio.
         .library(name: "KeysmithPostgres", targets: ["KeysmithPostgres"]),
         // OAuth providers: sign-in, single-flight refresh, revocation and introspection (HTTP).
@@ -97,8 +99,11 @@ let package = Package(
             ]
         ),
 
-        // Roles, actions, policies and the engine, fed by token scopes.
+        // The policy language and engine: it decides on scope names and knows nothing of OAuth
+        // (KeysmithTokens only for the deprecated forwards of one release).
         .target(name: "KeysmithPolicy", dependencies: ["Keysmith", "KeysmithTokens"]),
+        // The adapter: a Keysmith token or permission manager as the engine's TokenView.
+        .target(name: "KeysmithTokenPolicy", dependencies: ["Keysmith", "KeysmithTokens", "KeysmithPolicy"]),
 
         // The command: every command but PostgreSQL's and the providers' in a library shared by
         // two programs, the lean `keysmith` (no SwiftNIO, no TLS, no Foundation) and
@@ -106,8 +111,8 @@ let package = Package(
         .target(
             name: "KeysmithCommandLine",
             dependencies: [
-                "Keysmith", "KeysmithCredentials", "KeysmithVault", "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithCrypto",
-                "KeysmithSystem", "KeysmithSecretService",
+                "Keysmith", "KeysmithCredentials", "KeysmithVault", "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithTokenPolicy",
+                "KeysmithCrypto", "KeysmithSystem", "KeysmithSecretService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -131,7 +136,7 @@ let package = Package(
         .testTarget(name: "KeysmithCryptoTests", dependencies: ["KeysmithCrypto"]),
         .testTarget(name: "KeysmithTokensTests", dependencies: ["Keysmith", "KeysmithTokens", "KeysmithVault", "KeysmithTestSupport"]),
         .testTarget(
-            name: "KeysmithPolicyTests", dependencies: ["Keysmith", "KeysmithPolicy", "KeysmithTokens"],
+            name: "KeysmithPolicyTests", dependencies: ["Keysmith", "KeysmithPolicy", "KeysmithTokens", "KeysmithTokenPolicy"],
             exclude: ["Cases", "Oracle"]  // data and the Python oracles, read by path
         ),
         .testTarget(
@@ -150,7 +155,7 @@ let package = Package(
         .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService", "KeysmithTestSupport"]),
         .testTarget(
             name: "KeysmithPostgresTests",
-            dependencies: ["Keysmith", "KeysmithPostgres", "KeysmithTokens", "KeysmithProvider", "KeysmithPolicy", "KeysmithTestSupport",
+            dependencies: ["Keysmith", "KeysmithPostgres", "KeysmithTokens", "KeysmithProvider", "KeysmithPolicy", "KeysmithTokenPolicy", "KeysmithTestSupport",
                            .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(

@@ -32,6 +32,7 @@ let package = Package(
             dependencies: [
                 .product(name: "KeysmithPolicy", package: root),
                 .product(name: "KeysmithTokens", package: root),
+                .product(name: "KeysmithTokenPolicy", package: root),
             ]
         ),
         .executableTarget(

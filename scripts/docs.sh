@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-modules=(Keysmith KeysmithCredentials KeysmithVault KeysmithSecretService KeysmithStores KeysmithTokens KeysmithPolicy KeysmithPostgres KeysmithProvider)
+modules=(Keysmith KeysmithCredentials KeysmithVault KeysmithSecretService KeysmithStores KeysmithTokens KeysmithPolicy KeysmithTokenPolicy KeysmithPostgres KeysmithProvider)
 bin=$(swift build --show-bin-path)
 [ -d "$bin/Modules" ] || { echo "keysmith: build first (swift build): $bin/Modules is missing" >&2; exit 1; }
 triple=$(basename "$(dirname "$bin")")

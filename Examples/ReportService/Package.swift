@@ -28,6 +28,7 @@ let package = Package(
                 .product(name: "KeysmithPostgres", package: root),
                 .product(name: "KeysmithPolicy", package: root),
                 .product(name: "KeysmithTokens", package: root),
+                .product(name: "KeysmithTokenPolicy", package: root),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),

@@ -3,6 +3,7 @@ import FoundationEssentials
 import Keysmith
 import KeysmithPolicy
 import KeysmithSystem
+import KeysmithTokenPolicy
 import KeysmithTokens
 import KeysmithVault
 
@@ -137,10 +138,10 @@ struct TokenOptions: ParsableArguments {
         if let tokenService, let tokenAccount {
             let keeper = makeKeeper(try store.openStore())
             let token = try loadToken(keeper, try TokenLocation.parse(["--service", tokenService, "--account", tokenAccount]))
-            return .token(token, at: keeper.now)
+            return TokenView(token: token, at: keeper.now)
         }
         if scopes.isEmpty { return nil }
-        return .granted(Set(try parseScopes(scopes)))
+        return TokenView(granted: Set(try parseScopes(scopes)))
     }
 }
 

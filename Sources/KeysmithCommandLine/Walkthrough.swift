@@ -2,6 +2,7 @@ import ArgumentParser
 import Keysmith
 import KeysmithPolicy
 import KeysmithSystem
+import KeysmithTokenPolicy
 import KeysmithTokens
 import KeysmithVault
 
@@ -107,7 +108,7 @@ extension KeysmithCommand {
                 // bob's token; the principal is alice, a member of g1, in the example entities.
                 return policies.isAuthorized(
                     AuthorizationRequest(principal: EntityUID(type: "User", id: "alice"), action: EntityUID(type: "Action", id: "post"),
-                                         resource: EntityUID(type: "Group", id: "g1"), token: .token(current, at: keeper.now)),
+                                         resource: EntityUID(type: "Group", id: "g1"), token: TokenView(token: current, at: keeper.now)),
                     entities: entities)
             }
             print(try decide().description.split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))

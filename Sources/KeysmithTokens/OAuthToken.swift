@@ -1,33 +1,9 @@
 public import Keysmith
-
-/// The state a scope is in. Every scope a token has heard of is in exactly one.
-public enum ScopeState: String, Sendable, Hashable, Codable, CaseIterable {
-    /// Granted and usable while the token is active.
-    case granted
-    /// Requested but not granted by the authorization server (or narrowed away by a refresh).
-    case declined
-    /// Granted once, but the token expired.
-    case expired
-    /// Revoked: one scope, or every scope at log-out.
-    case revoked
-}
-
-/// A scope's state, with when and why it last changed.
-public struct ScopeStatus: Sendable, Hashable, Codable {
-    /// The state.
-    public var state: ScopeState
-    /// When it last changed.
-    public var changedAt: Date
-    /// Why it last changed, such as `granted by token response` or `revoked: user request`.
-    public var reason: String
-
-    /// Creates a status.
-    public init(state: ScopeState, changedAt: Date, reason: String) {
-        self.state = state
-        self.changedAt = changedAt
-        self.reason = reason
-    }
-}
+// A scope's state and status are in the core module, so that the policy engine reads a token's
+// scopes without depending on this module; a program that imports this module alone still sees
+// them under their names.
+@_exported public import enum Keysmith.ScopeState
+@_exported public import struct Keysmith.ScopeStatus
 
 /// An OAuth-style token: its secrets, its metadata and the state of every scope it has heard of.
 ///
@@ -188,6 +164,22 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
         return scopes.mapValues { status in
             status.state == .granted ? ScopeStatus(state: .expired, changedAt: expiresAt, reason: "the token expired") : status
         }
+    }
+
+    /// Every scope's status at `date` by name, as an authorization decision reads it: expiry
+    /// applied (``statuses(at:)``), and every granted or expired scope of a revoked token
+    /// `revoked` (from the revocation). What a policy's `context.token` holds
+    /// (`TokenView(token:at:)`, module KeysmithTokenPolicy).
+    public func decisionStatuses(at date: Date) -> [String: ScopeStatus] {
+        var statuses: [String: ScopeStatus] = [:]
+        for (scope, status) in self.statuses(at: date) {
+            if let revokedAt, status.state == .granted || status.state == .expired {
+                statuses[scope.rawValue] = ScopeStatus(state: .revoked, changedAt: revokedAt, reason: "the token was revoked")
+            } else {
+                statuses[scope.rawValue] = status
+            }
+        }
+        return statuses
     }
 
     /// Whether `scope` is usable at `date`: the token is active and the scope granted.

@@ -20,19 +20,7 @@ public struct Scope: Hashable, Sendable, Comparable, Codable, CustomStringConver
     /// - Throws: `KeysmithError.Code.invalidScope` naming the first forbidden character and
     ///   its position, or saying that the token is empty.
     public init(_ rawValue: String) throws {
-        guard !rawValue.isEmpty else {
-            throw KeysmithError(.invalidScope, "a scope token cannot be empty")
-        }
-        for (offset, scalar) in rawValue.unicodeScalars.enumerated() {
-            let value = scalar.value
-            let allowed = value == 0x21 || (0x23...0x5B).contains(value) || (0x5D...0x7E).contains(value)
-            guard allowed else {
-                throw KeysmithError(
-                    .invalidScope,
-                    "the scope \(Self.printable(rawValue)) has a forbidden character \(Self.describe(scalar)) at position \(offset + 1); "
-                        + "RFC 6749 §3.3 allows printable ASCII except space, '\"' and '\\'")
-            }
-        }
+        if let problem = ScopeToken.problem(in: rawValue) { throw KeysmithError(.invalidScope, problem) }
         self.rawValue = rawValue
     }
 
@@ -74,21 +62,6 @@ public struct Scope: Hashable, Sendable, Comparable, Codable, CustomStringConver
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(rawValue)
-    }
-
-    private static func describe(_ scalar: Unicode.Scalar) -> String {
-        switch scalar {
-        case " ": "' ' (space)"
-        case "\"": "'\"' (double quote)"
-        case "\\": "'\\' (backslash)"
-        default:
-            scalar.value < 0x20 || scalar.value == 0x7F || scalar.value > 0x7E
-                ? "U+\(String(scalar.value, radix: 16, uppercase: true))" : "'\(scalar)'"
-        }
-    }
-
-    private static func printable(_ text: String) -> String {
-        "\"" + text.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "\\u{\(String($0.value, radix: 16))}" : String($0) }.joined() + "\""
     }
 }
 

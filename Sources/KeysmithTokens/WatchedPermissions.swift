@@ -13,12 +13,12 @@ internal import Synchronization
 /// let watched = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
 /// watched.start()
 /// if watched.permissions.hasPermission(try Scope("posts:write")) { … }   // false once revoked, or while the feed is stale
-/// let view = TokenView.live(watched.permissions)                        // and so are policy decisions
+/// let view = TokenView(watching: watched.permissions)                   // and so are policy decisions (KeysmithTokenPolicy)
 /// ```
 ///
 /// Make the watcher before this reads the token: the watcher delivers every change committed
 /// after it was made, so a change between the two is delivered again (and applied twice,
-/// harmlessly) rather than missed. A watcher feeds one follower (``StoreWatcher/start(pollInterval:_:)``):
+/// harmlessly) rather than missed. A watcher feeds one follower (`StoreWatcher.start(pollInterval:_:)`):
 /// one already started by another makes every check deny, and ``failure`` says why.
 public final class WatchedPermissions: Sendable {
     /// The permissions: the token's granted scopes while current, none otherwise.
@@ -75,7 +75,7 @@ public final class WatchedPermissions: Sendable {
         watcher.stop()
     }
 
-    /// Why the watch ended by itself, if it did (``StoreWatcher/failure``), or why it never
+    /// Why the watch ended by itself, if it did (`StoreWatcher.failure`), or why it never
     /// began (the watcher feeds another follower).
     public var failure: KeysmithError? { feed.failure(of: watcher) }
 }
@@ -93,7 +93,7 @@ public final class WatchedPermissions: Sendable {
 /// tokens.start()
 /// let caller = tokens.permissions(account: "client-7")            // nil: no token kept for it
 /// let request = AuthorizationRequest(principal: client, action: read, resource: report,
-///                                    token: caller.map(TokenView.live))
+///                                    token: caller.map { TokenView(watching: $0) })
 /// ```
 ///
 /// A token imported after the start appears at the change that created it; a token deleted
@@ -179,7 +179,7 @@ public final class WatchedTokens: Sendable {
         watcher.stop()
     }
 
-    /// Why the watch ended by itself, if it did (``StoreWatcher/failure``), or why it never
+    /// Why the watch ended by itself, if it did (`StoreWatcher.failure`), or why it never
     /// began (the watcher feeds another follower).
     public var failure: KeysmithError? { feed.failure(of: watcher) }
 }

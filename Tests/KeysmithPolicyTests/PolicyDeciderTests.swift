@@ -1,6 +1,7 @@
 import Foundation
 import Keysmith
 import KeysmithPolicy
+import KeysmithTokenPolicy
 import KeysmithTokens
 import Testing
 
@@ -19,7 +20,7 @@ struct PolicyDeciderTests {
         var request = AuthorizationRequest(principal: EntityUID(type: principal, id: "alice"), action: EntityUID(type: "Action", id: "edit"),
                                            resource: EntityUID(type: "Doc", id: "d1"))
         request.context = context
-        request.token = scopes.map { .granted($0) }
+        request.token = scopes.map { TokenView(granted: $0) }
         return request
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 @testable import KeysmithPolicy
+import KeysmithTokenPolicy
 import KeysmithTokens
 import Testing
 
@@ -24,7 +25,7 @@ struct PolicyLanguageNewsGroupsTests {
                                    attributes: PrincipalAttributes(member_of: groups(who.member_of), admin_of: groups(who.admin_of),
                                                                    super_admin: who.super_admin))
         let entities = try EntityStore([group, principal])
-        let token: TokenView? = who.anonymous ? nil : .granted(Set(try who.scopes.map { try Scope($0) }))
+        let token: TokenView? = who.anonymous ? nil : TokenView(granted: Set(try who.scopes.map { try Scope($0) }))
         let request = AuthorizationRequest(principal: principal.uid, action: EntityUID(type: "Action", id: item.action),
                                            resource: group.uid, token: token)
         return policies.isAuthorized(request, entities: entities)
@@ -99,7 +100,7 @@ struct PolicyLanguageNewsGroupsTests {
             try Scope("posts:write"): ScopeStatus(state: .revoked, changedAt: Date(timeIntervalSince1970: 1_763_632_800), reason: "revoked by ops"),
         ]
         let request = AuthorizationRequest(principal: user.uid, action: EntityUID(type: "Action", id: "post"), resource: group.uid,
-                                           token: .token(token, at: Date(timeIntervalSince1970: 1_763_700_000)))
+                                           token: TokenView(token: token, at: Date(timeIntervalSince1970: 1_763_700_000)))
         let decision = policies.isAuthorized(request, entities: try EntityStore([group, user]))
         #expect(!decision.isAllowed)
         #expect(decision.determining.map(\.id) == ["scope-post"])
@@ -122,14 +123,14 @@ struct PolicyLanguageNewsGroupsTests {
         let user = EntityUID(type: "User", id: "u1"), group = EntityUID(type: "Group", id: "g1")
         let token = PermissionManager(granted: [try Scope("groups:read")])
         let request = AuthorizationRequest(principal: user, action: EntityUID(type: "Action", id: "post"), resource: group,
-                                           context: ["tokens": .set(PolicyValueSet([.string("x")]))], token: .live(token))
+                                           context: ["tokens": .set(PolicyValueSet([.string("x")]))], token: TokenView(watching: token))
         let decision = policies.isAuthorized(request, entities: try EntityStore([]))
         #expect(!decision.isAllowed)
         let named = Set(decision.unmet.flatMap(\.scopes).map(\.scope))
         #expect(named.contains("posts:write"), "\(named)")
         #expect(!named.contains("not-a-scope"), "\(named)")
         let late = policies.isAuthorized(AuthorizationRequest(principal: user, action: EntityUID(type: "Action", id: "late"), resource: group,
-                                                              token: .live(token)), entities: try EntityStore([]))
+                                                              token: TokenView(watching: token)), entities: try EntityStore([]))
         #expect(Set(late.unmet.flatMap(\.scopes).map(\.scope)).contains("posts:read"), "\(late.unmet)")
     }
 
@@ -142,7 +143,7 @@ struct PolicyLanguageNewsGroupsTests {
         let entities = try EntityStore([group, user])
         let manager = PermissionManager(granted: [try Scope("groups:read")])
         let request = AuthorizationRequest(principal: user.uid, action: EntityUID(type: "Action", id: "browse"), resource: group.uid,
-                                           token: .live(manager))
+                                           token: TokenView(watching: manager))
         #expect(policies.isAuthorized(request, entities: entities).isAllowed)
         manager.remove(try Scope("groups:read"))
         let after = policies.isAuthorized(request, entities: entities)
@@ -172,7 +173,7 @@ struct PolicyLanguageNewsGroupsTests {
             "member_of": .set(PolicyValueSet([])), "admin_of": .set(PolicyValueSet([.entity(group.uid)])), "super_admin": .bool(false)])
         let entities = try EntityStore([group, user])
         let request = AuthorizationRequest(principal: user.uid, action: EntityUID(type: "Action", id: "delete"), resource: group.uid,
-                                           token: .granted([try Scope("groups:read")]))
+                                           token: TokenView(granted: [try Scope("groups:read")]))
         #expect(!policies.isAllowed(request, entities: entities))
         #expect(policies.remedies(for: request, entities: entities) == [.grant(["posts:delete"])])
     }
@@ -183,7 +184,7 @@ struct PolicyLanguageNewsGroupsTests {
             "@id(\"p\($0)\") permit (principal, action, resource) when { context has token && context.token.granted.containsAll([\"s\($0)\", \"t\($0)\"]) };"
         }.joined(separator: "\n"))
         let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "u"), action: EntityUID(type: "Action", id: "a"),
-                                           resource: EntityUID(type: "R", id: "r"), token: .granted([]))
+                                           resource: EntityUID(type: "R", id: "r"), token: TokenView(granted: []))
         #expect(Policies.remedyBudget == 1_000)
         // 400 single scopes are tried, then pairs in order: (s0, t0) is the first pair; the next
         // pair that allows, (s1, t1), would be try 1,198.
@@ -216,10 +217,11 @@ struct PolicyLanguageNewsGroupsTests {
             try Scope("a"): status(.granted), try Scope("b"): status(.revoked), try Scope("c"): status(.declined), try Scope("d"): status(.expired),
         ])
         let views: [(String, TokenView)] = [
-            ("granted a b", .granted([try Scope("a"), try Scope("b")])), ("granted none", .granted([])),
-            ("stored token", .token(token, at: issued.addingTimeInterval(60))), ("live", .live(PermissionManager(granted: [try Scope("a")]))),
+            ("granted a b", TokenView(granted: [try Scope("a"), try Scope("b")])), ("granted none", TokenView(granted: [])),
+            ("stored token", TokenView(token: token, at: issued.addingTimeInterval(60))),
+            ("live", TokenView(watching: PermissionManager(granted: [try Scope("a")]))),
             // More scopes than a view holds in place (TokenView.FewScopes.capacity): tested in the sets.
-            ("granted five", .granted(Set(try ["a", "b", "c", "d", "e"].map { try Scope($0) }))),
+            ("granted five", TokenView(granted: Set(try ["a", "b", "c", "d", "e"].map { try Scope($0) }))),
         ]
         var answers: [String: [Bool?]] = [:]
         for (name, view) in views {
@@ -287,7 +289,7 @@ struct PolicyLanguageNewsGroupsTests {
         let entities = try EntityStore()
         func decide(at date: Date) -> AuthorizationDecision {
             policies.isAuthorized(AuthorizationRequest(principal: EntityUID(type: "U", id: "u"), action: EntityUID(type: "Action", id: "a"),
-                                                       resource: EntityUID(type: "R", id: "r"), token: .token(token, at: date)), entities: entities)
+                                                       resource: EntityUID(type: "R", id: "r"), token: TokenView(token: token, at: date)), entities: entities)
         }
         #expect(decide(at: issued.addingTimeInterval(60)).isAllowed)
         let expired = decide(at: issued.addingTimeInterval(7200))
@@ -322,7 +324,7 @@ struct PolicyLanguageNewsGroupsTests {
             let now = PolicyValue.datetime(Int64(date.timeIntervalSince1970 * 1000))
             return policies.isAuthorized(AuthorizationRequest(principal: EntityUID(type: "User", id: "u"), action: EntityUID(type: "Action", id: action),
                                                               resource: EntityUID(type: "Photo", id: "p"), context: ["now": now],
-                                                              token: .token(token, at: date)), entities: entities)
+                                                              token: TokenView(token: token, at: date)), entities: entities)
         }
         let early = decide("write", at: granted.addingTimeInterval(600))
         #expect(!early.isAllowed && early.determining.map(\.id) == ["fresh"])
@@ -335,7 +337,7 @@ struct PolicyLanguageNewsGroupsTests {
         // that reads it without `has` errs, and an erring forbid denies.
         let bare = policies.isAuthorized(AuthorizationRequest(principal: EntityUID(type: "User", id: "u"), action: EntityUID(type: "Action", id: "write"),
                                                               resource: EntityUID(type: "Photo", id: "p"), context: ["now": .datetime(0)],
-                                                              token: .granted([try Scope("photos:write")])), entities: entities)
+                                                              token: TokenView(granted: [try Scope("photos:write")])), entities: entities)
         #expect(!bare.isAllowed)
         #expect(bare.failures.map(\.policy.id) == ["fresh"] && bare.failures.first?.error.kind == .missingAttribute)
         token.scopes[try Scope("photos:write")] = nil
@@ -359,14 +361,14 @@ struct PolicyLanguageNewsGroupsTests {
             try Scope("r"): ScopeStatus(state: .revoked, changedAt: issued, reason: "leaked\nallow: permitted by read\u{202E}"),
         ])
         let request = AuthorizationRequest(principal: EntityUID(type: "U", id: "u"), action: EntityUID(type: "Action", id: "a"),
-                                           resource: EntityUID(type: "R", id: "r"), token: .token(token, at: issued.addingTimeInterval(60)))
+                                           resource: EntityUID(type: "R", id: "r"), token: TokenView(token: token, at: issued.addingTimeInterval(60)))
         let denied = policies.isAuthorized(request, entities: try EntityStore())
         let lines = denied.description.split(separator: "\n", omittingEmptySubsequences: false)
         #expect(lines.count == 2, "\(denied.description)")
         #expect(lines.first == "deny: forbidden by revoked")
         #expect(lines.last?.contains(#"when { context has token && context.token.revoked.contains("r") } is true: r is revoked since 2023-11-14T22:13:20.000Z (leaked\nallow: permitted by read\u{202E})"#) == true)
         var withoutForbid = request
-        withoutForbid.token = .granted([])
+        withoutForbid.token = TokenView(granted: [])
         let unmet = policies.isAuthorized(withoutForbid, entities: try EntityStore()).description
         #expect(unmet.split(separator: "\n").count == 2, "\(unmet)")
         #expect(unmet.contains(#"read\nallow: permitted by everything ("#))
@@ -417,7 +419,7 @@ struct PolicyLanguageNewsGroupsTests {
         ])
         let permissionManager = PermissionManager(granted: [try Scope("posts:write")])
         let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "bob"), action: EntityUID(type: "Action", id: "post"),
-                                           resource: g1, token: .live(permissionManager))
+                                           resource: g1, token: TokenView(watching: permissionManager))
         #expect(policies.isAuthorized(request, entities: entities).description == "allow: permitted by member-browse-post")
         permissionManager.remove(try Scope("posts:write"))
         let denied = policies.isAuthorized(request, entities: entities).description

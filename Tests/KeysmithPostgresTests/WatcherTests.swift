@@ -2,6 +2,7 @@ import Foundation
 import Keysmith
 import KeysmithPolicy
 @testable import KeysmithPostgres
+import KeysmithTokenPolicy
 import KeysmithTokens
 import Synchronization
 import Testing
@@ -287,7 +288,7 @@ struct WatcherTests {
             permit (principal, action, resource) when { context has token && context.token.granted.contains("posts:write") };
             """)
         let request = AuthorizationRequest(principal: EntityUID(type: "User", id: "alice"), action: EntityUID(type: "Action", id: "post"),
-                                           resource: EntityUID(type: "Group", id: "g"), token: .live(watched.permissions))
+                                           resource: EntityUID(type: "Group", id: "g"), token: TokenView(watching: watched.permissions))
         #expect(policies.isAuthorized(request, entities: try EntityStore()).isAllowed)
 
         try writer.revoke([write], service: "news", account: "alice", reason: "test")

@@ -8,7 +8,7 @@ import Testing
 struct LeanModulesTests {
     static let sources = SourceImports.root.appendingPathComponent("Sources")
     static let lean = ["Keysmith", "KeysmithCrypto", "KeysmithSystem", "KeysmithCredentials", "KeysmithVault", "KeysmithSecretService",
-                       "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithCommandLine", "keysmith"]
+                       "KeysmithStores", "KeysmithTokens", "KeysmithPolicy", "KeysmithTokenPolicy", "KeysmithCommandLine", "keysmith"]
 
     @Test("no Swift file of a lean module imports Foundation (FoundationEssentials only)", arguments: lean)
     func noFoundation(module: String) throws {

@@ -32,10 +32,12 @@ struct ModuleMapTests {
         try String(contentsOf: SourceImports.root.appendingPathComponent("docs/architecture.md"), encoding: .utf8)
     }
 
-    /// The table's rows: "| `name` | role | layer | owns | `a`, `b` |".
+    /// The rows of the table under "## Modules": "| `name` | role | layer | owns | `a`, `b` |".
     static func documented(_ text: String) throws -> [String: Module] {
         var modules: [String: Module] = [:]
-        for line in text.split(separator: "\n") where line.hasPrefix("| `") {
+        let section = try #require(text.components(separatedBy: "\n## Modules\n").dropFirst().first?.components(separatedBy: "\n## ").first,
+                                   "docs/architecture.md has no \"## Modules\" section")
+        for line in section.split(separator: "\n") where line.hasPrefix("| `") {
             let cells = line.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
             try #require(cells.count == 7, "a row of the module table has \(cells.count - 2) cells: \(line)")
             let name = cells[1].trimmingCharacters(in: CharacterSet(charactersIn: "`"))

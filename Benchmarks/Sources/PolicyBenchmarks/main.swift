@@ -5,6 +5,7 @@
 // docs/examples/ (todo, photo-sharing, repositories).
 import Foundation
 import KeysmithPolicy
+import KeysmithTokenPolicy
 import KeysmithTokens
 
 let groupCount = 1000, userCount = 1000
@@ -228,7 +229,7 @@ func applicationRequests(_ name: String) throws -> (Policies, EntityStore, [Auth
                 let state = ScopeState(rawValue: pair[0] as! String)!
                 scopes[try Scope(name)] = ScopeStatus(state: state, changedAt: Date(timeIntervalSince1970: (pair[1] as! NSNumber).doubleValue), reason: "")
             }
-            request.token = .token(OAuthToken(accessToken: "benchmark", issuedAt: now, scopes: scopes), at: now)
+            request.token = TokenView(token: OAuthToken(accessToken: "benchmark", issuedAt: now, scopes: scopes), at: now)
         }
         return request
     }

@@ -1,22 +1,27 @@
 public import FoundationEssentials
-import Keysmith
-public import KeysmithTokens
+public import Keysmith
 
 /// A principal's token as policies see it: `context.token.granted`, `.declined`, `.expired` and
 /// `.revoked` (sets of scope names), and, for explanations, when each scope last changed.
 ///
+/// The engine reads scopes by name and knows nothing of where they come from. A Keysmith token
+/// or permission manager becomes a view through the adapter module, KeysmithTokenPolicy:
+///
 /// ```swift
-/// let view = TokenView.token(token, at: .now)        // a stored token at an instant
-/// let live = TokenView.live(manager)                 // read at every decision: revocations apply at once
+/// import KeysmithTokenPolicy
+/// let view = TokenView(token: token, at: .now)            // a stored token at an instant
+/// let live = TokenView(watching: manager)                 // read at every decision: revocations apply at once
+/// let plain = TokenView.granted(names: ["posts:read"])    // names alone, from anywhere
 /// ```
 public struct TokenView: Sendable {
     enum Source: Sendable {
-        case statuses([Scope: ScopeStatus])
-        case live(PermissionManager)
+        case statuses([String: ScopeStatus])
+        /// The granted scope names now, asked at every decision.
+        case live(@Sendable () -> Set<String>)
         /// A snapshot by name (a what-if copy of another view).
         case fixedSnapshot([String: ScopeStatus?])
         /// Granted scopes by name, with no times (``TokenView/granted(_:)``).
-        case grantedNames(Set<Scope>)
+        case grantedNames(Set<String>)
     }
 
     /// What the view holds, in one object: copying a view (with each request) is one reference.
@@ -167,35 +172,39 @@ public struct TokenView: Sendable {
     /// `context.token` now.
     func currentRecord() -> PolicyValue { fixedRecord ?? Self.record(snapshot()) }
 
-    /// A token's scopes at `date`: granted scopes of an expired token are `expired` (from its
-    /// expiry), and every granted scope of a revoked token is `revoked` (from its revocation).
-    public static func token(_ token: OAuthToken, at date: Date) -> TokenView {
-        var statuses = token.statuses(at: date)
-        if let revokedAt = token.revokedAt {
-            for (scope, status) in statuses where status.state == .granted || status.state == .expired {
-                statuses[scope] = ScopeStatus(state: .revoked, changedAt: revokedAt, reason: "the token was revoked")
-            }
-        }
-        return TokenView(source: .statuses(statuses)).cached()
+    /// A token's scopes by name, each with its state and when and why it entered it.
+    ///
+    /// ```swift
+    /// let view = TokenView(scopes: ["posts:read": ScopeStatus(state: .granted, changedAt: issued, reason: "granted"),
+    ///                               "posts:write": ScopeStatus(state: .revoked, changedAt: .now, reason: "incident")])
+    /// ```
+    ///
+    /// Names are taken as given; the adapter's `TokenView(token:at:)` gives a stored token's.
+    public init(scopes: [String: ScopeStatus]) {
+        self = TokenView(source: .statuses(scopes)).cached()
     }
 
-    /// A permission manager, read at every decision: a revocation applied to it changes the very
-    /// next decision. Only granted scopes are known.
-    public static func live(_ manager: PermissionManager) -> TokenView { TokenView(source: .live(manager)) }
+    /// Granted scope names asked for at every decision: a revocation that changes what
+    /// `grantedNames` returns changes the very next decision. Only granted scopes are known
+    /// (no declined, expired or revoked ones, no times). The adapter's
+    /// `TokenView(watching:)` reads a `PermissionManager` this way.
+    public static func live(grantedNames: @escaping @Sendable () -> Set<String>) -> TokenView {
+        TokenView(source: .live(grantedNames))
+    }
 
-    /// A fixed set of granted scopes, with no history.
-    public static func granted(_ scopes: Set<Scope>) -> TokenView {
+    /// A fixed set of granted scope names, with no history.
+    public static func granted(names: Set<String>) -> TokenView {
         // The record straight from the names (what `record(snapshot())` builds, without the
         // intermediate dictionaries: no times are known, so `since` is empty).
-        let granted = PolicyValue.set(PolicyValueSet(scopes.map { .string($0.rawValue) }))
+        let granted = PolicyValue.set(PolicyValueSet(names.map { .string($0) }))
         var record = grantedTemplate.record
         record[TokenField.granted.rawValue] = granted
         var fields = grantedTemplate.fields
         fields[TokenField.allCases.firstIndex(of: .granted)!] = granted
-        return TokenView(storage: Storage(source: .grantedNames(scopes), fixedRecord: .record(record), fields: fields))
+        return TokenView(storage: Storage(source: .grantedNames(names), fixedRecord: .record(record), fields: fields))
     }
 
-    /// What every ``granted(_:)`` view shares: no scope declined, expired or revoked, no times;
+    /// What every ``granted(names:)`` view shares: no scope declined, expired or revoked, no times;
     /// as the record and as its fields in ``TokenField`` order (`granted` filled in per view).
     private static let grantedTemplate: (record: [String: PolicyValue], fields: [PolicyValue]) = {
         let none = PolicyValue.set(PolicyValueSet([]))
@@ -209,20 +218,20 @@ public struct TokenView: Sendable {
     func snapshot() -> [String: ScopeStatus?] {
         switch source {
         case .statuses(let statuses):
-            return Dictionary(uniqueKeysWithValues: statuses.map { ($0.key.rawValue, Optional($0.value)) })
-        case .live(let manager):
-            return Dictionary(uniqueKeysWithValues: manager.permissions.map { ($0.rawValue, ScopeStatus?.none) })
+            return statuses.mapValues { Optional($0) }
+        case .live(let grantedNames):
+            return Dictionary(uniqueKeysWithValues: grantedNames().map { ($0, ScopeStatus?.none) })
         case .fixedSnapshot(let snapshot):
             return snapshot
         case .grantedNames(let scopes):
             return Dictionary(uniqueKeysWithValues: scopes.map {
-                ($0.rawValue, Optional(ScopeStatus(state: .granted, changedAt: Date(timeIntervalSince1970: 0), reason: "")))
+                ($0, Optional(ScopeStatus(state: .granted, changedAt: Date(timeIntervalSince1970: 0), reason: "")))
             })
         }
     }
 
     /// The `context.token` record: the four sets, and `since`, each scope's time in its state as
-    /// a `datetime` (only scopes whose time is known: not live views, not `granted(_:)`).
+    /// a `datetime` (only scopes whose time is known: not live views, not `granted(names:)`).
     static func record(_ snapshot: [String: ScopeStatus?]) -> PolicyValue {
         var sets: [ScopeState: [PolicyValue]] = [:]
         var since: [String: PolicyValue] = [:]
@@ -262,7 +271,7 @@ extension ScopeStatus {
 ///                                    action: EntityUID(type: "Action", id: "delete"),
 ///                                    resource: EntityUID(type: "Photo", id: "42"),
 ///                                    context: ["ip": .ip(IPAddress("10.0.0.7")!)],
-///                                    token: .token(token, at: .now))
+///                                    token: .granted(names: ["photos:write"]))
 /// ```
 public struct AuthorizationRequest: Sendable {
     /// Who.
@@ -517,7 +526,7 @@ public struct Policies: Sendable {
     ///
     /// ```swift
     /// let decision = policies.isAuthorized(AuthorizationRequest(principal: alice, action: edit, resource: photo,
-    ///                                                           token: .live(manager)), entities: entities)
+    ///                                                           token: .granted(names: ["posts:write"])), entities: entities)
     /// ```
     public func isAuthorized(_ request: consuming AuthorizationRequest, entities: EntityStore) -> AuthorizationDecision {
         let evaluator = Evaluator(request, entities: entities)

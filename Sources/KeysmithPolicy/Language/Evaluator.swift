@@ -1,4 +1,4 @@
-import KeysmithTokens
+import Keysmith
 
 /// Why a condition could not be evaluated. A policy whose condition errs never allows, and a
 /// forbid whose condition errs denies (see ``Policies``).

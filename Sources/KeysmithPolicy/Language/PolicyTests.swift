@@ -1,4 +1,4 @@
-import KeysmithTokens
+import Keysmith
 
 /// A policy test file: the files to test and requests with the decisions they must get.
 ///
@@ -79,14 +79,14 @@ public struct PolicyTestSuite: Sendable {
                                                                         resource: EntityUID(type: "_", id: ""))
                     if let scopes = caseFields["scopes"] {
                         guard case .array(let list) = scopes.value else { throw JSONValues.problem(scopes, file, "scopes must be an array") }
-                        var granted: Set<Scope> = []
+                        var granted: Set<String> = []
                         for entry in list {
-                            guard case .string(let text) = entry.value, let scope = try? Scope(text) else {
+                            guard case .string(let text) = entry.value, ScopeToken.problem(in: text) == nil else {
                                 throw JSONValues.problem(entry, file, "scopes must hold valid scope names")
                             }
-                            granted.insert(scope)
+                            granted.insert(text)
                         }
-                        request.token = .granted(granted)
+                        request.token = .granted(names: granted)
                     }
                     let expect = try JSONValues.string(caseFields["expect"], file, "the case's expect", in: item)
                     guard expect == "allow" || expect == "deny" else { throw JSONValues.problem(item, file, "expect must be \"allow\" or \"deny\"") }

@@ -1,6 +1,5 @@
 import FoundationEssentials
 import Keysmith
-import KeysmithTokens
 
 /// A change that would turn a denial into an allow.
 public enum Remedy: Sendable, Hashable, CustomStringConvertible {
@@ -145,7 +144,7 @@ extension Policies {
     /// of a type the action applies to, that is allowed, with the permits that allow it.
     ///
     /// ```swift
-    /// let token = TokenView.granted([try Scope("photos:read")])
+    /// let token = TokenView.granted(names: ["photos:read"])
     /// for permitted in try policies.permissions(of: bob, token: token, entities: entities, schema: schema) {
     ///     print(permitted.action, permitted.resource, permitted.policies)
     /// }

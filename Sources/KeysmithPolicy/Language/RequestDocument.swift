@@ -1,4 +1,4 @@
-import KeysmithTokens
+import Keysmith
 
 extension AuthorizationRequest {
     /// Reads a request in Cedar's JSON form:
@@ -200,15 +200,11 @@ public struct DecideLineReader: Sendable {
         let remembers = names.reduce(0) { $0 + $1.utf8.count + 1 } <= Self.longestRememberedList
         let key = remembers ? names.map(ExactText.init) : []
         if remembers, let known = views[key] { return known }
-        var scopes: Set<Scope> = []
-        for name in names {
-            guard let scope = try? Scope(name) else {
-                problems.append(PolicyDiagnostic(location: location, message: "scopes must hold valid scope names (RFC 6749 §3.3)"))
-                return nil
-            }
-            scopes.insert(scope)
+        for name in names where ScopeToken.problem(in: name) != nil {
+            problems.append(PolicyDiagnostic(location: location, message: "scopes must hold valid scope names (RFC 6749 §3.3)"))
+            return nil
         }
-        let view = TokenView.granted(scopes)
+        let view = TokenView.granted(names: Set(names))
         guard remembers else { return view }
         if views.count >= Self.remembered { views.removeAll(keepingCapacity: true) }
         views[key] = view

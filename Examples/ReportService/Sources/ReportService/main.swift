@@ -20,6 +20,7 @@ import Keysmith
 import KeysmithCredentials
 import KeysmithPolicy
 import KeysmithPostgres
+import KeysmithTokenPolicy
 import KeysmithTokens
 import Logging
 
@@ -110,7 +111,7 @@ case "serve":
     @Sendable func authorize(_ client: String, _ action: String, report: String) throws {
         let request = AuthorizationRequest(principal: EntityUID(type: "Client", id: client), action: EntityUID(type: "Action", id: action),
                                            resource: EntityUID(type: "Report", id: report),
-                                           token: tokens.permissions(account: client).map { TokenView.live($0) })
+                                           token: tokens.permissions(account: client).map { TokenView(watching: $0) })
         guard policies.isAllowed(request, entities: entities) else { throw HTTPError(.forbidden) }
     }
 
