@@ -759,27 +759,15 @@ public struct Policies: Sendable {
     /// `expression`, each once, in the order written.
     static func scopeNames(in expression: Expression) -> [String] {
         var names: [String] = []
-        func strings(_ expression: Expression) {
+        expression.forEachExpression { expression in
+            names += expression.testedScopeNames
             switch expression.kind {
-            case .literal(.string(let name)): names.append(name)
-            case .set(let items): items.forEach(strings)
-            default: break
-            }
-        }
-        // What each expression says, then what is inside it (Expression.operands), in the order written.
-        func walk(_ expression: Expression) {
-            switch expression.kind {
-            case .method(let receiver, let name, let arguments)
-                where (name == "contains" || name == "containsAll" || name == "containsAny") && receiver.isTokenScopeSet:
-                arguments.forEach(strings)
             case .has(let inner, let name), .attribute(let inner, let name):
                 if inner.tokenField == "since" { names.append(name) }
             default:
                 break
             }
-            Expression.operands(expression.kind).forEach(walk)
         }
-        walk(expression)
         var seen: Set<String> = []
         return names.filter { seen.insert($0).inserted }
     }

@@ -31,28 +31,16 @@ extension Policies {
     /// Scope names the policies test in `context.token…` sets, and entities they test membership of.
     private var candidates: (scopes: [String], entities: [EntityUID]) {
         var scopes: [String] = [], entities: [EntityUID] = []
-        // What each expression names, then what is inside it (Expression.operands).
+        // What each expression names (Expression.forEachExpression: the one walk).
         func walk(_ expression: Expression) {
-            switch expression.kind {
-            case .method(let receiver, let name, let arguments)
-                where ["contains", "containsAll", "containsAny"].contains(name) && receiver.isTokenScopeSet:
-                for argument in arguments {
-                    if case .literal(.string(let scope)) = argument.kind { scopes.append(scope) }
-                    if case .set(let items) = argument.kind {
-                        for item in items { if case .literal(.string(let scope)) = item.kind { scopes.append(scope) } }
-                    }
+            expression.forEachExpression { expression in
+                scopes += expression.testedScopeNames
+                guard case .binary(.in, let left, let right) = expression.kind, case .variable(.principal) = left.kind else { return }
+                if case .literal(.entity(let uid)) = right.kind { entities.append(uid) }
+                if case .set(let items) = right.kind {
+                    for item in items { if case .literal(.entity(let uid)) = item.kind { entities.append(uid) } }
                 }
-            case .binary(.in, let left, let right):
-                if case .variable(.principal) = left.kind {
-                    if case .literal(.entity(let uid)) = right.kind { entities.append(uid) }
-                    if case .set(let items) = right.kind {
-                        for item in items { if case .literal(.entity(let uid)) = item.kind { entities.append(uid) } }
-                    }
-                }
-            default:
-                break
             }
-            Expression.operands(expression.kind).forEach(walk)
         }
         // Scopes named anywhere (a forbid's `unless` names what it needs); memberships that permits name.
         for policy in policies {

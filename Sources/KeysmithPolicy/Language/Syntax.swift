@@ -427,4 +427,30 @@ extension Expression {
         guard let field = tokenField else { return false }
         return field == "granted" || field == "declined" || field == "expired" || field == "revoked"
     }
+
+    /// Visits this expression, then every expression inside it (``operands(_:)``), each before
+    /// what is inside it, in the order written: the one walk every question about a policy's
+    /// text asks.
+    func forEachExpression(_ visit: (Expression) -> Void) {
+        visit(self)
+        for operand in Self.operands(kind) { operand.forEachExpression(visit) }
+    }
+
+    /// The scope names this expression tests as literals when it is a test of one of the
+    /// token's scope sets (`context.token.granted.contains("a")`, `.containsAll(["a", "b"])`,
+    /// `.containsAny(…)`), in the order written; empty for any other expression.
+    var testedScopeNames: [String] {
+        guard case .method(let receiver, let name, let arguments) = kind,
+              name == "contains" || name == "containsAll" || name == "containsAny", receiver.isTokenScopeSet else { return [] }
+        var names: [String] = []
+        for argument in arguments {
+            switch argument.kind {
+            case .literal(.string(let scope)): names.append(scope)
+            case .set(let items):
+                for item in items { if case .literal(.string(let scope)) = item.kind { names.append(scope) } }
+            default: break
+            }
+        }
+        return names
+    }
 }
