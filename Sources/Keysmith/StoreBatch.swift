@@ -111,7 +111,7 @@ extension StoreOperation {
         case "set": operation = .upsert(attributes, secret: try secret())
         case "create": operation = .create(attributes, secret: try secret())
         case "delete": operation = .delete(key)
-        default: throw KeysmithError.invalidArgument("line \(line): unknown op \"\(decoded.op)\"; one of set, create, delete")
+        default: throw KeysmithError.invalidArgument("line \(line): unknown op \"\(OneLine.unicodeEscaped(String(decoded.op.prefix(64))))\"; one of set, create, delete")
         }
         // The names and sizes every store refuses, found here so the error names the line.
         do {

@@ -59,8 +59,11 @@ public final class PostgresWatcher: Sendable {
         var applied: Int64
         var confirmedAt: ContinuousClock.Instant?
         var stopped = false
-        /// Set by the first ``start(pollInterval:_:)``.
+        /// Set by the first ``start(pollInterval:_:)``: the watcher feeds that follower for good.
         var started = false
+        /// Whether a watch loop is running (``run(pollInterval:_:)``, or the one `start` began):
+        /// one at a time, for two would share the applied sequence and each miss the other's changes.
+        var running = false
         var reconnects = 0
         /// Tests only: behave as if every notification were dropped on the way (no LISTEN).
         var ignoresNotifications = false
@@ -149,7 +152,25 @@ public final class PostgresWatcher: Sendable {
     /// stopped. A change row that does not open ends the watch with `KeysmithError.Code.corruptData`
     /// (retrying cannot get past it, and skipping it could skip a revocation), as do `apply`'s
     /// errors; either way ``failure`` says why and ``isCurrent`` stays false.
+    ///
+    /// - Throws: `KeysmithError.Code.invalidArgument` at once when the watcher is already
+    ///   watching (another `run`, or ``start(pollInterval:_:)``, whose follower it feeds): two
+    ///   loops would share its applied sequence, and each would miss the changes the other took.
     public func run(pollInterval: Duration = .milliseconds(50), _ apply: (PostgresChange) throws -> Bool) throws {
+        let claimed = state.withLock { state -> Bool in
+            guard !state.started, !state.running else { return false }
+            state.running = true
+            return true
+        }
+        guard claimed else {
+            throw KeysmithError.invalidArgument("the watcher \(name) is already watching (run, or started for a follower): a watcher runs one watch at a time")
+        }
+        defer { state.withLock { $0.running = false } }
+        try watch(pollInterval: pollInterval, apply)
+    }
+
+    /// The watch loop of ``run(pollInterval:_:)`` and ``start(pollInterval:_:)``.
+    private func watch(pollInterval: Duration, _ apply: (PostgresChange) throws -> Bool) throws {
         var logger = Logger(label: "keysmith.postgres.watch")
         logger.logLevel = .warning
         while !state.withLock({ $0.stopped }) {
@@ -326,12 +347,20 @@ public final class PostgresWatcher: Sendable {
 extension PostgresWatcher: StoreWatcher {
     /// Runs ``run(pollInterval:_:)`` on a thread of its own, handing each change to `apply`
     /// as a `WatchedChange`; returns at once. ``stop()`` ends it. A watcher feeds one follower:
-    /// called again, this starts nothing and returns false.
+    /// called again, or while ``run(pollInterval:_:)`` is watching, this starts nothing and
+    /// returns false.
     @discardableResult
     public func start(pollInterval: Duration = .milliseconds(50), _ apply: @escaping @Sendable (WatchedChange) -> Void) -> Bool {
-        guard !state.withLock({ state in defer { state.started = true }; return state.started }) else { return false }
+        let claimed = state.withLock { state -> Bool in
+            guard !state.started, !state.running else { return false }
+            state.started = true
+            state.running = true
+            return true
+        }
+        guard claimed else { return false }
         let thread = Thread { [self] in
-            _ = try? run(pollInterval: pollInterval) { change in
+            defer { state.withLock { $0.running = false } }
+            _ = try? watch(pollInterval: pollInterval) { change in
                 apply(WatchedChange(key: change.key, deleted: change.deleted, record: change.record))
                 return true
             }

@@ -16,10 +16,13 @@ internal import Synchronization
 /// let view = TokenView(watching: watched.permissions)                   // and so are policy decisions (KeysmithTokenPolicy)
 /// ```
 ///
-/// Make the watcher before this reads the token: the watcher delivers every change committed
-/// after it was made, so a change between the two is delivered again (and applied twice,
-/// harmlessly) rather than missed. A watcher feeds one follower (`StoreWatcher.start(pollInterval:_:)`):
-/// one already started by another makes every check deny, and ``failure`` says why.
+/// Make the watcher before this reads the token, starting at the newest change (for
+/// `PostgresWatcher`, without `after:`): the watcher delivers every change committed after it
+/// was made, so a change between the two is delivered again (and applied twice, harmlessly)
+/// rather than missed. A watcher feeds one follower (`StoreWatcher.start(pollInterval:_:)`):
+/// the permissions hold nothing until ``start(pollInterval:)`` started the watcher for this
+/// follower; one already started or run by something else makes every check deny, and
+/// ``failure`` says why.
 public final class WatchedPermissions: Sendable {
     /// The permissions: the token's granted scopes while current, none otherwise.
     public let permissions: PermissionManager
@@ -70,9 +73,10 @@ public final class WatchedPermissions: Sendable {
         }
     }
 
-    /// Stops the watcher; from then on the permissions are not current (every check denies).
+    /// Stops the watch (and the watcher, when it was started for this follower); from then on
+    /// the permissions are not current (every check denies).
     public func stop() {
-        watcher.stop()
+        feed.stop(watcher)
     }
 
     /// Why the watch ended by itself, if it did (`StoreWatcher.failure`), or why it never
@@ -174,9 +178,10 @@ public final class WatchedTokens: Sendable {
         existing?.apply(token, at: now)
     }
 
-    /// Stops the watcher; from then on no permission is current (every check denies).
+    /// Stops the watch (and the watcher, when it was started for this follower); from then on
+    /// no permission is current (every check denies).
     public func stop() {
-        watcher.stop()
+        feed.stop(watcher)
     }
 
     /// Why the watch ended by itself, if it did (`StoreWatcher.failure`), or why it never
@@ -184,28 +189,45 @@ public final class WatchedTokens: Sendable {
     public var failure: KeysmithError? { feed.failure(of: watcher) }
 }
 
-/// A follower's claim on its watcher: whether it started it, or found it started by another
-/// (then it is never current: the watcher's being current says nothing of this follower).
+/// A follower's claim on its watcher. The follower is current only while its own start fed it
+/// (the watcher started for it) and the watcher is current: a watcher started or run by anyone
+/// else says nothing of this follower, which never sees its changes. Before its start, after a
+/// refused start and after its stop, every check denies.
 final class FeedClaim: Sendable {
-    private let started = Atomic(false)
-    private let refused = Atomic(false)
+    private enum State: UInt8, AtomicRepresentable {
+        case waiting, fed, refused, stopped
+    }
+    private let state = Atomic(State.waiting)
 
     /// Starts the watcher for this follower, once.
     func start(_ watcher: any StoreWatcher, pollInterval: Duration, _ apply: @escaping @Sendable (WatchedChange) -> Void) {
-        guard !started.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        if !watcher.start(pollInterval: pollInterval, apply) { refused.store(true, ordering: .releasing) }
+        guard state.compareExchange(expected: .waiting, desired: .refused, ordering: .acquiringAndReleasing).exchanged else { return }
+        // Refused until the watcher says it started for this follower.
+        if watcher.start(pollInterval: pollInterval, apply) {
+            _ = state.compareExchange(expected: .refused, desired: .fed, ordering: .acquiringAndReleasing)
+        }
     }
 
     /// Whether this follower is fed and its watcher current.
     func isCurrent(_ watcher: any StoreWatcher) -> Bool {
-        !refused.load(ordering: .acquiring) && watcher.isCurrent
+        state.load(ordering: .acquiring) == .fed && watcher.isCurrent
+    }
+
+    /// Ends this follower's watch: its watcher is stopped only when it was started for it (a
+    /// refused follower never stops another's feed).
+    func stop(_ watcher: any StoreWatcher) {
+        if state.exchange(.stopped, ordering: .acquiringAndReleasing) == .fed { watcher.stop() }
     }
 
     func failure(of watcher: any StoreWatcher) -> KeysmithError? {
-        if refused.load(ordering: .acquiring) {
-            return KeysmithError(.invalidArgument, "the watcher \(watcher.name) was started before, for another follower: a watcher feeds one; every check through this one denies")
+        switch state.load(ordering: .acquiring) {
+        case .refused:
+            return KeysmithError(.invalidArgument, "the watcher \(watcher.name) was started or run before, by something else: a watcher feeds one follower; every check through this one denies")
+        case .fed:
+            return watcher.failure
+        case .waiting, .stopped:
+            return nil
         }
-        return watcher.failure
     }
 }
 

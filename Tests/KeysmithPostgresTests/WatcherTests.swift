@@ -36,6 +36,7 @@ struct WatcherTests {
                                           name: "claim-\(namespace.suffix(12))", staleAfter: .seconds(5))
         let first = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
         let second = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
+        let never = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
         first.start(pollInterval: .milliseconds(20))
         defer { first.stop() }
         second.start(pollInterval: .milliseconds(20))
@@ -45,8 +46,39 @@ struct WatcherTests {
         #expect(!second.permissions.hasPermission(read) && !second.permissions.isCurrent)
         #expect(second.failure?.code == .invalidArgument)
         #expect(first.failure == nil)
-        // The watcher's own start, asked again, starts nothing.
+        // A follower never started holds nothing, though the watcher it was given is current
+        // (it would never see a revocation).
+        #expect(!never.permissions.hasPermission(read) && !never.permissions.isCurrent && never.failure == nil)
+        // The watcher's own start, asked again, starts nothing; run refuses at once.
         #expect(!watcher.start(pollInterval: .milliseconds(20)) { _ in })
+        let error = #expect(throws: KeysmithError.self) { try watcher.run { _ in true } }
+        #expect(error?.code == .invalidArgument)
+        // The refused follower's stop and the unstarted one's leave the first one's feed alone.
+        second.stop()
+        never.stop()
+        #expect(watcher.isCurrent && first.permissions.hasPermission(read))
+        // A revocation still reaches the first.
+        try TokenKeeper(store: store).revoke([read], service: "news", account: "alice", reason: "test")
+        #expect(Self.waitUntil { !first.permissions.hasPermission(read) })
+    }
+
+    @Test("a watcher that is run cannot also be started for a follower: the follower denies every check and says why")
+    func runWatcherFeedsNoFollower() throws {
+        let namespace = "running-\(UUID().uuidString)"
+        let store = try PostgresStoreTests.open(namespace)
+        try TokenKeeper(store: store).importResponse(Data(#"{"access_token":"at-1","token_type":"Bearer","scope":"posts:read"}"#.utf8),
+                                                     service: "news", account: "alice", requested: [])
+        let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
+                                          name: "running-\(namespace.suffix(12))", staleAfter: .seconds(5))
+        let collected = Collected()
+        let thread = Self.start(watcher, into: collected)
+        defer { watcher.stop() }
+        #expect(Self.waitUntil { watcher.isCurrent })
+        let follower = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
+        follower.start(pollInterval: .milliseconds(20))
+        #expect(!follower.permissions.hasPermission(try Scope("posts:read")))
+        #expect(follower.failure?.code == .invalidArgument)
+        _ = thread
     }
 
     // Through the deprecated KeysmithPostgres forwards (one release), which must still work.
