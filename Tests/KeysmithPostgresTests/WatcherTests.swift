@@ -26,14 +26,21 @@ struct WatcherTests {
         return thread
     }
 
-    @Test("a watcher feeds one follower: a second WatchedPermissions on a started watcher denies every check and says why, the first keeps its permissions")
-    func oneFollowerPerWatcher() throws {
-        let namespace = "claim-\(UUID().uuidString)"
+    /// A namespace of its own whose store keeps alice's token for "news" (scope posts:read), and
+    /// a watcher of it made after the token.
+    static func aliceAndWatcher(_ prefix: String) throws -> (PostgresStore, PostgresWatcher) {
+        let namespace = "\(prefix)-\(UUID().uuidString)"
         let store = try PostgresStoreTests.open(namespace)
         try TokenKeeper(store: store).importResponse(Data(#"{"access_token":"at-1","token_type":"Bearer","scope":"posts:read"}"#.utf8),
                                                      service: "news", account: "alice", requested: [])
         let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
-                                          name: "claim-\(namespace.suffix(12))", staleAfter: .seconds(5))
+                                          name: "\(prefix)-\(namespace.suffix(12))", staleAfter: .seconds(5))
+        return (store, watcher)
+    }
+
+    @Test("a watcher feeds one follower: a second WatchedPermissions on a started watcher denies every check and says why, the first keeps its permissions")
+    func oneFollowerPerWatcher() throws {
+        let (store, watcher) = try Self.aliceAndWatcher("claim")
         let first = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
         let second = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
         let never = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
@@ -64,21 +71,14 @@ struct WatcherTests {
 
     @Test("a watcher that is run cannot also be started for a follower: the follower denies every check and says why")
     func runWatcherFeedsNoFollower() throws {
-        let namespace = "running-\(UUID().uuidString)"
-        let store = try PostgresStoreTests.open(namespace)
-        try TokenKeeper(store: store).importResponse(Data(#"{"access_token":"at-1","token_type":"Bearer","scope":"posts:read"}"#.utf8),
-                                                     service: "news", account: "alice", requested: [])
-        let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
-                                          name: "running-\(namespace.suffix(12))", staleAfter: .seconds(5))
-        let collected = Collected()
-        let thread = Self.start(watcher, into: collected)
+        let (store, watcher) = try Self.aliceAndWatcher("running")
+        _ = Self.start(watcher, into: Collected())
         defer { watcher.stop() }
         #expect(Self.waitUntil { watcher.isCurrent })
         let follower = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
         follower.start(pollInterval: .milliseconds(20))
         #expect(!follower.permissions.hasPermission(try Scope("posts:read")))
         #expect(follower.failure?.code == .invalidArgument)
-        _ = thread
     }
 
     // Through the deprecated KeysmithPostgres forwards (one release), which must still work.
