@@ -1,3 +1,5 @@
+public import FoundationEssentials
+
 /// The capability to be created in and updated in a store.
 ///
 /// A type that adopts it provides its ``secret``; creating and updating come from this

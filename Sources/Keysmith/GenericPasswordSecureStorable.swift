@@ -1,3 +1,5 @@
+public import FoundationEssentials
+
 /// An item kind: a secret for a service and an account, like a keychain's generic password.
 ///
 /// Reads of such a type return ``GenericPasswordResult``, also through generic code.

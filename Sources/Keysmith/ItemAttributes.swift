@@ -1,3 +1,5 @@
+public import FoundationEssentials
+
 /// Everything a store keeps about an item except its secret: its identity and its metadata.
 ///
 /// The metadata mirror the attribute protocols (``LabellableSecureStorable`` and its siblings);

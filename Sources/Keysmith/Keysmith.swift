@@ -1,3 +1,4 @@
+public import FoundationEssentials
 internal import Synchronization
 
 /// The one-line API for the simple case, and the process-wide default store.

@@ -1,3 +1,4 @@
+public import FoundationEssentials
 internal import Synchronization
 
 /// A store that keeps items in memory, for tests and for programs that need no persistence.

@@ -1,3 +1,5 @@
+public import FoundationEssentials
+
 /// What a read returns: a typed view of a stored record.
 ///
 /// Each item kind has its result type; ``ReadableSecureStorable/readFromSecureStore()`` builds

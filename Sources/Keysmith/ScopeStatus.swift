@@ -1,3 +1,5 @@
+public import FoundationEssentials
+
 // The vocabulary a token's scopes are read in, shared by the token module (which keeps them)
 // and the policy engine (which decides on them) without either depending on the other.
 

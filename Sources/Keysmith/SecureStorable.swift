@@ -1,3 +1,4 @@
+public import FoundationEssentials
 internal import Synchronization
 
 /// The base of every item type: something that can live in a secure store.

@@ -1,3 +1,5 @@
+public import FoundationEssentials
+
 /// One change to a store, for ``SecureStore/perform(_:)``.
 ///
 /// Metadata follow the update rule (``ItemAttributes``): a field left `nil` is kept by an

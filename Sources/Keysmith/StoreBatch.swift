@@ -1,3 +1,5 @@
+import FoundationEssentials
+
 extension StoreOperation {
     /// The operations written as JSON lines, as `keysmith batch` reads them (docs/cli.md): each
     /// line an object with `"op"` (`set`, `create` or `delete`), the item's fields (those of an

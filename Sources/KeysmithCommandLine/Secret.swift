@@ -1,3 +1,4 @@
+import FoundationEssentials
 import ArgumentParser
 import Keysmith
 import KeysmithCrypto

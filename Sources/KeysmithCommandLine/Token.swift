@@ -1,3 +1,4 @@
+package import FoundationEssentials
 package import ArgumentParser
 package import Keysmith
 import KeysmithSystem

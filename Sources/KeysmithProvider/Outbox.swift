@@ -1,6 +1,6 @@
 public import Keysmith
 public import KeysmithTokens
-import Foundation
+public import Foundation
 
 extension KeysmithRecordType {
     /// A revocation at a provider that is queued until the provider confirms it

@@ -1,6 +1,6 @@
 public import Keysmith
 public import KeysmithTokens
-import Foundation
+public import Foundation
 
 /// The requests Keysmith makes of one provider: token requests (refresh, client credentials,
 /// the device flow, an authorization code), revocation (RFC 7009) and introspection (RFC 7662).

@@ -1,6 +1,6 @@
 public import Keysmith
 public import KeysmithTokens
-import Foundation
+public import Foundation
 import KeysmithCrypto
 import KeysmithSystem
 

@@ -1,3 +1,4 @@
+import FoundationEssentials
 public import Keysmith
 
 /// One credential description of git's credential protocol (git-credential(1)): `key=value`

@@ -1,3 +1,4 @@
+public import FoundationEssentials
 public import Keysmith
 import KeysmithCrypto
 import KeysmithSystem

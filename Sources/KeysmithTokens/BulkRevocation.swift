@@ -1,3 +1,4 @@
+public import FoundationEssentials
 public import Keysmith
 
 /// Which tokens a bulk revocation touches: every field set must match.

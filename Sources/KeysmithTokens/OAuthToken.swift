@@ -1,3 +1,4 @@
+public import FoundationEssentials
 public import Keysmith
 // A scope's state and status are in the core module, so that the policy engine reads a token's
 // scopes without depending on this module; a program that imports this module alone still sees

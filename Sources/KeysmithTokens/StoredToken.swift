@@ -1,3 +1,4 @@
+public import FoundationEssentials
 public import Keysmith
 
 /// A token as a record in a store: one of Keysmith's own records (`KeysmithRecordType.oauthToken`),

@@ -1,3 +1,4 @@
+public import FoundationEssentials
 public import Keysmith
 
 /// The stored form of a token: a compact binary encoding, tens of times faster than JSON, so

@@ -1,3 +1,4 @@
+public import FoundationEssentials
 public import Keysmith
 
 /// Keeps OAuth tokens in a store and records every change of state in a hash-chained audit log

@@ -1,3 +1,4 @@
+public import FoundationEssentials
 public import Keysmith
 
 /// An RFC 6749 §5.1 token response, parsed and checked.

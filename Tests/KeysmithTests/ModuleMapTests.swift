@@ -173,6 +173,25 @@ struct ModuleMapTests {
         #expect(Self.violations(modules, exceptions: exceptions).count == 1)
     }
 
+    @Test("no source re-exports a module of another package (Foundation included); the only re-exports are two of the core's own declarations")
+    func noForeignReexports() throws {
+        let graph = try Self.built()
+        var reexports: [String] = []
+        for (_, target) in graph where target.kind != "test" {
+            let folder = SourceImports.root.appendingPathComponent(target.path)
+            for file in SourceImports.swiftFiles(in: folder) {
+                let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
+                for line in text.split(separator: "\n") where line.trimmingCharacters(in: .whitespaces).hasPrefix("@_exported") {
+                    reexports.append("\(target.path)/\(file): \(line.trimmingCharacters(in: .whitespaces))")
+                }
+            }
+        }
+        #expect(reexports.sorted() == [
+            "Sources/KeysmithTokens/OAuthToken.swift: @_exported public import enum Keysmith.ScopeState",
+            "Sources/KeysmithTokens/OAuthToken.swift: @_exported public import struct Keysmith.ScopeStatus",
+        ], "\(reexports)")
+    }
+
     @Test("a source file imports only the package's modules its target declares; an exception's arrow only from its named files")
     func sourcesImportWhatIsDeclared() throws {
         let text = try Self.architecture()

@@ -1,3 +1,5 @@
+package import FoundationEssentials
+
 /// The net effect of a batch on one key, after every operation of the batch was checked.
 package enum ResolvedWrite: Sendable {
     /// The key ends up holding this record.

@@ -1,3 +1,5 @@
+import FoundationEssentials
+
 /// Big-endian byte building and parsing (the vault format, docs/format.md, and record encodings).
 package struct ByteWriter {
     package var bytes: [UInt8] = []

@@ -1,3 +1,4 @@
+import FoundationEssentials
 import Keysmith
 import KeysmithCrypto
 import KeysmithSystem
