@@ -64,6 +64,9 @@ public final class PostgresWatcher: Sendable {
         /// Whether a watch loop is running (``run(pollInterval:_:)``, or the one `start` began):
         /// one at a time, for two would share the applied sequence and each miss the other's changes.
         var running = false
+        /// Set by the first ``run(pollInterval:_:)``: the changes it applied went to its caller,
+        /// so the watcher can never start for a follower, which would not see them.
+        var wasRun = false
         var reconnects = 0
         /// Tests only: behave as if every notification were dropped on the way (no LISTEN).
         var ignoresNotifications = false
@@ -160,6 +163,7 @@ public final class PostgresWatcher: Sendable {
         let claimed = state.withLock { state -> Bool in
             guard !state.started, !state.running else { return false }
             state.running = true
+            state.wasRun = true
             return true
         }
         guard claimed else {
@@ -347,12 +351,12 @@ public final class PostgresWatcher: Sendable {
 extension PostgresWatcher: StoreWatcher {
     /// Runs ``run(pollInterval:_:)`` on a thread of its own, handing each change to `apply`
     /// as a `WatchedChange`; returns at once. ``stop()`` ends it. A watcher feeds one follower:
-    /// called again, or while ``run(pollInterval:_:)`` is watching, this starts nothing and
-    /// returns false.
+    /// called again, or on a watcher that ``run(pollInterval:_:)`` ever watched (its changes
+    /// went to that caller), this starts nothing and returns false.
     @discardableResult
     public func start(pollInterval: Duration = .milliseconds(50), _ apply: @escaping @Sendable (WatchedChange) -> Void) -> Bool {
         let claimed = state.withLock { state -> Bool in
-            guard !state.started, !state.running else { return false }
+            guard !state.started, !state.running, !state.wasRun else { return false }
             state.started = true
             state.running = true
             return true

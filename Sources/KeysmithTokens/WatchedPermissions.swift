@@ -199,14 +199,19 @@ final class FeedClaim: Sendable {
         case waiting, fed, refused, stopped
     }
     private let state = Atomic(State.waiting)
+    /// Whether the watcher refused this follower (kept after a stop, for ``failure(of:)``).
+    private let wasRefused = Atomic(false)
 
     /// Starts the watcher for this follower, once.
     func start(_ watcher: any StoreWatcher, pollInterval: Duration, _ apply: @escaping @Sendable (WatchedChange) -> Void) {
         guard state.compareExchange(expected: .waiting, desired: .refused, ordering: .acquiringAndReleasing).exchanged else { return }
         // Refused until the watcher says it started for this follower.
-        if watcher.start(pollInterval: pollInterval, apply) {
-            _ = state.compareExchange(expected: .refused, desired: .fed, ordering: .acquiringAndReleasing)
+        guard watcher.start(pollInterval: pollInterval, apply) else {
+            wasRefused.store(true, ordering: .releasing)
+            return
         }
+        // A stop that came meanwhile found nothing to stop: the watch started for it ends here.
+        if !state.compareExchange(expected: .refused, desired: .fed, ordering: .acquiringAndReleasing).exchanged { watcher.stop() }
     }
 
     /// Whether this follower is fed and its watcher current.
@@ -221,13 +226,12 @@ final class FeedClaim: Sendable {
     }
 
     func failure(of watcher: any StoreWatcher) -> KeysmithError? {
-        switch state.load(ordering: .acquiring) {
-        case .refused:
+        if wasRefused.load(ordering: .acquiring) {
             return KeysmithError(.invalidArgument, "the watcher \(watcher.name) was started or run before, by something else: a watcher feeds one follower; every check through this one denies")
-        case .fed:
-            return watcher.failure
-        case .waiting, .stopped:
-            return nil
+        }
+        switch state.load(ordering: .acquiring) {
+        case .fed, .stopped: return watcher.failure
+        case .waiting, .refused: return nil
         }
     }
 }

@@ -69,6 +69,28 @@ struct WatcherTests {
         #expect(Self.waitUntil { !first.permissions.hasPermission(read) })
     }
 
+    @Test("a watcher that was run, even one whose run has returned, never starts for a follower: a revocation the run took is not lost to it, it denies")
+    func watcherRunBeforeFeedsNoFollower() throws {
+        let (store, watcher) = try Self.aliceAndWatcher("ran")
+        let follower = try WatchedPermissions(watcher: watcher, store: store, service: "news", account: "alice")
+        let read = try Scope("posts:read")
+        try TokenKeeper(store: store).revoke([read], service: "news", account: "alice", reason: "test")
+        // A run takes the revocation's change and returns.
+        var seen = 0
+        try watcher.run(pollInterval: .milliseconds(20)) { _ in
+            seen += 1
+            return false
+        }
+        #expect(seen == 1)
+        follower.start(pollInterval: .milliseconds(20))
+        defer { follower.stop() }
+        #expect(!follower.permissions.hasPermission(read) && !follower.permissions.isCurrent)
+        #expect(follower.failure?.code == .invalidArgument)
+        #expect(!watcher.start(pollInterval: .milliseconds(20)) { _ in })
+        // The follower read the token before the revocation: had it started, it would grant.
+        #expect(follower.permissions.permissions.isEmpty)
+    }
+
     @Test("a watcher that is run cannot also be started for a follower: the follower denies every check and says why")
     func runWatcherFeedsNoFollower() throws {
         let (store, watcher) = try Self.aliceAndWatcher("running")
