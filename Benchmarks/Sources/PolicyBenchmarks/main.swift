@@ -54,7 +54,7 @@ for index in 0..<userCount {
     let uid = EntityUID(type: anonymous ? "Anonymous" : "User", id: "u\(index)")
     let set = { (ids: Set<String>) in PolicyValue.set(PolicyValueSet(ids.sorted().map { .entity(EntityUID(type: "Group", id: $0)) })) }
     entities.append(Entity(uid: uid, attributes: ["member_of": set(memberOf), "admin_of": set(adminOf), "super_admin": .bool(isSuperAdmin)]))
-    users.append((uid, anonymous ? nil : .granted(Set(scopes.map { try! Scope($0) }))))
+    users.append((uid, anonymous ? nil : TokenView(granted: Set(scopes.map { try! Scope($0) }))))
 }
 let store = try EntityStore(entities)
 let requests = (0..<requestCount).map { _ in
