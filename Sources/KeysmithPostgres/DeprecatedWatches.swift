@@ -6,12 +6,14 @@ public import Foundation
 public import Keysmith
 public import KeysmithTokens
 
-/// Moved to `KeysmithTokens.WatchedPermissions`.
-@available(*, deprecated, message: "moved to KeysmithTokens: import KeysmithTokens; WatchedPermissions(watcher: PostgresWatcher(…), store: PostgresStore(…), service:account:)")
+// The old names forward, unmarked: marked deprecated, they warned a program that imports both
+// modules for the new spelling too (the name resolves to this alias). The initializers from
+// connection settings below are what is deprecated; the aliases go with them.
+
+/// Moved to `KeysmithTokens.WatchedPermissions`; this name forwards for one release.
 public typealias WatchedPermissions = KeysmithTokens.WatchedPermissions
 
-/// Moved to `KeysmithTokens.WatchedTokens`.
-@available(*, deprecated, message: "moved to KeysmithTokens: import KeysmithTokens; WatchedTokens(watcher: PostgresWatcher(…), store: PostgresStore(…), service:)")
+/// Moved to `KeysmithTokens.WatchedTokens`; this name forwards for one release.
 public typealias WatchedTokens = KeysmithTokens.WatchedTokens
 
 extension KeysmithTokens.WatchedPermissions {
