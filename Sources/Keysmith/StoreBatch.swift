@@ -22,12 +22,7 @@ extension StoreOperation {
     ///   wrong with it (never repeating a secret); the code of a name or size the stores refuse,
     ///   naming the line.
     public static func batch(jsonLines input: [UInt8], allowEmpty: Bool = false) throws -> [StoreOperation] {
-        var operations: [StoreOperation] = []
-        for (index, raw) in input.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
-            if raw.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }) { continue }
-            operations.append(try batchLine(Array(raw), line: index + 1, allowEmpty: allowEmpty))
-        }
-        return operations
+        try JSONLines.numbered(input).map { try batchLine($0.bytes, line: $0.number, allowEmpty: allowEmpty) }
     }
 
     /// A line: the operation and its secret, beside the item's fields (``ItemDocument``).

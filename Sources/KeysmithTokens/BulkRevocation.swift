@@ -91,13 +91,7 @@ extension TokenImport {
     ///   object, or whose `requested` is neither a string nor an array of strings;
     ///   `KeysmithError.Code.invalidScope` naming the line of a requested scope that is invalid.
     public static func batch(jsonLines input: [UInt8]) throws -> [TokenImport] {
-        var imports: [TokenImport] = []
-        for (index, line) in input.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
-            let text = line.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }
-            guard !text.isEmpty else { continue }
-            imports.append(try batchLine(Array(text), line: index + 1))
-        }
-        return imports
+        try JSONLines.numbered(input).map { try batchLine($0.bytes, line: $0.number) }
     }
 
     /// One line of ``batch(jsonLines:)``, numbered `line` in errors.
