@@ -132,7 +132,7 @@ let package = Package(
         // and the command tested through its built binary. KeysmithTestSupport starts child
         // processes for the tests that need them.
         .target(name: "KeysmithTestSupport", dependencies: ["Keysmith"], path: "Tests/KeysmithTestSupport"),
-        .testTarget(name: "KeysmithTests", dependencies: ["Keysmith"]),
+        .testTarget(name: "KeysmithTests", dependencies: ["Keysmith", "KeysmithTestSupport"]),
         .testTarget(name: "KeysmithCryptoTests", dependencies: ["KeysmithCrypto"]),
         .testTarget(name: "KeysmithTokensTests", dependencies: ["Keysmith", "KeysmithTokens", "KeysmithVault", "KeysmithTestSupport"]),
         .testTarget(

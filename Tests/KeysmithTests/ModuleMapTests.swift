@@ -1,4 +1,5 @@
 import Foundation
+import KeysmithTestSupport
 import Testing
 
 /// docs/architecture.md's module map is true: its table is the package's build graph, every
@@ -71,19 +72,11 @@ struct ModuleMapTests {
     static func built() throws -> [String: (kind: String, path: String, dependencies: Set<String>)] {
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("keysmith-module-map-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: scratch) }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         // A scratch path of its own: the running `swift test` holds .build's lock.
-        process.arguments = ["swift", "package", "--scratch-path", scratch.path, "dump-package"]
-        process.currentDirectoryURL = SourceImports.root
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        try #require(process.terminationStatus == 0, "swift package dump-package failed (exit \(process.terminationStatus))")
-        let package = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        let run = try spawnAndWait("/usr/bin/env", ["swift", "package", "--scratch-path", scratch.path, "dump-package"],
+                                   directory: SourceImports.root.path)
+        try #require(run.status == 0, "swift package dump-package failed (exit \(run.status)): \(String(decoding: run.stderr, as: UTF8.self))")
+        let package = try #require(try JSONSerialization.jsonObject(with: run.stdout) as? [String: Any])
         let targets = try #require(package["targets"] as? [[String: Any]])
         var graph: [String: (kind: String, path: String, dependencies: Set<String>)] = [:]
         for target in targets {

@@ -1,5 +1,6 @@
 import Foundation
 import Keysmith
+import KeysmithTestSupport
 import KeysmithVault
 import Testing
 
@@ -236,21 +237,12 @@ struct FormatSpecificationTests {
     /// docs/examples/decrypt_vault.py was written from docs/format.md alone; if it decrypts what
     /// Keysmith wrote, the specification is complete enough for an independent decryptor.
     static func runDecryptor(_ vault: String, passphrase: Bool) throws -> (status: Int32, output: Data) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         var arguments = ["python3", repositoryRoot + "/docs/examples/decrypt_vault.py", vault]
         arguments += passphrase ? ["--passphrase-env", "KEYSMITH_TEST_GOLDEN_PASSPHRASE"] : ["--keyfile", Golden.keyfile]
-        process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         environment["KEYSMITH_TEST_GOLDEN_PASSPHRASE"] = Golden.passphrase
-        process.environment = environment
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, data)
+        let run = try spawnAndWait("/usr/bin/env", arguments, environment: environment)
+        return (run.status, run.stdout)
     }
 
     @Test("the independent checker refuses what Keysmith refuses: a missing log, a replaced header field, a flipped record")
