@@ -1,4 +1,4 @@
-public import Keysmith
+import Keysmith
 import KeysmithCrypto
 import KeysmithSystem
 
@@ -259,10 +259,16 @@ public enum Keyfile {
     }
 
     private static func randomBytes(_ count: Int) throws -> [UInt8] {
-        do {
-            return try Random.bytes(count: count)
-        } catch let error as CryptoError {
-            throw KeysmithError(.ioFailure, "cryptography failed: \(error)")
-        }
+        try keysmithCrypto { try Random.bytes(count: count) }
+    }
+}
+
+/// Runs crypto code and turns its failures into Keysmith errors (`ioFailure`, "cryptography
+/// failed: …"): the one mapping of KeysmithCrypto's errors, for this module and the vault.
+package func keysmithCrypto<T>(_ body: () throws -> T) throws -> T {
+    do {
+        return try body()
+    } catch let error as CryptoError {
+        throw KeysmithError(.ioFailure, "cryptography failed: \(error)")
     }
 }

@@ -3,7 +3,7 @@
 // imports KeysmithTokens (docs/architecture.md; ModuleMapTests holds it so); it goes with the
 // forwards, and the arrow with it.
 public import Foundation
-public import Keysmith
+import Keysmith
 public import KeysmithTokens
 
 // The old names forward, unmarked: marked deprecated, they warned a program that imports both

@@ -1,4 +1,4 @@
-public import Keysmith
+import Keysmith
 import KeysmithCrypto
 import Logging
 import NIOCore

@@ -1,7 +1,7 @@
 public import Foundation
 import Keysmith
 import KeysmithCrypto
-public import KeysmithTokens
+import KeysmithTokens
 
 /// git's credentials for the hosts bound to a provider (``OAuthProvider/gitHosts``): a fresh
 /// access token as the password, refreshed single-flight however many git processes ask at

@@ -1,4 +1,4 @@
-public import Keysmith
+import Keysmith
 public import KeysmithTokens
 public import Foundation
 

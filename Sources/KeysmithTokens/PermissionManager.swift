@@ -1,5 +1,5 @@
 public import FoundationEssentials
-public import Keysmith
+import Keysmith
 internal import Synchronization
 
 /// A change the permission manager publishes.

@@ -1,5 +1,5 @@
 public import FoundationEssentials
-public import Keysmith
+import Keysmith
 
 /// The stored form of a token: a compact binary encoding, tens of times faster than JSON, so
 /// that bulk jobs over 100,000 tokens take seconds. Specified in docs/guide.md ("How tokens are

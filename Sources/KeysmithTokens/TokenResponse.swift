@@ -1,5 +1,5 @@
 public import FoundationEssentials
-public import Keysmith
+import Keysmith
 
 /// An RFC 6749 §5.1 token response, parsed and checked.
 package struct TokenResponse {

@@ -1,6 +1,7 @@
 public import FoundationEssentials
 public import Keysmith
 public import Logging
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 internal import Synchronization
@@ -594,16 +595,16 @@ extension FileVault {
             guard try System.listDirectory(path).isEmpty else { throw KeysmithError(.duplicateItem, "\(path) is not empty") }
             try System.mkdir(paths.logDirectory)
         }
-        let vaultID = try vaultCrypto { try Random.bytes(count: Format.vaultIDSize) }
+        let vaultID = try keysmithCrypto { try Random.bytes(count: Format.vaultIDSize) }
         let kdf = try HeaderStore.newKDF(for: credential, scrypt: scrypt)
         let kek = try HeaderStore.deriveKEK(kdf, credential: credential)
-        let idKey = try vaultCrypto { try SecretBytes.random(count: 32) }
-        let dataKey = try vaultCrypto { try SecretBytes.random(count: 32) }
+        let idKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
+        let dataKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
         let header = VaultHeader(
             format: VaultHeader.formatName, version: Int(Format.version), vaultId: vaultID.hexString,
             created: iso8601(clock()), kdf: kdf,
-            idKey: try vaultCrypto { try VaultHeader.wrap(idKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.id, epoch: 0) },
-            dataKeys: [try vaultCrypto { try VaultHeader.wrap(dataKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.data, epoch: 1) }])
+            idKey: try keysmithCrypto { try VaultHeader.wrap(idKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.id, epoch: 0) },
+            dataKeys: [try keysmithCrypto { try VaultHeader.wrap(dataKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.data, epoch: 1) }])
         try HeaderStore.write(header, paths)
         return try open(at: path, credential: credential, clock: clock)
     }

@@ -1,6 +1,6 @@
 import Keysmith
 public import KeysmithCredentials
-package import KeysmithCrypto
+import KeysmithCrypto
 import KeysmithSystem
 
 /// What unlocks a vault: a passphrase (stretched with scrypt) or a 256-bit keyfile.
@@ -173,15 +173,6 @@ public struct ScryptParameters: Sendable, Hashable {
         guard n >= 2, n <= 1 << 22, n & (n - 1) == 0, (1...32).contains(r), (1...16).contains(p) else {
             throw KeysmithError.invalidArgument("scrypt parameters N=\(n) r=\(r) p=\(p) are out of range")
         }
-    }
-}
-
-/// Runs crypto code and turns its failures into Keysmith errors.
-func vaultCrypto<T>(_ body: () throws -> T) throws -> T {
-    do {
-        return try body()
-    } catch let error as CryptoError {
-        throw KeysmithError(.ioFailure, "cryptography failed: \(error)")
     }
 }
 

@@ -1,4 +1,4 @@
-public import FoundationEssentials
+import FoundationEssentials
 import Keysmith
 
 /// A policy decision point: policies, an optional schema and the entities, deciding one request

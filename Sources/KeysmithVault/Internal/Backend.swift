@@ -1,4 +1,5 @@
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 
@@ -113,14 +114,14 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
         let kek = try HeaderStore.deriveKEK(kdf, credential: credential)
         var header = try engine.currentHeaderWithAllKeys()
         header.kdf = kdf
-        header.idKey = try vaultCrypto {
+        header.idKey = try keysmithCrypto {
             try VaultHeader.wrap(engine.idKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.id, epoch: 0)
         }
         header.dataKeys = try header.dataKeys.map { wrapped in
             guard let dataKey = engine.dataKeys[wrapped.epoch] else {
                 throw KeysmithError(.corruptData, "the vault's data key of epoch \(wrapped.epoch) could not be unwrapped")
             }
-            return try vaultCrypto {
+            return try keysmithCrypto {
                 try VaultHeader.wrap(dataKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: wrapped.epoch)
             }
         }
@@ -133,8 +134,8 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
         try engine.requireUndamaged()
         var header = try engine.currentHeaderWithAllKeys()
         let newEpoch = (engine.dataKeys.keys.max() ?? 0) + 1
-        let newKey = try vaultCrypto { try SecretBytes.random(count: 32) }
-        header.dataKeys.append(try vaultCrypto {
+        let newKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
+        header.dataKeys.append(try keysmithCrypto {
             try VaultHeader.wrap(newKey, with: engine.kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: newEpoch)
         })
         try HeaderStore.write(header, engine.paths)

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 import Synchronization
@@ -187,7 +188,7 @@ enum HeaderStore {
     }
 
     static func write(_ header: VaultHeader, _ paths: VaultPaths) throws {
-        let bytes = try vaultCrypto { try header.encode() }
+        let bytes = try keysmithCrypto { try header.encode() }
         try Durable.write(bytes, to: paths.header, directory: paths.root)
         try Durable.write(bytes, to: paths.headerBackup, directory: paths.root)
     }
@@ -207,7 +208,7 @@ enum HeaderStore {
             } catch {
                 throw KeysmithError(.corruptData, "the vault header's scrypt parameters are out of range: N=\(n) r=\(r) p=\(p)")
             }
-            return try vaultCrypto { try Scrypt.derive(passphrase: passphrase, salt: salt, n: n, r: r, p: p, length: 32) }
+            return try keysmithCrypto { try Scrypt.derive(passphrase: passphrase, salt: salt, n: n, r: r, p: p, length: 32) }
         case ("keyfile", .keyfile), ("keyfile", .key):
             let key = try credential.keyMaterial()
             return SecretBytes(copying: SHA256.hmac(key: key, Format.keyfileKEKLabel + salt))
@@ -246,7 +247,7 @@ enum HeaderStore {
     }
 
     static func newKDF(for credential: VaultCredential, scrypt: ScryptParameters) throws -> VaultHeader.KDF {
-        let salt = try vaultCrypto { try Random.bytes(count: 32) }
+        let salt = try keysmithCrypto { try Random.bytes(count: 32) }
         let encoded = Data(salt).base64EncodedString()
         if credential.isPassphrase {
             try scrypt.validate()

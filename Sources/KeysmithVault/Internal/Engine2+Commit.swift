@@ -1,5 +1,6 @@
 import Dispatch
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 import Synchronization
@@ -162,7 +163,7 @@ extension Engine2 {
                 op = .delete
             }
             defer { cleanse(&plaintext) }
-            let sealed = try vaultCrypto {
+            let sealed = try keysmithCrypto {
                 try context.seal(plaintext, associatedData: SealedRef.associatedData(
                     vaultID: vaultID, epoch: keys.epoch, version: sequence, op: op, recordID: recordIDs[index]))
             }
@@ -170,7 +171,7 @@ extension Engine2 {
         }
         // One cipher context per chunk (contexts are not shared between threads).
         return try concurrentChunks(count: order.count) { range in
-            let context = try vaultCrypto { try AESGCM.Context(key: keys.record) }
+            let context = try keysmithCrypto { try AESGCM.Context(key: keys.record) }
             return try range.map { try sealOne($0, context) }
         }
     }

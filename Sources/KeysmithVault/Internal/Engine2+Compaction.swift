@@ -1,5 +1,6 @@
 import Dispatch
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 import Synchronization
@@ -110,12 +111,12 @@ extension Engine2 {
                 guard let old = try self.keys(for: ref.epoch) else {
                     throw KeysmithError(.corruptData, "record \(ref.recordID) is sealed under a key this vault no longer holds")
                 }
-                var plaintext = try vaultCrypto {
+                var plaintext = try keysmithCrypto {
                     try AESGCM.open(ciphertext: body, tag: ref.tag.array, key: old.record, nonce: ref.nonce.array, associatedData: SealedRef.associatedData(
                         vaultID: vaultID, epoch: ref.epoch, version: ref.version, op: .put, recordID: ref.recordID))
                 }
                 defer { cleanse(&plaintext) }
-                let sealed = try vaultCrypto {
+                let sealed = try keysmithCrypto {
                     try AESGCM.seal(plaintext, key: keys.record, associatedData: SealedRef.associatedData(
                         vaultID: vaultID, epoch: keys.epoch, version: ref.version, op: .put, recordID: ref.recordID))
                 }
@@ -206,7 +207,7 @@ extension Engine2 {
         var header = unlocked.copy.header
         let newEpoch = (header.dataKeys.map(\.epoch).max() ?? 0) + 1
         guard newEpoch < Format2.maximumEpoch else { throw KeysmithError(.limitExceeded, "the vault has run out of key epochs") }
-        let newKey = try vaultCrypto { try SecretBytes.random(count: 32) }
+        let newKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
         header.dataKeys.append(try VaultHeader2.wrap(newKey, kek: unlocked.kek, vaultID: vaultID, kdf: header.kdf,
                                                      purpose: KeyPurpose.data, epoch: newEpoch))
         header.currentEpoch = newEpoch

@@ -1,5 +1,6 @@
 import Dispatch
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 import Synchronization
@@ -80,7 +81,7 @@ extension Engine2 {
     func writeHeader(_ header: VaultHeader2, kek: SecretBytes) throws {
         var header = header
         header.generation = unlocked.copy.header.generation + 1
-        let bytes = try vaultCrypto { try header.encode(kek: kek) }
+        let bytes = try keysmithCrypto { try header.encode(kek: kek) }
         guard case .version2(let copy) = HeaderFormat.probe(bytes) else {
             throw KeysmithError(.corruptData, "the new vault header does not parse back")
         }

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Dispatch
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 import Synchronization
@@ -26,7 +27,7 @@ extension Engine2 {
     /// under the engine's mutex. Rebuilt if the epoch's key object changes.
     private func cipher(for keys: EpochKeys) throws -> AESGCM.Context {
         if let cached = cipherCache[keys.epoch], cached.key === keys.record { return cached.context }
-        let context = try vaultCrypto { try AESGCM.Context(key: keys.record) }
+        let context = try keysmithCrypto { try AESGCM.Context(key: keys.record) }
         // Keys the header no longer holds (a rekey retired them) are not kept in memory.
         cipherCache = cipherCache.filter { unlocked.epochs[$0.key]?.record === $0.value.key }
         cipherCache[keys.epoch] = (keys.record, context)
@@ -146,7 +147,7 @@ extension Engine2 {
         var contexts: [[UInt32: AESGCM.Context]] = []
         for _ in 0..<parts {
             var ciphers: [UInt32: AESGCM.Context] = [:]
-            for (epoch, keys) in keysByEpoch { ciphers[epoch] = try vaultCrypto { try AESGCM.Context(key: keys.record) } }
+            for (epoch, keys) in keysByEpoch { ciphers[epoch] = try keysmithCrypto { try AESGCM.Context(key: keys.record) } }
             contexts.append(ciphers)
         }
         let prepared = UncheckedContexts(contexts)

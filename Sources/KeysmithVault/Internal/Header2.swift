@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 
@@ -53,7 +54,7 @@ struct VaultHeader2: Codable, Sendable {
     static func wrap(_ key: SecretBytes, kek: SecretBytes, vaultID: [UInt8], kdf: VaultHeader.KDF, purpose: UInt8, epoch: UInt32) throws -> VaultHeader.WrappedKey {
         var plain = key.copyBytes()
         defer { cleanse(&plain) }
-        let sealed = try vaultCrypto {
+        let sealed = try keysmithCrypto {
             try AESGCM.seal(plain, key: kek, associatedData: keyWrapAD(vaultID: vaultID, kdf: kdf, purpose: purpose, epoch: epoch))
         }
         return VaultHeader.WrappedKey(
@@ -253,7 +254,7 @@ enum HeaderFormat {
             guard let n = kdf.n, let r = kdf.r, let p = kdf.p else {
                 throw KeysmithError(.corruptData, "the vault header's scrypt parameters are missing")
             }
-            return try vaultCrypto { try Scrypt.derive(passphrase: passphrase, salt: salt, n: n, r: r, p: p, length: 32) }
+            return try keysmithCrypto { try Scrypt.derive(passphrase: passphrase, salt: salt, n: n, r: r, p: p, length: 32) }
         case ("keyfile", .keyfile), ("keyfile", .key):
             let key = try credential.keyMaterial()
             return SecretBytes(copying: SHA256.hmac(key: key, Format2.keyfileKEKLabel + salt))

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 
@@ -48,7 +49,7 @@ extension Engine2 {
         func cipher(_ epoch: UInt32) throws -> AESGCM.Context? {
             if let known = ciphers[epoch] { return known }
             guard let keys = unlocked.epochs[epoch] else { return nil }
-            let made = try vaultCrypto { try AESGCM.Context(key: keys.record) }
+            let made = try keysmithCrypto { try AESGCM.Context(key: keys.record) }
             ciphers[epoch] = made
             return made
         }
@@ -397,7 +398,7 @@ extension Engine2 {
         guard sequence < Format2.maximumSequence else {
             throw KeysmithError(.limitExceeded, "the vault has run out of commit numbers; nothing was changed")
         }
-        let throughMAC = try vaultCrypto { try Random.bytes(count: Format2.macSize) }
+        let throughMAC = try keysmithCrypto { try Random.bytes(count: Format2.macSize) }
         let head = SnapshotFile2.Head(vaultID: vaultID, through: sequence, epoch: keys.epoch, recordCount: plan.keep.count,
                                       throughMAC: throughMAC)
         // 1. The new snapshot, complete and flushed, beside the old one.

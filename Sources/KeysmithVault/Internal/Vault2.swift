@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Dispatch
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 import Synchronization
@@ -8,7 +9,7 @@ import Synchronization
 /// Creating format-2 vaults.
 enum Vault2 {
     static func newKDF(for credential: VaultCredential, scrypt: ScryptParameters) throws -> VaultHeader.KDF {
-        let salt = try vaultCrypto { try Random.bytes(count: Format2.saltSize) }
+        let salt = try keysmithCrypto { try Random.bytes(count: Format2.saltSize) }
         let encoded = Data(salt).base64EncodedString()
         if credential.isPassphrase {
             try scrypt.validate()
@@ -25,11 +26,11 @@ enum Vault2 {
         paths: Paths2, credential: VaultCredential, scrypt: ScryptParameters, created: Date, idKey: SecretBytes? = nil,
         through: UInt64 = 0, records: [(record: SecureRecord, version: UInt64)] = [], writeHeader: Bool = true
     ) throws -> (header: [UInt8], kek: SecretBytes) {
-        let vaultID = try vaultCrypto { try Random.bytes(count: Format.vaultIDSize) }
+        let vaultID = try keysmithCrypto { try Random.bytes(count: Format.vaultIDSize) }
         let kdf = try newKDF(for: credential, scrypt: scrypt)
         let kek = try HeaderFormat.deriveKEK(kdf, credential: credential)
-        let idKey = try idKey ?? vaultCrypto { try SecretBytes.random(count: 32) }
-        let dataKey = try vaultCrypto { try SecretBytes.random(count: 32) }
+        let idKey = try idKey ?? keysmithCrypto { try SecretBytes.random(count: 32) }
+        let dataKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
         let header = VaultHeader2(
             format: VaultHeader.formatName, version: Format2.version, vaultId: vaultID.hexString, created: iso8601(created),
             generation: 1, kdf: kdf,
@@ -47,7 +48,7 @@ enum Vault2 {
             let id = RecordID(SHA256.hmac(key: idKey, RecordCodec.identity(record.key)))!
             var plaintext = RecordCodec.encode(record)
             defer { cleanse(&plaintext) }
-            let box = try vaultCrypto {
+            let box = try keysmithCrypto {
                 try AESGCM.seal(plaintext, key: keys.record, associatedData: SealedRef.associatedData(
                     vaultID: vaultID, epoch: 1, version: version, op: .put, recordID: id))
             }
@@ -67,7 +68,7 @@ enum Vault2 {
         }
         let encoded = SnapshotFile2.encodeIndex(index, head: head, chainKey: keys.chain)
         try Durable.write(encoded.front + encoded.pages + bodies.bytes, to: paths.snapshot, directory: paths.data)
-        let bytes = try vaultCrypto { try header.encode(kek: kek) }
+        let bytes = try keysmithCrypto { try header.encode(kek: kek) }
         if writeHeader {
             try Durable.write(bytes, to: paths.header, directory: paths.root)
             try Durable.write(bytes, to: paths.headerBackup, directory: paths.root)

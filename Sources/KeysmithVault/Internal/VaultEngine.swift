@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Dispatch
 import Keysmith
+import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 import Synchronization
@@ -376,7 +377,7 @@ struct VaultEngine: ~Copyable {
         guard let dataKey = dataKeys[entry.frame.epoch] else {
             throw KeysmithError(.corruptData, "\(key) is sealed under a key this vault no longer holds")
         }
-        var plaintext = try vaultCrypto {
+        var plaintext = try keysmithCrypto {
             try AESGCM.open(
                 ciphertext: entry.frame.ciphertext, tag: entry.frame.tag, key: dataKey, nonce: entry.frame.nonce,
                 associatedData: entry.frame.associatedData(vaultID: vaultID))
@@ -471,7 +472,7 @@ struct VaultEngine: ~Copyable {
         _ plaintext: [UInt8], op: FrameOp, recordID: RecordID, version: UInt64, epoch: UInt32, vaultID: [UInt8], key: SecretBytes
     ) throws -> Frame {
         var frame = Frame(op: op, epoch: epoch, version: version, recordID: recordID, nonce: [], ciphertext: [], tag: [])
-        let sealed = try vaultCrypto {
+        let sealed = try keysmithCrypto {
             try AESGCM.seal(plaintext, key: key, associatedData: frame.associatedData(vaultID: vaultID))
         }
         frame.nonce = sealed.nonce
@@ -522,7 +523,7 @@ struct VaultEngine: ~Copyable {
             guard let oldKey = dataKeys[entry.frame.epoch], let newKey = dataKeys[currentEpoch] else {
                 throw KeysmithError(.corruptData, "\(key) is sealed under a key this vault no longer holds")
             }
-            var plaintext = try vaultCrypto {
+            var plaintext = try keysmithCrypto {
                 try AESGCM.open(ciphertext: entry.frame.ciphertext, tag: entry.frame.tag, key: oldKey,
                                 nonce: entry.frame.nonce, associatedData: entry.frame.associatedData(vaultID: vaultID))
             }
