@@ -148,7 +148,7 @@ public final class FileVault: SecureStore {
                                  credential: credential)
             try engine.reloadAll()
             engine.finishInterruptedWrites()
-            if engine.foreignSnapshot {
+            if engine.snapshot.isForeign {
                 throw KeysmithError(
                     .corruptData,
                     "the vault header belongs to another vault than its records (header from another vault?); restore the header from a backup")

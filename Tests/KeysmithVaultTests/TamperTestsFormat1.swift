@@ -181,8 +181,8 @@ struct TamperTestsFormat1 {
             calls += 1
             #expect(records.count <= 3)
             for record in records {
-                #expect(seen[record.key.account ?? ""] == nil)
-                seen[record.key.account ?? ""] = record.secret
+                #expect(seen[record.key.account] == nil)
+                seen[record.key.account] = record.secret
             }
         }
         #expect(calls == 4)

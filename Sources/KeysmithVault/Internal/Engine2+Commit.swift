@@ -23,7 +23,7 @@ extension Engine2 {
                 "the vault's log directory is missing, so commits may have been lost with it; restore the vault from a backup "
                     + "(run `keysmith vault verify` for details)")
         }
-        guard snapshotUsable || uncertainBefore == nil else {
+        guard snapshot.head != nil || uncertainBefore == nil else {
             throw KeysmithError(
                 .corruptData,
                 "the vault's snapshot is missing or damaged, so a write could hide what it held; restore the vault from a backup "
@@ -84,7 +84,7 @@ extension Engine2 {
             throw KeysmithError(.corruptData, "the vault's current data key is missing from its header")
         }
         let recordIDs = writes.map { recordID(for: $0.key) }
-        let bulk = writes.count >= Format2.compactAfterFrames && !isDamaged && snapshotUsable
+        let bulk = writes.count >= Format2.compactAfterFrames && !isDamaged && snapshot.head != nil
         var order = Array(writes.indices)
         if bulk { order.sort { recordIDs[$0] < recordIDs[$1] } }
         let head = LogFile2.Head(vaultID: vaultID, sequence: sequence, epoch: keys.epoch, count: writes.count,

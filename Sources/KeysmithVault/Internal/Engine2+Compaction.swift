@@ -9,7 +9,7 @@ import Synchronization
 // logs it covers removed), a credential changed, the records re-sealed under a new key.
 extension Engine2 {
     var isDamaged: Bool {
-        rollback != nil || uncertainBefore != nil || !recordDamage.isEmpty || !damagedPages.isEmpty
+        rollback != nil || uncertainBefore != nil || !recordDamage.isEmpty || !snapshot.damagedPages.isEmpty
             || fileDamage.contains { !$0.isHeaderCopy && !$0.isSuperseded }
     }
 
@@ -24,7 +24,7 @@ extension Engine2 {
 
     /// Whether logs piled up past the bound an open replays.
     var wantsCompaction: Bool {
-        guard !isDamaged, let head = snapshotHead else { return false }
+        guard !isDamaged, let head = snapshot.head else { return false }
         _ = head
         return logsSinceSnapshot >= Format2.compactAfterLogs || framesSinceSnapshot >= Format2.compactAfterFrames
     }
@@ -55,7 +55,7 @@ extension Engine2 {
         let temporary = paths.data + "/" + Durable.temporaryPrefix + "snapshot-\(System.processID)"
         defer { try? System.unlink(temporary) }
         // The old snapshot's records come in file order (both are sorted by record id).
-        try writeSnapshotFile(temporary, head: head, keys: keys, reseal: reseal, sequentialFD: snapshotFD) { copy in
+        try writeSnapshotFile(temporary, head: head, keys: keys, reseal: reseal, sequentialFD: snapshot.descriptor) { copy in
             try forEachLive(strict: true, newer: newer, copy)
         }
         // Its history first (named by its through-sequence, so a crash leaves the old pair in force).

@@ -11,14 +11,14 @@ extension Engine2 {
     /// `stat` of the snapshot and an `open` of the next log).
     func refresh() throws {
         let status = try io { try System.status(paths.snapshot) }
-        if status != snapshotStatus || needsReload {
+        if status != snapshot.status || needsReload {
             try reloadAll()
             return
         }
         while try loadLog(lastSequence + 1) {}
         // A compaction renames its snapshot in before it removes the logs it covers: if a log
         // vanished before the probe above, the new snapshot is visible now.
-        if try io({ try System.status(paths.snapshot) }) != snapshotStatus { try reloadAll() }
+        if try io({ try System.status(paths.snapshot) }) != snapshot.status { try reloadAll() }
     }
 
     /// Reads everything but the records again: the header copies, the snapshot's directory,
@@ -31,7 +31,7 @@ extension Engine2 {
         for _ in 0..<8 {
             try reloadOnce()
             // The same for a compaction between opening the snapshot and listing the logs.
-            let moved = try io { try System.status(paths.snapshot) } != snapshotStatus
+            let moved = try io { try System.status(paths.snapshot) } != snapshot.status
             if !anchorAhead && !moved { break }
         }
         needsReload = false
@@ -40,14 +40,7 @@ extension Engine2 {
     private func reloadOnce() throws {
         anchorAhead = false
         closeFiles()
-        snapshotStatus = nil
-        snapshotHead = nil
-        directory = []
-        pageCache = [:]
-        damagedPages = [:]
-        snapshotUsable = false
         logDirectoryMissing = false
-        foreignSnapshot = false
         logMACs = [:]
         lastSequence = 0
         lastMAC = Format2.genesisMAC
@@ -70,9 +63,11 @@ extension Engine2 {
                 file: name, offset: 0, recordID: nil, key: nil,
                 reason: "\(name) is a symbolic link to a directory: Keysmith does not follow links inside a vault; put the directory itself in its place"))
         }
-        try loadSnapshot()
+        let loaded = try SnapshotIndex.load(path: paths.snapshot, vaultID: vaultID) { try keys(for: $0) }
+        snapshot = loaded.index
+        if let damage = loaded.damage { fileDamage.append(damage) }
         var base: UInt64 = 0
-        if snapshotUsable, let head = snapshotHead {
+        if let head = snapshot.head {
             base = head.through
             lastSequence = head.through
             lastMAC = head.throughMAC
@@ -106,11 +101,11 @@ extension Engine2 {
             if number > base { present.append(number) }
         }
         present.sort()
-        if !snapshotUsable, present.first != 1 {
+        if snapshot.head == nil, present.first != 1 {
             // Nothing proves what the snapshot held: every record older than the first
             // surviving log, and every absent one, is in doubt.
-            markUncertain(before: present.first ?? 1, fileDamage.last(where: { $0.file == Paths2.snapshotName })
-                          ?? VaultDamage(file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil, reason: "the snapshot is unusable", hidesRecords: true))
+            markUncertain(before: present.first ?? 1, fileDamage.last(where: { $0.file == SnapshotIndex.name })
+                          ?? VaultDamage(file: SnapshotIndex.name, offset: 0, recordID: nil, key: nil, reason: "the snapshot is unusable", hidesRecords: true))
         }
         var expected = base + 1
         for number in present {

@@ -123,7 +123,7 @@ extension Engine2 {
             // A damaged anchor cannot vouch for anything: the vault is refused as a missing
             // anchor could not (which would serve a rolled-back copy), until the owner decides.
             rollback = VaultDamage(
-                file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil,
+                file: SnapshotIndex.name, offset: 0, recordID: nil, key: nil,
                 reason: "the rollback anchor \(path) is damaged (\(reason)), so whether this vault was rolled back cannot be told; "
                     + "if the vault is as it should be, accept it with `keysmith vault verify --accept-rollback` (a new anchor is written)",
                 hidesRecords: true)
@@ -135,7 +135,7 @@ extension Engine2 {
             // Commits made since the logs were listed: catch up, or read everything again if a
             // compaction replaced the snapshot meanwhile.
             while try loadLog(lastSequence + 1) {}
-            if mark.sequence > lastSequence, try io({ try System.status(paths.snapshot) }) != snapshotStatus {
+            if mark.sequence > lastSequence, try io({ try System.status(paths.snapshot) }) != snapshot.status {
                 anchorAhead = true
                 return
             }
@@ -146,30 +146,30 @@ extension Engine2 {
         // first advance skipped while another process held the anchors' lock) is verified by it.
         if mark.sequence == 0 { known = Format2.genesisMAC }
         if let mac = logMACs[mark.sequence] { known = mac }
-        if snapshotUsable, let head = snapshotHead, head.through == mark.sequence { known = head.throughMAC }
+        if let head = snapshot.head, head.through == mark.sequence { known = head.throughMAC }
         var unverifiable = false
-        if known == nil, snapshotUsable, let head = snapshotHead, mark.sequence < head.through {
+        if known == nil, let head = snapshot.head, mark.sequence < head.through {
             // The anchor's commit was folded into the snapshot: its history says whether the
             // vault passed through it (a fork compacted past the anchor does not).
             if let mac = snapshotHistory()?.mac(of: mark.sequence) { known = mac } else { unverifiable = true }
         }
         if unverifiable {
             rollback = VaultDamage(
-                file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil,
+                file: SnapshotIndex.name, offset: 0, recordID: nil, key: nil,
                 reason: "this machine last saw commit \(mark.sequence), which the vault has folded into its snapshot through commit "
-                    + "\(snapshotHead?.through ?? 0) without a history reaching back that far, so whether the vault's history passes "
+                    + "\(snapshot.head?.through ?? 0) without a history reaching back that far, so whether the vault's history passes "
                     + "through it cannot be told (an older copy that was written to and compacted would look the same); if the vault "
                     + "is as it should be, accept it with `keysmith vault verify --accept-rollback`",
                 hidesRecords: true)
         } else if mark.sequence > lastSequence {
             rollback = VaultDamage(
-                file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil,
+                file: SnapshotIndex.name, offset: 0, recordID: nil, key: nil,
                 reason: "the vault was rolled back: this machine saw commit \(mark.sequence), the vault now ends at commit \(lastSequence) "
                     + "(its newest commits were removed or an older copy was put back); if you restored it on purpose, accept the rollback "
                     + "with `keysmith vault verify --accept-rollback`", hidesRecords: true)
         } else if let known, !constantTimeEqual(known, mark.mac) {
             rollback = VaultDamage(
-                file: Paths2.snapshotName, offset: 0, recordID: nil, key: nil,
+                file: SnapshotIndex.name, offset: 0, recordID: nil, key: nil,
                 reason: "the vault's history forked: commit \(mark.sequence) is not the one this machine saw (an older copy was put back "
                     + "and written to); if you restored it on purpose, accept it with `keysmith vault verify --accept-rollback`",
                 hidesRecords: true)
@@ -180,7 +180,7 @@ extension Engine2 {
 
     /// The history beside the snapshot in force, when there is one and it authenticates.
     func snapshotHistory() -> HistoryFile2.Contents? {
-        guard snapshotUsable, let head = snapshotHead,
+        guard let head = snapshot.head,
               let bytes = (try? System.readRegularFile(paths.data + "/" + HistoryFile2.name(through: head.through),
                                                        maximumSize: HistoryFile2.headerSize + HistoryFile2.window * 32 + 32)) ?? nil
         else { return nil }
@@ -194,7 +194,7 @@ extension Engine2 {
         var first: UInt64 = 1
         var macs: [[UInt8]] = []
         var next: UInt64 = 1
-        if snapshotUsable, let head = snapshotHead, head.through > 0 {
+        if let head = snapshot.head, head.through > 0 {
             if let old = snapshotHistory() {
                 first = old.first
                 macs = old.macs

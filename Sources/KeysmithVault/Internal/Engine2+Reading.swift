@@ -45,8 +45,9 @@ extension Engine2 {
         var found: SealedRef?
         if let ref = overlay[recordID] {
             found = ref
-        } else if snapshotUsable, let head = snapshotHead {
-            found = try snapshotLookup(recordID, head: head, key: key)
+        } else {
+            let chainKey = snapshotChainKey
+            found = try snapshot.lookup(recordID, key: key, chainKey: chainKey)
         }
         if let uncertain = uncertainBefore, (found?.version ?? 0) < uncertain.sequence {
             let what = key.map { "\($0)" } ?? "record \(recordID)"
@@ -203,7 +204,7 @@ extension Engine2 {
         var window = BodyWindow()
         let admit = Self.kindFilter(query)
         try forEachLive { ref in
-            let body = try window.body(of: ref, sequentialIn: snapshotFD, root: paths.root)  // an I/O error fails the search
+            let body = try window.body(of: ref, sequentialIn: snapshot.descriptor, root: paths.root)  // an I/O error fails the search
             if let record = try? open(ref, key: nil, withSecret: false, body: body, admitKind: admit),
                query.matches(record.info.attributes)
             {
@@ -243,7 +244,7 @@ extension Engine2 {
         var last: RecordID?
         var examined = 0
         let limit = max(1, limit)
-        let total = (snapshotHead?.recordCount ?? 0) + overlay.count
+        let total = (snapshot.head?.recordCount ?? 0) + overlay.count
         // Bodies are read in walk order and opened a batch at a time (on two threads); a batch
         // that fills the chunk part-way leaves the rest for the next call.
         var batch: [(ref: SealedRef, body: [UInt8])] = []
@@ -266,7 +267,7 @@ extension Engine2 {
             batch.removeAll(keepingCapacity: true)
         }
         try forEachLive(after: after) { ref in
-            let body = try window.body(of: ref, sequentialIn: snapshotFD, root: paths.root)  // an I/O error fails the scan
+            let body = try window.body(of: ref, sequentialIn: snapshot.descriptor, root: paths.root)  // an I/O error fails the scan
             batch.append((ref, body))
             if batch.count >= min(limit, 1024) { try flush() }
             return !full
@@ -293,23 +294,15 @@ extension Engine2 {
         }
         var pending = PendingRefs(older: overlay.values.filter { isAfter($0.recordID) }.sorted { $0.recordID < $1.recordID },
                                   newer: newer, after: after)
-        if snapshotUsable, let head = snapshotHead {
-            var first = 0
-            if let after {
-                // The last page whose first id is not after `after`.
-                var low = 0, high = directory.count
-                while low < high {
-                    let middle = (low + high) / 2
-                    if after < directory[middle].first { high = middle } else { low = middle + 1 }
-                }
-                first = max(0, low - 1)
-            }
+        if let head = snapshot.head {
+            let first = after.flatMap { snapshot.pageIndex(holding: $0) } ?? 0
+            let chainKey = snapshotChainKey
             for index in first..<head.pageCount {
-                guard let entries = try page(index, head: head, cache: false) else {
+                guard let entries = try snapshot.page(index, chainKey: chainKey, cache: false) else {
                     if strict {
                         throw KeysmithError(
                             .corruptData,
-                            "the snapshot's index is damaged (\(damagedPages[index].map { "\($0)" } ?? "index page \(index)")); "
+                            "the snapshot's index is damaged (\(snapshot.damagedPages[index].map { "\($0)" } ?? "index page \(index)")); "
                                 + "run `keysmith vault verify`, and repair it before compacting or re-keying")
                     }
                     continue
@@ -319,10 +312,7 @@ extension Engine2 {
                         if try !visit(pending.pop()) { return false }
                     }
                     if pending.nextID == entry.recordID { continue }  // a newer version follows
-                    let ref = SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: try openSnapshot(),
-                                        file: Paths2.snapshotName, offset: entry.offset, length: entry.length,
-                                        nonce: entry.nonce, tag: entry.tag)
-                    if try !visit(ref) { return false }
+                    if try !visit(try snapshot.ref(entry)) { return false }
                 }
             }
         }

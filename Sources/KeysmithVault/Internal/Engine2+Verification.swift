@@ -15,27 +15,26 @@ extension Engine2 {
     func verify(heal: Bool) throws -> [VaultDamage] {
         try reloadAll()
         if heal { finishInterruptedWrites() }
-        if let head = snapshotHead, snapshotUsable {
+        if let head = snapshot.head {
             var recordBytes = 0
+            let chainKey = snapshotChainKey
             for index in 0..<head.pageCount {
-                guard let entries = try page(index, head: head, cache: false) else { continue }
+                guard let entries = try snapshot.page(index, chainKey: chainKey, cache: false) else { continue }
                 for entry in entries {
                     recordBytes += entry.length
-                    let ref = SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: try openSnapshot(),
-                                        file: Paths2.snapshotName, offset: entry.offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)
-                    checkRecord(ref, superseded: overlay[entry.recordID] != nil)
+                    checkRecord(try snapshot.ref(entry), superseded: overlay[entry.recordID] != nil)
                 }
             }
             // The records fill the file exactly: nothing was cut off or added at the end.
-            let size = snapshotStatus?.size ?? 0
-            if damagedPages.isEmpty, head.bodiesStart + recordBytes != size {
+            let size = snapshot.status?.size ?? 0
+            if snapshot.damagedPages.isEmpty, head.bodiesStart + recordBytes != size {
                 fileDamage.append(VaultDamage(
-                    file: Paths2.snapshotName, offset: min(size, head.bodiesStart + recordBytes), recordID: nil, key: nil,
+                    file: SnapshotIndex.name, offset: min(size, head.bodiesStart + recordBytes), recordID: nil, key: nil,
                     reason: "the snapshot's records should end at byte \(head.bodiesStart + recordBytes) but the file is \(size) bytes long"))
             }
         }
         // The snapshot's history (what the anchor checks a folded commit against), when present.
-        if let head = snapshotHead, snapshotUsable {
+        if let head = snapshot.head {
             let name = Format2.dataDirectory + "/" + HistoryFile2.name(through: head.through)
             if (try? System.status(paths.root + "/" + name)) ?? nil != nil, snapshotHistory() == nil {
                 fileDamage.append(VaultDamage(
@@ -82,7 +81,7 @@ extension Engine2 {
     }
 
     var damage: [VaultDamage] {
-        var all = fileDamage + damagedPages.values.sorted { $0.offset < $1.offset }
+        var all = fileDamage + snapshot.damagedPages.values.sorted { $0.offset < $1.offset }
         all += recordDamage.values.map(\.damage).sorted { ($0.file, $0.offset) < ($1.file, $1.offset) }
         if let rollback { all.insert(rollback, at: 0) }
         return all
@@ -92,9 +91,10 @@ extension Engine2 {
     /// await compaction.
     func statistics() throws -> (items: Int, logFiles: Int) {
         var items = 0
-        if snapshotUsable, let head = snapshotHead {
+        if let head = snapshot.head {
+            let chainKey = snapshotChainKey
             for index in 0..<head.pageCount {
-                for entry in try page(index, head: head, cache: false) ?? [] where overlay[entry.recordID] == nil { items += 1 }
+                for entry in try snapshot.page(index, chainKey: chainKey, cache: false) ?? [] where overlay[entry.recordID] == nil { items += 1 }
             }
         }
         items += overlay.values.filter { $0.op == .put }.count

@@ -16,7 +16,6 @@ struct Paths2: Sendable {
     var logDirectory: String { data + "/log" }
     func logName(_ sequence: UInt64) -> String { Format2.dataDirectory + "/log/" + VaultPaths.hex16(sequence) }
     func log(_ sequence: UInt64) -> String { root + "/" + logName(sequence) }
-    static let snapshotName = Format2.dataDirectory + "/snapshot"
 }
 
 /// An open format-2 vault. Only `FileVault` touches it, under its mutex; writes also hold the
@@ -34,20 +33,10 @@ final class Engine2 {
     let rederivable: VaultCredential?
     private var lockDescriptor: Descriptor?
 
-    // The snapshot.
-    var snapshotFD: Descriptor?
-    var snapshotStatus: System.FileStatus?
-    var snapshotHead: SnapshotFile2.Head?
-    var directory: [(first: RecordID, mac: [UInt8])] = []
-    /// Verified index pages, as their raw bytes (searched in place), at most 1,024 of them.
-    var pageCache: [Int: [UInt8]] = [:]
-    var damagedPages: [Int: VaultDamage] = [:]
-    /// Whether the snapshot verified; when it did not, only logs chained from the genesis count.
-    var snapshotUsable = false
+    /// The snapshot index: replaced on every reload; its damage is in `fileDamage`.
+    var snapshot = SnapshotIndex()
     /// Whether `data/log` is gone: commits after the snapshot may have been lost with it.
     var logDirectoryMissing = false
-    /// Whether the snapshot names another vault: the header and the records do not belong together.
-    var foreignSnapshot = false
 
     // The logs since the snapshot.
     var logFDs: [UInt64: Descriptor] = [:]
@@ -96,8 +85,7 @@ final class Engine2 {
     }
 
     func closeFiles() {
-        if let snapshotFD { System.close(snapshotFD) }
-        snapshotFD = nil
+        snapshot.close()
         for fd in logFDs.values { System.close(fd) }
         logFDs = [:]
     }
@@ -110,12 +98,9 @@ final class Engine2 {
         return opened
     }
 
-    /// The snapshot's descriptor, for a record found through it (open whenever the snapshot is
-    /// usable).
-    func openSnapshot() throws -> Descriptor {
-        guard let snapshotFD else { throw KeysmithError(.ioFailure, "the vault's snapshot is not open") }
-        return snapshotFD
-    }
+    /// The chain key of the snapshot's key epoch, `nil` when the header no longer holds it (or
+    /// no snapshot counts).
+    var snapshotChainKey: SecretBytes? { snapshot.head.flatMap { unlocked.epochs[$0.epoch]?.chain } }
 
     var currentEpoch: UInt32 { unlocked.copy.header.currentEpoch }
 }

@@ -143,7 +143,7 @@ extension Engine2 {
                                 failed[id] = max(failed[id] ?? 0, 1)
                                 continue
                             }
-                            let ref = SealedRef(recordID: id, op: .put, version: version, epoch: epoch, fd: fd, file: Paths2.snapshotName,
+                            let ref = SealedRef(recordID: id, op: .put, version: version, epoch: epoch, fd: fd, file: SnapshotIndex.name,
                                                 offset: Int(offset), length: Int(length), nonce: nonce, tag: tag)
                             if try consider(ref, fileSize: status.size) {
                                 salvaged += 1
@@ -164,19 +164,19 @@ extension Engine2 {
                     snapshotThrough = through
                     highest = max(highest, through)
                     if let problem {
-                        losses.append(.init(file: Paths2.snapshotName, sequence: nil, reason: "the snapshot: \(problem)", salvaged: salvaged))
+                        losses.append(.init(file: SnapshotIndex.name, sequence: nil, reason: "the snapshot: \(problem)", salvaged: salvaged))
                         lostThrough = max(lostThrough, through)
                         if lostRecords > 0 || snapshotThroughMAC == nil { absentMayBeLost = true }
                     }
                 } else {
-                    losses.append(.init(file: Paths2.snapshotName, sequence: nil,
+                    losses.append(.init(file: SnapshotIndex.name, sequence: nil,
                                         reason: "the snapshot's header is damaged: its records cannot be found", salvaged: 0))
                     absentMayBeLost = true
                 }
             }
         } catch let error as SystemError where error.isUnusableFile {
             snapshotPresent = true
-            losses.append(.init(file: Paths2.snapshotName, sequence: nil, reason: "the snapshot is not a regular file (\(error))", salvaged: 0))
+            losses.append(.init(file: SnapshotIndex.name, sequence: nil, reason: "the snapshot is not a regular file (\(error))", salvaged: 0))
             absentMayBeLost = true
         }
 
@@ -207,7 +207,7 @@ extension Engine2 {
         var expected = base + 1
         var chain: [UInt8]? = snapshotThroughMAC ?? (snapshotPresent ? nil : Format2.genesisMAC)
         if !snapshotPresent, let first = logs.first(where: { $0.number > base })?.number, first > 1 {
-            losses.append(.init(file: Paths2.snapshotName, sequence: nil,
+            losses.append(.init(file: SnapshotIndex.name, sequence: nil,
                                 reason: "the snapshot is missing: commits 1 to \(first - 1) it held are lost", salvaged: 0))
             lostThrough = max(lostThrough, first - 1)
             absentMayBeLost = true
