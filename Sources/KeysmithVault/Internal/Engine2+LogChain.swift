@@ -33,52 +33,15 @@ extension Engine2 {
         lastSequence = max(lastSequence, sequence)
         logsSinceSnapshot += 1
 
-        let headBytes = try io { try System.read(fd, count: Format2.logHeaderSize, at: 0, path: path) }
-        let head: LogFile2.Head
-        do {
-            head = try LogFile2.parseHead(headBytes, fileSize: status.size)
-        } catch .tooShort {
-            logDamaged(sequence, name, "the log is cut short inside its header")
+        let log: CommitLog
+        switch try CommitLog.read(fd, size: status.size, path: path, name: name, sequence: sequence, vaultID: vaultID, keys: { try keys(for: $0) }) {
+        case .damaged(let reason):
+            logDamaged(sequence, name, reason)
             return true
-        } catch .badMagic {
-            logDamaged(sequence, name, "the log's header is damaged (wrong magic)")
-            return true
-        } catch .outOfBounds(let why) {
-            logDamaged(sequence, name, "the log's header is damaged: \(why)")
-            return true
+        case .intact(let intact):
+            log = intact
         }
-        guard head.vaultID == vaultID else {
-            logDamaged(sequence, name, "the log belongs to another vault (vault id \(head.vaultID.hexString))")
-            return true
-        }
-        guard head.sequence == sequence else {
-            logDamaged(sequence, name, "the file holds commit \(head.sequence), not \(sequence): it was renamed or copied over")
-            return true
-        }
-        guard let keys = try keys(for: head.epoch) else {
-            logDamaged(sequence, name, "the log is authenticated under key epoch \(head.epoch), which the header does not hold")
-            return true
-        }
-        let tableSize = head.count * Format2.tableEntrySize
-        let rest = try io { try System.read(fd, count: tableSize + Format2.macSize, at: Format2.logHeaderSize, path: path) }
-        guard rest.count == tableSize + Format2.macSize else {
-            logDamaged(sequence, name, "the log is cut short inside its table")
-            return true
-        }
-        let table = Array(rest[0..<tableSize])
-        let mac = Array(rest[tableSize...])
-        guard constantTimeEqual(LogFile2.commitMAC(chainKey: keys.chain, headerAndTable: headBytes + table), mac) else {
-            logDamaged(sequence, name, "the commit fails authentication: its header or table is damaged or was altered")
-            return true
-        }
-        let bodiesStart = Format2.logHeaderSize + tableSize + Format2.macSize
-        let parsed = LogFile2.parseTable(table, count: head.count, bodiesStart: bodiesStart, fileSize: status.size)
-        if let problem = parsed.problem {
-            // The table authenticated, so the records it names are known: each is damaged.
-            logDamaged(sequence, name, "the commit authenticated but \(problem): it was cut short or extended")
-            return true
-        }
-        if let previous = lastMAC, !constantTimeEqual(head.previousMAC, previous) {
+        if let previous = lastMAC, !constantTimeEqual(log.previousMAC, previous) {
             let damage = VaultDamage(
                 file: name, offset: 40, recordID: nil, key: nil,
                 reason: "the commit does not follow the one before it: a log or the snapshot was replaced, or comes from another history",
@@ -86,21 +49,17 @@ extension Engine2 {
             fileDamage.append(damage)
             markUncertain(before: sequence, damage)
         }
-        framesSinceSnapshot += parsed.entries.count
-        var offset = bodiesStart
-        for entry in parsed.entries {
-            let ref = SealedRef(recordID: entry.recordID, op: entry.op, version: sequence, epoch: head.epoch, fd: fd, file: name,
-                                offset: offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)
-            offset += entry.length
-            if let old = recordDamage.removeValue(forKey: entry.recordID) {
+        framesSinceSnapshot += log.refs.count
+        for ref in log.refs {
+            if let old = recordDamage.removeValue(forKey: ref.recordID) {
                 fileDamage.append(old.damage.superseded())
             }
-            overlay[entry.recordID] = ref
+            overlay[ref.recordID] = ref
         }
         logFDs[sequence] = fd
-        logMACs[sequence] = mac
+        logMACs[sequence] = log.mac
         keep = true
-        lastMAC = mac
+        lastMAC = log.mac
         return true
     }
 
