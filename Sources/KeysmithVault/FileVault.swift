@@ -107,11 +107,11 @@ public final class FileVault: SecureStore {
             if !existing.isEmpty {
                 throw KeysmithError(
                     .duplicateItem,
-                    existing.contains(VaultHeader.primaryName)
+                    existing.contains(HeaderFormat.primaryName)
                         ? "a vault already exists at \(path)" : "\(path) is not empty; choose an empty or new directory")
             }
         }
-        _ = try Vault2.create(paths: Paths2(root: path), credential: credential, scrypt: scrypt, created: clock())
+        _ = try VaultCreation.create(paths: Paths(root: path), credential: credential, scrypt: scrypt, created: clock())
         logger.debug("created a vault", metadata: ["path": "\(path)"])
         return try open(at: path, credential: credential, clock: clock, anchorDirectory: anchorDirectory, logger: logger)
     }
@@ -138,13 +138,13 @@ public final class FileVault: SecureStore {
         guard let status = try io({ try System.status(path) }), status.isDirectory else {
             throw KeysmithError(.storeUnavailable, "there is no vault at \(path); create one with `keysmith init`")
         }
-        let paths = Paths2(root: path)
+        let paths = Paths(root: path)
         let inForce = HeaderFormat.inForce(path)
         switch inForce.probe {
         case .version2(let copy):
             let kek = try HeaderFormat.deriveKEK(copy.header.kdf, credential: credential)
-            let unlocked = try UnlockedHeader2.unlock(copy, kek: kek, credential: credential)
-            let engine = Engine2(paths: paths, unlocked: unlocked, clock: clock, anchor: anchorDirectory.map { AnchorStore(directory: $0, vaultPath: path) },
+            let unlocked = try UnlockedHeader.unlock(copy, kek: kek, credential: credential)
+            let engine = Engine(paths: paths, unlocked: unlocked, clock: clock, anchor: anchorDirectory.map { AnchorStore(directory: $0, vaultPath: path) },
                                  credential: credential)
             try engine.reloadAll()
             engine.finishInterruptedWrites()
@@ -191,12 +191,12 @@ public final class FileVault: SecureStore {
     private static func openFormat1(
         path: String, credential: VaultCredential, clock: @escaping @Sendable () -> Date, logger: Logger
     ) throws -> FileVault {
-        let paths = VaultPaths(root: path)
-        var unlocked: UnlockedHeader?
+        let paths = Paths1(root: path)
+        var unlocked: UnlockedHeader1?
         var firstError: (any Error)?
-        for header in HeaderStore.intactCopies(paths) {
+        for header in HeaderStore1.intactCopies(paths) {
             do {
-                unlocked = try HeaderStore.unlock(header, credential: credential)
+                unlocked = try HeaderStore1.unlock(header, credential: credential)
                 break
             } catch {
                 firstError = firstError ?? error
@@ -204,13 +204,13 @@ public final class FileVault: SecureStore {
         }
         guard let unlocked else {
             if let firstError { throw firstError }
-            _ = try HeaderStore.read(paths)  // throws the precise "no header" / "damaged" error
+            _ = try HeaderStore1.read(paths)  // throws the precise "no header" / "damaged" error
             throw KeysmithError(.corruptData, "the vault header cannot be read")
         }
         let lockFD = try io {
             try System.open(paths.lock, flags: OpenFlags.readWrite | OpenFlags.create, mode: 0o600)
         }
-        var engine = VaultEngine(paths: paths, unlocked: unlocked, lockFD: lockFD, clock: clock)
+        var engine = Format1Engine(paths: paths, unlocked: unlocked, lockFD: lockFD, clock: clock)
         try engine.reloadAll()
         if engine.filesSeen > 0, engine.foreignFiles == engine.filesSeen {
             throw KeysmithError(
@@ -473,7 +473,7 @@ public final class FileVault: SecureStore {
     @discardableResult
     public func repair(dryRun: Bool = false) throws -> VaultRepairReport {
         let report = try backend.withLock { backend -> VaultRepairReport in
-            guard let engine = backend as? Engine2 else {
+            guard let engine = backend as? Engine else {
                 throw KeysmithError.invalidArgument("repair works on format 2 vaults; this one is format 1 (run `keysmith vault upgrade` first)")
             }
             var locked: Descriptor?
@@ -566,9 +566,9 @@ extension FileVault {
             if case .version2 = HeaderFormat.inForce(path).probe { return false }
             try format1.prepareWrite()
             let records = try format1.allRecords()
-            let paths = Paths2(root: path)
+            let paths = Paths(root: path)
             try io { try System.removeTree(paths.data) }
-            let created = try Vault2.create(
+            let created = try VaultCreation.create(
                 paths: paths, credential: credential, scrypt: scrypt, created: Date(), idKey: format1.idKey,
                 through: format1.lastSequence, records: records, writeHeader: false)
             // The switch: the primary header's rename. The backup follows; a stale format 1
@@ -589,23 +589,23 @@ extension FileVault {
     /// that keep format 1 readable and writable forever.
     static func createFormat1(at path: String, credential: VaultCredential, scrypt: ScryptParameters = .testing,
                               clock: @escaping @Sendable () -> Date = { Date() }) throws -> FileVault {
-        let paths = VaultPaths(root: path)
+        let paths = Paths1(root: path)
         try io {
             try makeDirectories(path)
             guard try System.listDirectory(path).isEmpty else { throw KeysmithError(.duplicateItem, "\(path) is not empty") }
             try System.mkdir(paths.logDirectory)
         }
-        let vaultID = try keysmithCrypto { try Random.bytes(count: Format.vaultIDSize) }
-        let kdf = try HeaderStore.newKDF(for: credential, scrypt: scrypt)
-        let kek = try HeaderStore.deriveKEK(kdf, credential: credential)
+        let vaultID = try keysmithCrypto { try Random.bytes(count: HeaderFormat.vaultIDSize) }
+        let kdf = try HeaderStore1.newKDF(for: credential, scrypt: scrypt)
+        let kek = try HeaderStore1.deriveKEK(kdf, credential: credential)
         let idKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
         let dataKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
-        let header = VaultHeader(
-            format: VaultHeader.formatName, version: Int(Format.version), vaultId: vaultID.hexString,
+        let header = VaultHeader1(
+            format: HeaderFormat.formatName, version: Int(Format1.version), vaultId: vaultID.hexString,
             created: iso8601(clock()), kdf: kdf,
-            idKey: try keysmithCrypto { try VaultHeader.wrap(idKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.id, epoch: 0) },
-            dataKeys: [try keysmithCrypto { try VaultHeader.wrap(dataKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.data, epoch: 1) }])
-        try HeaderStore.write(header, paths)
+            idKey: try keysmithCrypto { try VaultHeader1.wrap(idKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.id, epoch: 0) },
+            dataKeys: [try keysmithCrypto { try VaultHeader1.wrap(dataKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.data, epoch: 1) }])
+        try HeaderStore1.write(header, paths)
         return try open(at: path, credential: credential, clock: clock)
     }
 }

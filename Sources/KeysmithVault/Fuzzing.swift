@@ -7,7 +7,7 @@ public enum VaultFormatFuzzing {
     /// versions), a log or snapshot file, a format 2 log's head and table, a snapshot's head and
     /// index page, and a record's plaintext. Must never trap, whatever the input.
     public static func parse(_ bytes: [UInt8]) {
-        _ = try? VaultHeader.parse(bytes)
+        _ = try? VaultHeader1.parse(bytes)
         _ = HeaderFormat.probe(bytes)
         for kind in [FrameFile.Kind.log, .snapshot] { _ = FrameFile.parseHeader(bytes, kind: kind) }
         let parsed = FrameFile.parseFrames(bytes)
@@ -15,22 +15,22 @@ public enum VaultFormatFuzzing {
         _ = try? RecordCodec.decode(bytes, withSecret: true)
 
         // Format 2: the parsers run on the bytes as if they were a whole file, as the engine does.
-        if let head = try? LogFile2.parseHead(Array(bytes.prefix(Format2.logHeaderSize)), fileSize: bytes.count) {
-            let tableEnd = Format2.logHeaderSize + head.count * Format2.tableEntrySize
+        if let head = try? LogFile.parseHead(Array(bytes.prefix(Format.logHeaderSize)), fileSize: bytes.count) {
+            let tableEnd = Format.logHeaderSize + head.count * Format.tableEntrySize
             if tableEnd <= bytes.count {
-                _ = LogFile2.parseTable(Array(bytes[Format2.logHeaderSize..<tableEnd]), count: head.count,
-                                        bodiesStart: tableEnd + Format2.macSize, fileSize: bytes.count)
+                _ = LogFile.parseTable(Array(bytes[Format.logHeaderSize..<tableEnd]), count: head.count,
+                                        bodiesStart: tableEnd + Format.macSize, fileSize: bytes.count)
             }
         }
-        if let head = try? SnapshotFile2.parseHead(Array(bytes.prefix(Format2.snapshotHeaderSize)), fileSize: bytes.count),
+        if let head = try? SnapshotFile.parseHead(Array(bytes.prefix(Format.snapshotHeaderSize)), fileSize: bytes.count),
            head.pageCount > 0
         {
             let count = head.entryCount(ofPage: 0)
-            let end = min(bytes.count, head.pagesStart + count * Format2.indexEntrySize)
+            let end = min(bytes.count, head.pagesStart + count * Format.indexEntrySize)
             if head.pagesStart <= end,
                let first = RecordID(Array(bytes[min(bytes.count, head.pagesStart)..<min(bytes.count, head.pagesStart + 32)]))
             {
-                _ = SnapshotFile2.parsePage(Array(bytes[head.pagesStart..<end]), count: count, head: head, fileSize: bytes.count,
+                _ = SnapshotFile.parsePage(Array(bytes[head.pagesStart..<end]), count: count, head: head, fileSize: bytes.count,
                                             first: first)
             }
         }

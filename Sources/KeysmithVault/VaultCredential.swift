@@ -164,8 +164,8 @@ public struct ScryptParameters: Sendable, Hashable {
     /// Whether the parameters meet format 2's bounds: the one check behind creating a vault,
     /// changing its credential, and reading a header (`HeaderFormat.kdfProblem`).
     var isWithinBounds: Bool {
-        n >= Format2.scryptMinimumN && n <= Format2.scryptMaximumN && n & (n - 1) == 0 && r == Format2.scryptR
-            && (1...Format2.scryptMaximumP).contains(p)
+        n >= Format.scryptMinimumN && n <= Format.scryptMaximumN && n & (n - 1) == 0 && r == Format.scryptR
+            && (1...Format.scryptMaximumP).contains(p)
     }
 
     /// The looser bounds format 1 vaults were written with (N from 2 to 2²², r 1...32, p 1...16).

@@ -258,7 +258,7 @@ struct ForkPastAnchorTests {
         let vault = try FileVault.create(at: path, credential: testKey, anchorDirectory: anchors)
         try vault.upsert(ItemAttributes(key: genericKey("first")), secret: Data("1".utf8))
         let writer = try FileVault.open(at: path, credential: testKey, anchorDirectory: other)
-        for index in 0..<(HistoryFile2.window + 40) {
+        for index in 0..<(HistoryFile.window + 40) {
             try writer.upsert(ItemAttributes(key: genericKey("k\(index % 50)")), secret: Data("v\(index)".utf8))
         }
         try writer.compact()

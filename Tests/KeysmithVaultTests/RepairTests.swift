@@ -125,7 +125,7 @@ struct RepairTests {
     func logStructureBytes() throws {
         let fixture = try RepairVault()
         let log = "/data/log/0000000000000005"
-        let size = Format2.logHeaderSize + Format2.tableEntrySize + Format2.macSize
+        let size = Format.logHeaderSize + Format.tableEntrySize + Format.macSize
         for offset in 0..<size {
             try check(fixture, "log-byte-\(offset)") { path in
                 var bytes = try #require(FileManager.default.contents(atPath: path + log))

@@ -11,10 +11,10 @@ func recordsStart(of file: String) throws -> Int {
     if file.split(separator: "/").last?.hasPrefix("history-") == true { return Int.max }
     let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: file)))
     if file.hasSuffix("/snapshot") {
-        return try SnapshotFile2.parseHead(Array(bytes.prefix(Format2.snapshotHeaderSize)), fileSize: bytes.count).bodiesStart
+        return try SnapshotFile.parseHead(Array(bytes.prefix(Format.snapshotHeaderSize)), fileSize: bytes.count).bodiesStart
     }
-    let head = try LogFile2.parseHead(Array(bytes.prefix(Format2.logHeaderSize)), fileSize: bytes.count)
-    return Format2.logHeaderSize + head.count * Format2.tableEntrySize + Format2.macSize
+    let head = try LogFile.parseHead(Array(bytes.prefix(Format.logHeaderSize)), fileSize: bytes.count)
+    return Format.logHeaderSize + head.count * Format.tableEntrySize + Format.macSize
 }
 
 func replace(_ path: String, with bytes: some DataProtocol) throws {
@@ -22,7 +22,7 @@ func replace(_ path: String, with bytes: some DataProtocol) throws {
 }
 
 func logPath(_ vault: String, _ sequence: Int) -> String {
-    vault + "/data/log/" + VaultPaths.hex16(UInt64(sequence))
+    vault + "/data/log/" + LogName.hex16(UInt64(sequence))
 }
 
 /// A vault whose history is one commit per line, for the attacks on whole files:
@@ -173,8 +173,8 @@ struct TamperTests {
         // Remove the first table entry and its body, and say the commit holds one frame.
         let log = logPath(path, 2)
         var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: log)))
-        let head = try LogFile2.parseHead(Array(bytes.prefix(72)), fileSize: bytes.count)
-        let table = LogFile2.parseTable(Array(bytes[72..<(72 + 2 * 65)]), count: 2, bodiesStart: 72 + 2 * 65 + 32, fileSize: bytes.count)
+        let head = try LogFile.parseHead(Array(bytes.prefix(72)), fileSize: bytes.count)
+        let table = LogFile.parseTable(Array(bytes[72..<(72 + 2 * 65)]), count: 2, bodiesStart: 72 + 2 * 65 + 32, fileSize: bytes.count)
         let firstBody = 72 + 2 * 65 + 32
         bytes.removeSubrange(firstBody..<(firstBody + table.entries[0].length))
         bytes.removeSubrange(72..<(72 + 65))
@@ -367,8 +367,8 @@ struct TamperTests {
         try vault.compact()
         let snapshot = path + "/data/snapshot"
         var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: snapshot)))
-        let head = try SnapshotFile2.parseHead(Array(bytes.prefix(84)), fileSize: bytes.count)
-        bytes[head.pagesStart + head.entriesPerPage * Format2.indexEntrySize + 40] ^= 1  // inside page 1
+        let head = try SnapshotFile.parseHead(Array(bytes.prefix(84)), fileSize: bytes.count)
+        bytes[head.pagesStart + head.entriesPerPage * Format.indexEntrySize + 40] ^= 1  // inside page 1
         try replace(snapshot, with: bytes)
         let opened = try FileVault.open(at: path, credential: testKey, anchorDirectory: nil)
         let compact = #expect(throws: KeysmithError.self) { try opened.compact() }

@@ -60,7 +60,7 @@ struct AnchorStore: Sendable {
         case .damaged(let why):
             return .damaged(reason: why, path: path)
         case .mark(let sequence, let value):
-            guard sequence < Format2.maximumSequence else {
+            guard sequence < Format.maximumSequence else {
                 return .damaged(reason: "its sequence \(sequence) is out of range", path: path)
             }
             guard value.count == 64, value.allSatisfy(\.isHexDigit), value == value.lowercased(), let mac = [UInt8](hex: value) else {

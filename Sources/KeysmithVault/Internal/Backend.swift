@@ -11,7 +11,7 @@ protocol VaultBackend: AnyObject, Sendable {
     func refresh() throws
     func read(_ key: ItemKey) throws -> SecureRecord?
     func search(_ query: ItemQuery) throws -> [ItemInfo]
-    /// One chunk of a scan (see `Engine2.records(matching:after:limit:)`).
+    /// One chunk of a scan (see `Engine.records(matching:after:limit:)`).
     func records(matching query: ItemQuery, after: RecordID?, limit: Int) throws
         -> (records: [SecureRecord], next: RecordID?, examined: Int, total: Int)
     /// Under the lock, before a write: catch up with other processes and the header on disk.
@@ -43,13 +43,13 @@ enum CommitOutcome {
     case committedCompactionFailed(any Error)
 }
 
-extension Engine2: VaultBackend, @unchecked Sendable {}
+extension Engine: VaultBackend, @unchecked Sendable {}
 
 /// A format 1 vault, read and written as before format 2 existed.
 final class Format1Backend: VaultBackend, @unchecked Sendable {
-    var engine: VaultEngine
+    var engine: Format1Engine
 
-    init(_ engine: consuming VaultEngine) {
+    init(_ engine: consuming Format1Engine) {
         self.engine = engine
     }
 
@@ -110,22 +110,22 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
     func compact(reseal: Bool) throws { try engine.compact(reseal: reseal) }
 
     func changeCredential(to credential: VaultCredential, scrypt: ScryptParameters) throws {
-        let kdf = try HeaderStore.newKDF(for: credential, scrypt: scrypt)
-        let kek = try HeaderStore.deriveKEK(kdf, credential: credential)
+        let kdf = try HeaderStore1.newKDF(for: credential, scrypt: scrypt)
+        let kek = try HeaderStore1.deriveKEK(kdf, credential: credential)
         var header = try engine.currentHeaderWithAllKeys()
         header.kdf = kdf
         header.idKey = try keysmithCrypto {
-            try VaultHeader.wrap(engine.idKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.id, epoch: 0)
+            try VaultHeader1.wrap(engine.idKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.id, epoch: 0)
         }
         header.dataKeys = try header.dataKeys.map { wrapped in
             guard let dataKey = engine.dataKeys[wrapped.epoch] else {
                 throw KeysmithError(.corruptData, "the vault's data key of epoch \(wrapped.epoch) could not be unwrapped")
             }
             return try keysmithCrypto {
-                try VaultHeader.wrap(dataKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: wrapped.epoch)
+                try VaultHeader1.wrap(dataKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: wrapped.epoch)
             }
         }
-        try HeaderStore.write(header, engine.paths)
+        try HeaderStore1.write(header, engine.paths)
         engine.header = header
         engine.kek = kek
     }
@@ -136,15 +136,15 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
         let newEpoch = (engine.dataKeys.keys.max() ?? 0) + 1
         let newKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
         header.dataKeys.append(try keysmithCrypto {
-            try VaultHeader.wrap(newKey, with: engine.kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: newEpoch)
+            try VaultHeader1.wrap(newKey, with: engine.kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: newEpoch)
         })
-        try HeaderStore.write(header, engine.paths)
+        try HeaderStore1.write(header, engine.paths)
         engine.header = header
         engine.dataKeys[newEpoch] = newKey
         engine.currentEpoch = newEpoch
         try engine.compact(reseal: true)
         header.dataKeys.removeAll { $0.epoch != newEpoch }
-        try HeaderStore.write(header, engine.paths)
+        try HeaderStore1.write(header, engine.paths)
         engine.header = header
         engine.dataKeys = [newEpoch: newKey]
     }

@@ -8,7 +8,7 @@ extension ByteWriter {
 
 extension ByteReader {
     mutating func readInline(_ count: Int) -> InlineBytes? { read(count: count).map(InlineBytes.init) }
-    mutating func readRecordID() -> RecordID? { read(count: Format.recordIDSize).flatMap(RecordID.init) }
+    mutating func readRecordID() -> RecordID? { read(count: RecordID.size).flatMap(RecordID.init) }
 }
 
 /// CRC-32 (IEEE 802.3, the polynomial of zlib and PNG), used to find frame boundaries after

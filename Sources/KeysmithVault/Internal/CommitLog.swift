@@ -23,7 +23,7 @@ struct CommitLog {
     }
 
     /// The header, bounded and authenticated with the table.
-    let head: LogFile2.Head
+    let head: LogFile.Head
     /// The commit's MAC: the chain value of this commit, which the next commit's header names.
     let mac: [UInt8]
     /// Each frame, in table order, as a reference to its sealed body in this log's file.
@@ -46,10 +46,10 @@ struct CommitLog {
     static func read(_ fd: Descriptor, size: Int, path: String, name: String, sequence: UInt64, vaultID: [UInt8],
                      keys: (UInt32) throws -> EpochKeys?) throws -> Reading
     {
-        let headBytes = try io { try System.read(fd, count: Format2.logHeaderSize, at: 0, path: path) }
-        let head: LogFile2.Head
+        let headBytes = try io { try System.read(fd, count: Format.logHeaderSize, at: 0, path: path) }
+        let head: LogFile.Head
         do {
-            head = try LogFile2.parseHead(headBytes, fileSize: size)
+            head = try LogFile.parseHead(headBytes, fileSize: size)
         } catch .tooShort {
             return .damaged("the log is cut short inside its header")
         } catch .badMagic {
@@ -66,18 +66,18 @@ struct CommitLog {
         guard let keys = try keys(head.epoch) else {
             return .damaged("the log is authenticated under key epoch \(head.epoch), which the header does not hold")
         }
-        let tableSize = head.count * Format2.tableEntrySize
-        let rest = try io { try System.read(fd, count: tableSize + Format2.macSize, at: Format2.logHeaderSize, path: path) }
-        guard rest.count == tableSize + Format2.macSize else {
+        let tableSize = head.count * Format.tableEntrySize
+        let rest = try io { try System.read(fd, count: tableSize + Format.macSize, at: Format.logHeaderSize, path: path) }
+        guard rest.count == tableSize + Format.macSize else {
             return .damaged("the log is cut short inside its table")
         }
         let table = Array(rest[0..<tableSize])
         let mac = Array(rest[tableSize...])
-        guard constantTimeEqual(LogFile2.commitMAC(chainKey: keys.chain, headerAndTable: headBytes + table), mac) else {
+        guard constantTimeEqual(LogFile.commitMAC(chainKey: keys.chain, headerAndTable: headBytes + table), mac) else {
             return .damaged("the commit fails authentication: its header or table is damaged or was altered")
         }
-        let bodiesStart = Format2.logHeaderSize + tableSize + Format2.macSize
-        let parsed = LogFile2.parseTable(table, count: head.count, bodiesStart: bodiesStart, fileSize: size)
+        let bodiesStart = Format.logHeaderSize + tableSize + Format.macSize
+        let parsed = LogFile.parseTable(table, count: head.count, bodiesStart: bodiesStart, fileSize: size)
         if let problem = parsed.problem {
             // The table authenticated, so the records it names are known: each is damaged.
             return .damaged("the commit authenticated but \(problem): it was cut short or extended")

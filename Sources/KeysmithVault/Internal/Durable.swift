@@ -5,18 +5,9 @@ import KeysmithCrypto
 import KeysmithSystem
 import Synchronization
 
-/// Where a vault keeps its files (docs/format.md, "Directory layout").
-struct VaultPaths: Sendable {
-    let root: String
-    var header: String { root + "/" + VaultHeader.primaryName }
-    var headerBackup: String { root + "/" + VaultHeader.backupName }
-    var lock: String { root + "/lock" }
-    var snapshot: String { root + "/snapshot" }
-    var logDirectory: String { root + "/log" }
-
-    func logName(_ sequence: UInt64) -> String { "log/" + Self.hex16(sequence) }
-    func log(_ sequence: UInt64) -> String { root + "/" + logName(sequence) }
-
+/// How both formats number their logs (and a history names the commit it reaches).
+enum LogName {
+    /// `value` as 16 lower-case hex digits, zero-padded: a log's file name.
     static func hex16(_ value: UInt64) -> String {
         let digits = String(value, radix: 16)
         return String(repeating: "0", count: max(0, 16 - digits.count)) + digits
@@ -26,7 +17,7 @@ struct VaultPaths: Sendable {
     /// writes one and the number is one a log can have (1 or more): `UInt64(_:radix:)` alone
     /// also reads `+00000000000000a` and upper-case digits, and no log is numbered 0 — names no
     /// writer makes (a stray file, kept for `verify` to report, never taken for a log).
-    static func logSequence(_ name: String) -> UInt64? {
+    static func sequence(_ name: String) -> UInt64? {
         guard name.utf8.count == 16, let number = UInt64(name, radix: 16), number >= 1, hex16(number) == name else { return nil }
         return number
     }
@@ -130,129 +121,5 @@ package enum FaultInjection {
             return state.count >= exitAt
         }
         if reached { System.exitImmediately(86) }
-    }
-}
-
-/// A header with its keys unwrapped.
-struct UnlockedHeader {
-    let header: VaultHeader
-    let kek: SecretBytes
-    let idKey: SecretBytes
-    let dataKeys: [UInt32: SecretBytes]
-}
-
-/// Reading, unlocking and writing the two copies of the header.
-enum HeaderStore {
-    /// Reads the first intact copy of the header.
-    static func read(_ paths: VaultPaths) throws -> VaultHeader {
-        var problems: [String] = []
-        var found = false
-        for (path, name) in [(paths.header, VaultHeader.primaryName), (paths.headerBackup, VaultHeader.backupName)] {
-            let read: [UInt8]?
-            do {
-                read = try System.readRegularFile(path, maximumSize: Format2.maximumHeaderSize)
-            } catch let error as SystemError where error.isUnusableFile {
-                found = true
-                problems.append("\(name): it is not a regular file of at most 64 KiB (\(error))")
-                continue
-            } catch let error as SystemError {
-                throw KeysmithError(.ioFailure, "cannot read the vault header \(name): \(error)")
-            }
-            guard let bytes = read else { continue }
-            found = true
-            do {
-                return try VaultHeader.parse(bytes)
-            } catch .unsupported(let reason) {
-                throw KeysmithError(.corruptData, "the vault header is unsupported: \(reason); upgrade Keysmith")
-            } catch .damaged(let reason) {
-                problems.append("\(name): \(reason)")
-            }
-        }
-        guard found else {
-            throw KeysmithError(
-                .storeUnavailable, "\(paths.root) is not a Keysmith vault (it has no header); create one with `keysmith init`")
-        }
-        throw KeysmithError(.corruptData, "both copies of the vault header are damaged (\(problems.joined(separator: "; "))); restore the vault from a backup")
-    }
-
-    /// The intact copies, in order (primary first), parsed only when asked for: opening a vault
-    /// usually needs the first one only.
-    static func intactCopies(_ paths: VaultPaths) -> LazyMapSequence<LazyFilterSequence<LazyMapSequence<[String], VaultHeader?>>, VaultHeader> {
-        [paths.header, paths.headerBackup].lazy
-            .map { path -> VaultHeader? in
-                guard let bytes = (try? System.readRegularFile(path, maximumSize: Format2.maximumHeaderSize)) ?? nil else { return nil }
-                return try? VaultHeader.parse(bytes)
-            }
-            .filter { $0 != nil }
-            .map { $0! }
-    }
-
-    static func write(_ header: VaultHeader, _ paths: VaultPaths) throws {
-        let bytes = try keysmithCrypto { try header.encode() }
-        try Durable.write(bytes, to: paths.header, directory: paths.root)
-        try Durable.write(bytes, to: paths.headerBackup, directory: paths.root)
-    }
-
-    static func deriveKEK(_ kdf: VaultHeader.KDF, credential: VaultCredential) throws -> SecretBytes {
-        guard let salt = Data(base64Encoded: kdf.salt).map(Array.init), salt.count >= 16 else {
-            throw KeysmithError(.corruptData, "the vault header's KDF salt is malformed")
-        }
-        switch (kdf.type, credential.source) {
-        case ("scrypt", .passphrase(let passphrase)):
-            guard let n = kdf.n, let r = kdf.r, let p = kdf.p else {
-                throw KeysmithError(.corruptData, "the vault header's scrypt parameters are missing")
-            }
-            let parameters = ScryptParameters(n: n, r: r, p: p)
-            do {
-                try parameters.validateFormat1()
-            } catch {
-                throw KeysmithError(.corruptData, "the vault header's scrypt parameters are out of range: N=\(n) r=\(r) p=\(p)")
-            }
-            return try keysmithCrypto { try Scrypt.derive(passphrase: passphrase, salt: salt, n: n, r: r, p: p, length: 32) }
-        case ("keyfile", .keyfile), ("keyfile", .key):
-            let key = try credential.keyMaterial()
-            return SecretBytes(copying: SHA256.hmac(key: key, Format.keyfileKEKLabel + salt))
-        case ("scrypt", _):
-            throw KeysmithError(.authenticationFailed, "this vault is unlocked by a passphrase, not a keyfile")
-        case ("keyfile", _):
-            throw KeysmithError(.authenticationFailed, "this vault is unlocked by a keyfile, not a passphrase")
-        default:
-            throw KeysmithError(.corruptData, "the vault header names an unknown key derivation `\(kdf.type)`")
-        }
-    }
-
-    /// Unlocks a header: derives the KEK and unwraps every key.
-    static func unlock(_ header: VaultHeader, credential: VaultCredential) throws -> UnlockedHeader {
-        let kek = try deriveKEK(header.kdf, credential: credential)
-        let vaultID = header.vaultIDBytes
-        let idKey: SecretBytes
-        do {
-            idKey = try VaultHeader.unwrap(header.idKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.id)
-        } catch .malformed {
-            throw KeysmithError(.corruptData, "the vault header's wrapped id key is malformed")
-        } catch .authentication {
-            throw KeysmithError(
-                .authenticationFailed,
-                credential.isPassphrase ? "wrong passphrase for this vault" : "the key in \(credential) does not unlock this vault")
-        }
-        var dataKeys: [UInt32: SecretBytes] = [:]
-        for wrapped in header.dataKeys {
-            do {
-                dataKeys[wrapped.epoch] = try VaultHeader.unwrap(wrapped, with: kek, vaultID: vaultID, purpose: KeyPurpose.data)
-            } catch {
-                throw KeysmithError(.corruptData, "the vault header's data key of epoch \(wrapped.epoch) is damaged")
-            }
-        }
-        return UnlockedHeader(header: header, kek: kek, idKey: idKey, dataKeys: dataKeys)
-    }
-
-    static func newKDF(for credential: VaultCredential, scrypt: ScryptParameters) throws -> VaultHeader.KDF {
-        let salt = try keysmithCrypto { try Random.bytes(count: 32) }
-        let encoded = Data(salt).base64EncodedString()
-        if credential.isPassphrase {
-            try scrypt.validate()
-            return VaultHeader.KDF(type: "scrypt", n: scrypt.n, r: scrypt.r, p: scrypt.p, salt: encoded)
-        }
-        return VaultHeader.KDF(type: "keyfile", n: nil, r: nil, p: nil, salt: encoded)
     }
 }

@@ -10,7 +10,7 @@ import KeysmithSystem
 /// associated data that binds the vault id, its epoch, version, operation and record id (and, for
 /// a put, when its identity hashes to its record id). What cannot be read is reported, by name
 /// where a readable version names it.
-extension Engine2 {
+extension Engine {
     /// What the scan found.
     struct RepairPlan {
         /// The newest authenticated version of every record id that is a put, sorted by record id.
@@ -88,28 +88,28 @@ extension Engine2 {
         var snapshotThroughMAC: [UInt8]?
         var snapshotPresent = false
         do {
-            if let (fd, status) = try System.openRegularFile(paths.snapshot, maximumSize: Format2.maximumFileSize) {
+            if let (fd, status) = try System.openRegularFile(paths.snapshot, maximumSize: Format.maximumFileSize) {
                 descriptors.append(fd)
                 snapshotPresent = true
-                var headBytes = try io { try System.read(fd, count: Format2.snapshotHeaderSize, at: 0, path: paths.snapshot) }
+                var headBytes = try io { try System.read(fd, count: Format.snapshotHeaderSize, at: 0, path: paths.snapshot) }
                 var problem: String?
-                if headBytes.count == Format2.snapshotHeaderSize, Array(headBytes[0..<8]) != Format2.snapshotMagic {
+                if headBytes.count == Format.snapshotHeaderSize, Array(headBytes[0..<8]) != Format.snapshotMagic {
                     problem = "its header is damaged (wrong magic)"
-                    headBytes.replaceSubrange(0..<8, with: Format2.snapshotMagic)
+                    headBytes.replaceSubrange(0..<8, with: Format.snapshotMagic)
                 }
-                if let head = try? SnapshotFile2.parseHead(headBytes, fileSize: status.size) {
+                if let head = try? SnapshotFile.parseHead(headBytes, fileSize: status.size) {
                     var newestRecord: UInt64 = 0
                     if head.vaultID != vaultID { problem = problem ?? "it belongs to another vault" }
                     var directory: [UInt8] = []
                     if let keys = unlocked.epochs[head.epoch] {
                         directory = try io {
-                            try System.read(fd, count: head.pageCount * Format2.directoryEntrySize + Format2.macSize, at: head.directoryStart,
+                            try System.read(fd, count: head.pageCount * Format.directoryEntrySize + Format.macSize, at: head.directoryStart,
                                             path: paths.snapshot)
                         }
-                        if directory.count == head.pageCount * Format2.directoryEntrySize + Format2.macSize,
-                           constantTimeEqual(SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: headBytes,
-                                                                       directory: Array(directory.prefix(head.pageCount * Format2.directoryEntrySize))),
-                                             Array(directory.suffix(Format2.macSize)))
+                        if directory.count == head.pageCount * Format.directoryEntrySize + Format.macSize,
+                           constantTimeEqual(SnapshotFile.snapshotMAC(chainKey: keys.chain, head: headBytes,
+                                                                       directory: Array(directory.prefix(head.pageCount * Format.directoryEntrySize))),
+                                             Array(directory.suffix(Format.macSize)))
                         {
                             if problem == nil {
                                 snapshotThroughMAC = head.throughMAC
@@ -124,12 +124,12 @@ extension Engine2 {
                     var salvaged = 0, lostRecords = 0
                     for page in 0..<head.pageCount {
                         let count = head.entryCount(ofPage: page)
-                        let start = head.pagesStart + page * head.entriesPerPage * Format2.indexEntrySize
-                        let bytes = try io { try System.read(fd, count: count * Format2.indexEntrySize, at: start, path: paths.snapshot) }
-                        if let keys = unlocked.epochs[head.epoch], directory.count >= (page + 1) * Format2.directoryEntrySize,
+                        let start = head.pagesStart + page * head.entriesPerPage * Format.indexEntrySize
+                        let bytes = try io { try System.read(fd, count: count * Format.indexEntrySize, at: start, path: paths.snapshot) }
+                        if let keys = unlocked.epochs[head.epoch], directory.count >= (page + 1) * Format.directoryEntrySize,
                            !constantTimeEqual(
-                               SnapshotFile2.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: head.through, page: page, bytes: bytes),
-                               Array(directory[(page * Format2.directoryEntrySize + 32)..<((page + 1) * Format2.directoryEntrySize)]))
+                               SnapshotFile.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: head.through, page: page, bytes: bytes),
+                               Array(directory[(page * Format.directoryEntrySize + 32)..<((page + 1) * Format.directoryEntrySize)]))
                         {
                             problem = problem ?? "index page \(page) fails authentication"
                         }
@@ -138,7 +138,7 @@ extension Engine2 {
                               let offset = reader.readUInt64(), let length = reader.readUInt32(), let nonce = reader.readInline(12),
                               let tag = reader.readInline(16)
                         {
-                            guard offset < UInt64(Int.max / 2), version >= 1, version < Format2.maximumSequence else {
+                            guard offset < UInt64(Int.max / 2), version >= 1, version < Format.maximumSequence else {
                                 lostRecords += 1
                                 failed[id] = max(failed[id] ?? 0, 1)
                                 continue
@@ -152,7 +152,7 @@ extension Engine2 {
                                 lostRecords += 1
                             }
                         }
-                        if bytes.count < count * Format2.indexEntrySize {
+                        if bytes.count < count * Format.indexEntrySize {
                             problem = problem ?? "it is cut short inside its index"
                             absentMayBeLost = true
                         }
@@ -187,13 +187,13 @@ extension Engine2 {
         do {
             for name in try System.listDirectory(paths.logDirectory) where !name.hasPrefix(Durable.temporaryPrefix) {
                 logNames.append(name)
-                if let number = VaultPaths.logSequence(name), number >= 1, number < Format2.maximumSequence {
+                if let number = LogName.sequence(name), number >= 1, number < Format.maximumSequence {
                     logs.append((number, name))
                 }
             }
         } catch let error as SystemError where error.isNotFound || error.isNotDirectory {
             logDirectoryUsable = false
-            losses.append(.init(file: Format2.dataDirectory + "/log", sequence: nil,
+            losses.append(.init(file: Format.dataDirectory + "/log", sequence: nil,
                                 reason: error.isNotFound ? "the log directory is missing" : "something that is not a directory is in the log directory's place",
                                 salvaged: 0))
             lostThrough = .max
@@ -205,7 +205,7 @@ extension Engine2 {
         var afterUntrusted = false
         let base = snapshotThrough ?? 0
         var expected = base + 1
-        var chain: [UInt8]? = snapshotThroughMAC ?? (snapshotPresent ? nil : Format2.genesisMAC)
+        var chain: [UInt8]? = snapshotThroughMAC ?? (snapshotPresent ? nil : Format.genesisMAC)
         if !snapshotPresent, let first = logs.first(where: { $0.number > base })?.number, first > 1 {
             losses.append(.init(file: SnapshotIndex.name, sequence: nil,
                                 reason: "the snapshot is missing: commits 1 to \(first - 1) it held are lost", salvaged: 0))
@@ -233,47 +233,47 @@ extension Engine2 {
                 afterUntrusted = true  // what follows a gap cannot be linked to the history before it
             }
             expected = number + 1
-            let file = Format2.dataDirectory + "/log/" + name
+            let file = Format.dataDirectory + "/log/" + name
             let path = paths.root + "/" + file
             let opened: (fd: Descriptor, status: System.FileStatus)?
             do {
-                opened = try System.openRegularFile(path, maximumSize: Format2.maximumFileSize)
+                opened = try System.openRegularFile(path, maximumSize: Format.maximumFileSize)
             } catch let error as SystemError where error.isUnusableFile {
                 unreadableLog(file, number, "the log is not a regular file (\(error))")
                 continue
             }
             guard let (fd, status) = opened else { continue }
             descriptors.append(fd)
-            var headBytes = try io { try System.read(fd, count: Format2.logHeaderSize, at: 0, path: path) }
+            var headBytes = try io { try System.read(fd, count: Format.logHeaderSize, at: 0, path: path) }
             var problem: String?
-            if headBytes.count == Format2.logHeaderSize, Array(headBytes[0..<8]) != Format2.logMagic {
+            if headBytes.count == Format.logHeaderSize, Array(headBytes[0..<8]) != Format.logMagic {
                 problem = "its header is damaged (wrong magic)"
-                headBytes.replaceSubrange(0..<8, with: Format2.logMagic)
+                headBytes.replaceSubrange(0..<8, with: Format.logMagic)
             }
-            guard let head = try? LogFile2.parseHead(headBytes, fileSize: status.size) else {
+            guard let head = try? LogFile.parseHead(headBytes, fileSize: status.size) else {
                 unreadableLog(file, number, "the log's header is damaged: its records cannot be found")
                 continue
             }
             if head.vaultID != vaultID { problem = problem ?? "it belongs to another vault" }
             if head.sequence != number { problem = problem ?? "it holds commit \(head.sequence), not \(number)" }
-            let tableSize = head.count * Format2.tableEntrySize
-            let rest = try io { try System.read(fd, count: tableSize + Format2.macSize, at: Format2.logHeaderSize, path: path) }
+            let tableSize = head.count * Format.tableEntrySize
+            let rest = try io { try System.read(fd, count: tableSize + Format.macSize, at: Format.logHeaderSize, path: path) }
             // Authenticity and the link to the chain, told apart from damage: the commit MAC is
             // checked as the file stands, and again with the fields that are known beforehand put
             // back (magic, vault id, sequence = the name, previous MAC = the chain). A commit whose
             // MAC holds only that way is this vault's, linked, with damage in those fields alone.
             var macHolds = false, macHoldsNormalized = false
-            if let keys = unlocked.epochs[head.epoch], rest.count == tableSize + Format2.macSize {
-                let stored = Array(rest.suffix(Format2.macSize))
+            if let keys = unlocked.epochs[head.epoch], rest.count == tableSize + Format.macSize {
+                let stored = Array(rest.suffix(Format.macSize))
                 let table = Array(rest.prefix(tableSize))
-                macHolds = constantTimeEqual(LogFile2.commitMAC(chainKey: keys.chain, headerAndTable: headBytes + table), stored)
+                macHolds = constantTimeEqual(LogFile.commitMAC(chainKey: keys.chain, headerAndTable: headBytes + table), stored)
                 if !macHolds, let chain {
                     var normalized = headBytes
-                    normalized.replaceSubrange(0..<8, with: Format2.logMagic)
+                    normalized.replaceSubrange(0..<8, with: Format.logMagic)
                     normalized.replaceSubrange(8..<24, with: vaultID)
                     normalized.replaceSubrange(24..<32, with: (0..<8).map { UInt8(truncatingIfNeeded: number >> (56 - 8 * $0)) })
                     normalized.replaceSubrange(40..<72, with: chain)
-                    macHoldsNormalized = constantTimeEqual(LogFile2.commitMAC(chainKey: keys.chain, headerAndTable: normalized + table), stored)
+                    macHoldsNormalized = constantTimeEqual(LogFile.commitMAC(chainKey: keys.chain, headerAndTable: normalized + table), stored)
                 }
                 if !macHolds { problem = problem ?? "the commit fails authentication" }
             } else if unlocked.epochs[head.epoch] == nil {
@@ -309,25 +309,25 @@ extension Engine2 {
                 chainBroken = true
             }
             let table = rest.prefix(tableSize)
-            if problem == nil, LogFile2.parseTable(Array(table), count: head.count, bodiesStart: Format2.logHeaderSize + tableSize + Format2.macSize,
+            if problem == nil, LogFile.parseTable(Array(table), count: head.count, bodiesStart: Format.logHeaderSize + tableSize + Format.macSize,
                                                    fileSize: status.size).problem != nil
             {
                 problem = "its records do not fill the file as its table says"
             }
             var reader = ByteReader(Array(table))
-            var offset = Format2.logHeaderSize + tableSize + Format2.macSize
+            var offset = Format.logHeaderSize + tableSize + Format.macSize
             var salvaged = 0, lostRecords = 0
             while let id = reader.readRecordID(), let opByte = reader.readUInt8(), let length = reader.readUInt32(),
                   let nonce = reader.readInline(12), let tag = reader.readInline(16)
             {
                 defer { offset += Int(length) }
-                guard let op = FrameOp(rawValue: opByte), Int(length) <= Format2.maximumCiphertext else {
+                guard let op = FrameOp(rawValue: opByte), Int(length) <= Format.maximumCiphertext else {
                     lostRecords += 1
                     failed[id] = max(failed[id] ?? 0, number)
                     continue
                 }
                 // A renamed log's records authenticate under the commit they were written in.
-                let version = head.sequence == number || head.sequence >= Format2.maximumSequence ? number : head.sequence
+                let version = head.sequence == number || head.sequence >= Format.maximumSequence ? number : head.sequence
                 let ref = SealedRef(recordID: id, op: op, version: version, epoch: head.epoch, fd: fd, file: file, offset: offset,
                                     length: Int(length), nonce: nonce, tag: tag)
                 // Records of another history authenticate (the same keys sealed them) but are not
@@ -347,7 +347,7 @@ extension Engine2 {
             // and the whole commit is known. A break in the chain is never "complete": the
             // history before it is another one.
             let complete = problem != nil && lostRecords == 0 && reader.remaining == 0 && table.count == tableSize && !chainBroken && linked
-                && LogFile2.parseTable(Array(table), count: head.count, bodiesStart: Format2.logHeaderSize + tableSize + Format2.macSize,
+                && LogFile.parseTable(Array(table), count: head.count, bodiesStart: Format.logHeaderSize + tableSize + Format.macSize,
                                        fileSize: status.size).problem == nil
             if let problem {
                 losses.append(.init(file: file, sequence: number, reason: "commit \(number): \(problem)", salvaged: salvaged, complete: complete))
@@ -357,9 +357,9 @@ extension Engine2 {
                 }
                 // The next log must still link to this one: to the MAC bytes it holds, when its
                 // table and MAC were read whole (a damaged field elsewhere does not unlink it).
-                chain = rest.count == tableSize + Format2.macSize ? Array(rest.suffix(Format2.macSize)) : nil
+                chain = rest.count == tableSize + Format.macSize ? Array(rest.suffix(Format.macSize)) : nil
             } else {
-                chain = Array(rest.suffix(Format2.macSize))
+                chain = Array(rest.suffix(Format.macSize))
                 chainMACs[number] = chain
                 highest = max(highest, number)
             }
@@ -395,16 +395,16 @@ extension Engine2 {
     func carryOut(_ plan: RepairPlan, at now: Date) throws -> VaultRepairReport {
         guard let keys = unlocked.epochs[currentEpoch] else { throw KeysmithError(.corruptData, "the vault's current key is missing") }
         let sequence = plan.report.sequence
-        guard sequence < Format2.maximumSequence else {
+        guard sequence < Format.maximumSequence else {
             throw KeysmithError(.limitExceeded, "the vault has run out of commit numbers; nothing was changed")
         }
-        let throughMAC = try keysmithCrypto { try Random.bytes(count: Format2.macSize) }
-        let head = SnapshotFile2.Head(vaultID: vaultID, through: sequence, epoch: keys.epoch, recordCount: plan.keep.count,
+        let throughMAC = try keysmithCrypto { try Random.bytes(count: Format.macSize) }
+        let head = SnapshotFile.Head(vaultID: vaultID, through: sequence, epoch: keys.epoch, recordCount: plan.keep.count,
                                       throughMAC: throughMAC)
         // 1. The new snapshot, complete and flushed, beside the old one.
         let temporary = paths.data + "/" + Durable.temporaryPrefix + "repair-\(System.processID)"
         defer { try? System.unlink(temporary) }
-        for (path, name) in [(paths.data, Format2.dataDirectory), (paths.logDirectory, Format2.dataDirectory + "/log")]
+        for (path, name) in [(paths.data, Format.dataDirectory), (paths.logDirectory, Format.dataDirectory + "/log")]
             where !System.isRealDirectory(path) && System.isRealDirectory(path + "/.")
         {
             throw KeysmithError(.corruptData, "\(name) is a symbolic link to a directory; put the directory itself in its place "
@@ -434,7 +434,7 @@ extension Engine2 {
                 _ = try System.mkdir(asidePath + "/log")
                 for name in plan.logNames {
                     let from = paths.logDirectory + "/" + name
-                    if let number = VaultPaths.logSequence(name), number <= sequence, (try? System.link(from, asidePath + "/log/" + name)) != nil {
+                    if let number = LogName.sequence(name), number <= sequence, (try? System.link(from, asidePath + "/log/" + name)) != nil {
                         linkedLogs.append(from)
                     } else {
                         // Not a log this snapshot covers (or not linkable): out of the vault now.
@@ -460,13 +460,13 @@ extension Engine2 {
         // The new snapshot's history: the commits read whole that lead up to it, so that an
         // anchor at one of them (this machine's, if a crash stops the repair before it moves
         // the anchor) checks out.
-        var history = HistoryFile2.Contents(through: sequence, epoch: keys.epoch, first: sequence, macs: [throughMAC])
-        while history.first > 1, history.macs.count < HistoryFile2.window, let mac = plan.chainMACs[history.first - 1] {
+        var history = HistoryFile.Contents(through: sequence, epoch: keys.epoch, first: sequence, macs: [throughMAC])
+        while history.first > 1, history.macs.count < HistoryFile.window, let mac = plan.chainMACs[history.first - 1] {
             history.macs.insert(mac, at: 0)
             history.first -= 1
         }
-        try Durable.write(HistoryFile2.encode(history, vaultID: vaultID, chainKey: keys.chain),
-                          to: paths.data + "/" + HistoryFile2.name(through: sequence), directory: paths.data)
+        try Durable.write(HistoryFile.encode(history, vaultID: vaultID, chainKey: keys.chain),
+                          to: paths.data + "/" + HistoryFile.name(through: sequence), directory: paths.data)
         try FaultInjection.step()
         // 3. The switch.
         try io {
@@ -479,7 +479,7 @@ extension Engine2 {
         try io {
             for path in linkedLogs { try System.unlink(path) }
             try System.fsyncDirectory(paths.logDirectory)
-            for path in linkedHistories where path != paths.data + "/" + HistoryFile2.name(through: sequence) { try System.unlink(path) }
+            for path in linkedHistories where path != paths.data + "/" + HistoryFile.name(through: sequence) { try System.unlink(path) }
             try System.fsyncDirectory(paths.data)
         }
         try FaultInjection.step()

@@ -18,7 +18,7 @@ import KeysmithSystem
 /// descriptor through ``close()`` (the index never closes it by itself).
 struct SnapshotIndex {
     /// The snapshot's name in the vault, as damage and sealed references report it.
-    static let name = Format2.dataDirectory + "/snapshot"
+    static let name = Format.dataDirectory + "/snapshot"
     /// Verified index pages kept, as their raw bytes (searched in place).
     static let cachedPages = 1024
 
@@ -31,7 +31,7 @@ struct SnapshotIndex {
     private(set) var status: System.FileStatus?
     /// The snapshot's header, only when its header and directory authenticated. `nil` means the
     /// snapshot does not count: only logs chained from the genesis do.
-    private(set) var head: SnapshotFile2.Head?
+    private(set) var head: SnapshotFile.Head?
     /// Each index page's first record id and MAC, authenticated with the header.
     private(set) var directory: [(first: RecordID, mac: [UInt8])] = []
     /// Index pages found damaged so far, by page number (each hides up to a page of records).
@@ -58,7 +58,7 @@ struct SnapshotIndex {
         var index = SnapshotIndex()
         index.path = path
         do {
-            guard let (fd, status) = try System.openRegularFile(path, maximumSize: Format2.maximumFileSize) else {
+            guard let (fd, status) = try System.openRegularFile(path, maximumSize: Format.maximumFileSize) else {
                 return (index, damage("the snapshot is missing"))
             }
             index.descriptor = fd
@@ -82,10 +82,10 @@ struct SnapshotIndex {
     private mutating func authenticate(vaultID: [UInt8], keys: (UInt32) throws -> EpochKeys?) throws -> String? {
         let fd = try openDescriptor()
         let size = status?.size ?? 0
-        let headBytes = try System.read(fd, count: Format2.snapshotHeaderSize, at: 0, path: path)
-        let head: SnapshotFile2.Head
+        let headBytes = try System.read(fd, count: Format.snapshotHeaderSize, at: 0, path: path)
+        let head: SnapshotFile.Head
         do {
-            head = try SnapshotFile2.parseHead(headBytes, fileSize: size)
+            head = try SnapshotFile.parseHead(headBytes, fileSize: size)
         } catch .tooShort {
             return "the snapshot is cut short inside its header"
         } catch .badMagic {
@@ -93,17 +93,17 @@ struct SnapshotIndex {
         } catch .outOfBounds(let why) {
             return "the snapshot's header is damaged: \(why)"
         }
-        let directorySize = head.pageCount * Format2.directoryEntrySize
+        let directorySize = head.pageCount * Format.directoryEntrySize
         guard head.vaultID == vaultID else {
             // This vault's own snapshot with its vault id damaged still authenticates with the
             // right id put back: damage to repair, not a header of another vault.
             var patched = headBytes
             patched.replaceSubrange(8..<24, with: vaultID)
             if let keys = try keys(head.epoch),
-               let directoryBytes = try? System.read(fd, count: directorySize + Format2.macSize, at: head.directoryStart, path: path),
-               directoryBytes.count == directorySize + Format2.macSize,
-               constantTimeEqual(SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: patched, directory: Array(directoryBytes.prefix(directorySize))),
-                                 Array(directoryBytes.suffix(Format2.macSize)))
+               let directoryBytes = try? System.read(fd, count: directorySize + Format.macSize, at: head.directoryStart, path: path),
+               directoryBytes.count == directorySize + Format.macSize,
+               constantTimeEqual(SnapshotFile.snapshotMAC(chainKey: keys.chain, head: patched, directory: Array(directoryBytes.prefix(directorySize))),
+                                 Array(directoryBytes.suffix(Format.macSize)))
             {
                 return "the snapshot's vault id is damaged (it reads \(head.vaultID.hexString)); its records cannot be "
                     + "vouched for as they stand (`keysmith vault repair` keeps every one that authenticates)"
@@ -114,19 +114,19 @@ struct SnapshotIndex {
         guard let keys = try keys(head.epoch) else {
             return "the snapshot is authenticated under key epoch \(head.epoch), which the header does not hold"
         }
-        let directoryBytes = try System.read(fd, count: directorySize + Format2.macSize, at: head.directoryStart, path: path)
-        guard directoryBytes.count == directorySize + Format2.macSize else {
+        let directoryBytes = try System.read(fd, count: directorySize + Format.macSize, at: head.directoryStart, path: path)
+        guard directoryBytes.count == directorySize + Format.macSize else {
             return "the snapshot is cut short inside its directory"
         }
         let directoryPart = Array(directoryBytes[0..<directorySize])
         let mac = Array(directoryBytes[directorySize...])
-        guard constantTimeEqual(SnapshotFile2.snapshotMAC(chainKey: keys.chain, head: headBytes, directory: directoryPart), mac) else {
+        guard constantTimeEqual(SnapshotFile.snapshotMAC(chainKey: keys.chain, head: headBytes, directory: directoryPart), mac) else {
             return "the snapshot's header or directory fails authentication: it is damaged or was altered"
         }
         var entries: [(first: RecordID, mac: [UInt8])] = []
         entries.reserveCapacity(head.pageCount)
         for page in 0..<head.pageCount {
-            let start = page * Format2.directoryEntrySize
+            let start = page * Format.directoryEntrySize
             entries.append((RecordID(Array(directoryPart[start..<(start + 32)]))!, Array(directoryPart[(start + 32)..<(start + 64)])))
         }
         for page in entries.indices.dropFirst() where !(entries[page - 1].first < entries[page].first) {
@@ -181,7 +181,7 @@ struct SnapshotIndex {
                     + "run `keysmith vault repair` (it keeps every record that authenticates and names what may be lost), or restore the vault from a backup")
         }
         // Binary search over the page's raw entries: no entry is built but the one found.
-        let size = Format2.indexEntrySize
+        let size = Format.indexEntrySize
         let sought = recordID.bytes
         func order(_ entry: Int) -> Int {
             let base = entry * size
@@ -213,39 +213,39 @@ struct SnapshotIndex {
     /// One index page's entries, verified; `nil` when it is damaged (and recorded in
     /// `damagedPages`). A scan passes `cache: false`, so that it does not evict the pages
     /// lookups keep.
-    mutating func page(_ index: Int, chainKey: SecretBytes?, cache: Bool) throws -> [SnapshotFile2.IndexEntry]? {
+    mutating func page(_ index: Int, chainKey: SecretBytes?, cache: Bool) throws -> [SnapshotFile.IndexEntry]? {
         guard let head, let raw = try verifiedPage(index, head: head, chainKey: chainKey, cache: cache) else { return nil }
-        return SnapshotFile2.parsePage(raw, count: head.entryCount(ofPage: index), head: head, fileSize: status?.size ?? 0,
+        return SnapshotFile.parsePage(raw, count: head.entryCount(ofPage: index), head: head, fileSize: status?.size ?? 0,
                                        first: directory[index].first).entries
     }
 
     /// A sealed reference to the record an index entry names.
-    func ref(_ entry: SnapshotFile2.IndexEntry) throws -> SealedRef {
+    func ref(_ entry: SnapshotFile.IndexEntry) throws -> SealedRef {
         SealedRef(recordID: entry.recordID, op: .put, version: entry.version, epoch: entry.epoch, fd: try openDescriptor(),
                   file: Self.name, offset: entry.offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)
     }
 
     /// One index page's bytes, after its MAC and every check of its entries held once; `nil`
     /// when it is damaged (and recorded).
-    private mutating func verifiedPage(_ index: Int, head: SnapshotFile2.Head, chainKey: SecretBytes?, cache: Bool) throws -> [UInt8]? {
+    private mutating func verifiedPage(_ index: Int, head: SnapshotFile.Head, chainKey: SecretBytes?, cache: Bool) throws -> [UInt8]? {
         if let cached = pageCache[index] { return cached }
         if damagedPages[index] != nil { return nil }
         let count = head.entryCount(ofPage: index)
-        let offset = head.pagesStart + index * head.entriesPerPage * Format2.indexEntrySize
+        let offset = head.pagesStart + index * head.entriesPerPage * Format.indexEntrySize
         let fd = try openDescriptor()
-        let bytes = try io { try System.read(fd, count: count * Format2.indexEntrySize, at: offset, path: path) }
+        let bytes = try io { try System.read(fd, count: count * Format.indexEntrySize, at: offset, path: path) }
         var problem: String?
         if chainKey == nil {
             problem = "the snapshot's key epoch \(head.epoch) is no longer held"
-        } else if bytes.count != count * Format2.indexEntrySize {
+        } else if bytes.count != count * Format.indexEntrySize {
             problem = "the snapshot is cut short inside index page \(index)"
         } else if let chainKey, !constantTimeEqual(
-            SnapshotFile2.pageMAC(chainKey: chainKey, vaultID: head.vaultID, through: head.through, page: index, bytes: bytes), directory[index].mac)
+            SnapshotFile.pageMAC(chainKey: chainKey, vaultID: head.vaultID, through: head.through, page: index, bytes: bytes), directory[index].mac)
         {
             problem = "index page \(index) fails authentication: it is damaged or was altered"
         }
         if problem == nil {
-            let parsed = SnapshotFile2.parsePage(bytes, count: count, head: head, fileSize: status?.size ?? 0, first: directory[index].first)
+            let parsed = SnapshotFile.parsePage(bytes, count: count, head: head, fileSize: status?.size ?? 0, first: directory[index].first)
             problem = parsed.problem.map { "index page \(index) authenticated but \($0)" }
             if problem == nil, index + 1 < directory.count, let last = parsed.entries.last, !(last.recordID < directory[index + 1].first) {
                 problem = "index page \(index) overlaps the next one"

@@ -7,7 +7,7 @@ import Synchronization
 
 // The compactor and key changes: the snapshot written again with every live record (and the
 // logs it covers removed), a credential changed, the records re-sealed under a new key.
-extension Engine2 {
+extension Engine {
     var isDamaged: Bool {
         rollback != nil || uncertainBefore != nil || !recordDamage.isEmpty || !snapshot.damagedPages.isEmpty
             || fileDamage.contains { !$0.isHeaderCopy && !$0.isSuperseded }
@@ -26,7 +26,7 @@ extension Engine2 {
     var wantsCompaction: Bool {
         guard !isDamaged, let head = snapshot.head else { return false }
         _ = head
-        return logsSinceSnapshot >= Format2.compactAfterLogs || framesSinceSnapshot >= Format2.compactAfterFrames
+        return logsSinceSnapshot >= Format.compactAfterLogs || framesSinceSnapshot >= Format.compactAfterFrames
     }
 
     /// Writes every live record into a new snapshot and removes the logs it covers. Records
@@ -50,7 +50,7 @@ extension Engine2 {
             count += 1
             return true
         }
-        let head = SnapshotFile2.Head(vaultID: vaultID, through: through?.sequence ?? lastSequence, epoch: keys.epoch,
+        let head = SnapshotFile.Head(vaultID: vaultID, through: through?.sequence ?? lastSequence, epoch: keys.epoch,
                                       recordCount: count, throughMAC: throughMAC)
         let temporary = paths.data + "/" + Durable.temporaryPrefix + "snapshot-\(System.processID)"
         defer { try? System.unlink(temporary) }
@@ -61,8 +61,8 @@ extension Engine2 {
         // Its history first (named by its through-sequence, so a crash leaves the old pair in force).
         let history = history(through: head.through, throughMAC: throughMAC, epoch: keys.epoch)
         if !history.macs.isEmpty {
-            try Durable.write(HistoryFile2.encode(history, vaultID: vaultID, chainKey: keys.chain),
-                              to: paths.data + "/" + HistoryFile2.name(through: head.through), directory: paths.data)
+            try Durable.write(HistoryFile.encode(history, vaultID: vaultID, chainKey: keys.chain),
+                              to: paths.data + "/" + HistoryFile.name(through: head.through), directory: paths.data)
         }
         try io {
             try System.rename(temporary, paths.snapshot)
@@ -79,7 +79,7 @@ extension Engine2 {
     /// returns `false`; bodies in `sequentialFD` are read a megabyte at a time. With `reseal`,
     /// records of other epochs are re-encrypted under `keys`. Records are otherwise copied
     /// sealed, as they are: nothing is decrypted.
-    func writeSnapshotFile(_ temporary: String, head: SnapshotFile2.Head, keys: EpochKeys, reseal: Bool, sequentialFD: Descriptor?,
+    func writeSnapshotFile(_ temporary: String, head: SnapshotFile.Head, keys: EpochKeys, reseal: Bool, sequentialFD: Descriptor?,
                            walk: ((SealedRef) throws -> Bool) throws -> Void) throws {
         let count = head.recordCount
         try? System.unlink(temporary)
@@ -90,7 +90,7 @@ extension Engine2 {
         defer { if !closed { System.close(fd) } }
         // Bodies first (their nonces and tags go into the index), then pages, directory, header.
         // Index pages are written as they fill; only the directory (64 bytes a page) is kept.
-        var index = SnapshotFile2.IndexWriter(head: head, chainKey: keys.chain)
+        var index = SnapshotFile.IndexWriter(head: head, chainKey: keys.chain)
         var copied = 0
         var offset = head.bodiesStart
         var buffer = ByteWriter(capacity: 1 << 20)
@@ -105,7 +105,7 @@ extension Engine2 {
             copied += 1
             guard copied <= count else { return false }
             var body = try window.body(of: ref, sequentialIn: sequentialFD, root: paths.root)
-            var entry = SnapshotFile2.IndexEntry(recordID: ref.recordID, version: ref.version, epoch: ref.epoch, offset: offset,
+            var entry = SnapshotFile.IndexEntry(recordID: ref.recordID, version: ref.version, epoch: ref.epoch, offset: offset,
                                                  length: ref.length, nonce: ref.nonce, tag: ref.tag)
             if reseal && ref.epoch != keys.epoch {
                 guard let old = try self.keys(for: ref.epoch) else {
@@ -153,7 +153,7 @@ extension Engine2 {
         for name in try io({ try System.listDirectory(paths.logDirectory) }) {
             if name.hasPrefix(Durable.temporaryPrefix) {
                 try io { try System.unlink(paths.logDirectory + "/" + name) }
-            } else if let number = VaultPaths.logSequence(name), number <= sequence {
+            } else if let number = LogName.sequence(name), number <= sequence {
                 try FaultInjection.step()
                 try io { try System.unlink(paths.logDirectory + "/" + name) }
             }
@@ -165,7 +165,7 @@ extension Engine2 {
         }
         // The histories of older snapshots.
         for name in try io({ try System.listDirectory(paths.data) })
-            where name.hasPrefix("history-") && name != HistoryFile2.name(through: sequence)
+            where name.hasPrefix("history-") && name != HistoryFile.name(through: sequence)
         {
             try io { try System.unlink(paths.data + "/" + name) }
         }
@@ -176,16 +176,16 @@ extension Engine2 {
     /// the switch). The caller holds the flock and called ``prepareWrite()``.
     func changeCredential(to credential: VaultCredential, scrypt: ScryptParameters) throws {
         try requireCurrentHeader()
-        let kdf = try Vault2.newKDF(for: credential, scrypt: scrypt)
+        let kdf = try VaultCreation.newKDF(for: credential, scrypt: scrypt)
         let kek = try HeaderFormat.deriveKEK(kdf, credential: credential)
         var header = unlocked.copy.header
         header.kdf = kdf
-        header.idKey = try VaultHeader2.wrap(unlocked.idKey, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.id, epoch: 0)
+        header.idKey = try VaultHeader.wrap(unlocked.idKey, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.id, epoch: 0)
         header.dataKeys = try header.dataKeys.map { wrapped in
             guard let key = unlocked.dataKeys[wrapped.epoch] else {
                 throw KeysmithError(.corruptData, "the vault's data key of epoch \(wrapped.epoch) could not be unwrapped")
             }
-            return try VaultHeader2.wrap(key, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.data, epoch: wrapped.epoch)
+            return try VaultHeader.wrap(key, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.data, epoch: wrapped.epoch)
         }
         try writeHeader(header, kek: kek)
     }
@@ -206,9 +206,9 @@ extension Engine2 {
         }
         var header = unlocked.copy.header
         let newEpoch = (header.dataKeys.map(\.epoch).max() ?? 0) + 1
-        guard newEpoch < Format2.maximumEpoch else { throw KeysmithError(.limitExceeded, "the vault has run out of key epochs") }
+        guard newEpoch < Format.maximumEpoch else { throw KeysmithError(.limitExceeded, "the vault has run out of key epochs") }
         let newKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
-        header.dataKeys.append(try VaultHeader2.wrap(newKey, kek: unlocked.kek, vaultID: vaultID, kdf: header.kdf,
+        header.dataKeys.append(try VaultHeader.wrap(newKey, kek: unlocked.kek, vaultID: vaultID, kdf: header.kdf,
                                                      purpose: KeyPurpose.data, epoch: newEpoch))
         header.currentEpoch = newEpoch
         try writeHeader(header, kek: unlocked.kek)

@@ -7,11 +7,11 @@ import Synchronization
 
 // The committer: a batch of operations sealed and written as one log, chained to the commit
 // before it, and a bulk commit folded into a new snapshot at once.
-extension Engine2 {
+extension Engine {
     /// Seals a batch's net effect into one log and commits it durably (the caller holds the
     /// flock and called ``prepareWrite()``).
     ///
-    /// A bulk batch (at least ``Format2/compactAfterFrames`` records) is compacted at once: its
+    /// A bulk batch (at least ``Format/compactAfterFrames`` records) is compacted at once: its
     /// log holds the frames in record-id order, and the compaction reads them back from it in
     /// one pass beside the snapshot, instead of indexing them in memory first. The log is the
     /// commit either way: a crash during the compaction leaves the batch committed.
@@ -30,7 +30,7 @@ extension Engine2 {
                     + "(run `keysmith vault verify` for details)")
         }
         let sequence = lastSequence + 1
-        guard sequence < Format2.maximumSequence else {
+        guard sequence < Format.maximumSequence else {
             // A damaged log with the last number (planted, say) is damage, not a full vault.
             if isDamaged {
                 throw KeysmithError(.corruptData, "the vault has damage at its newest commit number (run `keysmith vault verify`); "
@@ -59,7 +59,7 @@ extension Engine2 {
     /// Resolves, seals and writes a batch as log `sequence`; `nil` when it changes nothing.
     /// Only the table is returned: the records and their ciphertexts are freed on return.
     private func writeLog(_ operations: [StoreOperation], sequence: UInt64) throws
-        -> (mac: [UInt8], epoch: UInt32, entries: [LogFile2.TableEntry], bodiesStart: Int, bulk: Bool)?
+        -> (mac: [UInt8], epoch: UInt32, entries: [LogFile.TableEntry], bodiesStart: Int, bulk: Bool)?
     {
         let writes = try resolveBatch(
             operations, now: clock(), version: ItemVersion(rawValue: "c" + String(sequence)), limits: StoreLimits.standard,
@@ -77,20 +77,20 @@ extension Engine2 {
             }
         }
         guard !writes.isEmpty else { return nil }
-        guard writes.count <= Format2.maximumFramesPerCommit else {
-            throw KeysmithError(.limitExceeded, "a batch may change at most \(Format2.maximumFramesPerCommit) items; this one changes \(writes.count)")
+        guard writes.count <= Format.maximumFramesPerCommit else {
+            throw KeysmithError(.limitExceeded, "a batch may change at most \(Format.maximumFramesPerCommit) items; this one changes \(writes.count)")
         }
         guard let keys = unlocked.epochs[writeEpoch] else {
             throw KeysmithError(.corruptData, "the vault's current data key is missing from its header")
         }
         let recordIDs = writes.map { recordID(for: $0.key) }
-        let bulk = writes.count >= Format2.compactAfterFrames && !isDamaged && snapshot.head != nil
+        let bulk = writes.count >= Format.compactAfterFrames && !isDamaged && snapshot.head != nil
         var order = Array(writes.indices)
         if bulk { order.sort { recordIDs[$0] < recordIDs[$1] } }
-        let head = LogFile2.Head(vaultID: vaultID, sequence: sequence, epoch: keys.epoch, count: writes.count,
-                                 previousMAC: lastMAC ?? Format2.genesisMAC)
-        let bodiesStart = Format2.logHeaderSize + writes.count * Format2.tableEntrySize + Format2.macSize
-        var entries: [LogFile2.TableEntry] = []
+        let head = LogFile.Head(vaultID: vaultID, sequence: sequence, epoch: keys.epoch, count: writes.count,
+                                 previousMAC: lastMAC ?? Format.genesisMAC)
+        let bodiesStart = Format.logHeaderSize + writes.count * Format.tableEntrySize + Format.macSize
+        var entries: [LogFile.TableEntry] = []
         entries.reserveCapacity(writes.count)
         var mac: [UInt8] = []
         try Durable.create(at: paths.log(sequence), directory: paths.logDirectory) { fd, temporary in
@@ -104,14 +104,14 @@ extension Engine2 {
                 var buffer: [UInt8] = []
                 buffer.reserveCapacity(sealed.reduce(0) { $0 + $1.ciphertext.count })
                 for (index, frame) in zip(positions, sealed) {
-                    entries.append(LogFile2.TableEntry(recordID: recordIDs[index], op: frame.op, length: frame.ciphertext.count,
+                    entries.append(LogFile.TableEntry(recordID: recordIDs[index], op: frame.op, length: frame.ciphertext.count,
                                                        nonce: frame.nonce, tag: frame.tag))
                     buffer += frame.ciphertext
                 }
                 try System.write(fd, buffer, at: offset, path: temporary)
                 offset += buffer.count
             }
-            let front = LogFile2.encodeFront(head: head, entries: entries, chainKey: keys.chain)
+            let front = LogFile.encodeFront(head: head, entries: entries, chainKey: keys.chain)
             precondition(front.bytes.count == bodiesStart, "a log's front has a fixed size")
             try System.write(fd, front.bytes, at: 0, path: temporary)
             mac = front.mac
@@ -122,9 +122,9 @@ extension Engine2 {
     /// Compacts right after a bulk commit: the new log's frames (in record-id order) are merged
     /// with the snapshot and the earlier logs into a new snapshot through `sequence`.
     /// `entries` (the log's table) is emptied once its refs are made.
-    private func compactBulk(sequence: UInt64, mac: [UInt8], epoch: UInt32, entries: inout [LogFile2.TableEntry], bodiesStart: Int) throws {
+    private func compactBulk(sequence: UInt64, mac: [UInt8], epoch: UInt32, entries: inout [LogFile.TableEntry], bodiesStart: Int) throws {
         let name = paths.logName(sequence)
-        guard let (fd, _) = try System.openRegularFile(paths.log(sequence), maximumSize: Format2.maximumFileSize) else {
+        guard let (fd, _) = try System.openRegularFile(paths.log(sequence), maximumSize: Format.maximumFileSize) else {
             throw KeysmithError(.ioFailure, "the vault's log \(name) vanished right after it was written")
         }
         defer { System.close(fd) }

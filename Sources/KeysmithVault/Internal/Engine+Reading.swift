@@ -8,7 +8,7 @@ import Synchronization
 
 // Reading: a record found (the log overlay over the snapshot index) and opened, searches and
 // walks in record-id order.
-extension Engine2 {
+extension Engine {
     func recordID(for key: ItemKey) -> RecordID {
         RecordID(idMAC.mac(RecordCodec.identity(key)))!
     }

@@ -7,35 +7,35 @@ import KeysmithSystem
 import Synchronization
 
 /// Creating format-2 vaults.
-enum Vault2 {
-    static func newKDF(for credential: VaultCredential, scrypt: ScryptParameters) throws -> VaultHeader.KDF {
-        let salt = try keysmithCrypto { try Random.bytes(count: Format2.saltSize) }
+enum VaultCreation {
+    static func newKDF(for credential: VaultCredential, scrypt: ScryptParameters) throws -> HeaderKDF {
+        let salt = try keysmithCrypto { try Random.bytes(count: Format.saltSize) }
         let encoded = Data(salt).base64EncodedString()
         if credential.isPassphrase {
             try scrypt.validate()
-            return VaultHeader.KDF(type: "scrypt", n: scrypt.n, r: scrypt.r, p: scrypt.p, salt: encoded)
+            return HeaderKDF(type: "scrypt", n: scrypt.n, r: scrypt.r, p: scrypt.p, salt: encoded)
         }
         _ = try credential.keyMaterial()
-        return VaultHeader.KDF(type: "keyfile", n: nil, r: nil, p: nil, salt: encoded)
+        return HeaderKDF(type: "keyfile", n: nil, r: nil, p: nil, salt: encoded)
     }
 
     /// Writes a new vault's files into `root` (which exists and is empty apart from what the
     /// caller allows): the data directory, an empty snapshot (or `records`, sealed), then the
     /// header last. Returns the header bytes.
     static func create(
-        paths: Paths2, credential: VaultCredential, scrypt: ScryptParameters, created: Date, idKey: SecretBytes? = nil,
+        paths: Paths, credential: VaultCredential, scrypt: ScryptParameters, created: Date, idKey: SecretBytes? = nil,
         through: UInt64 = 0, records: [(record: SecureRecord, version: UInt64)] = [], writeHeader: Bool = true
     ) throws -> (header: [UInt8], kek: SecretBytes) {
-        let vaultID = try keysmithCrypto { try Random.bytes(count: Format.vaultIDSize) }
+        let vaultID = try keysmithCrypto { try Random.bytes(count: HeaderFormat.vaultIDSize) }
         let kdf = try newKDF(for: credential, scrypt: scrypt)
         let kek = try HeaderFormat.deriveKEK(kdf, credential: credential)
         let idKey = try idKey ?? keysmithCrypto { try SecretBytes.random(count: 32) }
         let dataKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
-        let header = VaultHeader2(
-            format: VaultHeader.formatName, version: Format2.version, vaultId: vaultID.hexString, created: iso8601(created),
+        let header = VaultHeader(
+            format: HeaderFormat.formatName, version: Format.version, vaultId: vaultID.hexString, created: iso8601(created),
             generation: 1, kdf: kdf,
-            idKey: try VaultHeader2.wrap(idKey, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.id, epoch: 0),
-            dataKeys: [try VaultHeader2.wrap(dataKey, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.data, epoch: 1)],
+            idKey: try VaultHeader.wrap(idKey, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.id, epoch: 0),
+            dataKeys: [try VaultHeader.wrap(dataKey, kek: kek, vaultID: vaultID, kdf: kdf, purpose: KeyPurpose.data, epoch: 1)],
             currentEpoch: 1)
         let keys = EpochKeys(epoch: 1, dataKey: dataKey)
         try io {
@@ -55,18 +55,18 @@ enum Vault2 {
             sealed.append((id, version, box.nonce, box.ciphertext, box.tag))
         }
         sealed.sort { $0.id < $1.id }
-        let head = SnapshotFile2.Head(vaultID: vaultID, through: through, epoch: 1, recordCount: sealed.count,
-                                      throughMAC: Format2.genesisMAC)
-        var index: [SnapshotFile2.IndexEntry] = []
+        let head = SnapshotFile.Head(vaultID: vaultID, through: through, epoch: 1, recordCount: sealed.count,
+                                      throughMAC: Format.genesisMAC)
+        var index: [SnapshotFile.IndexEntry] = []
         var bodies = ByteWriter()
         var offset = head.bodiesStart
         for item in sealed {
-            index.append(SnapshotFile2.IndexEntry(recordID: item.id, version: item.version, epoch: 1, offset: offset,
+            index.append(SnapshotFile.IndexEntry(recordID: item.id, version: item.version, epoch: 1, offset: offset,
                                                   length: item.ciphertext.count, nonce: InlineBytes(item.nonce), tag: InlineBytes(item.tag)))
             offset += item.ciphertext.count
             bodies.append(item.ciphertext)
         }
-        let encoded = SnapshotFile2.encodeIndex(index, head: head, chainKey: keys.chain)
+        let encoded = SnapshotFile.encodeIndex(index, head: head, chainKey: keys.chain)
         try Durable.write(encoded.front + encoded.pages + bodies.bytes, to: paths.snapshot, directory: paths.data)
         let bytes = try keysmithCrypto { try header.encode(kek: kek) }
         if writeHeader {

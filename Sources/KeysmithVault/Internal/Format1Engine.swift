@@ -23,10 +23,10 @@ final class Entry: Sendable {
 
 /// The mutable state of an open vault. Only `FileVault` touches it, always under its mutex;
 /// writes also hold the vault's `flock`.
-struct VaultEngine: ~Copyable {
-    let paths: VaultPaths
+struct Format1Engine: ~Copyable {
+    let paths: Paths1
     let vaultID: [UInt8]
-    var header: VaultHeader
+    var header: VaultHeader1
     /// The key-encryption key of the header as this handle last wrote or read it; replaced when
     /// this handle changes the credential, so later key wraps (rekey) use the new one.
     var kek: SecretBytes
@@ -52,7 +52,7 @@ struct VaultEngine: ~Copyable {
     var foreignFiles = 0
     var filesSeen = 0
 
-    init(paths: VaultPaths, unlocked: UnlockedHeader, lockFD: Descriptor, clock: @escaping @Sendable () -> Date) {
+    init(paths: Paths1, unlocked: UnlockedHeader1, lockFD: Descriptor, clock: @escaping @Sendable () -> Date) {
         self.paths = paths
         self.vaultID = unlocked.header.vaultIDBytes
         self.header = unlocked.header
@@ -100,7 +100,7 @@ struct VaultEngine: ~Copyable {
 
         let fd: Descriptor
         do {
-            guard let opened = try System.openRegularFile(paths.snapshot, maximumSize: Format2.maximumFileSize) else {
+            guard let opened = try System.openRegularFile(paths.snapshot, maximumSize: Format.maximumFileSize) else {
                 try applyLogs()
                 return
             }
@@ -121,15 +121,15 @@ struct VaultEngine: ~Copyable {
     /// Reports a damaged or missing copy of the header (the other copy keeps the vault open).
     /// Two identical copies that parse are the common case and cost one parse.
     mutating func checkHeaderCopies() {
-        let primary = try? System.readRegularFile(paths.header, maximumSize: Format2.maximumHeaderSize)
-        let backup = try? System.readRegularFile(paths.headerBackup, maximumSize: Format2.maximumHeaderSize)
-        if let primary, let backup, primary == backup, let parsed = try? VaultHeader.parse(primary), parsed.vaultIDBytes == vaultID {
+        let primary = try? System.readRegularFile(paths.header, maximumSize: Format.maximumHeaderSize)
+        let backup = try? System.readRegularFile(paths.headerBackup, maximumSize: Format.maximumHeaderSize)
+        if let primary, let backup, primary == backup, let parsed = try? VaultHeader1.parse(primary), parsed.vaultIDBytes == vaultID {
             return
         }
-        for (bytes, name) in [(primary, VaultHeader.primaryName), (backup, VaultHeader.backupName)] {
+        for (bytes, name) in [(primary, HeaderFormat.primaryName), (backup, HeaderFormat.backupName)] {
             let reason: String?
             if let bytes = bytes ?? nil {
-                if let parsed = try? VaultHeader.parse(bytes) {
+                if let parsed = try? VaultHeader1.parse(bytes) {
                     reason = parsed.vaultIDBytes == vaultID ? nil : "the header copy belongs to another vault"
                 } else {
                     reason = "the header copy is damaged (checksum or syntax)"
@@ -147,7 +147,7 @@ struct VaultEngine: ~Copyable {
             let path = paths.log(sequence)
             let read: [UInt8]?
             do {
-                read = try System.readRegularFile(path, maximumSize: Format2.maximumFileSize)
+                read = try System.readRegularFile(path, maximumSize: Format.maximumFileSize)
             } catch let error as SystemError where error.isUnusableFile {
                 throw KeysmithError(.corruptData, "the vault's log \(paths.logName(sequence)) is not a regular file (\(error)): it is damaged; restore the vault from a backup")
             }
@@ -189,9 +189,9 @@ struct VaultEngine: ~Copyable {
         } else {
             fileDamage.append(VaultDamage(
                 file: name, offset: 0, recordID: nil, key: nil,
-                reason: bytes.count < Format.fileHeaderSize ? "the file is truncated inside its header" : "the file header is damaged",
-                hidesRecords: bytes.count < Format.fileHeaderSize + Format.frameHeaderSize))
-            if bytes.count < Format.fileHeaderSize + Format.frameHeaderSize { return expectedSequence ?? 0 }
+                reason: bytes.count < Format1.fileHeaderSize ? "the file is truncated inside its header" : "the file header is damaged",
+                hidesRecords: bytes.count < Format1.fileHeaderSize + Format1.frameHeaderSize))
+            if bytes.count < Format1.fileHeaderSize + Format1.frameHeaderSize { return expectedSequence ?? 0 }
             if expectedSequence == nil {
                 // A snapshot whose header is lost: it covers at least its newest record.
                 // Replaying older logs again is harmless (see docs/format.md, "Recovery").
@@ -317,9 +317,9 @@ struct VaultEngine: ~Copyable {
     /// The data key of an epoch, re-reading the header once if another process re-keyed.
     mutating func dataKey(for epoch: UInt32) throws -> SecretBytes? {
         if let key = dataKeys[epoch] { return key }
-        guard let fresh = try? HeaderStore.read(paths), fresh.vaultIDBytes == vaultID else { return nil }
+        guard let fresh = try? HeaderStore1.read(paths), fresh.vaultIDBytes == vaultID else { return nil }
         for wrapped in fresh.dataKeys where dataKeys[wrapped.epoch] == nil {
-            if let key = try? VaultHeader.unwrap(wrapped, with: kek, vaultID: vaultID, purpose: KeyPurpose.data) {
+            if let key = try? VaultHeader1.unwrap(wrapped, with: kek, vaultID: vaultID, purpose: KeyPurpose.data) {
                 dataKeys[wrapped.epoch] = key
             }
         }
@@ -330,8 +330,8 @@ struct VaultEngine: ~Copyable {
 
     /// The header as it is on disk now, with every data key it holds unwrapped. The caller
     /// holds the flock.
-    mutating func currentHeaderWithAllKeys() throws -> VaultHeader {
-        let current = try HeaderStore.read(paths)
+    mutating func currentHeaderWithAllKeys() throws -> VaultHeader1 {
+        let current = try HeaderStore1.read(paths)
         guard current.vaultIDBytes == vaultID else {
             throw KeysmithError(.corruptData, "the vault header now belongs to another vault; reopen the vault")
         }
@@ -488,8 +488,8 @@ struct VaultEngine: ~Copyable {
     /// missing. The caller holds the flock.
     mutating func healHeaderCopies() throws {
         guard fileDamage.contains(where: \.isHeaderCopy) else { return }
-        guard let intact = HeaderStore.intactCopies(paths).first, intact.vaultIDBytes == vaultID else { return }
-        try HeaderStore.write(intact, paths)
+        guard let intact = HeaderStore1.intactCopies(paths).first, intact.vaultIDBytes == vaultID else { return }
+        try HeaderStore1.write(intact, paths)
         fileDamage.removeAll(where: \.isHeaderCopy)
     }
 
@@ -544,7 +544,7 @@ struct VaultEngine: ~Copyable {
         for name in names {
             if name.hasPrefix(Durable.temporaryPrefix) {
                 try io { try System.unlink(paths.logDirectory + "/" + name) }
-            } else if let number = VaultPaths.logSequence(name), number <= sequence {
+            } else if let number = LogName.sequence(name), number <= sequence {
                 try io { try System.unlink(paths.logDirectory + "/" + name) }
             }
         }

@@ -6,25 +6,25 @@ import KeysmithSystem
 import Synchronization
 
 /// The files of a format-2 vault under its directory.
-struct Paths2: Sendable {
+struct Paths: Sendable {
     let root: String
-    var header: String { root + "/" + VaultHeader.primaryName }
-    var headerBackup: String { root + "/" + VaultHeader.backupName }
+    var header: String { root + "/" + HeaderFormat.primaryName }
+    var headerBackup: String { root + "/" + HeaderFormat.backupName }
     var lock: String { root + "/lock" }
-    var data: String { root + "/" + Format2.dataDirectory }
+    var data: String { root + "/" + Format.dataDirectory }
     var snapshot: String { data + "/snapshot" }
     var logDirectory: String { data + "/log" }
-    func logName(_ sequence: UInt64) -> String { Format2.dataDirectory + "/log/" + VaultPaths.hex16(sequence) }
+    func logName(_ sequence: UInt64) -> String { Format.dataDirectory + "/log/" + LogName.hex16(sequence) }
     func log(_ sequence: UInt64) -> String { root + "/" + logName(sequence) }
 }
 
 /// An open format-2 vault. Only `FileVault` touches it, under its mutex; writes also hold the
 /// vault's `flock`. Opening reads the header, the snapshot's header and directory and the
 /// logs' tables: never the records. A read costs one page and one record.
-final class Engine2 {
-    let paths: Paths2
+final class Engine {
+    let paths: Paths
     let vaultID: [UInt8]
-    var unlocked: UnlockedHeader2
+    var unlocked: UnlockedHeader
     let clock: @Sendable () -> Date
     let anchor: AnchorStore?
     /// A keyfile or key credential, kept so that a header re-wrapped by another process (a new
@@ -43,7 +43,7 @@ final class Engine2 {
     var logMACs: [UInt64: [UInt8]] = [:]
     var lastSequence: UInt64 = 0
     /// The chain value of the newest commit, `nil` when that commit is damaged.
-    var lastMAC: [UInt8]? = Format2.genesisMAC
+    var lastMAC: [UInt8]? = Format.genesisMAC
     var logsSinceSnapshot = 0
     /// Frames in the logs since the snapshot, damaged logs excepted.
     var framesSinceSnapshot = 0
@@ -69,7 +69,7 @@ final class Engine2 {
     /// The epoch the header on disk names as current, checked at the start of every write.
     var writeEpoch: UInt32 = 0
 
-    init(paths: Paths2, unlocked: UnlockedHeader2, clock: @escaping @Sendable () -> Date, anchor: AnchorStore?,
+    init(paths: Paths, unlocked: UnlockedHeader, clock: @escaping @Sendable () -> Date, anchor: AnchorStore?,
          credential: VaultCredential) {
         self.rederivable = credential.isPassphrase ? nil : credential
         self.paths = paths

@@ -7,7 +7,7 @@ import Synchronization
 // The log chain: each log since the snapshot loaded, checked against the commit before it, and
 // its records laid over the snapshot; the anchor that says whether the chain was rolled back or
 // forked, and the history a new snapshot keeps.
-extension Engine2 {
+extension Engine {
     /// Loads log `sequence` if it exists; `false` when there is no such file.
     @discardableResult
     func loadLog(_ sequence: UInt64) throws -> Bool {
@@ -15,7 +15,7 @@ extension Engine2 {
         let name = paths.logName(sequence)
         let opened: (fd: Descriptor, status: System.FileStatus)?
         do {
-            opened = try System.openRegularFile(path, maximumSize: Format2.maximumFileSize)
+            opened = try System.openRegularFile(path, maximumSize: Format.maximumFileSize)
         } catch let error as SystemError where error.isUnusableFile {
             lastSequence = max(lastSequence, sequence)
             logDamaged(sequence, name, "the log cannot be used (\(error)); it must be a regular file")
@@ -103,7 +103,7 @@ extension Engine2 {
         // Commit 0 is the vault's creation, which every history of this vault passes through
         // (a snapshot's history starts at commit 1): an anchor that saw only the creation (its
         // first advance skipped while another process held the anchors' lock) is verified by it.
-        if mark.sequence == 0 { known = Format2.genesisMAC }
+        if mark.sequence == 0 { known = Format.genesisMAC }
         if let mac = logMACs[mark.sequence] { known = mac }
         if let head = snapshot.head, head.through == mark.sequence { known = head.throughMAC }
         var unverifiable = false
@@ -138,18 +138,18 @@ extension Engine2 {
     }
 
     /// The history beside the snapshot in force, when there is one and it authenticates.
-    func snapshotHistory() -> HistoryFile2.Contents? {
+    func snapshotHistory() -> HistoryFile.Contents? {
         guard let head = snapshot.head,
-              let bytes = (try? System.readRegularFile(paths.data + "/" + HistoryFile2.name(through: head.through),
-                                                       maximumSize: HistoryFile2.headerSize + HistoryFile2.window * 32 + 32)) ?? nil
+              let bytes = (try? System.readRegularFile(paths.data + "/" + HistoryFile.name(through: head.through),
+                                                       maximumSize: HistoryFile.headerSize + HistoryFile.window * 32 + 32)) ?? nil
         else { return nil }
-        return HistoryFile2.parse(bytes, vaultID: vaultID, through: head.through) { epoch in (try? self.keys(for: epoch)) ?? nil }
+        return HistoryFile.parse(bytes, vaultID: vaultID, through: head.through) { epoch in (try? self.keys(for: epoch)) ?? nil }
     }
 
     /// The MACs a new snapshot through `through` (whose MAC is `throughMAC`) records: the old
     /// snapshot's history and through-MAC, then every commit since, the newest
-    /// ``HistoryFile2/window`` of them; a commit whose MAC is not known starts the list again after it.
-    func history(through: UInt64, throughMAC: [UInt8], epoch: UInt32) -> HistoryFile2.Contents {
+    /// ``HistoryFile/window`` of them; a commit whose MAC is not known starts the list again after it.
+    func history(through: UInt64, throughMAC: [UInt8], epoch: UInt32) -> HistoryFile.Contents {
         var first: UInt64 = 1
         var macs: [[UInt8]] = []
         var next: UInt64 = 1
@@ -174,11 +174,11 @@ extension Engine2 {
                 macs.append(mac)
             }
         }
-        if macs.count > HistoryFile2.window {
-            first += UInt64(macs.count - HistoryFile2.window)
-            macs.removeFirst(macs.count - HistoryFile2.window)
+        if macs.count > HistoryFile.window {
+            first += UInt64(macs.count - HistoryFile.window)
+            macs.removeFirst(macs.count - HistoryFile.window)
         }
-        return HistoryFile2.Contents(through: through, epoch: epoch, first: first, macs: macs)
+        return HistoryFile.Contents(through: through, epoch: epoch, first: first, macs: macs)
     }
 
     private func updateAnchor(over mark: AnchorStore.Mark? = nil) {

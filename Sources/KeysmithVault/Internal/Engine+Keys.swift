@@ -7,7 +7,7 @@ import Synchronization
 
 // Keys: each key epoch's keys from the header in force, following a header another process
 // re-wrapped or re-keyed, and the header written and checked before a write.
-extension Engine2 {
+extension Engine {
     /// The keys of an epoch, re-reading the header once if another process re-keyed.
     ///
     /// - Throws: `.storeLocked` when the header on disk is one this handle's credential no
@@ -26,7 +26,7 @@ extension Engine2 {
     }
 
     /// The copy of the header in force (docs/format.md, "Which copy").
-    func headerInForce() throws -> HeaderCopy2 {
+    func headerInForce() throws -> HeaderCopy {
         let inForce = HeaderFormat.inForce(paths.root)
         guard case .version2(let copy) = inForce.probe else {
             throw KeysmithError(
@@ -39,7 +39,7 @@ extension Engine2 {
     /// Takes the header as it is on disk if it changed and this handle's credential opens it.
     /// Returns the copy in force.
     @discardableResult
-    func adoptHeaderOnDisk(requireSameCredential: Bool) throws -> HeaderCopy2 {
+    func adoptHeaderOnDisk(requireSameCredential: Bool) throws -> HeaderCopy {
         let copy = try headerInForce()
         if copy.bytes == unlocked.copy.bytes { return copy }
         guard copy.header.generation > unlocked.copy.header.generation else {
@@ -52,12 +52,12 @@ extension Engine2 {
             throw KeysmithError(.corruptData, "the vault header now belongs to another vault; open the vault again")
         }
         var kek = unlocked.kek
-        if !constantTimeEqual(VaultHeader2.mac(copy.body, kek: kek), copy.mac), let rederivable,
+        if !constantTimeEqual(VaultHeader.mac(copy.body, kek: kek), copy.mac), let rederivable,
            let derived = try? HeaderFormat.deriveKEK(copy.header.kdf, credential: rederivable)
         {
             kek = derived
         }
-        guard constantTimeEqual(VaultHeader2.mac(copy.body, kek: kek), copy.mac) else {
+        guard constantTimeEqual(VaultHeader.mac(copy.body, kek: kek), copy.mac) else {
             if requireSameCredential {
                 throw KeysmithError(
                     .storeLocked,
@@ -65,7 +65,7 @@ extension Engine2 {
             }
             return copy
         }
-        let fresh = try UnlockedHeader2.unlock(copy, kek: kek, credential: .key([]))
+        let fresh = try UnlockedHeader.unlock(copy, kek: kek, credential: .key([]))
         guard fresh.idKey == unlocked.idKey else {
             throw KeysmithError(.corruptData, "the vault header's id key changed; open the vault again")
         }
@@ -78,14 +78,14 @@ extension Engine2 {
     /// credential never survives in it (a crash before the switch leaves the backup one
     /// generation ahead, which the next open, verify or write puts back to the copy in force).
     /// The caller holds the flock and the header in force is this handle's (``requireCurrentHeader()``).
-    func writeHeader(_ header: VaultHeader2, kek: SecretBytes) throws {
+    func writeHeader(_ header: VaultHeader, kek: SecretBytes) throws {
         var header = header
         header.generation = unlocked.copy.header.generation + 1
         let bytes = try keysmithCrypto { try header.encode(kek: kek) }
         guard case .version2(let copy) = HeaderFormat.probe(bytes) else {
             throw KeysmithError(.corruptData, "the new vault header does not parse back")
         }
-        let fresh = try UnlockedHeader2.unlock(copy, kek: kek, credential: .key([]))
+        let fresh = try UnlockedHeader.unlock(copy, kek: kek, credential: .key([]))
         try Durable.write(bytes, to: paths.headerBackup, directory: paths.root)
         try Durable.write(bytes, to: paths.header, directory: paths.root)
         unlocked = fresh

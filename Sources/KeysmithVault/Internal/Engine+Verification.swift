@@ -6,7 +6,7 @@ import Synchronization
 
 // The verifier: every record and file checked, damage reported (and healed where a newer
 // version replaces it), and the figures `vault verify` prints.
-extension Engine2 {
+extension Engine {
     /// Reads every file and every record again and lists everything wrong. Streams: memory
     /// follows the damage found, not the vault.
     func verify() throws -> [VaultDamage] { try verify(heal: true) }
@@ -35,7 +35,7 @@ extension Engine2 {
         }
         // The snapshot's history (what the anchor checks a folded commit against), when present.
         if let head = snapshot.head {
-            let name = Format2.dataDirectory + "/" + HistoryFile2.name(through: head.through)
+            let name = Format.dataDirectory + "/" + HistoryFile.name(through: head.through)
             if (try? System.status(paths.root + "/" + name)) ?? nil != nil, snapshotHistory() == nil {
                 fileDamage.append(VaultDamage(
                     file: name, offset: 0, recordID: nil, key: nil,
@@ -55,13 +55,13 @@ extension Engine2 {
     private func overlayRefs(ofLog sequence: UInt64, fd: Descriptor) -> [SealedRef] {
         let path = paths.log(sequence)
         guard let size = try? System.status(fd: fd, path: path).size,
-              let headBytes = try? System.read(fd, count: Format2.logHeaderSize, at: 0, path: path),
-              let head = try? LogFile2.parseHead(headBytes, fileSize: size),
-              let table = try? System.read(fd, count: head.count * Format2.tableEntrySize, at: Format2.logHeaderSize, path: path)
+              let headBytes = try? System.read(fd, count: Format.logHeaderSize, at: 0, path: path),
+              let head = try? LogFile.parseHead(headBytes, fileSize: size),
+              let table = try? System.read(fd, count: head.count * Format.tableEntrySize, at: Format.logHeaderSize, path: path)
         else { return [] }
-        let bodiesStart = Format2.logHeaderSize + head.count * Format2.tableEntrySize + Format2.macSize
+        let bodiesStart = Format.logHeaderSize + head.count * Format.tableEntrySize + Format.macSize
         var offset = bodiesStart
-        return LogFile2.parseTable(table, count: head.count, bodiesStart: bodiesStart, fileSize: size).entries.map { entry in
+        return LogFile.parseTable(table, count: head.count, bodiesStart: bodiesStart, fileSize: size).entries.map { entry in
             defer { offset += entry.length }
             return SealedRef(recordID: entry.recordID, op: entry.op, version: sequence, epoch: head.epoch, fd: fd,
                              file: paths.logName(sequence), offset: offset, length: entry.length, nonce: entry.nonce, tag: entry.tag)

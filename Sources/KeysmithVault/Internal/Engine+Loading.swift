@@ -6,7 +6,7 @@ import Synchronization
 
 // Loading: the engine's view of the files brought up to date (the header copies, the snapshot,
 // every log since it, the anchor), and what an interrupted write left behind finished.
-extension Engine2 {
+extension Engine {
     /// Brings the state up to date with the files: two system calls when nothing changed (a
     /// `stat` of the snapshot and an `open` of the next log).
     func refresh() throws {
@@ -43,7 +43,7 @@ extension Engine2 {
         logDirectoryMissing = false
         logMACs = [:]
         lastSequence = 0
-        lastMAC = Format2.genesisMAC
+        lastMAC = Format.genesisMAC
         logsSinceSnapshot = 0
         framesSinceSnapshot = 0
         overlay = [:]
@@ -56,7 +56,7 @@ extension Engine2 {
         noteFormat1Leftovers()
         // The format never follows a link inside the vault; a linked data/ or data/log/ works
         // (the files in it are still checked) but is damage, reported, never accepted silently.
-        for (path, name) in [(paths.data, Format2.dataDirectory), (paths.logDirectory, Format2.dataDirectory + "/log")]
+        for (path, name) in [(paths.data, Format.dataDirectory), (paths.logDirectory, Format.dataDirectory + "/log")]
             where !System.isRealDirectory(path) && System.isRealDirectory(path + "/.")
         {
             fileDamage.append(VaultDamage(
@@ -79,7 +79,7 @@ extension Engine2 {
         } catch let error as SystemError where error.isNotFound || error.isNotDirectory {
             names = []
             logDirectoryMissing = true
-            let damage = VaultDamage(file: Format2.dataDirectory + "/log", offset: 0, recordID: nil, key: nil,
+            let damage = VaultDamage(file: Format.dataDirectory + "/log", offset: 0, recordID: nil, key: nil,
                                      reason: error.isNotFound ? "the log directory is missing" : "the log directory is missing: something that is not a directory is in its place",
                                      hidesRecords: true)
             fileDamage.append(damage)
@@ -92,9 +92,9 @@ extension Engine2 {
         }
         for name in names {
             if name.hasPrefix(Durable.temporaryPrefix) { continue }
-            guard let number = VaultPaths.logSequence(name), number < Format2.maximumSequence
+            guard let number = LogName.sequence(name), number < Format.maximumSequence
             else {
-                fileDamage.append(VaultDamage(file: Format2.dataDirectory + "/log/" + name, offset: 0, recordID: nil, key: nil,
+                fileDamage.append(VaultDamage(file: Format.dataDirectory + "/log/" + name, offset: 0, recordID: nil, key: nil,
                                               reason: "a file that is not a log sits among the logs (ignored)", isIgnored: true))
                 continue
             }
@@ -136,8 +136,8 @@ extension Engine2 {
         let primary = try? HeaderFormat.readCopy(paths.header)
         let backup = try? HeaderFormat.readCopy(paths.headerBackup)
         if let primary, let backup, primary == backup { return }
-        var inForce: HeaderCopy2?
-        for (bytes, name) in [(primary, VaultHeader.primaryName), (backup, VaultHeader.backupName)] {
+        var inForce: HeaderCopy?
+        for (bytes, name) in [(primary, HeaderFormat.primaryName), (backup, HeaderFormat.backupName)] {
             var reason: String?
             var stale = false
             if let bytes = bytes ?? nil {
@@ -196,7 +196,7 @@ extension Engine2 {
         // Only a copy in force that this handle's credential authenticates is spread, and only
         // over an older copy (never over a newer one, which may hold the only wrap of a key).
         guard let copy = try? headerInForce(), copy.header.vaultIDBytes == vaultID,
-              constantTimeEqual(VaultHeader2.mac(copy.body, kek: unlocked.kek), copy.mac)
+              constantTimeEqual(VaultHeader.mac(copy.body, kek: unlocked.kek), copy.mac)
         else { return }
         for path in [paths.header, paths.headerBackup] {
             let bytes = (try? HeaderFormat.readCopy(path)) ?? nil
