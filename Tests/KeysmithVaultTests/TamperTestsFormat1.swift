@@ -11,11 +11,9 @@ struct SmallVault {
     /// What each key should read as: a secret, or nil for the deleted one.
     var expected: [ItemKey: Data?] = [:]
 
-    /// - Parameter format: 2 (what `FileVault.create` makes) or 1 (the format 1 tests).
-    init(format: Int = 2) throws {
-        let vault = format == 1
-            ? try FileVault.createFormat1(at: directory.sub("vault"), credential: Self.credential)
-            : try FileVault.create(at: directory.sub("vault"), credential: Self.credential, anchorDirectory: nil)
+    /// A format 2 vault, made now.
+    init() throws {
+        let vault = try FileVault.create(at: directory.sub("vault"), credential: Self.credential, anchorDirectory: nil)
         let web = ItemKey.internetPassword(InternetPasswordKey(server: "example.com", internetProtocol: .https, account: "w"))
         try vault.create(ItemAttributes(key: genericKey("snap1")), secret: Data("secret-snap-1".utf8))
         try vault.create(ItemAttributes(key: genericKey("snap2"), label: "L"), secret: Data("secret-snap-2".utf8))
@@ -27,7 +25,20 @@ struct SmallVault {
             .update(ItemAttributes(key: genericKey("snap2")), secret: Data("secret-snap-2b".utf8)),
             .delete(genericKey("deleted")),
         ])
-        expected = [
+        expected = Self.contents
+    }
+
+    /// A copy of one of the committed format 1 vaults with the same contents (Keys/format1-small-a
+    /// and -b: Keysmith no longer writes format 1), each with its own vault id and keys.
+    init(format1 name: String) throws {
+        try copyFormat1Fixture("format1-small-" + name, to: directory.sub("vault"))
+        expected = Self.contents
+    }
+
+    /// What each key reads as, in every small vault.
+    static var contents: [ItemKey: Data?] {
+        let web = ItemKey.internetPassword(InternetPasswordKey(server: "example.com", internetProtocol: .https, account: "w"))
+        return [
             genericKey("snap1"): Data("secret-snap-1".utf8), genericKey("snap2"): Data("secret-snap-2b".utf8),
             genericKey("log1"): Data("secret-log-1".utf8), web: Data("secret-web".utf8), genericKey("deleted"): nil,
         ]
@@ -71,7 +82,7 @@ struct SmallVault {
 struct TamperTestsFormat1 {
     @Test("flipping any single byte of any file is detected, never yields a wrong secret, and spares the other records")
     func everyByteFlip() throws {
-        let vault = try SmallVault(format: 1)
+        let vault = try SmallVault(format1: "a")
         let scratch = vault.directory.sub("scratch")
         var flips = 0
         var undetected: [String] = []
@@ -97,7 +108,7 @@ struct TamperTestsFormat1 {
 
     @Test("truncating any file at any length is detected and never yields a wrong secret")
     func everyTruncation() throws {
-        let vault = try SmallVault(format: 1)
+        let vault = try SmallVault(format1: "a")
         let scratch = vault.directory.sub("scratch")
         for name in try files(in: vault.path) where name != "lock" {
             let original = try Data(contentsOf: URL(fileURLWithPath: vault.path + "/" + name))
@@ -112,7 +123,7 @@ struct TamperTestsFormat1 {
 
     @Test("a wrong passphrase is told apart from a damaged header")
     func wrongPassphraseVersusDamage() throws {
-        let vault = try SmallVault(format: 1)
+        let vault = try SmallVault(format1: "a")
         let wrong = #expect(throws: KeysmithError.self) { try FileVault.open(at: vault.path, credential: .key([UInt8](repeating: 1, count: 32))) }
         #expect(wrong?.code == .authenticationFailed)
         // Both header copies damaged: corrupt, not "wrong passphrase".
@@ -128,7 +139,7 @@ struct TamperTestsFormat1 {
 
     @Test("one damaged header copy is reported, the vault opens, and the next write heals it")
     func headerCopyHeals() throws {
-        let vault = try SmallVault(format: 1)
+        let vault = try SmallVault(format1: "a")
         try Data("garbage".utf8).write(to: URL(fileURLWithPath: vault.path + "/header"))
         let opened = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
         #expect(try opened.verify().map(\.file) == ["header"])
@@ -140,8 +151,8 @@ struct TamperTestsFormat1 {
 
     @Test("a record file swapped in from another vault is reported and never read as this vault's")
     func swapBetweenVaults() throws {
-        let a = try SmallVault(format: 1)
-        let b = try SmallVault(format: 1)  // same keys, same passphrase, different vault id and keys
+        let a = try SmallVault(format1: "a")
+        let b = try SmallVault(format1: "b")  // same keys, same passphrase, different vault id and keys
         // Log 4 of each holds "log1" (logs 1-3 went into the snapshot); put B's in A.
         try FileManager.default.removeItem(atPath: a.path + "/log/0000000000000004")
         try FileManager.default.copyItem(atPath: b.path + "/log/0000000000000004", toPath: a.path + "/log/0000000000000004")
@@ -157,7 +168,7 @@ struct TamperTestsFormat1 {
 
     @Test("log files renamed or swapped within a vault are reported for the records they hold")
     func swapWithinVault() throws {
-        let vault = try SmallVault(format: 1)
+        let vault = try SmallVault(format1: "a")
         let log2 = vault.path + "/log/0000000000000004", log3 = vault.path + "/log/0000000000000005"
         try FileManager.default.moveItem(atPath: log2, toPath: vault.path + "/tmp")
         try FileManager.default.moveItem(atPath: log3, toPath: log2)
@@ -172,9 +183,9 @@ struct TamperTestsFormat1 {
     @Test("a format 1 vault is scanned a chunk at a time too: every match once, at most the chunk size per call")
     func scanInChunks() throws {
         let directory = TemporaryDirectory()
-        let vault = try FileVault.createFormat1(at: directory.path, credential: testKey)
-        try vault.perform((0..<10).map { .create(ItemAttributes(key: genericKey("k\($0)")), secret: Data("s\($0)".utf8)) }
-                          + [.create(ItemAttributes(key: genericKey("x", service: "other")), secret: Data("x".utf8))])
+        // Keys/format1-scan: k0…k9 in service svc and x in service other, one commit.
+        try copyFormat1Fixture("format1-scan", to: directory.sub("vault"))
+        let vault = try FileVault.open(at: directory.sub("vault"), credential: testKey)
         var calls = 0
         var seen: [String: Data] = [:]
         try vault.forEachRecord(matching: ItemQuery(service: "svc"), chunkSize: 3) { records, _ in
@@ -192,12 +203,10 @@ struct TamperTestsFormat1 {
     @Test("records renamed inside a file (ids swapped, checksums fixed) fail authentication, each named")
     func renameRecordId() throws {
         let directory = TemporaryDirectory()
-        let vault = try FileVault.createFormat1(at: directory.path, credential: testKey)
-        try vault.create(ItemAttributes(key: genericKey("one")), secret: Data("secret-one".utf8))
-        try vault.create(ItemAttributes(key: genericKey("two")), secret: Data("secret-two".utf8))
-        try vault.create(ItemAttributes(key: genericKey("three")), secret: Data("secret-three".utf8))
-        try vault.compact()
-        let path = directory.path + "/snapshot"
+        // Keys/format1-three: one, two and three written one commit each, then compacted.
+        let root = directory.sub("vault")
+        try copyFormat1Fixture("format1-three", to: root)
+        let path = root + "/snapshot"
         let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
         let parsed = FrameFile.parseFrames(bytes)
         #expect(parsed.damage.isEmpty)
@@ -210,7 +219,7 @@ struct TamperTestsFormat1 {
         let rewritten = FrameFile.encode(kind: .snapshot, vaultID: header.vaultID, sequence: header.sequence, frames: frames)
         try Data(rewritten).write(to: URL(fileURLWithPath: path))
 
-        let opened = try FileVault.open(at: directory.path, credential: testKey)
+        let opened = try FileVault.open(at: root, credential: testKey)
         #expect(try opened.verify().filter { $0.reason.contains("failed authentication") }.count == 2)
         var failed = 0, intact = 0
         for name in ["one", "two", "three"] {
@@ -229,8 +238,8 @@ struct TamperTestsFormat1 {
 
     @Test("a header from another vault is a clear error, not a wrong secret")
     func foreignHeader() throws {
-        let a = try SmallVault(format: 1)
-        let b = try SmallVault(format: 1)
+        let a = try SmallVault(format1: "a")
+        let b = try SmallVault(format1: "b")
         for name in ["header", "header.backup"] {
             try FileManager.default.removeItem(atPath: a.path + "/" + name)
             try FileManager.default.copyItem(atPath: b.path + "/" + name, toPath: a.path + "/" + name)
@@ -242,7 +251,7 @@ struct TamperTestsFormat1 {
 
     @Test("a damaged record is repaired by writing it again")
     func repairByWriting() throws {
-        let vault = try SmallVault(format: 1)
+        let vault = try SmallVault(format1: "a")
         let log = vault.path + "/log/0000000000000004"
         var bytes = try Data(contentsOf: URL(fileURLWithPath: log))
         bytes[bytes.count - 60] ^= 1  // inside log1's ciphertext or tag
@@ -253,5 +262,18 @@ struct TamperTestsFormat1 {
         #expect(error?.message.contains("secret-log-1") == false)
         try opened.upsert(ItemAttributes(key: genericKey("log1")), secret: Data("fresh".utf8))
         #expect(try opened.read(genericKey("log1"))?.secret == Data("fresh".utf8))
+    }
+}
+
+/// Copies the committed format 1 vault `Keys/<name>` to `destination`, with the empty log
+/// directory git cannot keep.
+func copyFormat1Fixture(_ name: String, to destination: String) throws {
+    try FileManager.default.copyItem(atPath: Golden.keysDirectory + "/" + name, toPath: destination)
+    try FileManager.default.createDirectory(atPath: destination + "/log", withIntermediateDirectories: true)
+    try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: destination)
+    for file in try FileManager.default.subpathsOfDirectory(atPath: destination) {
+        var isDirectory: ObjCBool = false
+        _ = FileManager.default.fileExists(atPath: destination + "/" + file, isDirectory: &isDirectory)
+        try FileManager.default.setAttributes([.posixPermissions: isDirectory.boolValue ? 0o700 : 0o600], ofItemAtPath: destination + "/" + file)
     }
 }
