@@ -118,7 +118,9 @@ extension KeysmithCommand.Vault {
                 names are sealed inside them). Nothing is deleted: the replaced files are moved into \
                 damaged-<time>/ under the vault. The rollback anchor moves to the repaired vault, and the \
                 audit log gets a store-repair entry. An intact vault is left as it is. A rolled-back vault is \
-                refused: accepting a rollback is `vault verify --accept-rollback`'s deliberate step.
+                refused: accepting a rollback is `vault verify --accept-rollback`'s deliberate step. A damaged \
+                format 1 vault (Keysmith 0.1, 0.2) is repaired by upgrading it to format 2 with every record \
+                that authenticates (the format 1 files are moved into damaged-<time>/).
 
                 Exit code 0 when the vault was repaired or was intact; with --dry-run, 6 when a repair is \
                 needed (and nothing is changed).
@@ -134,8 +136,17 @@ extension KeysmithCommand.Vault {
         var json = false
 
         func run() throws {
-            let vault = try store.openVault()
-            let report = try vault.repair(dryRun: dryRun)
+            let credential = try store.vaultCredential()  // read once: a passphrase may come from a pipe
+            var vault = try FileVault.open(at: store.vaultPath, credential: credential)
+            let report: VaultRepairReport
+            if vault.formatVersion == 1 {
+                // A format 1 vault is repaired by an upgrade that keeps what authenticates;
+                // the audit entry then goes into the format 2 vault it became.
+                report = try FileVault.repairFormat1(at: vault.path, credential: credential, dryRun: dryRun)
+                if report.needed && !dryRun { vault = try FileVault.open(at: vault.path, credential: credential) }
+            } else {
+                report = try vault.repair(dryRun: dryRun)
+            }
             var auditProblem: String?
             if report.needed && !dryRun {
                 do {

@@ -468,13 +468,16 @@ public final class FileVault: SecureStore {
     /// - Returns: What was found, kept and possibly lost.
     /// - Throws: `KeysmithError.Code.corruptData` when the vault was rolled back (a repair
     ///   never accepts a rollback: that is ``acceptRollback()``'s deliberate step);
-    ///   `KeysmithError.Code.invalidArgument` for a format 1 vault;
+    ///   `KeysmithError.Code.invalidArgument` for a format 1 vault (its repair is
+    ///   ``repairFormat1(at:credential:scrypt:dryRun:logger:)``);
     ///   `KeysmithError.Code.ioFailure` when the files cannot be read or written.
     @discardableResult
     public func repair(dryRun: Bool = false) throws -> VaultRepairReport {
         let report = try backend.withLock { backend -> VaultRepairReport in
             guard let engine = backend as? Engine else {
-                throw KeysmithError.invalidArgument("repair works on format 2 vaults; this one is format 1 (run `keysmith vault upgrade` first)")
+                throw KeysmithError.invalidArgument(
+                    "this vault is format 1: repair it with `keysmith vault repair` (FileVault.repairFormat1(at:credential:)), which upgrades it; "
+                        + "an intact one is converted by `keysmith vault upgrade`")
             }
             var locked: Descriptor?
             if !dryRun {
@@ -519,6 +522,8 @@ public final class FileVault: SecureStore {
     /// catching up with every commit other processes made and with the header on disk.
     private func withWriteLock<T>(_ body: (any VaultBackend) throws -> T) throws -> T {
         try backend.withLock { backend in
+            // Format 1 is read-only: refused before the lock file is touched.
+            if backend is Format1Backend { throw Format1Backend.readOnlyError(path) }
             let fd = try backend.lockFD()
             try io { try System.lockExclusive(fd, path: path + "/lock") }
             defer { System.unlock(fd) }
@@ -585,28 +590,70 @@ extension FileVault {
 }
 
 extension FileVault {
-    /// Creates a vault of format version 1, as Keysmith did before format 2: only for the tests
-    /// that keep format 1 readable and writable forever.
-    static func createFormat1(at path: String, credential: VaultCredential, scrypt: ScryptParameters = .testing,
-                              clock: @escaping @Sendable () -> Date = { Date() }) throws -> FileVault {
-        let paths = Paths1(root: path)
-        try io {
-            try makeDirectories(path)
-            guard try System.listDirectory(path).isEmpty else { throw KeysmithError(.duplicateItem, "\(path) is not empty") }
-            try System.mkdir(paths.logDirectory)
+    /// Repairs a damaged format 1 vault (Keysmith 0.1, 0.2) the one way left for it: it is
+    /// upgraded to format 2 with every record that authenticates, at the version it has, and
+    /// the report says exactly what may be lost (the files that could not be read whole, the
+    /// items kept at a version that may not be their newest, the records that could not be
+    /// read at all). Nothing is deleted: the format 1 files are moved into `damaged-<time>/`
+    /// under the vault. Atomic as ``upgrade(at:credential:scrypt:logger:)`` is: killed at any
+    /// instant it leaves the damaged format 1 vault as it was (run it again) or the repaired
+    /// format 2 one. An intact format 1 vault is left as it is (``VaultRepairReport/needed`` is
+    /// `false`): ``upgrade(at:credential:scrypt:logger:)`` converts it.
+    ///
+    /// ```swift
+    /// let preview = try FileVault.repairFormat1(at: path, credential: .keyfile(at: keyfile), dryRun: true)
+    /// for loss in preview.losses { print("lost:", loss.file, loss.reason) }
+    /// if preview.needed { try FileVault.repairFormat1(at: path, credential: .keyfile(at: keyfile)) }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - path: The vault's directory.
+    ///   - credential: What unlocks it (the repaired vault keeps it).
+    ///   - scrypt: scrypt's cost for a passphrase in the new header.
+    ///   - dryRun: Report what a repair would do and change nothing.
+    ///   - logger: Where the repair is reported.
+    /// - Returns: What was found, kept and possibly lost.
+    /// - Throws: `KeysmithError.Code.invalidArgument` for a format 2 vault (its repair is
+    ///   ``repair(dryRun:)``); what ``open(at:credential:clock:anchorDirectory:logger:)``
+    ///   throws; `KeysmithError.Code.ioFailure` when the files cannot be read or written.
+    @discardableResult
+    public static func repairFormat1(
+        at path: String, credential: VaultCredential, scrypt: ScryptParameters = .default, dryRun: Bool = false,
+        logger: Logger = FileVault.defaultLogger()
+    ) throws -> VaultRepairReport {
+        guard !credential.isEmptyPassphrase else {
+            throw KeysmithError.invalidArgument("the passphrase is empty; nothing was changed")
         }
-        let vaultID = try keysmithCrypto { try Random.bytes(count: HeaderFormat.vaultIDSize) }
-        let kdf = try HeaderStore1.newKDF(for: credential, scrypt: scrypt)
-        let kek = try HeaderStore1.deriveKEK(kdf, credential: credential)
-        let idKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
-        let dataKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
-        let header = VaultHeader1(
-            format: HeaderFormat.formatName, version: Int(Format1.version), vaultId: vaultID.hexString,
-            created: iso8601(clock()), kdf: kdf,
-            idKey: try keysmithCrypto { try VaultHeader1.wrap(idKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.id, epoch: 0) },
-            dataKeys: [try keysmithCrypto { try VaultHeader1.wrap(dataKey, with: kek, vaultID: vaultID, purpose: KeyPurpose.data, epoch: 1) }])
-        try HeaderStore1.write(header, paths)
-        return try open(at: path, credential: credential, clock: clock)
+        if credential.isPassphrase { try scrypt.validate() }
+        let vault = try open(at: path, credential: credential, anchorDirectory: nil, logger: logger)
+        let report = try vault.backend.withLock { backend -> VaultRepairReport in
+            guard let format1 = backend as? Format1Backend else {
+                throw KeysmithError.invalidArgument("the vault at \(path) is format 2: repair it with `keysmith vault repair` (FileVault.repair(dryRun:))")
+            }
+            var locked: Descriptor?
+            if !dryRun {
+                let fd = try format1.lockFD()
+                try io { try System.lockExclusive(fd, path: path + "/lock") }
+                locked = fd
+            }
+            defer { if let locked { System.unlock(locked) } }
+            // Another process upgraded (or repaired) it while this one waited for the lock.
+            if case .version2 = HeaderFormat.inForce(path).probe {
+                throw KeysmithError(.storeLocked, "the vault was upgraded to format 2 by another process; repair it with `keysmith vault repair` if it is damaged")
+            }
+            _ = try format1.verify()  // every file read again, under the lock
+            let plan = format1.planSalvage()
+            guard !dryRun, plan.report.needed else { return plan.report }
+            return try format1.carryOut(plan, path: path, credential: credential, scrypt: scrypt, at: Date())
+        }
+        if report.needed && !dryRun {
+            logger.warning("repaired the format 1 vault into format 2", metadata: [
+                "path": "\(path)", "kept": "\(report.itemsKept)", "losses": "\(report.losses.count)",
+                "maybe-stale": "\(report.itemsMaybeStale.count)", "unreadable": "\(report.unreadableRecords.count)",
+                "moved-aside": "\(report.movedAside ?? "")",
+            ])
+        }
+        return report
     }
 }
 

@@ -13,7 +13,8 @@
 //   vault-stress passwd VAULT KEYFILE NEWKEYFILE     changes the credential once
 //   vault-stress rekey  VAULT KEYFILE                re-keys once
 //   vault-stress upgrade VAULT KEYFILE               upgrades a format 1 vault to format 2
-//   vault-stress repair VAULT KEYFILE                repairs the vault once (says "ack repair KEPT")
+//   vault-stress repair VAULT KEYFILE                repairs the vault once (says "ack repair KEPT"); a
+//                                                    format 1 vault through FileVault.repairFormat1
 import Foundation
 import Keysmith
 import KeysmithTokens
@@ -49,7 +50,10 @@ if arguments.count >= 4, ["passwd", "rekey", "upgrade", "repair"].contains(argum
         }
         let vault = try FileVault.open(at: arguments[2], credential: .keyfile(at: arguments[3]))
         if arguments[1] == "repair" {
-            say("ack repair \(try vault.repair().itemsKept)")
+            let kept = vault.formatVersion == 1
+                ? try FileVault.repairFormat1(at: arguments[2], credential: .keyfile(at: arguments[3]), scrypt: .testing).itemsKept
+                : try vault.repair().itemsKept
+            say("ack repair \(kept)")
             exit(0)
         }
         if arguments[1] == "passwd", arguments.count == 5 {

@@ -123,4 +123,43 @@ struct VaultRepairCommandTests {
         #expect(document["intact"] as? Bool == false)
         #expect((document["error"] as? [String: Any])?["code"] as? String == "corrupt or tampered data")
     }
+
+    @Test("a format 1 vault: every write exits 64 naming `vault upgrade` and changes nothing; damaged, `vault repair` upgrades it keeping what authenticates, with an audit entry")
+    func format1IsReadOnlyAndRepairedByUpgrading() throws {
+        var keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let keys = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path + "/Keys"
+        #expect(try spawnAndWait("/bin/cp", ["-a", keys + "/golden-v1-keyfile", keysmith.vault]).status == 0)
+        keysmith.environment["KEYSMITH_KEYFILE"] = keys + "/test-keyfile"
+        let read = try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"])
+        #expect(read.status == 0 && read.stdout == "bob-secret-v2\n", "\(read.output)")
+        let before = try Self.dataFiles(keysmith.vault)
+        for (arguments, stdin) in [(["secret", "set", "--service", "new", "--account", "n"], "n"), (["secret", "delete", "--service", "mail", "--account", "bob"], ""),
+                                   (["batch"], "{\"op\":\"delete\",\"service\":\"mail\",\"account\":\"bob\"}\n"), (["vault", "compact"], ""), (["vault", "rekey"], "")] {
+            let write = try keysmith.run(arguments, stdin: stdin)
+            #expect(write.status == 64, "\(arguments): \(write.output)")
+            #expect(write.stderr.contains("keysmith vault upgrade"), "\(arguments): \(write.stderr)")
+        }
+        #expect(try Self.dataFiles(keysmith.vault) == before, "a refused write changed files")
+        #expect(try keysmith.run(["vault", "repair"]).stdout.contains("intact"))
+
+        // Damage in the last commit: the repair upgrades, keeping the rest.
+        try DamageAndRefusalTests.flipLastByte(keysmith.vault + "/log/0000000000000004")
+        let damaged = try Self.dataFiles(keysmith.vault)
+        let dry = try keysmith.run(["vault", "repair", "--dry-run", "--json"])
+        #expect(dry.status == 6, "\(dry.output)")
+        let preview = try #require(try JSONSerialization.jsonObject(with: Data(dry.stdout.utf8)) as? [String: Any])
+        #expect((preview["losses"] as? [[String: Any]])?.map { $0["file"] as? String } == ["log/0000000000000004"], "\(preview)")
+        #expect(try Self.dataFiles(keysmith.vault) == damaged, "the dry run changed files")
+        let repair = try keysmith.run(["vault", "repair"])
+        #expect(repair.status == 0, "\(repair.output)")
+        #expect(repair.stdout.contains("lost: log/0000000000000004"), "\(repair.stdout)")
+        let aside = try #require(try FileManager.default.contentsOfDirectory(atPath: keysmith.vault).first { $0.hasPrefix("damaged-") })
+        #expect(FileManager.default.contents(atPath: keysmith.vault + "/" + aside + "/log/0000000000000004") == damaged["log/0000000000000004"])
+        #expect(try keysmith.run(["vault", "verify"]).status == 0)
+        #expect(try keysmith.run(["secret", "set", "--service", "new", "--account", "n"], stdin: "n").status == 0)
+        let audit = try keysmith.run(["audit", "show", "--event", "store-repair", "--json"])
+        #expect(audit.status == 0 && audit.stdout.contains("log/0000000000000004"), "\(audit.output)")
+    }
+
 }

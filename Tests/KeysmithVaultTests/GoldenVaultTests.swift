@@ -139,11 +139,13 @@ struct GoldenVaultTests {
         #expect(try after.read(Golden.deleted) == nil)
         #expect(try files(in: path).allSatisfy { ["header", "header.backup", "lock", "data/snapshot"].contains($0) })
         #expect(try !FileVault.upgrade(at: path, credential: credential))
-        // The handle opened before the upgrade refuses to write into the upgraded vault.
+        // The handle opened before the upgrade never writes (format 1 is read-only), into the
+        // upgraded vault least of all.
         let stale = #expect(throws: KeysmithError.self) {
             try before.create(ItemAttributes(key: .genericPassword(service: "late", account: "l")), secret: Data("l".utf8))
         }
-        #expect(stale?.code == .storeLocked)
+        #expect(stale?.code == .invalidArgument)
+        #expect(try after.read(.genericPassword(service: "late", account: "l")) == nil)
         // And its reads fail instead of finding nothing.
         let staleRead = #expect(throws: KeysmithError.self) { try before.read(Golden.records[0].key) }
         #expect(staleRead?.code == .storeLocked)
@@ -196,7 +198,7 @@ struct GoldenVaultTests {
         #expect(sawOld && sawNew)
     }
 
-    @Test("today's code reads the version 1 vault unlocked by the documented test passphrase",
+    @Test("today's code reads the version 1 vault unlocked by the documented test passphrase, and never writes it",
           arguments: [true, false])
     func readsGolden(passphrase: Bool) throws {
         let (directory, path) = try Golden.copy(passphrase ? Golden.passphraseVault : Golden.keyfileVault)
@@ -209,9 +211,21 @@ struct GoldenVaultTests {
         }
         #expect(try vault.read(Golden.deleted) == nil)
         #expect(try vault.search(ItemQuery()).count == Golden.records.count)
-        // And it stays writable.
-        try vault.create(ItemAttributes(key: .genericPassword(service: "new", account: "n")), secret: Data("n".utf8))
-        try vault.rekey()
+        // Read-only: every kind of write is refused, names the way out, and changes no byte.
+        let before = try snapshotOfFiles(path)
+        let writes: [(String, () throws -> Void)] = [
+            ("create", { try vault.create(ItemAttributes(key: .genericPassword(service: "new", account: "n")), secret: Data("n".utf8)) }),
+            ("delete", { try vault.delete(Golden.records[0].key) }),
+            ("rekey", { try vault.rekey() }),
+            ("compact", { try vault.compact() }),
+            ("passwd", { try vault.changeCredential(to: .key([UInt8](repeating: 7, count: 32))) }),
+        ]
+        for (name, write) in writes {
+            let error = #expect(throws: KeysmithError.self, "\(name)") { try write() }
+            #expect(error?.code == .invalidArgument, "\(name)")
+            #expect(error?.message.contains("keysmith vault upgrade") == true, "\(name)")
+        }
+        #expect(try snapshotOfFiles(path) == before)
         #expect(try FileVault.open(at: path, credential: credential).read(Golden.records[0].key)?.hasSameContents(as: Golden.records[0]) == true)
     }
 
@@ -300,4 +314,15 @@ struct FormatSpecificationTests {
             #expect(object["invisible"] as? Bool == (record.attributes.isInvisible ?? false))
         }
     }
+}
+
+/// Every file under `path` (relative name → bytes), to show that nothing changed.
+func snapshotOfFiles(_ path: String) throws -> [String: Data] {
+    var contents: [String: Data] = [:]
+    for name in try FileManager.default.subpathsOfDirectory(atPath: path) {
+        var isDirectory: ObjCBool = false
+        _ = FileManager.default.fileExists(atPath: path + "/" + name, isDirectory: &isDirectory)
+        contents[name] = isDirectory.boolValue ? Data() : try Data(contentsOf: URL(fileURLWithPath: path + "/" + name))
+    }
+    return contents
 }

@@ -155,6 +155,60 @@ struct KeyChangeCrashTests {
         #expect(sawFormat1 && sawFormat2)
     }
 
+    @Test("repair of a damaged format 1 vault killed at each step: the damaged format 1 vault as it was, or the repaired format 2 one")
+    func format1RepairKilledThenResumed() throws {
+        let directory = TemporaryDirectory()
+        var step = 1
+        var sawFormat1 = false, sawFormat2 = false
+        while true {
+            let path = directory.sub("vault-\(step)")
+            try FileManager.default.copyItem(atPath: Golden.keyfileVault, toPath: path)
+            let log = path + "/log/0000000000000004"
+            var bytes = try Data(contentsOf: URL(fileURLWithPath: log))
+            bytes[bytes.count - 60] ^= 1  // inside the last record of the last commit
+            try bytes.write(to: URL(fileURLWithPath: log))
+            let damaged = try snapshotOfFiles(path)
+            let run = try startStress(["repair", path, Golden.keyfile], environment: ["KEYSMITH_FAULT_EXIT_AT": String(step)])
+            run.0.waitUntilExit()
+            let finished = run.0.terminationStatus == 0
+            #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
+            let before = try #require(Self.opens(path, Golden.keyfile), "step \(step)")
+            if before.formatVersion == 1 {
+                sawFormat1 = true
+                // Killed before the switch: every format 1 file as it was, none added (what the
+                // repair was building, data/ and temporary files, is not format 1's).
+                let now = try snapshotOfFiles(path).filter { ["header", "header.backup", "snapshot", "log"].contains($0.key) || $0.key.hasPrefix("log/") }
+                #expect(now == damaged.filter { $0.key != "lock" }, "step \(step): the format 1 vault changed")
+                #expect(try FileVault.repairFormat1(at: path, credential: .keyfile(at: Golden.keyfile), scrypt: .testing).needed)
+            } else {
+                sawFormat2 = true
+            }
+            let after = try #require(Self.opens(path, Golden.keyfile))
+            #expect(after.formatVersion == 2, "step \(step)")
+            #expect(!FileManager.default.fileExists(atPath: path + "/snapshot") && !FileManager.default.fileExists(atPath: path + "/log"),
+                    "step \(step): a format 1 file survived")
+            let damage = try after.verify()
+            #expect(damage.isEmpty, "step \(step): \(damage)")
+            var readable = 0
+            for record in Golden.records {
+                guard let read = try after.read(record.key) else { continue }
+                #expect(read.secret == record.secret, "step \(step): \(record.key)")
+                readable += 1
+            }
+            #expect(readable == Golden.records.count - 1, "step \(step): only the damaged record is lost")
+            // The damaged log is kept aside, byte for byte, in some damaged-* directory.
+            let asides = try FileManager.default.contentsOfDirectory(atPath: path).filter { $0.hasPrefix("damaged-") }
+            #expect(try asides.contains { (try? Data(contentsOf: URL(fileURLWithPath: path + "/" + $0 + "/log/0000000000000004"))) == damaged["log/0000000000000004"] },
+                    "step \(step): the damaged log is not kept")
+            try FileManager.default.removeItem(atPath: path)
+            if finished { break }
+            step += 1
+            try #require(step < 200)
+        }
+        print("format 1 repair kill-and-resume: killed at each of \(step - 1) steps, then finished")
+        #expect(sawFormat1 && sawFormat2)
+    }
+
     @Test("readers and a second upgrade racing an upgrade see the old vault or the new one, never a false 'damaged'")
     func upgradeRacedByReaders() throws {
         let directory = TemporaryDirectory()

@@ -137,16 +137,19 @@ struct TamperTestsFormat1 {
         #expect(damaged?.message.contains("header") == true)
     }
 
-    @Test("one damaged header copy is reported, the vault opens, and the next write heals it")
+    @Test("one damaged header copy is reported, the vault opens and reads every record, and the upgrade writes both copies")
     func headerCopyHeals() throws {
         let vault = try SmallVault(format1: "a")
         try Data("garbage".utf8).write(to: URL(fileURLWithPath: vault.path + "/header"))
         let opened = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
         #expect(try opened.verify().map(\.file) == ["header"])
-        try opened.create(ItemAttributes(key: genericKey("new")), secret: Data("n".utf8))
-        #expect(try opened.verify().isEmpty)
+        for (key, secret) in vault.expected { #expect(try opened.read(key)?.secret == secret) }
+        #expect(try FileVault.upgrade(at: vault.path, credential: SmallVault.credential, scrypt: .testing))
+        let upgraded = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
+        #expect(try upgraded.verify().isEmpty)
         #expect(try Data(contentsOf: URL(fileURLWithPath: vault.path + "/header"))
             == Data(contentsOf: URL(fileURLWithPath: vault.path + "/header.backup")))
+        for (key, secret) in vault.expected { #expect(try upgraded.read(key)?.secret == secret) }
     }
 
     @Test("a record file swapped in from another vault is reported and never read as this vault's")
@@ -249,8 +252,8 @@ struct TamperTestsFormat1 {
         #expect(error?.message.contains("another vault") == true)
     }
 
-    @Test("a damaged record is repaired by writing it again")
-    func repairByWriting() throws {
+    @Test("a damaged record: a write is refused; the repair upgrades to format 2 with every other record, names the loss and deletes nothing")
+    func repairUpgradesKeepingWhatAuthenticates() throws {
         let vault = try SmallVault(format1: "a")
         let log = vault.path + "/log/0000000000000004"
         var bytes = try Data(contentsOf: URL(fileURLWithPath: log))
@@ -260,9 +263,101 @@ struct TamperTestsFormat1 {
         let error = #expect(throws: KeysmithError.self) { try opened.read(genericKey("log1")) }
         #expect(error?.message.contains("log/0000000000000004") == true)
         #expect(error?.message.contains("secret-log-1") == false)
-        try opened.upsert(ItemAttributes(key: genericKey("log1")), secret: Data("fresh".utf8))
-        #expect(try opened.read(genericKey("log1"))?.secret == Data("fresh".utf8))
+        #expect(error?.message.contains("keysmith vault repair") == true)
+        let refused = #expect(throws: KeysmithError.self) {
+            try opened.upsert(ItemAttributes(key: genericKey("log1")), secret: Data("fresh".utf8))
+        }
+        #expect(refused?.code == .invalidArgument)
+        // An upgrade refuses the damage; the instance repair points at the format 1 one.
+        #expect(throws: KeysmithError.self) { try FileVault.upgrade(at: vault.path, credential: SmallVault.credential, scrypt: .testing) }
+        #expect(throws: KeysmithError.self) { try opened.repair(dryRun: true) }
+
+        // A dry run reports and changes no byte.
+        let untouched = try snapshotOfFiles(vault.path)
+        let preview = try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing, dryRun: true)
+        #expect(try snapshotOfFiles(vault.path) == untouched)
+        #expect(preview.needed && preview.dryRun && preview.movedAside == nil)
+        #expect(preview.itemsKept == 3)  // snap1, snap2, web: log1 is the damaged one
+        #expect(preview.losses.map(\.file) == ["log/0000000000000004"])
+        #expect(preview.losses.first?.sequence == 4)
+        #expect(preview.unreadableRecords.count == 1)
+        #expect(preview.absentItemsMayBeLost)
+
+        let report = try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing)
+        #expect(report.needed && !report.dryRun)
+        #expect(report.itemsKept == 3 && report.losses == preview.losses && report.unreadableRecords == preview.unreadableRecords)
+        #expect(report.sequence == 6)
+        let aside = try #require(report.movedAside)
+        // Every format 1 file is kept aside, byte for byte.
+        for (name, data) in untouched where name != "lock" && name != "log" {
+            #expect(try Data(contentsOf: URL(fileURLWithPath: vault.path + "/" + aside + "/" + name)) == data, "\(name)")
+        }
+        let repaired = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
+        #expect(repaired.formatVersion == 2)
+        #expect(try repaired.verify().isEmpty)
+        #expect(try repaired.sequence == 6)
+        for (key, secret) in vault.expected where key != genericKey("log1") { #expect(try repaired.read(key)?.secret == secret) }
+        #expect(try repaired.read(genericKey("log1")) == nil)
+        try repaired.upsert(ItemAttributes(key: genericKey("log1")), secret: Data("fresh".utf8))
+        #expect(try repaired.read(genericKey("log1"))?.secret == Data("fresh".utf8))
+        #expect(try !FileManager.default.fileExists(atPath: vault.path + "/log") && !FileManager.default.fileExists(atPath: vault.path + "/snapshot"))
+        // Nothing left to repair, and a format 2 vault is not the format 1 repair's.
+        let again = #expect(throws: KeysmithError.self) { try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential) }
+        #expect(again?.code == .invalidArgument)
+        #expect(try !repaired.repair(dryRun: true).needed)
     }
+
+    @Test("an intact format 1 vault needs no repair (the upgrade converts it), and a lost log makes older items possibly stale")
+    func repairFormat1Reports() throws {
+        let intact = try SmallVault(format1: "a")
+        #expect(try !FileVault.repairFormat1(at: intact.path, credential: SmallVault.credential, dryRun: true).needed)
+        #expect(try !FileVault.repairFormat1(at: intact.path, credential: SmallVault.credential).needed)
+        #expect(try FileVault.open(at: intact.path, credential: SmallVault.credential).formatVersion == 1)
+
+        // Log 4's header from another vault: which records it changed cannot be told.
+        let vault = try SmallVault(format1: "a"), other = try SmallVault(format1: "b")
+        try FileManager.default.removeItem(atPath: vault.path + "/log/0000000000000004")
+        try FileManager.default.copyItem(atPath: other.path + "/log/0000000000000004", toPath: vault.path + "/log/0000000000000004")
+        let report = try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing)
+        #expect(report.losses.map(\.file) == ["log/0000000000000004"])
+        #expect(report.absentItemsMayBeLost)
+        // snap1 (commit 1) is older than the lost commit: kept, and named as possibly stale.
+        #expect(report.itemsMaybeStale.contains(genericKey("snap1")))
+        let repaired = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
+        #expect(try repaired.read(genericKey("snap1"))?.secret == Data("secret-snap-1".utf8))
+        #expect(try repaired.read(genericKey("log1")) == nil)
+        #expect(try repaired.verify().isEmpty)
+    }
+
+    @Test("the repair of a format 1 vault never follows a symbolic link out of the vault: a linked snapshot or log directory is moved aside as a link")
+    func repairFormat1NeverFollowsLinks() throws {
+        for linked in ["snapshot", "log"] {
+            let vault = try SmallVault(format1: "a")
+            let outside = vault.directory.sub("outside-" + linked)
+            try FileManager.default.moveItem(atPath: vault.path + "/" + linked, toPath: outside)
+            try FileManager.default.createSymbolicLink(atPath: vault.path + "/" + linked, withDestinationPath: outside)
+            let before = try snapshotOfFiles(outside)
+            let result = Result { try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing) }
+            // Whatever the repair decides, what the link points to is untouched.
+            #expect(try snapshotOfFiles(outside) == before, "\(linked)")
+            #expect(FileManager.default.fileExists(atPath: outside), "\(linked)")
+            switch result {
+            case .success(let report) where !report.needed:
+                // Format 1 reads through a linked log directory; nothing to repair, nothing moved.
+                #expect(linked == "log")
+                #expect(try FileManager.default.destinationOfSymbolicLink(atPath: vault.path + "/" + linked) == outside)
+            case .success(let report):
+                let aside = try #require(report.movedAside)
+                let moved = try FileManager.default.destinationOfSymbolicLink(atPath: vault.path + "/" + aside + "/" + linked)
+                #expect(moved == outside, "\(linked)")
+                #expect(try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil).verify().isEmpty)
+            case .failure(let error):
+                let keysmith = try #require(error as? KeysmithError, "\(linked): \(error)")
+                #expect(keysmith.code == .corruptData, "\(linked): \(keysmith)")
+            }
+        }
+    }
+
 }
 
 /// Copies the committed format 1 vault `Keys/<name>` to `destination`, with the empty log
@@ -275,5 +370,41 @@ func copyFormat1Fixture(_ name: String, to destination: String) throws {
         var isDirectory: ObjCBool = false
         _ = FileManager.default.fileExists(atPath: destination + "/" + file, isDirectory: &isDirectory)
         try FileManager.default.setAttributes([.posixPermissions: isDirectory.boolValue ? 0o700 : 0o600], ofItemAtPath: destination + "/" + file)
+    }
+}
+
+// Format 1's encoding, as Keysmith wrote it until format 1 became read-only: kept here so the
+// tamper tests can forge a file whose checksums hold (docs/format.md, "Format version 1").
+extension Frame {
+    func encode(into writer: inout ByteWriter) {
+        let start = writer.bytes.count
+        writer.append(Format1.frameMagic)
+        writer.append(op.rawValue)
+        writer.append(epoch)
+        writer.append(version)
+        writer.append(recordID.bytes)
+        writer.append(nonce)
+        writer.append(UInt32(ciphertext.count))
+        writer.append(CRC32.checksum(writer.bytes[start...]))
+        writer.append(ciphertext)
+        writer.append(tag)
+        let trailerStart = writer.bytes.count
+        writer.append(recordID.bytes)
+        writer.append(version)
+        writer.append(CRC32.checksum(writer.bytes[trailerStart...]))
+    }
+}
+
+extension FrameFile {
+    static func encode(kind: Kind, vaultID: [UInt8], sequence: UInt64, frames: [Frame]) -> [UInt8] {
+        let size = frames.reduce(Format1.fileHeaderSize) { $0 + Format1.frameHeaderSize + $1.ciphertext.count + 16 + Format1.frameTrailerSize }
+        var writer = ByteWriter(capacity: size)
+        writer.append(kind == .log ? Format1.logMagic : Format1.snapshotMagic)
+        writer.append(vaultID)
+        writer.append(sequence)
+        writer.append(UInt32(frames.count))
+        writer.append(CRC32.checksum(writer.bytes))
+        for frame in frames { frame.encode(into: &writer) }
+        return writer.bytes
     }
 }

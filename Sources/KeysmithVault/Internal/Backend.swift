@@ -45,7 +45,10 @@ enum CommitOutcome {
 
 extension Engine: VaultBackend, @unchecked Sendable {}
 
-/// A format 1 vault, read and written as before format 2 existed.
+/// A format 1 vault: read as before format 2 existed, never written (docs/format.md, "Format
+/// version 1"). It is kept to be upgraded (``FileVault/upgrade(at:credential:scrypt:logger:)``)
+/// or, damaged, repaired into format 2 (``FileVault/repairFormat1(at:credential:scrypt:dryRun:logger:)``);
+/// every write method throws ``readOnlyError``.
 final class Format1Backend: VaultBackend, @unchecked Sendable {
     var engine: Format1Engine
 
@@ -89,65 +92,30 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
         return (records, more ? chunk.last?.id : nil, chunk.count, matches.count)
     }
 
+    /// Under the lock, before an upgrade or a repair: catch up, and make sure no other process
+    /// upgraded the vault meanwhile (a format 1 handle must never write into a format 2 vault).
     func prepareWrite() throws {
-        // A format 1 handle must not write into a vault another process upgraded.
         if let bytes = try HeaderFormat.readCopy(engine.paths.header), case .version2 = HeaderFormat.probe(bytes) {
             upgradedAway = true
             throw Self.upgradedError
         }
         try refresh()
-        try engine.healHeaderCopies()
     }
 
-    func commit(_ operations: [StoreOperation]) throws -> CommitOutcome {
-        let before = engine.lastSequence
-        try engine.commit(operations)
-        return engine.lastSequence != before ? .committed : .unchanged
+    /// What every write to a format 1 vault throws: Keysmith reads format 1 but no longer writes it.
+    static func readOnlyError(_ path: String) -> KeysmithError {
+        KeysmithError.invalidArgument(
+            "the vault at \(path) is format 1 (Keysmith 0.1, 0.2), which this Keysmith reads but no longer writes; "
+                + "convert it with `keysmith vault upgrade` (a damaged one: `keysmith vault repair`), after which Keysmith 0.1 and 0.2 "
+                + "cannot open it; nothing was changed")
     }
 
+    func commit(_ operations: [StoreOperation]) throws -> CommitOutcome { throw Self.readOnlyError(engine.paths.root) }
     var lastSequence: UInt64 { engine.lastSequence }
-    var wantsCompaction: Bool { engine.wantsCompaction }
-    func compact(reseal: Bool) throws { try engine.compact(reseal: reseal) }
-
-    func changeCredential(to credential: VaultCredential, scrypt: ScryptParameters) throws {
-        let kdf = try HeaderStore1.newKDF(for: credential, scrypt: scrypt)
-        let kek = try HeaderStore1.deriveKEK(kdf, credential: credential)
-        var header = try engine.currentHeaderWithAllKeys()
-        header.kdf = kdf
-        header.idKey = try keysmithCrypto {
-            try VaultHeader1.wrap(engine.idKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.id, epoch: 0)
-        }
-        header.dataKeys = try header.dataKeys.map { wrapped in
-            guard let dataKey = engine.dataKeys[wrapped.epoch] else {
-                throw KeysmithError(.corruptData, "the vault's data key of epoch \(wrapped.epoch) could not be unwrapped")
-            }
-            return try keysmithCrypto {
-                try VaultHeader1.wrap(dataKey, with: kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: wrapped.epoch)
-            }
-        }
-        try HeaderStore1.write(header, engine.paths)
-        engine.header = header
-        engine.kek = kek
-    }
-
-    func rekey() throws {
-        try engine.requireUndamaged()
-        var header = try engine.currentHeaderWithAllKeys()
-        let newEpoch = (engine.dataKeys.keys.max() ?? 0) + 1
-        let newKey = try keysmithCrypto { try SecretBytes.random(count: 32) }
-        header.dataKeys.append(try keysmithCrypto {
-            try VaultHeader1.wrap(newKey, with: engine.kek, vaultID: engine.vaultID, purpose: KeyPurpose.data, epoch: newEpoch)
-        })
-        try HeaderStore1.write(header, engine.paths)
-        engine.header = header
-        engine.dataKeys[newEpoch] = newKey
-        engine.currentEpoch = newEpoch
-        try engine.compact(reseal: true)
-        header.dataKeys.removeAll { $0.epoch != newEpoch }
-        try HeaderStore1.write(header, engine.paths)
-        engine.header = header
-        engine.dataKeys = [newEpoch: newKey]
-    }
+    var wantsCompaction: Bool { false }
+    func compact(reseal: Bool) throws { throw Self.readOnlyError(engine.paths.root) }
+    func changeCredential(to credential: VaultCredential, scrypt: ScryptParameters) throws { throw Self.readOnlyError(engine.paths.root) }
+    func rekey() throws { throw Self.readOnlyError(engine.paths.root) }
 
     func verify() throws -> [VaultDamage] {
         try engine.reloadAll()

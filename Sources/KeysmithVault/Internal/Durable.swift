@@ -27,6 +27,20 @@ enum LogName {
 /// fsync, rename over the target, fsync of the directory. Readers see the old file or the new
 /// one, never a mix; after `write` returns, the new file survives a crash.
 enum Durable {
+    /// `damaged-<UTC time>` under `root` (with `-2`, `-3`, … when it exists), made 0700 and
+    /// flushed: where a repair moves the files it replaces. Returns its name.
+    static func makeAsideDirectory(in root: String, at now: Date) throws -> String {
+        let stamp = String(iso8601(now).filter { $0 != "-" && $0 != ":" })
+        for attempt in 1...1000 {
+            let name = "damaged-" + stamp + (attempt == 1 ? "" : "-\(attempt)")
+            if try io({ try System.mkdir(root + "/" + name) }) {
+                try io { try System.fsyncDirectory(root) }
+                return name
+            }
+        }
+        throw KeysmithError(.ioFailure, "cannot make a directory for the damaged files under \(root)")
+    }
+
     static let temporaryPrefix = ".tmp-"
 
     /// Replaces `path` atomically and durably.

@@ -50,24 +50,6 @@ struct Frame: Sendable {
         writer.append(recordID.bytes)
         return writer.bytes
     }
-
-    func encode(into writer: inout ByteWriter) {
-        let start = writer.bytes.count
-        writer.append(Format1.frameMagic)
-        writer.append(op.rawValue)
-        writer.append(epoch)
-        writer.append(version)
-        writer.append(recordID.bytes)
-        writer.append(nonce)
-        writer.append(UInt32(ciphertext.count))
-        writer.append(CRC32.checksum(writer.bytes[start...]))
-        writer.append(ciphertext)
-        writer.append(tag)
-        let trailerStart = writer.bytes.count
-        writer.append(recordID.bytes)
-        writer.append(version)
-        writer.append(CRC32.checksum(writer.bytes[trailerStart...]))
-    }
 }
 
 /// A file of frames: a log (one commit) or the snapshot.
@@ -90,18 +72,6 @@ struct FrameFile {
         var endsFile = false
         /// Whether only the frame's trailer is damaged: its record verified and was counted as a frame.
         var inTrailer = false
-    }
-
-    static func encode(kind: Kind, vaultID: [UInt8], sequence: UInt64, frames: [Frame]) -> [UInt8] {
-        let size = frames.reduce(Format1.fileHeaderSize) { $0 + Format1.frameHeaderSize + $1.ciphertext.count + 16 + Format1.frameTrailerSize }
-        var writer = ByteWriter(capacity: size)
-        writer.append(kind == .log ? Format1.logMagic : Format1.snapshotMagic)
-        writer.append(vaultID)
-        writer.append(sequence)
-        writer.append(UInt32(frames.count))
-        writer.append(CRC32.checksum(writer.bytes))
-        for frame in frames { frame.encode(into: &writer) }
-        return writer.bytes
     }
 
     /// Reads the file header: `nil` if it is damaged (wrong magic, bad CRC, too short).

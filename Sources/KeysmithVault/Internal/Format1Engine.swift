@@ -21,18 +21,16 @@ final class Entry: Sendable {
     }
 }
 
-/// The mutable state of an open vault. Only `FileVault` touches it, always under its mutex;
-/// writes also hold the vault's `flock`.
+/// An open format 1 vault, read only: the state of its files in memory. Only `FileVault`
+/// touches it, always under its mutex; an upgrade or a repair also holds the vault's `flock`.
 struct Format1Engine: ~Copyable {
     let paths: Paths1
     let vaultID: [UInt8]
     var header: VaultHeader1
-    /// The key-encryption key of the header as this handle last wrote or read it; replaced when
-    /// this handle changes the credential, so later key wraps (rekey) use the new one.
-    var kek: SecretBytes
+    /// The key-encryption key of the header, to unwrap a data key another process added.
+    let kek: SecretBytes
     let idKey: SecretBytes
     var dataKeys: [UInt32: SecretBytes]
-    var currentEpoch: UInt32
     let lockFD: Descriptor
     let clock: @Sendable () -> Date
 
@@ -59,7 +57,6 @@ struct Format1Engine: ~Copyable {
         self.kek = unlocked.kek
         self.idKey = unlocked.idKey
         self.dataKeys = unlocked.dataKeys
-        self.currentEpoch = unlocked.dataKeys.keys.max() ?? 1
         self.lockFD = lockFD
         self.clock = clock
     }
@@ -324,23 +321,7 @@ struct Format1Engine: ~Copyable {
             }
         }
         header = fresh
-        currentEpoch = max(currentEpoch, dataKeys.keys.max() ?? currentEpoch)
         return dataKeys[epoch]
-    }
-
-    /// The header as it is on disk now, with every data key it holds unwrapped. The caller
-    /// holds the flock.
-    mutating func currentHeaderWithAllKeys() throws -> VaultHeader1 {
-        let current = try HeaderStore1.read(paths)
-        guard current.vaultIDBytes == vaultID else {
-            throw KeysmithError(.corruptData, "the vault header now belongs to another vault; reopen the vault")
-        }
-        for wrapped in current.dataKeys where try dataKey(for: wrapped.epoch) == nil {
-            throw KeysmithError(
-                .storeLocked, "another process changed this vault's passphrase or keyfile since it was opened; open it again")
-        }
-        header = current
-        return current
     }
 
     // MARK: Reading
@@ -364,7 +345,7 @@ struct Format1Engine: ~Copyable {
                 throw KeysmithError(
                     .corruptData,
                     "\(key) was not found, but the vault is damaged where it may have been (\(uncertain.damage)); "
-                        + "restore the vault from a backup, or write the item again")
+                        + "restore the vault from a backup, or run `keysmith vault repair` (it upgrades the vault, keeping every record that authenticates)")
             }
             return nil
         }
@@ -372,8 +353,15 @@ struct Format1Engine: ~Copyable {
             throw KeysmithError(
                 .corruptData,
                 "\(key) may be out of date: a later commit that may have changed it is damaged (\(uncertain.damage)); "
-                    + "restore the vault from a backup, or write the item again")
+                    + "restore the vault from a backup, or run `keysmith vault repair` (it upgrades the vault and names what may be stale)")
         }
+        return try open(entry)
+    }
+
+    /// An intact record's secret and attributes, decrypted and authenticated, whatever damage
+    /// elsewhere says about how current it is (a repair keeps it and says it may be stale).
+    func open(_ entry: Entry) throws -> SecureRecord {
+        let key = entry.info.key
         guard let dataKey = dataKeys[entry.frame.epoch] else {
             throw KeysmithError(.corruptData, "\(key) is sealed under a key this vault no longer holds")
         }
@@ -402,156 +390,22 @@ struct Format1Engine: ~Copyable {
         KeysmithError(
             .corruptData,
             "\(key) (record \(damage.recordID ?? "?")) is damaged in \(damage.file) at byte \(damage.offset): \(damage.reason); "
-                + "other records are unaffected; write or delete this item to replace it")
+                + "other records are unaffected; `keysmith vault repair` upgrades the vault, keeping every record that authenticates")
     }
 
     var damage: [VaultDamage] {
         fileDamage + damagedByID.values.map(\.damage).sorted { ($0.file, $0.offset) < ($1.file, $1.offset) }
     }
 
-    // MARK: Writing
-
-    /// Seals a batch's net effect into one log file and commits it durably. The caller holds the flock.
-    mutating func commit(_ operations: [StoreOperation]) throws {
-        let now = clock()
-        let sequence = lastSequence + 1
-        let writes = try resolveBatch(
-            operations, now: now, version: ItemVersion(rawValue: "c" + String(sequence)), limits: StoreLimits.standard,
-            store: "the file vault"
-        ) { key, _ in
-            if let entry = entries[key] { return .present(entry.info) }
-            return damage(for: key) != nil ? .damaged : .absent
-        }
-        guard !writes.isEmpty else { return }
-        guard let dataKey = dataKeys[currentEpoch] else {
-            throw KeysmithError(.corruptData, "the vault's current data key is missing from its header")
-        }
-        let recordIDs = writes.map { recordID(for: $0.key) }
-        let frames = try sealAll(writes, recordIDs: recordIDs, version: sequence, key: dataKey)
-        let bytes = FrameFile.encode(kind: .log, vaultID: vaultID, sequence: sequence, frames: frames)
-        try Durable.write(bytes, to: paths.log(sequence), directory: paths.logDirectory)
-        lastSequence = sequence
-        logsSinceSnapshot += 1
-        // What we sealed is what we know: update the index directly, without decrypting again.
-        let name = paths.logName(sequence)
-        for (write, frame) in zip(writes, frames) {
-            supersedeDamage(of: frame.recordID)
-            switch write {
-            case .put(let record):
-                if let previous = keyByID[frame.recordID], previous != record.key { entries[previous] = nil }
-                keyByID[frame.recordID] = record.key
-                entries[record.key] = Entry(frame: frame, info: record.info, file: name)
-            case .remove(let key):
-                keyByID[frame.recordID] = nil
-                entries[key] = nil
-            }
-        }
-    }
-
-    /// Seals a batch's writes, on every core for large batches (each frame is independent).
-    func sealAll(_ writes: [ResolvedWrite], recordIDs: [RecordID], version: UInt64, key: SecretBytes) throws -> [Frame] {
-        let epoch = currentEpoch, vaultID = vaultID
-        @Sendable func sealOne(_ index: Int) throws -> Frame {
-            switch writes[index] {
-            case .put(let record):
-                var plaintext = RecordCodec.encode(record)
-                defer { cleanse(&plaintext) }
-                return try Self.seal(plaintext, op: .put, recordID: recordIDs[index], version: version, epoch: epoch, vaultID: vaultID, key: key)
-            case .remove:
-                return try Self.seal([], op: .delete, recordID: recordIDs[index], version: version, epoch: epoch, vaultID: vaultID, key: key)
-            }
-        }
-        return try concurrentChunks(count: writes.count) { range in try range.map(sealOne) }
-    }
-
-    func seal(_ plaintext: [UInt8], op: FrameOp, recordID: RecordID, version: UInt64, key: SecretBytes) throws -> Frame {
-        try Self.seal(plaintext, op: op, recordID: recordID, version: version, epoch: currentEpoch, vaultID: vaultID, key: key)
-    }
-
-    static func seal(
-        _ plaintext: [UInt8], op: FrameOp, recordID: RecordID, version: UInt64, epoch: UInt32, vaultID: [UInt8], key: SecretBytes
-    ) throws -> Frame {
-        var frame = Frame(op: op, epoch: epoch, version: version, recordID: recordID, nonce: [], ciphertext: [], tag: [])
-        let sealed = try keysmithCrypto {
-            try AESGCM.seal(plaintext, key: key, associatedData: frame.associatedData(vaultID: vaultID))
-        }
-        frame.nonce = sealed.nonce
-        frame.ciphertext = sealed.ciphertext
-        frame.tag = sealed.tag
-        return frame
-    }
-
     var isDamaged: Bool { !damagedByID.isEmpty || fileDamage.contains { !$0.isHeaderCopy && !$0.isSuperseded } }
 
-    /// Rewrites both header copies from the intact one on disk (not from memory: another
-    /// process may have changed the passphrase since we opened), if either is damaged or
-    /// missing. The caller holds the flock.
-    mutating func healHeaderCopies() throws {
-        guard fileDamage.contains(where: \.isHeaderCopy) else { return }
-        guard let intact = HeaderStore1.intactCopies(paths).first, intact.vaultIDBytes == vaultID else { return }
-        try HeaderStore1.write(intact, paths)
-        fileDamage.removeAll(where: \.isHeaderCopy)
-    }
-
-    /// Whether enough logs piled up that a snapshot pays for itself: the snapshot's cost is
-    /// proportional to the items, and it comes after at least as many writes, so each write
-    /// pays a constant share.
-    var wantsCompaction: Bool {
-        !isDamaged && logsSinceSnapshot > max(1024, entries.count)
-    }
-
-    /// Writes every live record into a new snapshot and removes the logs it covers.
-    /// With `reseal`, records are re-encrypted under the current epoch (rekey).
-    /// Throws when the vault has damage that compaction or re-keying would silently drop.
+    /// Throws when the vault has damage that an upgrade would silently drop.
     func requireUndamaged() throws {
         guard !isDamaged else {
             throw KeysmithError(
                 .corruptData,
-                "the vault has damage (\(damage.count) problem(s); run `keysmith vault verify`); repair it before compacting or re-keying")
+                "the vault has damage (\(damage.count) problem(s); run `keysmith vault verify`); `keysmith vault repair` upgrades it keeping every record that authenticates")
         }
-    }
-
-    mutating func compact(reseal: Bool = false) throws {
-        try requireUndamaged()
-        var frames: [Frame] = []
-        frames.reserveCapacity(entries.count)
-        for (key, entry) in entries {
-            guard reseal else {
-                frames.append(entry.frame)
-                continue
-            }
-            guard let oldKey = dataKeys[entry.frame.epoch], let newKey = dataKeys[currentEpoch] else {
-                throw KeysmithError(.corruptData, "\(key) is sealed under a key this vault no longer holds")
-            }
-            var plaintext = try keysmithCrypto {
-                try AESGCM.open(ciphertext: entry.frame.ciphertext, tag: entry.frame.tag, key: oldKey,
-                                nonce: entry.frame.nonce, associatedData: entry.frame.associatedData(vaultID: vaultID))
-            }
-            defer { cleanse(&plaintext) }
-            frames.append(try seal(plaintext, op: .put, recordID: entry.frame.recordID, version: entry.frame.version, key: newKey))
-        }
-        let bytes = FrameFile.encode(kind: .snapshot, vaultID: vaultID, sequence: lastSequence, frames: frames)
-        try Durable.write(bytes, to: paths.snapshot, directory: paths.root)
-        try removeCoveredLogs(through: lastSequence)
-        // Load what we wrote: the state is the same, the snapshot handle and inode are new.
-        try reloadAll()
-    }
-
-    /// Deletes logs a snapshot covers and temporary files that crashed writers left. Only
-    /// under the flock, so no writer's temporary file is in use.
-    func removeCoveredLogs(through sequence: UInt64) throws {
-        let names = try io { try System.listDirectory(paths.logDirectory) }
-        for name in names {
-            if name.hasPrefix(Durable.temporaryPrefix) {
-                try io { try System.unlink(paths.logDirectory + "/" + name) }
-            } else if let number = LogName.sequence(name), number <= sequence {
-                try io { try System.unlink(paths.logDirectory + "/" + name) }
-            }
-        }
-        for name in try io({ try System.listDirectory(paths.root) }) where name.hasPrefix(Durable.temporaryPrefix) {
-            try io { try System.unlink(paths.root + "/" + name) }
-        }
-        try io { try System.fsyncDirectory(paths.logDirectory) }
     }
 }
 

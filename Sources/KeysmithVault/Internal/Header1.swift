@@ -33,13 +33,6 @@ struct VaultHeader1: Codable, Sendable {
     var idKey: WrappedKey
     var dataKeys: [WrappedKey]
 
-    func encode() throws -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
-        let body = Array(try encoder.encode(self))
-        return body + Array("\nsha256=\(SHA256.hash(body).hexString)\n".utf8)
-    }
-
     enum ParseFailure: Error {
         case damaged(String)
         case unsupported(String)
@@ -80,15 +73,6 @@ struct VaultHeader1: Codable, Sendable {
         writer.append(purpose)
         writer.append(epoch)
         return writer.bytes
-    }
-
-    static func wrap(_ key: SecretBytes, with kek: SecretBytes, vaultID: [UInt8], purpose: UInt8, epoch: UInt32) throws -> WrappedKey {
-        var plain = key.copyBytes()
-        defer { cleanse(&plain) }
-        let sealed = try AESGCM.seal(plain, key: kek, associatedData: keyWrapAD(vaultID: vaultID, purpose: purpose, epoch: epoch))
-        return WrappedKey(
-            epoch: epoch, nonce: Data(sealed.nonce).base64EncodedString(),
-            ciphertext: Data(sealed.ciphertext).base64EncodedString(), tag: Data(sealed.tag).base64EncodedString())
     }
 
     enum UnwrapFailure: Error {
@@ -132,7 +116,7 @@ struct UnlockedHeader1 {
     let dataKeys: [UInt32: SecretBytes]
 }
 
-/// Reading, unlocking and writing the two copies of a format-1 header.
+/// Reading and unlocking the two copies of a format-1 header (Keysmith no longer writes one).
 enum HeaderStore1 {
     /// Reads the first intact copy of the header.
     static func read(_ paths: Paths1) throws -> VaultHeader1 {
@@ -176,12 +160,6 @@ enum HeaderStore1 {
             }
             .filter { $0 != nil }
             .map { $0! }
-    }
-
-    static func write(_ header: VaultHeader1, _ paths: Paths1) throws {
-        let bytes = try keysmithCrypto { try header.encode() }
-        try Durable.write(bytes, to: paths.header, directory: paths.root)
-        try Durable.write(bytes, to: paths.headerBackup, directory: paths.root)
     }
 
     static func deriveKEK(_ kdf: HeaderKDF, credential: VaultCredential) throws -> SecretBytes {
@@ -235,15 +213,5 @@ enum HeaderStore1 {
             }
         }
         return UnlockedHeader1(header: header, kek: kek, idKey: idKey, dataKeys: dataKeys)
-    }
-
-    static func newKDF(for credential: VaultCredential, scrypt: ScryptParameters) throws -> HeaderKDF {
-        let salt = try keysmithCrypto { try Random.bytes(count: 32) }
-        let encoded = Data(salt).base64EncodedString()
-        if credential.isPassphrase {
-            try scrypt.validate()
-            return HeaderKDF(type: "scrypt", n: scrypt.n, r: scrypt.r, p: scrypt.p, salt: encoded)
-        }
-        return HeaderKDF(type: "keyfile", n: nil, r: nil, p: nil, salt: encoded)
     }
 }

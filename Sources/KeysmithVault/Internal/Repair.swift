@@ -419,7 +419,7 @@ extension Engine {
             }
         }
         // 2. Everything the new snapshot replaces is kept, under damaged-<time>/.
-        let aside = try makeAsideDirectory(now)
+        let aside = try Durable.makeAsideDirectory(in: paths.root, at: now)
         try FaultInjection.step()
         let asidePath = paths.root + "/" + aside
         var linkedLogs: [String] = []
@@ -490,18 +490,5 @@ extension Engine {
             itemsMaybeStale: plan.report.itemsMaybeStale, unreadableRecords: plan.report.unreadableRecords,
             absentItemsMayBeLost: plan.report.absentItemsMayBeLost, headerCopies: plan.report.headerCopies, movedAside: aside,
             sequence: sequence)
-    }
-
-    /// `damaged-<UTC time>` (with `-2`, `-3`, … when it exists), made 0700 and flushed.
-    private func makeAsideDirectory(_ now: Date) throws -> String {
-        let stamp = String(iso8601(now).filter { $0 != "-" && $0 != ":" })
-        for attempt in 1...1000 {
-            let name = "damaged-" + stamp + (attempt == 1 ? "" : "-\(attempt)")
-            if try io({ try System.mkdir(paths.root + "/" + name) }) {
-                try io { try System.fsyncDirectory(paths.root) }
-                return name
-            }
-        }
-        throw KeysmithError(.ioFailure, "cannot make a directory for the damaged files under \(paths.root)")
     }
 }
