@@ -220,6 +220,13 @@ package enum System {
         return (status.st_mode & S_IFMT) == S_IFDIR
     }
 
+    /// Whether anything is at `path` itself, a dangling symbolic link included. The
+    /// corresponding C function is `lstat`.
+    package static func entryExists(_ path: String) -> Bool {
+        var status = stat()
+        return lstat(path, &status) == 0
+    }
+
     /// Removes a directory and everything in it. A symbolic link (to a directory or not) is
     /// removed itself, never followed, so nothing outside `path` is ever touched; a missing
     /// path is not an error, and a directory that cannot be removed at the end is left.

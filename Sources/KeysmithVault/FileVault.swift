@@ -192,25 +192,8 @@ public final class FileVault: SecureStore {
         path: String, credential: VaultCredential, clock: @escaping @Sendable () -> Date, logger: Logger
     ) throws -> FileVault {
         let paths = Paths1(root: path)
-        var unlocked: UnlockedHeader1?
-        var firstError: (any Error)?
-        for header in HeaderStore1.intactCopies(paths) {
-            do {
-                unlocked = try HeaderStore1.unlock(header, credential: credential)
-                break
-            } catch {
-                firstError = firstError ?? error
-            }
-        }
-        guard let unlocked else {
-            if let firstError { throw firstError }
-            _ = try HeaderStore1.read(paths)  // throws the precise "no header" / "damaged" error
-            throw KeysmithError(.corruptData, "the vault header cannot be read")
-        }
-        let lockFD = try io {
-            try System.open(paths.lock, flags: OpenFlags.readWrite | OpenFlags.create, mode: 0o600)
-        }
-        var engine = Format1Engine(paths: paths, unlocked: unlocked, lockFD: lockFD, clock: clock)
+        let unlocked = try Format1Salvage.unlock(paths, credential: credential)
+        var engine = Format1Engine(paths: paths, unlocked: unlocked, clock: clock)
         try engine.reloadAll()
         if engine.filesSeen > 0, engine.foreignFiles == engine.filesSeen {
             throw KeysmithError(
@@ -498,14 +481,17 @@ public final class FileVault: SecureStore {
             guard !dryRun, plan.report.needed else { return plan.report }
             return try engine.carryOut(plan, at: Date())
         }
-        if report.needed && !dryRun {
-            logger.warning("repaired the vault", metadata: [
-                "path": "\(path)", "kept": "\(report.itemsKept)", "losses": "\(report.losses.count)",
-                "maybe-stale": "\(report.itemsMaybeStale.count)", "unreadable": "\(report.unreadableRecords.count)",
-                "moved-aside": "\(report.movedAside ?? "")",
-            ])
-        }
+        if report.needed && !dryRun { Self.logRepair(report, "repaired the vault", path: path, logger: logger) }
         return report
+    }
+
+    /// A repair that changed the vault, as a warning: counts and places, never a name.
+    static func logRepair(_ report: VaultRepairReport, _ message: Logger.Message, path: String, logger: Logger) {
+        logger.warning(message, metadata: [
+            "path": "\(path)", "kept": "\(report.itemsKept)", "losses": "\(report.losses.count)",
+            "maybe-stale": "\(report.itemsMaybeStale.count)", "unreadable": "\(report.unreadableRecords.count)",
+            "moved-aside": "\(report.movedAside ?? "")",
+        ])
     }
 
     /// How many items the vault holds and how many log files await compaction.
@@ -570,6 +556,14 @@ extension FileVault {
             // Another upgrade finished while this one waited for the lock: nothing to do.
             if case .version2 = HeaderFormat.inForce(path).probe { return false }
             try format1.prepareWrite()
+            // A log after a gap is a commit format 1 never reads: the one before it is lost.
+            let after = (try? System.listDirectory(path + "/log"))?.compactMap(LogName.sequence).filter { $0 > format1.lastSequence }
+            if let first = after?.min() {
+                throw KeysmithError(
+                    .corruptData,
+                    "log \(LogName.hex16(first)) follows the missing commit \(format1.lastSequence + 1): the vault has damage; "
+                        + "`keysmith vault repair` upgrades it and says what may be lost; nothing was changed")
+            }
             let records = try format1.allRecords()
             let paths = Paths(root: path)
             try io { try System.removeTree(paths.data) }
@@ -614,8 +608,10 @@ extension FileVault {
     ///   - logger: Where the repair is reported.
     /// - Returns: What was found, kept and possibly lost.
     /// - Throws: `KeysmithError.Code.invalidArgument` for a format 2 vault (its repair is
-    ///   ``repair(dryRun:)``); what ``open(at:credential:clock:anchorDirectory:logger:)``
-    ///   throws; `KeysmithError.Code.ioFailure` when the files cannot be read or written.
+    ///   ``repair(dryRun:)``) or an empty passphrase;
+    ///   `KeysmithError.Code.authenticationFailed` when `credential` does not unlock the header;
+    ///   `KeysmithError.Code.corruptData` when no header copy is intact (restore one from a
+    ///   backup); `KeysmithError.Code.ioFailure` when the files cannot be read or written.
     @discardableResult
     public static func repairFormat1(
         at path: String, credential: VaultCredential, scrypt: ScryptParameters = .default, dryRun: Bool = false,
@@ -625,34 +621,32 @@ extension FileVault {
             throw KeysmithError.invalidArgument("the passphrase is empty; nothing was changed")
         }
         if credential.isPassphrase { try scrypt.validate() }
-        let vault = try open(at: path, credential: credential, anchorDirectory: nil, logger: logger)
-        let report = try vault.backend.withLock { backend -> VaultRepairReport in
-            guard let format1 = backend as? Format1Backend else {
-                throw KeysmithError.invalidArgument("the vault at \(path) is format 2: repair it with `keysmith vault repair` (FileVault.repair(dryRun:))")
-            }
-            var locked: Descriptor?
-            if !dryRun {
-                let fd = try format1.lockFD()
-                try io { try System.lockExclusive(fd, path: path + "/lock") }
-                locked = fd
-            }
-            defer { if let locked { System.unlock(locked) } }
-            // Another process upgraded (or repaired) it while this one waited for the lock.
+        // Which format, without opening the vault (an open of a format 2 vault finishes
+        // interrupted writes, which a dry run must not do).
+        func refuseFormat2() throws {
             if case .version2 = HeaderFormat.inForce(path).probe {
-                throw KeysmithError(.storeLocked, "the vault was upgraded to format 2 by another process; repair it with `keysmith vault repair` if it is damaged")
+                throw KeysmithError.invalidArgument(
+                    "the vault at \(path) is format 2: repair it with `keysmith vault repair` (FileVault.repair(dryRun:)); nothing was changed")
             }
-            _ = try format1.verify()  // every file read again, under the lock
-            let plan = format1.planSalvage()
-            guard !dryRun, plan.report.needed else { return plan.report }
-            return try format1.carryOut(plan, path: path, credential: credential, scrypt: scrypt, at: Date())
         }
-        if report.needed && !dryRun {
-            logger.warning("repaired the format 1 vault into format 2", metadata: [
-                "path": "\(path)", "kept": "\(report.itemsKept)", "losses": "\(report.losses.count)",
-                "maybe-stale": "\(report.itemsMaybeStale.count)", "unreadable": "\(report.unreadableRecords.count)",
-                "moved-aside": "\(report.movedAside ?? "")",
-            ])
+        try refuseFormat2()
+        let salvage = try Format1Salvage(root: path, credential: credential)
+        let report: VaultRepairReport
+        if dryRun {
+            report = try salvage.plan().report  // reads only; no lock file is made
+        } else {
+            let lock = try io {
+                try System.open(path + "/lock", flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600)
+            }
+            defer { System.close(lock) }
+            try io { try System.lockExclusive(lock, path: path + "/lock") }
+            defer { System.unlock(lock) }
+            try refuseFormat2()  // another process upgraded or repaired it while this one waited
+            let locked = try Format1Salvage(root: path, credential: credential)
+            let plan = try locked.plan()
+            report = plan.report.needed ? try locked.carryOut(plan, credential: credential, scrypt: scrypt, at: Date()) : plan.report
         }
+        if report.needed && !dryRun { logRepair(report, "repaired the format 1 vault into format 2", path: path, logger: logger) }
         return report
     }
 }
@@ -660,7 +654,12 @@ extension FileVault {
 extension FileVault: ExclusiveLocking {
     /// An open-file-description lock on one byte of `locks/named.lock` in the vault's directory (made 0700 when missing), shared by
     /// every process that opens this vault on this machine; released by the holder's end too.
+    ///
+    /// A format 1 vault is read-only: its lock is refused (`invalidArgument`, as its writes are),
+    /// before anything is done under it, such as spending a refresh token whose answer could not
+    /// be kept.
     public func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
+        if formatVersion == 1 { throw Format1Backend.readOnlyError(path) }
         do {
             return try LockFile.tryAcquire(directory: path + "/locks", name: name).map(FileLock.init)
         } catch let error as SystemError {

@@ -135,7 +135,9 @@ struct VaultRepairCommandTests {
         #expect(read.status == 0 && read.stdout == "bob-secret-v2\n", "\(read.output)")
         let before = try Self.dataFiles(keysmith.vault)
         for (arguments, stdin) in [(["secret", "set", "--service", "new", "--account", "n"], "n"), (["secret", "delete", "--service", "mail", "--account", "bob"], ""),
-                                   (["batch"], "{\"op\":\"delete\",\"service\":\"mail\",\"account\":\"bob\"}\n"), (["vault", "compact"], ""), (["vault", "rekey"], "")] {
+                                   (["batch"], "{\"op\":\"delete\",\"service\":\"mail\",\"account\":\"bob\"}\n"), (["vault", "compact"], ""), (["vault", "rekey"], ""),
+                                   (["vault", "passwd", "--new-keyfile", keysmith.directory + "/new-keyfile"], ""),
+                                   (["token", "import", "--service", "api", "--account", "a"], "{\"access_token\":\"t\",\"token_type\":\"Bearer\"}")] {
             let write = try keysmith.run(arguments, stdin: stdin)
             #expect(write.status == 64, "\(arguments): \(write.output)")
             #expect(write.stderr.contains("keysmith vault upgrade"), "\(arguments): \(write.stderr)")
@@ -143,8 +145,12 @@ struct VaultRepairCommandTests {
         #expect(try Self.dataFiles(keysmith.vault) == before, "a refused write changed files")
         #expect(try keysmith.run(["vault", "repair"]).stdout.contains("intact"))
 
-        // Damage in the last commit: the repair upgrades, keeping the rest.
-        try DamageAndRefusalTests.flipLastByte(keysmith.vault + "/log/0000000000000004")
+        // Damage in the last commit's only record (邮件/李雷, inside its tag): the repair
+        // upgrades, keeping the rest.
+        let log = keysmith.vault + "/log/0000000000000004"
+        var bytes = try #require(FileManager.default.contents(atPath: log))
+        bytes[bytes.count - 50] ^= 1
+        try bytes.write(to: URL(fileURLWithPath: log))
         let damaged = try Self.dataFiles(keysmith.vault)
         let dry = try keysmith.run(["vault", "repair", "--dry-run", "--json"])
         #expect(dry.status == 6, "\(dry.output)")
@@ -157,6 +163,9 @@ struct VaultRepairCommandTests {
         let aside = try #require(try FileManager.default.contentsOfDirectory(atPath: keysmith.vault).first { $0.hasPrefix("damaged-") })
         #expect(FileManager.default.contents(atPath: keysmith.vault + "/" + aside + "/log/0000000000000004") == damaged["log/0000000000000004"])
         #expect(try keysmith.run(["vault", "verify"]).status == 0)
+        let bob = try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"])
+        #expect(bob.status == 0 && bob.stdout == "bob-secret-v2\n", "\(bob.output)")
+        #expect(try keysmith.run(["secret", "get", "--service", "邮件", "--account", "李雷"]).status == 2)
         #expect(try keysmith.run(["secret", "set", "--service", "new", "--account", "n"], stdin: "n").status == 0)
         let audit = try keysmith.run(["audit", "show", "--event", "store-repair", "--json"])
         #expect(audit.status == 0 && audit.stdout.contains("log/0000000000000004"), "\(audit.output)")

@@ -1,5 +1,6 @@
 import Foundation
 import Keysmith
+import KeysmithSystem
 import KeysmithTestSupport
 import KeysmithVault
 import Testing
@@ -175,10 +176,7 @@ struct GoldenVaultTests {
         while true {
             let path = directory.sub("vault-\(step)")
             try FileManager.default.copyItem(atPath: Golden.keyfileVault, toPath: path)
-            let run = try startStress(["upgrade", path, Golden.keyfile], environment: ["KEYSMITH_FAULT_EXIT_AT": String(step)])
-            run.0.waitUntilExit()
-            let finished = run.0.terminationStatus == 0
-            #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
+            let finished = try runStressKilled(at: step, ["upgrade", path, Golden.keyfile])
             let vault = try FileVault.open(at: path, credential: .keyfile(at: Golden.keyfile), anchorDirectory: nil)
             if vault.formatVersion == 1 { sawOld = true } else { sawNew = true }
             for record in Golden.records {
@@ -204,6 +202,8 @@ struct GoldenVaultTests {
         let (directory, path) = try Golden.copy(passphrase ? Golden.passphraseVault : Golden.keyfileVault)
         _ = directory
         let credential: VaultCredential = passphrase ? .passphrase(Golden.passphrase) : .keyfile(at: Golden.keyfile)
+        // Nothing is created to read it: not even the lock file.
+        try FileManager.default.removeItem(atPath: path + "/lock")
         let vault = try FileVault.open(at: path, credential: credential)
         #expect(try vault.verify().isEmpty)
         for record in Golden.records {
@@ -219,6 +219,8 @@ struct GoldenVaultTests {
             ("rekey", { try vault.rekey() }),
             ("compact", { try vault.compact() }),
             ("passwd", { try vault.changeCredential(to: .key([UInt8](repeating: 7, count: 32))) }),
+            // A named lock guards a write that follows (a token refresh): refused before it.
+            ("named lock", { _ = try vault.tryExclusiveLock(named: "refresh") }),
         ]
         for (name, write) in writes {
             let error = #expect(throws: KeysmithError.self, "\(name)") { try write() }
@@ -226,6 +228,7 @@ struct GoldenVaultTests {
             #expect(error?.message.contains("keysmith vault upgrade") == true, "\(name)")
         }
         #expect(try snapshotOfFiles(path) == before)
+        #expect(!System.entryExists(path + "/lock") && !System.entryExists(path + "/locks"))
         #expect(try FileVault.open(at: path, credential: credential).read(Golden.records[0].key)?.hasSameContents(as: Golden.records[0]) == true)
     }
 

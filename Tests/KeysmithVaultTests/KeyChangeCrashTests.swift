@@ -35,10 +35,7 @@ struct KeyChangeCrashTests {
         while true {
             let path = directory.sub("vault-\(step)")
             try FileManager.default.copyItem(atPath: pristine, toPath: path)
-            let run = try startStress(["passwd", path, old, new], environment: ["KEYSMITH_FAULT_EXIT_AT": String(step)])
-            run.0.waitUntilExit()
-            let finished = run.0.terminationStatus == 0
-            #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
+            let finished = try runStressKilled(at: step, ["passwd", path, old, new])
             // Opening heals what the kill left, so each look is at a copy: which credential opens…
             let probe = directory.sub("vault-\(step)-probe")
             try FileManager.default.copyItem(atPath: path, toPath: probe)
@@ -94,10 +91,7 @@ struct KeyChangeCrashTests {
         while true {
             let path = directory.sub("vault-\(step)")
             try FileManager.default.copyItem(atPath: pristine, toPath: path)
-            let run = try startStress(["rekey", path, keyfile], environment: ["KEYSMITH_FAULT_EXIT_AT": String(step)])
-            run.0.waitUntilExit()
-            let finished = run.0.terminationStatus == 0
-            #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
+            let finished = try runStressKilled(at: step, ["rekey", path, keyfile])
             let opened = try #require(Self.opens(path, keyfile), "step \(step)")
             let damage = try opened.verify().filter { !$0.isSuperseded }
             #expect(damage.isEmpty, "step \(step): \(damage)")
@@ -122,10 +116,7 @@ struct KeyChangeCrashTests {
         while true {
             let path = directory.sub("vault-\(step)")
             try FileManager.default.copyItem(atPath: Golden.keyfileVault, toPath: path)
-            let run = try startStress(["upgrade", path, Golden.keyfile], environment: ["KEYSMITH_FAULT_EXIT_AT": String(step)])
-            run.0.waitUntilExit()
-            let finished = run.0.terminationStatus == 0
-            #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
+            let finished = try runStressKilled(at: step, ["upgrade", path, Golden.keyfile])
             let before = try #require(Self.opens(path, Golden.keyfile), "step \(step)")
             if before.formatVersion == 1 { sawFormat1 = true } else { sawFormat2 = true }
             // Whatever the kill left, a second upgrade ends in a complete format 2 vault.
@@ -168,10 +159,7 @@ struct KeyChangeCrashTests {
             bytes[bytes.count - 60] ^= 1  // inside the last record of the last commit
             try bytes.write(to: URL(fileURLWithPath: log))
             let damaged = try snapshotOfFiles(path)
-            let run = try startStress(["repair", path, Golden.keyfile], environment: ["KEYSMITH_FAULT_EXIT_AT": String(step)])
-            run.0.waitUntilExit()
-            let finished = run.0.terminationStatus == 0
-            #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
+            let finished = try runStressKilled(at: step, ["repair", path, Golden.keyfile])
             let before = try #require(Self.opens(path, Golden.keyfile), "step \(step)")
             if before.formatVersion == 1 {
                 sawFormat1 = true

@@ -33,6 +33,17 @@ func startStress(_ arguments: [String], environment: [String: String] = [:]) thr
     return (process, output)
 }
 
+/// Runs `vault-stress` with `arguments`, armed to end (status 86, as a SIGKILL would) just before
+/// the `step`th file-system step of the vault's durable writes; `true` when it finished first.
+/// Any other end is a test failure.
+func runStressKilled(at step: Int, _ arguments: [String]) throws -> Bool {
+    let run = try startStress(arguments, environment: ["KEYSMITH_FAULT_EXIT_AT": String(step)])
+    run.0.waitUntilExit()
+    let finished = run.0.terminationStatus == 0
+    #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
+    return finished
+}
+
 /// What a `vault-stress` process wrote to standard error.
 func stressErrors(_ process: SpawnedProcess) -> String {
     guard let path = stressErrorFiles.withLock({ $0[process.processIdentifier] }) else { return "" }
@@ -295,10 +306,7 @@ struct ProcessTests {
         while true {
             let path = directory.sub("vault-\(step)")
             try FileManager.default.copyItem(atPath: pristine, toPath: path)
-            let run = try startStress(["passwd", path, old, new], environment: ["KEYSMITH_FAULT_EXIT_AT": String(step)])
-            run.0.waitUntilExit()
-            let finished = run.0.terminationStatus == 0
-            #expect(finished || run.0.terminationStatus == 86, "step \(step): exit \(run.0.terminationStatus)")
+            let finished = try runStressKilled(at: step, ["passwd", path, old, new])
             let withOld = try? FileVault.open(at: path, credential: .keyfile(at: old), anchorDirectory: nil)
             let withNew = try? FileVault.open(at: path, credential: .keyfile(at: new), anchorDirectory: nil)
             #expect((withOld == nil) != (withNew == nil), "step \(step): old opens \(withOld != nil), new opens \(withNew != nil)")
@@ -443,10 +451,7 @@ struct ProcessTests {
         while true {
             let path = directory.sub("vault-\(step)")
             try FileManager.default.copyItem(atPath: pristine, toPath: path)
-            let run = try startStress(["rekey", path, keyfile], environment: ["KEYSMITH_FAULT_EXIT_AT": String(step)])
-            run.0.waitUntilExit()
-            let finished = run.0.terminationStatus == 0
-            #expect(finished || run.0.terminationStatus == 86, "step \(step): \(stressErrors(run.0))")
+            let finished = try runStressKilled(at: step, ["rekey", path, keyfile])
             try check(path, "killed at step \(step)")
             let header = try String(contentsOfFile: path + "/header", encoding: .utf8)
             if halfWay == nil, header.components(separatedBy: "\"epoch\" : ").count == 4 { halfWay = step }  // id key + two data keys

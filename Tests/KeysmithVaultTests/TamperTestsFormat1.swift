@@ -1,5 +1,7 @@
 import Foundation
 import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
 @testable import KeysmithVault
 import Testing
 
@@ -329,7 +331,7 @@ struct TamperTestsFormat1 {
         #expect(try repaired.verify().isEmpty)
     }
 
-    @Test("the repair of a format 1 vault never follows a symbolic link out of the vault: a linked snapshot or log directory is moved aside as a link")
+    @Test("the repair of a format 1 vault never follows a symbolic link out of the vault: a linked snapshot or log directory is moved aside as the link")
     func repairFormat1NeverFollowsLinks() throws {
         for linked in ["snapshot", "log"] {
             let vault = try SmallVault(format1: "a")
@@ -337,27 +339,76 @@ struct TamperTestsFormat1 {
             try FileManager.default.moveItem(atPath: vault.path + "/" + linked, toPath: outside)
             try FileManager.default.createSymbolicLink(atPath: vault.path + "/" + linked, withDestinationPath: outside)
             let before = try snapshotOfFiles(outside)
-            let result = Result { try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing) }
-            // Whatever the repair decides, what the link points to is untouched.
-            #expect(try snapshotOfFiles(outside) == before, "\(linked)")
-            #expect(FileManager.default.fileExists(atPath: outside), "\(linked)")
-            switch result {
-            case .success(let report) where !report.needed:
-                // Format 1 reads through a linked log directory; nothing to repair, nothing moved.
-                #expect(linked == "log")
-                #expect(try FileManager.default.destinationOfSymbolicLink(atPath: vault.path + "/" + linked) == outside)
-            case .success(let report):
-                let aside = try #require(report.movedAside)
-                let moved = try FileManager.default.destinationOfSymbolicLink(atPath: vault.path + "/" + aside + "/" + linked)
-                #expect(moved == outside, "\(linked)")
-                #expect(try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil).verify().isEmpty)
-            case .failure(let error):
-                let keysmith = try #require(error as? KeysmithError, "\(linked): \(error)")
-                #expect(keysmith.code == .corruptData, "\(linked): \(keysmith)")
-            }
+            let report = try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing)
+            #expect(try snapshotOfFiles(outside) == before, "\(linked): what the link points to changed")
+            #expect(report.needed && report.absentItemsMayBeLost, "\(linked)")
+            #expect(report.losses.map(\.file) == [linked], "\(linked): \(report.losses)")
+            let aside = try #require(report.movedAside)
+            #expect(try FileManager.default.destinationOfSymbolicLink(atPath: vault.path + "/" + aside + "/" + linked) == outside, "\(linked)")
+            #expect(!System.entryExists(vault.path + "/" + linked), "\(linked)")
+            let repaired = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
+            #expect(try repaired.verify().isEmpty, "\(linked)")
+            // What the other files held is kept: the logs without the snapshot, the snapshot without the logs.
+            let expected = linked == "snapshot" ? ["log1", "snap2"] : ["snap1", "snap2"]
+            for name in expected { #expect(try repaired.read(genericKey(name)) != nil, "\(linked): \(name)") }
+            #expect(Set(report.itemsMaybeStale).isSuperset(of: linked == "snapshot" ? [] : [genericKey("snap1")]), "\(linked)")
         }
     }
 
+    @Test("the repair keeps every record that authenticates: one damaged only in its trailer, and the older version of one whose newer version is damaged")
+    func repairFormat1KeepsWhatAuthenticates() throws {
+        // The last byte of log 4 is the trailer's checksum of log1's frame: the record itself verifies.
+        let trailer = try SmallVault(format1: "a")
+        let log4 = trailer.path + "/log/0000000000000004"
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: log4))
+        bytes[bytes.count - 1] ^= 1
+        try bytes.write(to: URL(fileURLWithPath: log4))
+        let kept = try FileVault.repairFormat1(at: trailer.path, credential: SmallVault.credential, scrypt: .testing)
+        #expect(kept.needed && kept.itemsKept == 4 && kept.unreadableRecords.isEmpty, "\(kept)")
+        #expect(kept.losses.map(\.file) == ["log/0000000000000004"] && kept.losses.allSatisfy(\.complete), "\(kept.losses)")
+        let readTrailer = try FileVault.open(at: trailer.path, credential: SmallVault.credential, anchorDirectory: nil)
+        for (key, secret) in trailer.expected { #expect(try readTrailer.read(key)?.secret == secret, "\(key)") }
+
+        // Log 5 updates snap2; its record there fails: the snapshot's version is kept, named as possibly stale.
+        let older = try SmallVault(format1: "a")
+        let log5 = older.path + "/log/0000000000000005"
+        var log5Bytes = try Data(contentsOf: URL(fileURLWithPath: log5))
+        let snap2 = try format1RecordID(older.path, genericKey("snap2"))
+        let frame = try #require(FrameFile.parseFrames(Array(log5Bytes)).frames.first { $0.frame.recordID == snap2 })
+        log5Bytes[frame.offset + Format1.frameHeaderSize] ^= 1  // the first byte of its ciphertext
+        try log5Bytes.write(to: URL(fileURLWithPath: log5))
+        let report = try FileVault.repairFormat1(at: older.path, credential: SmallVault.credential, scrypt: .testing)
+        #expect(report.itemsMaybeStale == [genericKey("snap2")], "\(report)")
+        #expect(report.unreadableRecords.isEmpty, "\(report)")
+        let repaired = try FileVault.open(at: older.path, credential: SmallVault.credential, anchorDirectory: nil)
+        #expect(try repaired.read(genericKey("snap2"))?.secret == Data("secret-snap-2".utf8))
+        for (key, secret) in older.expected where key != genericKey("snap2") { #expect(try repaired.read(key)?.secret == secret, "\(key)") }
+    }
+
+    @Test("a log after a gap: the upgrade refuses it; the repair reports it, does not merge it, and keeps the rest")
+    func repairFormat1LogAfterAGap() throws {
+        let vault = try SmallVault(format1: "a")
+        try FileManager.default.removeItem(atPath: vault.path + "/log/0000000000000004")
+        let refused = #expect(throws: KeysmithError.self) { try FileVault.upgrade(at: vault.path, credential: SmallVault.credential, scrypt: .testing) }
+        #expect(refused?.code == .corruptData)
+        #expect(FileManager.default.fileExists(atPath: vault.path + "/log/0000000000000005"), "the upgrade deleted a log")
+        let report = try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing)
+        #expect(report.losses.map(\.file) == ["log/0000000000000005"] && report.losses.first?.sequence == 5, "\(report.losses)")
+        #expect(report.absentItemsMayBeLost)
+        #expect(report.sequence == 6)
+        let aside = try #require(report.movedAside)
+        #expect(FileManager.default.fileExists(atPath: vault.path + "/" + aside + "/log/0000000000000005"))
+        let repaired = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
+        #expect(try repaired.read(genericKey("snap2"))?.secret == Data("secret-snap-2".utf8))
+        #expect(try repaired.read(genericKey("deleted"))?.secret == Data("secret-deleted".utf8))
+        #expect(Set(report.itemsMaybeStale) == [genericKey("snap1"), genericKey("snap2"), genericKey("deleted")], "\(report.itemsMaybeStale)")
+    }
+}
+
+/// The record id of `key` in the format 1 vault at `path` (a small vault's credential).
+func format1RecordID(_ path: String, _ key: ItemKey) throws -> RecordID {
+    let unlocked = try Format1Salvage.unlock(Paths1(root: path), credential: SmallVault.credential)
+    return try #require(RecordID(SHA256.hmac(key: unlocked.idKey, RecordCodec.identity(key))))
 }
 
 /// Copies the committed format 1 vault `Keys/<name>` to `destination`, with the empty log

@@ -59,7 +59,7 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
     /// Set once another process upgraded the vault to format 2: this handle's view is gone.
     private var upgradedAway = false
 
-    func lockFD() throws -> Descriptor { engine.lockFD }
+    func lockFD() throws -> Descriptor { try engine.lockFD() }
 
     func refresh() throws {
         if upgradedAway { throw Self.upgradedError }

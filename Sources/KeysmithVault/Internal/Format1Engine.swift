@@ -31,7 +31,9 @@ struct Format1Engine: ~Copyable {
     let kek: SecretBytes
     let idKey: SecretBytes
     var dataKeys: [UInt32: SecretBytes]
-    let lockFD: Descriptor
+    /// The lock file, opened by the first upgrade (a format 1 vault on a read-only file system
+    /// still opens and reads: nothing is created to read it).
+    private var lockDescriptor: Descriptor?
     let clock: @Sendable () -> Date
 
     /// The snapshot we loaded, held open so its inode cannot be reused while we compare it.
@@ -50,20 +52,29 @@ struct Format1Engine: ~Copyable {
     var foreignFiles = 0
     var filesSeen = 0
 
-    init(paths: Paths1, unlocked: UnlockedHeader1, lockFD: Descriptor, clock: @escaping @Sendable () -> Date) {
+    init(paths: Paths1, unlocked: UnlockedHeader1, clock: @escaping @Sendable () -> Date) {
         self.paths = paths
         self.vaultID = unlocked.header.vaultIDBytes
         self.header = unlocked.header
         self.kek = unlocked.kek
         self.idKey = unlocked.idKey
         self.dataKeys = unlocked.dataKeys
-        self.lockFD = lockFD
         self.clock = clock
     }
 
     deinit {
         if let snapshotFD { System.close(snapshotFD) }
-        System.close(lockFD)
+        if let lockDescriptor { System.close(lockDescriptor) }
+    }
+
+    /// The lock file's descriptor, opened (made when missing, never through a link) on first use.
+    mutating func lockFD() throws -> Descriptor {
+        if let lockDescriptor { return lockDescriptor }
+        let opened = try io {
+            try System.open(paths.lock, flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600)
+        }
+        lockDescriptor = opened
+        return opened
     }
 
     // MARK: Loading

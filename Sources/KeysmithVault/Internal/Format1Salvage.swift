@@ -4,117 +4,342 @@ import KeysmithCredentials
 import KeysmithCrypto
 import KeysmithSystem
 
-/// What a repair of a format 1 vault keeps, and what it reports.
-struct Format1SalvagePlan {
-    /// Every record that authenticates, with the commit that last wrote it.
-    var keep: [(record: SecureRecord, version: UInt64)]
-    var report: VaultRepairReport
-}
+/// The repair of a damaged format 1 vault (docs/format.md, "Repairing a version 1 vault"): its
+/// files read by themselves, every frame tried as it stands, and a format 2 vault written from the
+/// newest version of each record that authenticates. It does not read through `Format1Engine`,
+/// whose rules serve reads (a damaged newest version hides an older intact one; a log after a
+/// gap is never looked at; a snapshot that is not a regular file fails the open): a repair must
+/// see everything that can still be vouched for, and report the rest.
+///
+/// ```swift
+/// let salvage = try Format1Salvage(root: path, credential: credential)
+/// let plan = try salvage.plan()
+/// if plan.report.needed { try salvage.carryOut(plan, credential: credential, scrypt: .default, at: Date()) }
+/// ```
+struct Format1Salvage {
+    /// What a repair keeps and reports.
+    struct Plan {
+        /// Every record kept, with the commit that wrote it.
+        var keep: [(record: SecureRecord, version: UInt64)]
+        var report: VaultRepairReport
+    }
 
-extension Format1Backend {
-    /// Plans the repair of a format 1 vault: every intact record is opened (a record that does
-    /// not authenticate is unreadable); the damaged parts are grouped by file as losses; a kept
-    /// record older than a commit whose damage cannot be tied to records may be stale. Reads
-    /// only: the caller verified the vault first (so every file was read).
-    func planSalvage() -> Format1SalvagePlan {
-        let uncertain = engine.uncertainBefore
-        var keep: [(record: SecureRecord, version: UInt64)] = []
-        var stale: [ItemKey] = []
-        var unreadable = Set(engine.damagedByID.keys.map(\.description))
-        var keptPerFile: [String: Int] = [:]
-        for entry in engine.entries.values {
-            guard let record = try? engine.open(entry) else {
-                unreadable.insert(entry.frame.recordID.description)
+    let paths: Paths1
+    let unlocked: UnlockedHeader1
+    var vaultID: [UInt8] { unlocked.header.vaultIDBytes }
+
+    /// Unlocks the vault's header (either intact copy) with `credential`.
+    ///
+    /// - Throws: What opening the vault throws for its header: `authenticationFailed` for a
+    ///   wrong credential, `corruptData` when no copy is intact.
+    init(root: String, credential: VaultCredential) throws {
+        paths = Paths1(root: root)
+        unlocked = try Self.unlock(paths, credential: credential)
+    }
+
+    /// The first intact header copy that `credential` unlocks; the first failure otherwise.
+    static func unlock(_ paths: Paths1, credential: VaultCredential) throws -> UnlockedHeader1 {
+        var firstError: (any Error)?
+        for header in HeaderStore1.intactCopies(paths) {
+            do {
+                return try HeaderStore1.unlock(header, credential: credential)
+            } catch {
+                firstError = firstError ?? error
+            }
+        }
+        if let firstError { throw firstError }
+        _ = try HeaderStore1.read(paths)  // throws the precise "no header" / "damaged" error
+        throw KeysmithError(.corruptData, "the vault header cannot be read")
+    }
+
+    // MARK: Planning
+
+    /// What the scan found so far.
+    private struct Findings {
+        /// The newest version of each record id that authenticates.
+        var best: [RecordID: (version: UInt64, record: SecureRecord?, file: String)] = [:]
+        /// The newest version of each record id that does not.
+        var failed: [RecordID: UInt64] = [:]
+        /// Each damaged file's reasons, and whether a record may be lost with it.
+        var damage: [String: (reasons: [String], lossy: Bool)] = [:]
+        /// Records older than this may be stale: damage that cannot be tied to records is in a
+        /// commit up to it (`.max` when the snapshot itself is lost).
+        var hiddenThrough: UInt64 = 0
+        var hides = false
+        var highest: UInt64 = 0
+
+        mutating func lose(_ file: String, _ reason: String, lossy: Bool = true) {
+            damage[file, default: ([], false)].reasons.append(reason)
+            if lossy { damage[file]!.lossy = true }
+        }
+
+        mutating func hide(_ file: String, _ reason: String, through sequence: UInt64) {
+            lose(file, reason)
+            hides = true
+            hiddenThrough = max(hiddenThrough, sequence)
+        }
+
+        mutating func fail(_ id: RecordID, _ version: UInt64) { failed[id] = max(failed[id] ?? 0, version) }
+    }
+
+    /// Reads every file and tries every frame; changes nothing.
+    func plan() throws -> Plan {
+        var found = Findings()
+        let headerCopies = headerCopyProblems()
+
+        // The snapshot: its through-sequence decides which logs follow it.
+        var through: UInt64?
+        do {
+            if let bytes = try System.readRegularFile(paths.snapshot, maximumSize: Format.maximumFileSize) {
+                through = scan(bytes, name: "snapshot", expected: nil, into: &found)
+            } else {
+                through = 0  // no snapshot: the logs start at commit 1
+            }
+        } catch let error as SystemError where error.isUnusableFile {
+            found.hide("snapshot", "the snapshot is not a regular file (\(error))", through: .max)
+        }
+
+        // The logs, from the one after the snapshot, without a gap.
+        var numbers: [(number: UInt64, name: String)] = []
+        if System.isRealDirectory(paths.logDirectory) {
+            for name in try io({ try System.listDirectory(paths.logDirectory) }) {
+                if let number = LogName.sequence(name) { numbers.append((number, name)) }
+            }
+        } else if System.entryExists(paths.logDirectory) {
+            found.hide("log", "the log directory is not a directory (a link or a file is in its place); its commits were not read",
+                       through: .max)
+        }
+        numbers.sort { $0.number < $1.number }
+        var next = through.map { $0 + 1 } ?? numbers.first?.number ?? 1
+        for (number, name) in numbers {
+            found.highest = max(found.highest, number)
+            let file = "log/" + name
+            if number < next { continue }  // folded into the snapshot: a compaction's leftover
+            guard number == next else {
+                found.hide(file, "the log follows a missing commit \(next): a commit is lost, and this one was not merged", through: number)
                 continue
             }
-            keep.append((record, entry.frame.version))
-            keptPerFile[entry.file, default: 0] += 1
-            if let uncertain, entry.frame.version < uncertain.sequence { stale.append(entry.info.key) }
+            next += 1
+            do {
+                guard let bytes = try System.readRegularFile(paths.log(number), maximumSize: Format.maximumFileSize) else { continue }
+                _ = scan(bytes, name: file, expected: number, into: &found)
+            } catch let error as SystemError where error.isUnusableFile {
+                found.hide(file, "the log is not a regular file (\(error))", through: number)
+            }
         }
-        let damage = engine.damage.filter { !$0.isSuperseded && !$0.isHeaderCopy }
-        var byFile: [String: [VaultDamage]] = [:]
-        for part in damage { byFile[part.file, default: []].append(part) }
-        let losses = byFile.keys.sorted().map { file -> VaultRepairReport.Loss in
-            let parts = byFile[file]!.sorted { $0.offset < $1.offset }
-            let reason = parts[0].reason + (parts.count > 1 ? " (and \(parts.count - 1) more damaged part(s) in the file)" : "")
-            return VaultRepairReport.Loss(file: file, sequence: Self.logSequence(file), reason: reason, salvaged: keptPerFile[file] ?? 0)
+
+        // What is kept: the newest version of each record that authenticates, when it is a put.
+        var keep: [(record: SecureRecord, version: UInt64)] = []
+        var stale: [ItemKey] = []
+        var keptPerFile: [String: Int] = [:]
+        for (id, best) in found.best {
+            guard let record = best.record else { continue }
+            keep.append((record, best.version))
+            keptPerFile[best.file, default: 0] += 1
+            if (found.failed[id] ?? 0) > best.version || best.version <= found.hiddenThrough && found.hides {
+                stale.append(record.key)
+            }
         }
-        let headerCopies = engine.fileDamage.filter(\.isHeaderCopy).map { "\($0.file): \($0.reason)" }
-        let highestDamaged = losses.compactMap(\.sequence).max() ?? 0
+        let unreadable = found.failed.compactMap { id, version -> String? in
+            guard let best = found.best[id] else { return id.description }
+            return best.record == nil && version > best.version ? id.description : nil
+        }.sorted()
+        let losses = found.damage.keys.sorted().map { file -> VaultRepairReport.Loss in
+            let (reasons, lossy) = found.damage[file]!
+            let reason = reasons[0] + (reasons.count > 1 ? " (and \(reasons.count - 1) more damaged part(s) in the file)" : "")
+            return VaultRepairReport.Loss(file: file, sequence: file.hasPrefix("log/") ? LogName.sequence(String(file.dropFirst(4))) : nil,
+                                          reason: reason, salvaged: keptPerFile[file] ?? 0, complete: !lossy)
+        }
         let report = VaultRepairReport(
-            needed: !losses.isEmpty || !unreadable.isEmpty || !headerCopies.isEmpty,
-            dryRun: true, itemsKept: keep.count, losses: losses,
-            itemsMaybeStale: stale.sorted { $0.description < $1.description }, unreadableRecords: unreadable.sorted(),
-            absentItemsMayBeLost: uncertain != nil || damage.contains(where: \.hidesRecords) || !unreadable.isEmpty,
-            headerCopies: headerCopies, movedAside: nil, sequence: max(engine.lastSequence, highestDamaged) + 1)
-        return Format1SalvagePlan(keep: keep, report: report)
+            needed: !losses.isEmpty || !unreadable.isEmpty || !headerCopies.isEmpty, dryRun: true, itemsKept: keep.count,
+            losses: losses, itemsMaybeStale: stale.sorted { $0.description < $1.description }, unreadableRecords: unreadable,
+            absentItemsMayBeLost: found.hides || !unreadable.isEmpty, headerCopies: headerCopies, movedAside: nil,
+            sequence: max(found.highest, through ?? 0, next - 1) + 1)
+        return Plan(keep: keep, report: report)
     }
 
-    /// The commit a format 1 log's name gives (`log/0000000000000003`); `nil` for the snapshot.
-    private static func logSequence(_ file: String) -> UInt64? {
-        guard file.hasPrefix("log/") else { return nil }
-        return LogName.sequence(String(file.dropFirst(4)))
-    }
-
-    /// Carries out a plan: the format 1 files are linked into `damaged-<time>/` first (so a
-    /// crash at any step leaves them there, and before the switch leaves the format 1 vault as
-    /// it was), a format 2 vault of every kept record is written beside them, the new header's
-    /// rename is the switch, and the format 1 files leave the vault (moved aside when they could
-    /// not be linked). The caller holds the flock.
-    func carryOut(_ plan: Format1SalvagePlan, path: String, credential: VaultCredential, scrypt: ScryptParameters,
-                  at now: Date) throws -> VaultRepairReport
-    {
-        let aside = try Durable.makeAsideDirectory(in: path, at: now)
-        let asidePath = path + "/" + aside
-        var linked: [String] = []
-        var unlinked: [(from: String, to: String)] = []
-        try io {
-            func keep(_ name: String) throws {
-                let from = path + "/" + name, to = asidePath + "/" + name
-                guard try System.status(from) != nil else { return }
-                if (try? System.link(from, to)) != nil { linked.append(from) } else { unlinked.append((from, to)) }
+    /// The header copies that are missing, damaged or another vault's (`name: reason`).
+    private func headerCopyProblems() -> [String] {
+        [HeaderFormat.primaryName, HeaderFormat.backupName].compactMap { name in
+            let bytes: [UInt8]?
+            do {
+                bytes = try System.readRegularFile(paths.root + "/" + name, maximumSize: Format.maximumHeaderSize)
+            } catch {
+                return "\(name): the header copy is not a regular file (\(error))"
             }
-            for name in [HeaderFormat.primaryName, HeaderFormat.backupName, "snapshot"] { try keep(name) }
-            if System.isRealDirectory(path + "/log") {
-                _ = try System.mkdir(asidePath + "/log")
-                for name in try System.listDirectory(path + "/log") { try keep("log/" + name) }
-                try System.fsyncDirectory(asidePath + "/log")
-            } else if try System.status(path + "/log") != nil {
-                unlinked.append((path + "/log", asidePath + "/log"))
-            }
-            try System.fsyncDirectory(asidePath)
+            guard let bytes else { return "\(name): the header copy is missing" }
+            guard let parsed = try? VaultHeader1.parse(bytes) else { return "\(name): the header copy is damaged (checksum or syntax)" }
+            return parsed.vaultIDBytes == vaultID ? nil : "\(name): the header copy belongs to another vault"
         }
-        // A header copy that cannot be linked (not a regular file) leaves now: the other copy
-        // still opens the format 1 vault, and the switch below could not rename over it.
-        let headers = [path + "/" + HeaderFormat.primaryName, path + "/" + HeaderFormat.backupName]
+    }
+
+    /// Tries every frame of one file (`expected`: a log's number; `nil` for the snapshot) and
+    /// returns the commit it reaches (for the snapshot, its through-sequence).
+    private func scan(_ bytes: [UInt8], name: String, expected: UInt64?, into found: inout Findings) -> UInt64 {
+        let header = FrameFile.parseHeader(bytes, kind: expected == nil ? .snapshot : .log)
+        let parsed = FrameFile.parseFrames(bytes)
+        var sequence = expected ?? header?.sequence ?? parsed.frames.map(\.frame.version).max() ?? 0
+        if let header {
+            if header.vaultID != vaultID {
+                found.hide(name, "the file belongs to another vault (vault id \(header.vaultID.hexString))", through: sequence)
+            }
+            if let expected, header.sequence != expected {
+                found.lose(name, "the file says it is log \(header.sequence): it was renamed or copied", lossy: false)
+            }
+        } else if bytes.count < Format1.fileHeaderSize + Format1.frameHeaderSize {
+            found.hide(name, bytes.count < Format1.fileHeaderSize ? "the file is cut short inside its header" : "the file header is damaged",
+                       through: sequence)
+            return sequence
+        } else {
+            found.lose(name, "the file header is damaged", lossy: false)
+        }
+        let counted = parsed.frames.count + parsed.damage.filter { $0.recordID != nil && !$0.inTrailer }.count
+        if let header, counted < header.count {
+            found.hide(name, "the file holds \(counted) of its \(header.count) records: it was truncated", through: sequence)
+        } else if header == nil, parsed.damage.contains(where: \.endsFile) {
+            found.hide(name, "the file is cut short and its header, which counts its records, is damaged", through: sequence)
+        }
+        for damage in parsed.damage {
+            if let id = damage.recordID {
+                if damage.inTrailer {
+                    found.lose(name, damage.reason, lossy: false)  // the record itself verified
+                } else {
+                    found.lose(name, damage.reason)
+                    found.fail(id, damage.version ?? sequence)
+                }
+            } else {
+                found.hide(name, damage.reason + ", and which record it held cannot be told", through: sequence)
+            }
+        }
+        for (frame, _) in parsed.frames {
+            if let expected, frame.version != expected {
+                found.lose(name, "a record says it was written by commit \(frame.version) but sits in \(name): it was moved")
+                found.fail(frame.recordID, frame.version)
+                continue
+            }
+            if expected == nil, header != nil, frame.version > sequence {
+                found.lose(name, "a record is newer than the snapshot that holds it: it was moved")
+                found.fail(frame.recordID, frame.version)
+                continue
+            }
+            guard let opened = open(frame) else {
+                found.lose(name, "a record failed authentication: it is corrupt, was tampered with, or comes from another vault")
+                found.fail(frame.recordID, frame.version)
+                continue
+            }
+            if frame.version > found.best[frame.recordID]?.version ?? 0 {
+                found.best[frame.recordID] = (frame.version, opened.record, name)
+            }
+        }
+        sequence = max(sequence, expected ?? 0)
+        return sequence
+    }
+
+    /// A frame decrypted and checked as a read checks it: its tag, a deletion that carries no
+    /// data, a put that decodes and whose identity is its record id. `nil` when any fails;
+    /// `record` is `nil` for a deletion.
+    private func open(_ frame: Frame) -> (record: SecureRecord?, Void)? {
+        guard let key = unlocked.dataKeys[frame.epoch],
+              var plaintext = try? AESGCM.open(ciphertext: frame.ciphertext, tag: frame.tag, key: key, nonce: frame.nonce,
+                                               associatedData: frame.associatedData(vaultID: vaultID))
+        else { return nil }
+        defer { cleanse(&plaintext) }
+        switch frame.op {
+        case .delete:
+            return plaintext.isEmpty ? (nil, ()) : nil
+        case .put:
+            guard var record = try? RecordCodec.decode(plaintext, withSecret: true),
+                  SHA256.hmac(key: unlocked.idKey, RecordCodec.identity(record.key)) == frame.recordID.bytes
+            else { return nil }
+            record.info.version = Format1Engine.version(of: frame)
+            return (record, ())
+        }
+    }
+
+    // MARK: Carrying out
+
+    /// Carries out a plan under the vault's lock: the format 1 files are kept in
+    /// `damaged-<time>/` first (hard links, or copies where the file system has none; a file
+    /// that is not a regular one is moved there after the switch, a header copy before it), a
+    /// format 2 vault of every kept record is written beside them, the new header's rename is
+    /// the switch, and the format 1 files leave the vault. Killed before the switch it leaves
+    /// the format 1 files as they were; after it, the format 2 vault complete.
+    func carryOut(_ plan: Plan, credential: VaultCredential, scrypt: ScryptParameters, at now: Date) throws -> VaultRepairReport {
+        let root = paths.root
+        let aside = try Durable.makeAsideDirectory(in: root, at: now)
+        let asidePath = root + "/" + aside
+        var kept: [String] = []  // linked or copied: unlinked after the switch
+        var moveLater: [String] = []  // not regular files: moved aside after the switch
+        var names = [HeaderFormat.primaryName, HeaderFormat.backupName, "snapshot"]
+        let logIsDirectory = System.isRealDirectory(paths.logDirectory)
+        if logIsDirectory {
+            try io { _ = try System.mkdir(asidePath + "/log") }
+            names += try io { try System.listDirectory(paths.logDirectory) }.map { "log/" + $0 }
+        } else if System.entryExists(paths.logDirectory) {
+            moveLater.append("log")
+        }
         try io {
-            for (from, to) in unlinked where headers.contains(from) { try System.rename(from, to) }
-            try System.fsyncDirectory(path)
+            for name in names {
+                switch try keepAside(root + "/" + name, at: asidePath + "/" + name, directory: asidePath + (name.hasPrefix("log/") ? "/log" : "")) {
+                case .kept: kept.append(name)
+                case .notRegular: moveLater.append(name)
+                case .absent: break
+                }
+            }
+            if logIsDirectory { try System.fsyncDirectory(asidePath + "/log") }
+            try System.fsyncDirectory(asidePath)
+            // A header copy that is not a regular file is no header: out of the way of the
+            // switch now (the intact copy that opened the vault stays).
+            for name in moveLater where name == HeaderFormat.primaryName || name == HeaderFormat.backupName {
+                try System.rename(root + "/" + name, asidePath + "/" + name)
+            }
+            try System.fsyncDirectory(root)
         }
         try FaultInjection.step()
-        let paths = Paths(root: path)
-        try io { try System.removeTree(paths.data) }
+        let format2 = Paths(root: root)
+        try io { try System.removeTree(format2.data) }  // what an interrupted repair or upgrade left
         let created = try VaultCreation.create(
-            paths: paths, credential: credential, scrypt: scrypt, created: now, idKey: engine.idKey,
+            paths: format2, credential: credential, scrypt: scrypt, created: now, idKey: unlocked.idKey,
             through: plan.report.sequence, records: plan.keep, writeHeader: false)
         // The switch: the primary header's rename. The backup follows.
-        try Durable.write(created.header, to: paths.header, directory: path)
+        try Durable.write(created.header, to: format2.header, directory: root)
         try FaultInjection.step()
-        try Durable.write(created.header, to: paths.headerBackup, directory: path)
+        try Durable.write(created.header, to: format2.headerBackup, directory: root)
         try io {
-            for (from, to) in unlinked where from != paths.header && from != paths.headerBackup {
-                try System.rename(from, to)
+            for name in moveLater where name != HeaderFormat.primaryName && name != HeaderFormat.backupName {
+                try System.rename(root + "/" + name, asidePath + "/" + name)
             }
-            for from in linked where from != paths.header && from != paths.headerBackup {
-                try System.unlink(from)
+            for name in kept where name != HeaderFormat.primaryName && name != HeaderFormat.backupName {
+                try System.unlink(root + "/" + name)
             }
-            if System.isRealDirectory(path + "/log") { try System.removeTree(path + "/log") }
-            try System.fsyncDirectory(path)
+            if logIsDirectory { try System.removeTree(paths.logDirectory) }
+            try System.fsyncDirectory(root)
         }
-        return VaultRepairReport(
-            needed: true, dryRun: false, itemsKept: plan.report.itemsKept, losses: plan.report.losses,
-            itemsMaybeStale: plan.report.itemsMaybeStale, unreadableRecords: plan.report.unreadableRecords,
-            absentItemsMayBeLost: plan.report.absentItemsMayBeLost, headerCopies: plan.report.headerCopies,
-            movedAside: aside, sequence: plan.report.sequence)
+        try FaultInjection.step()
+        var report = plan.report
+        report = VaultRepairReport(
+            needed: true, dryRun: false, itemsKept: report.itemsKept, losses: report.losses, itemsMaybeStale: report.itemsMaybeStale,
+            unreadableRecords: report.unreadableRecords, absentItemsMayBeLost: report.absentItemsMayBeLost,
+            headerCopies: report.headerCopies, movedAside: aside, sequence: report.sequence)
+        return report
+    }
+
+    private enum Kept { case kept, notRegular, absent }
+
+    /// Keeps the file at `path` at `destination`: a hard link, or a copy of its bytes (synced)
+    /// where the file system has no hard links. Never follows a link.
+    private func keepAside(_ path: String, at destination: String, directory: String) throws -> Kept {
+        let opened: (fd: Descriptor, status: System.FileStatus)?
+        do {
+            opened = try System.openRegularFile(path, maximumSize: Format.maximumFileSize)
+        } catch let error as SystemError where error.isUnusableFile {
+            return .notRegular
+        }
+        guard let (fd, _) = opened else { return .absent }
+        defer { System.close(fd) }
+        if (try? System.link(path, destination)) != nil { return .kept }
+        let bytes = try System.readAll(fd, path: path)
+        try Durable.write(bytes, to: destination, directory: directory)
+        return .kept
     }
 }
