@@ -630,10 +630,9 @@ extension FileVault {
             }
         }
         try refuseFormat2()
-        let salvage = try Format1Salvage(root: path, credential: credential)
         let report: VaultRepairReport
         if dryRun {
-            report = try salvage.plan().report  // reads only; no lock file is made
+            report = try Format1Salvage(root: path, credential: credential).plan().report  // reads only; no lock file is made
         } else {
             let lock = try io {
                 try System.open(path + "/lock", flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600)

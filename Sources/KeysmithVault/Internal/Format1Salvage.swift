@@ -62,8 +62,8 @@ struct Format1Salvage {
         var failed: [RecordID: UInt64] = [:]
         /// Each damaged file's reasons, and whether a record may be lost with it.
         var damage: [String: (reasons: [String], lossy: Bool)] = [:]
-        /// Records older than this may be stale: damage that cannot be tied to records is in a
-        /// commit up to it (`.max` when the snapshot itself is lost).
+        /// Records older than this may be stale: damage that cannot be tied to records is in
+        /// this commit (the newest such; `.max` when the snapshot itself is lost).
         var hiddenThrough: UInt64 = 0
         var hides = false
         var highest: UInt64 = 0
@@ -97,6 +97,8 @@ struct Format1Salvage {
             }
         } catch let error as SystemError where error.isUnusableFile {
             found.hide("snapshot", "the snapshot is not a regular file (\(error))", through: .max)
+        } catch let error as SystemError {
+            throw KeysmithError(.ioFailure, "cannot read the vault's snapshot: \(error)")
         }
 
         // The logs, from the one after the snapshot, without a gap.
@@ -125,6 +127,8 @@ struct Format1Salvage {
                 _ = scan(bytes, name: file, expected: number, into: &found)
             } catch let error as SystemError where error.isUnusableFile {
                 found.hide(file, "the log is not a regular file (\(error))", through: number)
+            } catch let error as SystemError {
+                throw KeysmithError(.ioFailure, "cannot read the vault's \(file): \(error)")
             }
         }
 
@@ -136,7 +140,9 @@ struct Format1Salvage {
             guard let record = best.record else { continue }
             keep.append((record, best.version))
             keptPerFile[best.file, default: 0] += 1
-            if (found.failed[id] ?? 0) > best.version || best.version <= found.hiddenThrough && found.hides {
+            // A newer version fails, or a commit after this version holds damage that cannot
+            // be tied to records (it may have changed this one).
+            if (found.failed[id] ?? 0) > best.version || found.hides && best.version < found.hiddenThrough {
                 stale.append(record.key)
             }
         }
