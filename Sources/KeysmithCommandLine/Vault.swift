@@ -137,20 +137,20 @@ extension KeysmithCommand.Vault {
 
         func run() throws {
             let credential = try store.vaultCredential()  // read once: a passphrase may come from a pipe
-            var vault = try FileVault.open(at: store.vaultPath, credential: credential)
+            let path = store.vaultPath
             let report: VaultRepairReport
-            if vault.formatVersion == 1 {
-                // A format 1 vault is repaired by an upgrade that keeps what authenticates;
-                // the audit entry then goes into the format 2 vault it became.
-                report = try FileVault.repairFormat1(at: vault.path, credential: credential, dryRun: dryRun)
-                if report.needed && !dryRun { vault = try FileVault.open(at: vault.path, credential: credential) }
+            if FileVault.formatVersion(at: path) == 1 {
+                // A format 1 vault is repaired by an upgrade that keeps what authenticates,
+                // without opening it first (the damage may be what fails an open); the audit
+                // entry then goes into the format 2 vault it became.
+                report = try FileVault.repairFormat1(at: path, credential: credential, dryRun: dryRun)
             } else {
-                report = try vault.repair(dryRun: dryRun)
+                report = try FileVault.open(at: path, credential: credential).repair(dryRun: dryRun)
             }
             var auditProblem: String?
             if report.needed && !dryRun {
                 do {
-                    try makeKeeper(vault).recordStoreRepair(Self.summary(report))
+                    try makeKeeper(try FileVault.open(at: path, credential: credential)).recordStoreRepair(Self.summary(report))
                 } catch {
                     auditProblem = "\(error)"
                 }
@@ -173,14 +173,14 @@ extension KeysmithCommand.Vault {
                     losses: report.losses.map { Loss(file: $0.file, sequence: $0.sequence, reason: $0.reason, salvaged: $0.salvaged, complete: $0.complete) },
                     itemsMaybeStale: report.itemsMaybeStale.map(\.description), unreadableRecords: report.unreadableRecords,
                     absentItemsMayBeLost: report.absentItemsMayBeLost, headerCopies: report.headerCopies,
-                    movedAside: report.movedAside.map { vault.path + "/" + $0 }, sequence: report.sequence,
+                    movedAside: report.movedAside.map { path + "/" + $0 }, sequence: report.sequence,
                     audited: report.needed && !dryRun && auditProblem == nil)))
             } else if !report.needed {
-                print("The vault at \(vault.path) is intact: nothing to repair.")
+                print("The vault at \(path) is intact: nothing to repair.")
             } else {
                 print(dryRun
-                    ? "A repair of the vault at \(vault.path) would keep \(report.itemsKept) item(s), at sequence \(report.sequence); nothing was changed."
-                    : "Repaired the vault at \(vault.path): \(report.itemsKept) item(s) kept, sequence \(report.sequence).")
+                    ? "A repair of the vault at \(path) would keep \(report.itemsKept) item(s), at sequence \(report.sequence); nothing was changed."
+                    : "Repaired the vault at \(path): \(report.itemsKept) item(s) kept, sequence \(report.sequence).")
                 for loss in report.losses {
                     if loss.complete {
                         print("damaged, every record recovered: \(loss.file): \(OneLine.unicodeEscaped(loss.reason))")
@@ -195,7 +195,7 @@ extension KeysmithCommand.Vault {
                     print("Items the vault does not hold may be lost too: a part that could not be read may have created them.")
                 }
                 if let aside = report.movedAside {
-                    print("The replaced files are kept in \(vault.path)/\(aside); nothing was deleted.")
+                    print("The replaced files are kept in \(path)/\(aside); nothing was deleted.")
                 }
             }
             if let auditProblem {

@@ -53,6 +53,25 @@ public final class FileVault: SecureStore {
 
     // MARK: Creating and opening
 
+    /// The format version of the vault at `path`, read from its header in force without
+    /// opening the vault (nothing is unlocked, written or finished); `nil` when no header copy
+    /// can be read. A damaged format 1 vault may fail to open, and is repaired by
+    /// ``repairFormat1(at:credential:scrypt:dryRun:logger:)``: this says which repair to call.
+    ///
+    /// ```swift
+    /// let report = try FileVault.formatVersion(at: path) == 1
+    ///     ? FileVault.repairFormat1(at: path, credential: credential)
+    ///     : FileVault.open(at: path, credential: credential).repair()
+    /// ```
+    public static func formatVersion(at path: String) -> Int? {
+        switch HeaderFormat.inForce(path).probe {
+        case .version1: 1
+        case .version2: 2
+        case .unsupported(let version): version
+        case .damaged, nil: nil
+        }
+    }
+
     /// The default vault directory: `$KEYSMITH_VAULT`, else `$XDG_DATA_HOME/keysmith`, else
     /// `~/.local/share/keysmith`.
     public static var defaultPath: String {
@@ -566,7 +585,13 @@ extension FileVault {
             }
             let records = try format1.allRecords()
             let paths = Paths(root: path)
-            try io { try System.removeTree(paths.data) }
+            // A data/ already there (an interrupted upgrade's, or a format 2 vault whose header
+            // was put back to a format 1 one) is moved aside, never deleted.
+            if System.entryExists(paths.data) {
+                let aside = try Durable.makeAsideDirectory(in: path, at: Date())
+                try io { try System.rename(paths.data, path + "/" + aside + "/data") }
+                logger.warning("moved a data directory the format 1 vault does not use aside", metadata: ["path": "\(path)", "moved-aside": "\(aside)"])
+            }
             let created = try VaultCreation.create(
                 paths: paths, credential: credential, scrypt: scrypt, created: Date(), idKey: format1.idKey,
                 through: format1.lastSequence, records: records, writeHeader: false)
@@ -640,7 +665,12 @@ extension FileVault {
             defer { System.close(lock) }
             try io { try System.lockExclusive(lock, path: path + "/lock") }
             defer { System.unlock(lock) }
-            try refuseFormat2()  // another process upgraded or repaired it while this one waited
+            if case .version2 = HeaderFormat.inForce(path).probe {
+                throw KeysmithError(
+                    .storeLocked,
+                    "another process upgraded or repaired the vault to format 2 while this repair waited for its lock; nothing was changed: "
+                        + "run the repair again (it repairs it as format 2 if it is damaged)")
+            }
             let locked = try Format1Salvage(root: path, credential: credential)
             let plan = try locked.plan()
             report = plan.report.needed ? try locked.carryOut(plan, credential: credential, scrypt: scrypt, at: Date()) : plan.report

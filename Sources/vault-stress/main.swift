@@ -48,14 +48,14 @@ if arguments.count >= 4, ["passwd", "rekey", "upgrade", "repair"].contains(argum
             say("ack upgrade \(try FileVault.upgrade(at: arguments[2], credential: .keyfile(at: arguments[3])))")
             exit(0)
         }
-        let vault = try FileVault.open(at: arguments[2], credential: .keyfile(at: arguments[3]))
         if arguments[1] == "repair" {
-            let kept = vault.formatVersion == 1
+            let kept = FileVault.formatVersion(at: arguments[2]) == 1
                 ? try FileVault.repairFormat1(at: arguments[2], credential: .keyfile(at: arguments[3]), scrypt: .testing).itemsKept
-                : try vault.repair().itemsKept
+                : try FileVault.open(at: arguments[2], credential: .keyfile(at: arguments[3])).repair().itemsKept
             say("ack repair \(kept)")
             exit(0)
         }
+        let vault = try FileVault.open(at: arguments[2], credential: .keyfile(at: arguments[3]))
         if arguments[1] == "passwd", arguments.count == 5 {
             try vault.changeCredential(to: .keyfile(at: arguments[4]))
         } else {

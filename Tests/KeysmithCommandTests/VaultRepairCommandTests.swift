@@ -171,4 +171,26 @@ struct VaultRepairCommandTests {
         #expect(audit.status == 0 && audit.stdout.contains("log/0000000000000004"), "\(audit.output)")
     }
 
+
+    @Test("`vault repair` repairs a format 1 vault that no longer opens (its snapshot replaced by a link): the logs' records are kept")
+    func format1RepairWithoutOpening() throws {
+        var keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let keys = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path + "/Keys"
+        #expect(try spawnAndWait("/bin/cp", ["-a", keys + "/golden-v1-keyfile", keysmith.vault]).status == 0)
+        keysmith.environment["KEYSMITH_KEYFILE"] = keys + "/test-keyfile"
+        let outside = keysmith.directory + "/outside-snapshot"
+        try FileManager.default.moveItem(atPath: keysmith.vault + "/snapshot", toPath: outside)
+        try FileManager.default.createSymbolicLink(atPath: keysmith.vault + "/snapshot", withDestinationPath: outside)
+        let blocked = try keysmith.run(["secret", "list"])
+        #expect(blocked.status == 6 && blocked.stderr.contains("vault repair"), "\(blocked.output)")
+        let repair = try keysmith.run(["vault", "repair"])
+        #expect(repair.status == 0, "\(repair.output)")
+        #expect(repair.stdout.contains("lost: snapshot"), "\(repair.stdout)")
+        let bob = try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"])  // updated in commit 3
+        #expect(bob.status == 0 && bob.stdout == "bob-secret-v2\n", "\(bob.output)")
+        #expect(try keysmith.run(["vault", "verify"]).status == 0)
+        #expect(FileManager.default.fileExists(atPath: outside))
+    }
+
 }

@@ -348,10 +348,15 @@ struct TamperTestsFormat1 {
             #expect(!System.entryExists(vault.path + "/" + linked), "\(linked)")
             let repaired = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
             #expect(try repaired.verify().isEmpty, "\(linked)")
-            // What the other files held is kept: the logs without the snapshot, the snapshot without the logs.
-            let expected = linked == "snapshot" ? ["log1", "snap2"] : ["snap1", "snap2"]
-            for name in expected { #expect(try repaired.read(genericKey(name)) != nil, "\(linked): \(name)") }
-            #expect(Set(report.itemsMaybeStale).isSuperset(of: linked == "snapshot" ? [] : [genericKey("snap1")]), "\(linked)")
+            // What the other files held is kept: the logs without the snapshot (read from the
+            // lowest log present), the snapshot without the logs; every item may be stale.
+            let kept: [String: String] = linked == "snapshot"
+                ? ["log1": "secret-log-1", "snap2": "secret-snap-2b"]
+                : ["snap1": "secret-snap-1", "snap2": "secret-snap-2", "deleted": "secret-deleted"]
+            for (name, secret) in kept { #expect(try repaired.read(genericKey(name))?.secret == Data(secret.utf8), "\(linked): \(name)") }
+            let items = try repaired.search(ItemQuery()).map(\.key)
+            #expect(Set(report.itemsMaybeStale) == Set(items), "\(linked): \(report.itemsMaybeStale)")
+            #expect(report.itemsKept == items.count, "\(linked)")
         }
     }
 
@@ -385,7 +390,7 @@ struct TamperTestsFormat1 {
         for (key, secret) in older.expected where key != genericKey("snap2") { #expect(try repaired.read(key)?.secret == secret, "\(key)") }
     }
 
-    @Test("a log after a gap: the upgrade refuses it; the repair reports it, does not merge it, and keeps the rest")
+    @Test("a log after a gap: the upgrade refuses it (it used to delete it); the repair reports the missing commit and merges the logs after it")
     func repairFormat1LogAfterAGap() throws {
         let vault = try SmallVault(format1: "a")
         try FileManager.default.removeItem(atPath: vault.path + "/log/0000000000000004")
@@ -393,15 +398,94 @@ struct TamperTestsFormat1 {
         #expect(refused?.code == .corruptData)
         #expect(FileManager.default.fileExists(atPath: vault.path + "/log/0000000000000005"), "the upgrade deleted a log")
         let report = try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing)
-        #expect(report.losses.map(\.file) == ["log/0000000000000005"] && report.losses.first?.sequence == 5, "\(report.losses)")
+        #expect(report.losses.map(\.file) == ["log/0000000000000004"] && report.losses.first?.sequence == 4, "\(report.losses)")
         #expect(report.absentItemsMayBeLost)
         #expect(report.sequence == 6)
+        // snap1 is older than the missing commit; what log 5 changed is kept (snap2's update, the deletion).
+        #expect(report.itemsMaybeStale == [genericKey("snap1")], "\(report.itemsMaybeStale)")
         let aside = try #require(report.movedAside)
         #expect(FileManager.default.fileExists(atPath: vault.path + "/" + aside + "/log/0000000000000005"))
         let repaired = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
-        #expect(try repaired.read(genericKey("snap2"))?.secret == Data("secret-snap-2".utf8))
-        #expect(try repaired.read(genericKey("deleted"))?.secret == Data("secret-deleted".utf8))
-        #expect(Set(report.itemsMaybeStale) == [genericKey("snap1"), genericKey("snap2"), genericKey("deleted")], "\(report.itemsMaybeStale)")
+        for (key, secret) in vault.expected where key != genericKey("log1") { #expect(try repaired.read(key)?.secret == secret, "\(key)") }
+        #expect(try repaired.read(genericKey("log1")) == nil)
+    }
+
+    @Test("the command's repair does not need the damaged vault to open: a linked snapshot fails an open, and is repaired")
+    func repairFormat1WithoutOpening() throws {
+        let vault = try SmallVault(format1: "a")
+        let outside = vault.directory.sub("outside")
+        try FileManager.default.moveItem(atPath: vault.path + "/snapshot", toPath: outside)
+        try FileManager.default.createSymbolicLink(atPath: vault.path + "/snapshot", withDestinationPath: outside)
+        let error = #expect(throws: KeysmithError.self) { try FileVault.open(at: vault.path, credential: SmallVault.credential) }
+        #expect(error?.code == .corruptData && error?.message.contains("keysmith vault repair") == true)
+        #expect(FileVault.formatVersion(at: vault.path) == 1)
+        #expect(try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing).needed)
+        #expect(FileVault.formatVersion(at: vault.path) == 2)
+        #expect(FileVault.formatVersion(at: vault.directory.sub("nothing")) == nil)
+    }
+
+    @Test("a missing snapshot with logs that start after commit 1, a snapshot claiming the last commit there is, a stray log name: reported, never a crash")
+    func repairFormat1OddSnapshots() throws {
+        // The snapshot removed: the logs from the lowest present are kept, every item possibly stale.
+        let missing = try SmallVault(format1: "a")
+        try FileManager.default.removeItem(atPath: missing.path + "/snapshot")
+        let report = try FileVault.repairFormat1(at: missing.path, credential: SmallVault.credential, scrypt: .testing)
+        #expect(report.losses.map(\.file) == ["snapshot"] && report.absentItemsMayBeLost, "\(report)")
+        #expect(report.itemsKept == 3 && Set(report.itemsMaybeStale).count == 3, "\(report)")  // log1, web, snap2
+
+        // A snapshot whose (checksummed) header claims commit 2^64 - 1, and a stray log name
+        // beyond any commit: an open refuses, the repair reports; neither traps.
+        let far = try SmallVault(format1: "a")
+        let snapshot = far.path + "/snapshot"
+        let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: snapshot)))
+        let header = try #require(FrameFile.parseHeader(bytes, kind: .snapshot))
+        let frames = FrameFile.parseFrames(bytes).frames.map(\.frame)
+        try Data(FrameFile.encode(kind: .snapshot, vaultID: header.vaultID, sequence: .max, frames: frames)).write(to: URL(fileURLWithPath: snapshot))
+        try Data().write(to: URL(fileURLWithPath: far.path + "/log/ffffffffffffffff"))
+        let refused = #expect(throws: KeysmithError.self) { try FileVault.open(at: far.path, credential: SmallVault.credential) }
+        #expect(refused?.code == .corruptData)
+        let farReport = try FileVault.repairFormat1(at: far.path, credential: SmallVault.credential, scrypt: .testing, dryRun: true)
+        #expect(farReport.losses.map(\.file) == ["log/ffffffffffffffff", "snapshot"], "\(farReport.losses)")
+        #expect(farReport.sequence == 6)
+    }
+
+    @Test("a format 2 data directory under a format 1 header put back is moved aside by the upgrade and the repair, never deleted")
+    func format2DataIsNeverDeleted() throws {
+        for repair in [false, true] {
+            let vault = try SmallVault(format1: "a")
+            let headers = try ["header", "header.backup"].map { try Data(contentsOf: URL(fileURLWithPath: vault.path + "/" + $0)) }
+            #expect(try FileVault.upgrade(at: vault.path, credential: SmallVault.credential, scrypt: .testing))
+            let data = try snapshotOfFiles(vault.path + "/data")
+            // The old format 1 header copies put back: the format 1 reader sees an empty vault.
+            for (name, bytes) in zip(["header", "header.backup"], headers) { try bytes.write(to: URL(fileURLWithPath: vault.path + "/" + name)) }
+            if repair {
+                try Data("garbage".utf8).write(to: URL(fileURLWithPath: vault.path + "/header.backup"))  // makes a repair needed
+                #expect(try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing).needed)
+            } else {
+                #expect(try FileVault.upgrade(at: vault.path, credential: SmallVault.credential, scrypt: .testing))
+            }
+            let asides = try FileManager.default.contentsOfDirectory(atPath: vault.path).filter { $0.hasPrefix("damaged-") }
+            #expect(try asides.contains { (try? snapshotOfFiles(vault.path + "/" + $0 + "/data")) == data }, "repair \(repair): the data directory is gone")
+        }
+    }
+
+    @Test("the repair's dry run creates nothing, not even the lock file; a header copy that is not a regular file is moved aside before the switch")
+    func repairFormat1DryRunAndOddHeaderCopy() throws {
+        let vault = try SmallVault(format1: "a")
+        try FileManager.default.removeItem(atPath: vault.path + "/lock")
+        try FileManager.default.removeItem(atPath: vault.path + "/header.backup")
+        try FileManager.default.createDirectory(atPath: vault.path + "/header.backup", withIntermediateDirectories: false)
+        let before = try snapshotOfFiles(vault.path)
+        let preview = try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing, dryRun: true)
+        #expect(try snapshotOfFiles(vault.path) == before)
+        #expect(!System.entryExists(vault.path + "/lock"))
+        #expect(preview.needed && preview.headerCopies.count == 1 && preview.losses.isEmpty, "\(preview)")
+        let report = try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential, scrypt: .testing)
+        let aside = try #require(report.movedAside)
+        #expect(System.isRealDirectory(vault.path + "/" + aside + "/header.backup"))
+        let repaired = try FileVault.open(at: vault.path, credential: SmallVault.credential, anchorDirectory: nil)
+        #expect(try repaired.verify().isEmpty)
+        for (key, secret) in vault.expected { #expect(try repaired.read(key)?.secret == secret, "\(key)") }
     }
 }
 

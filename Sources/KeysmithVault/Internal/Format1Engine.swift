@@ -114,7 +114,8 @@ struct Format1Engine: ~Copyable {
             }
             fd = opened.fd
         } catch let error as SystemError where error.isUnusableFile {
-            throw KeysmithError(.corruptData, "the vault's snapshot is not a regular file (\(error)): it is damaged; restore the vault from a backup")
+            throw KeysmithError(.corruptData, "the vault's snapshot is not a regular file (\(error)): it is damaged; "
+                                + "run `keysmith vault repair` (it upgrades the vault, keeping every record that authenticates), or restore the vault from a backup")
         } catch let error as SystemError {
             throw KeysmithError(.ioFailure, "cannot open the vault's snapshot: \(error)")
         }
@@ -122,6 +123,10 @@ struct Format1Engine: ~Copyable {
         snapshotInode = try io { try System.status(paths.snapshot)?.inode }
         let bytes = try io { try System.readAll(fd, path: paths.snapshot) }
         let through = try applyFile(bytes, name: "snapshot", kind: .snapshot, expectedSequence: nil)
+        guard through < Format.maximumSequence else {
+            throw KeysmithError(.corruptData, "the vault's snapshot claims commit \(through), beyond any a vault reaches: it is damaged; "
+                                + "run `keysmith vault repair` (it upgrades the vault, keeping every record that authenticates)")
+        }
         lastSequence = through
         try applyLogs()
     }
@@ -157,7 +162,8 @@ struct Format1Engine: ~Copyable {
             do {
                 read = try System.readRegularFile(path, maximumSize: Format.maximumFileSize)
             } catch let error as SystemError where error.isUnusableFile {
-                throw KeysmithError(.corruptData, "the vault's log \(paths.logName(sequence)) is not a regular file (\(error)): it is damaged; restore the vault from a backup")
+                throw KeysmithError(.corruptData, "the vault's log \(paths.logName(sequence)) is not a regular file (\(error)): it is damaged; "
+                                    + "run `keysmith vault repair` (it upgrades the vault, keeping every record that authenticates), or restore the vault from a backup")
             }
             guard let bytes = read else { return }
             _ = try applyFile(bytes, name: paths.logName(sequence), kind: .log, expectedSequence: sequence)

@@ -37,19 +37,43 @@ struct Format1Salvage {
         unlocked = try Self.unlock(paths, credential: credential)
     }
 
-    /// The first intact header copy that `credential` unlocks; the first failure otherwise.
+    /// The intact header copy that `credential` unlocks, preferring the one whose vault id is
+    /// the files' (two copies of different vaults, one keyfile opening both, would otherwise
+    /// write the records off as another vault's); the first failure when none unlocks.
     static func unlock(_ paths: Paths1, credential: VaultCredential) throws -> UnlockedHeader1 {
         var firstError: (any Error)?
+        var unlocked: [UnlockedHeader1] = []
         for header in HeaderStore1.intactCopies(paths) {
             do {
-                return try HeaderStore1.unlock(header, credential: credential)
+                unlocked.append(try HeaderStore1.unlock(header, credential: credential))
             } catch {
                 firstError = firstError ?? error
             }
         }
+        if Set(unlocked.map(\.header.vaultId)).count > 1, let filesVaultID = filesVaultID(paths),
+           let matching = unlocked.first(where: { $0.header.vaultIDBytes == filesVaultID })
+        {
+            return matching
+        }
+        if let first = unlocked.first { return first }
         if let firstError { throw firstError }
         _ = try HeaderStore1.read(paths)  // throws the precise "no header" / "damaged" error
         throw KeysmithError(.corruptData, "the vault header cannot be read")
+    }
+
+    /// The vault id the snapshot's file header names, else the lowest log's; `nil` when neither
+    /// can be read.
+    private static func filesVaultID(_ paths: Paths1) -> [UInt8]? {
+        func vaultID(_ path: String, _ kind: FrameFile.Kind) -> [UInt8]? {
+            guard let opened = try? System.openRegularFile(path, maximumSize: Format.maximumFileSize) else { return nil }
+            let fd = opened.fd
+            defer { System.close(fd) }
+            guard let bytes = try? System.read(fd, count: Format1.fileHeaderSize, at: 0, path: path) else { return nil }
+            return FrameFile.parseHeader(bytes, kind: kind)?.vaultID
+        }
+        if let id = vaultID(paths.snapshot, .snapshot) { return id }
+        let lowest = ((try? System.listDirectory(paths.logDirectory)) ?? []).compactMap(LogName.sequence).min()
+        return lowest.flatMap { vaultID(paths.log($0), .log) }
     }
 
     // MARK: Planning
@@ -67,6 +91,9 @@ struct Format1Salvage {
         var hiddenThrough: UInt64 = 0
         var hides = false
         var highest: UInt64 = 0
+        /// Files whose header was read, and those of them that are another vault's.
+        var filesRead = 0
+        var foreignFiles = 0
 
         mutating func lose(_ file: String, _ reason: String, lossy: Bool = true) {
             damage[file, default: ([], false)].reasons.append(reason)
@@ -86,50 +113,79 @@ struct Format1Salvage {
     func plan() throws -> Plan {
         var found = Findings()
         let headerCopies = headerCopyProblems()
+        let limit = Format.maximumSequence
 
-        // The snapshot: its through-sequence decides which logs follow it.
-        var through: UInt64?
-        do {
-            if let bytes = try System.readRegularFile(paths.snapshot, maximumSize: Format.maximumFileSize) {
-                through = scan(bytes, name: "snapshot", expected: nil, into: &found)
-            } else {
-                through = 0  // no snapshot: the logs start at commit 1
-            }
-        } catch let error as SystemError where error.isUnusableFile {
-            found.hide("snapshot", "the snapshot is not a regular file (\(error))", through: .max)
-        } catch let error as SystemError {
-            throw KeysmithError(.ioFailure, "cannot read the vault's snapshot: \(error)")
-        }
-
-        // The logs, from the one after the snapshot, without a gap.
+        // The logs present, by number (a name beyond any commit is reported, not read).
         var numbers: [(number: UInt64, name: String)] = []
         if System.isRealDirectory(paths.logDirectory) {
             for name in try io({ try System.listDirectory(paths.logDirectory) }) {
-                if let number = LogName.sequence(name) { numbers.append((number, name)) }
+                guard let number = LogName.sequence(name) else { continue }
+                if number < limit {
+                    numbers.append((number, name))
+                } else {
+                    found.lose("log/" + name, "the file is named as commit \(number), beyond any a vault reaches; not read", lossy: false)
+                }
             }
         } else if System.entryExists(paths.logDirectory) {
             found.hide("log", "the log directory is not a directory (a link or a file is in its place); its commits were not read",
                        through: .max)
         }
         numbers.sort { $0.number < $1.number }
-        var next = through.map { $0 + 1 } ?? numbers.first?.number ?? 1
+
+        // The snapshot: its through-sequence S decides which logs follow it (those at or below
+        // S are a compaction's leftovers, never read). Without a trusted S, the logs are read
+        // from the lowest present above what is known.
+        var start: UInt64 = 1
+        do {
+            if let bytes = try System.readRegularFile(paths.snapshot, maximumSize: Format.maximumFileSize) {
+                let scanned = scan(bytes, name: "snapshot", expected: nil, into: &found)
+                switch scanned.through {
+                case .trusted(let through): start = through + 1
+                case .estimated(let through): start = numbers.first { $0.number > through }?.number ?? through + 1
+                case .lost: start = numbers.first?.number ?? 1
+                }
+                found.highest = max(found.highest, scanned.highest)
+            } else if let first = numbers.first?.number, first > 1 {
+                found.hide("snapshot", "the snapshot is missing, though the logs start at commit \(first): the commits before it are lost",
+                           through: .max)
+                start = first
+            }
+        } catch let error as SystemError where error.isUnusableFile {
+            found.hide("snapshot", "the snapshot is not a regular file (\(error))", through: .max)
+            start = numbers.first?.number ?? 1
+        } catch let error as SystemError {
+            throw KeysmithError(.ioFailure, "cannot read the vault's snapshot: \(error)")
+        }
+
+        // The logs from there; a missing number is a lost commit, and the logs after it are
+        // still this vault's commits (each authenticates under its vault id and number).
+        var next = start
         for (number, name) in numbers {
             found.highest = max(found.highest, number)
             let file = "log/" + name
-            if number < next { continue }  // folded into the snapshot: a compaction's leftover
-            guard number == next else {
-                found.hide(file, "the log follows a missing commit \(next): a commit is lost, and this one was not merged", through: number)
-                continue
+            if number < start { continue }  // folded into the snapshot: a compaction's leftover
+            if number > next {
+                let missing = number - next == 1 ? "commit \(next) is missing" : "commits \(next) to \(number - 1) are missing"
+                found.hide("log/" + LogName.hex16(next), missing + ": what they changed is lost", through: number - 1)
             }
-            next += 1
+            next = number + 1
             do {
-                guard let bytes = try System.readRegularFile(paths.log(number), maximumSize: Format.maximumFileSize) else { continue }
+                guard let bytes = try System.readRegularFile(paths.log(number), maximumSize: Format.maximumFileSize) else {
+                    found.hide(file, "the log vanished while it was read", through: number)
+                    continue
+                }
                 _ = scan(bytes, name: file, expected: number, into: &found)
             } catch let error as SystemError where error.isUnusableFile {
                 found.hide(file, "the log is not a regular file (\(error))", through: number)
             } catch let error as SystemError {
                 throw KeysmithError(.ioFailure, "cannot read the vault's \(file): \(error)")
             }
+        }
+        if found.filesRead > 0, found.foreignFiles == found.filesRead {
+            throw KeysmithError(
+                .corruptData,
+                "every file of the vault belongs to another vault than the header that opened it (a header from another vault?); "
+                    + "restore the header from a backup; nothing was changed")
         }
 
         // What is kept: the newest version of each record that authenticates, when it is a put.
@@ -146,6 +202,7 @@ struct Format1Salvage {
                 stale.append(record.key)
             }
         }
+        // No version authenticates, or the newest that does is a deletion older than one that fails.
         let unreadable = found.failed.compactMap { id, version -> String? in
             guard let best = found.best[id] else { return id.description }
             return best.record == nil && version > best.version ? id.description : nil
@@ -160,7 +217,7 @@ struct Format1Salvage {
             needed: !losses.isEmpty || !unreadable.isEmpty || !headerCopies.isEmpty, dryRun: true, itemsKept: keep.count,
             losses: losses, itemsMaybeStale: stale.sorted { $0.description < $1.description }, unreadableRecords: unreadable,
             absentItemsMayBeLost: found.hides || !unreadable.isEmpty, headerCopies: headerCopies, movedAside: nil,
-            sequence: max(found.highest, through ?? 0, next - 1) + 1)
+            sequence: max(found.highest, next - 1) + 1)
         return Plan(keep: keep, report: report)
     }
 
@@ -179,25 +236,54 @@ struct Format1Salvage {
         }
     }
 
-    /// Tries every frame of one file (`expected`: a log's number; `nil` for the snapshot) and
-    /// returns the commit it reaches (for the snapshot, its through-sequence).
-    private func scan(_ bytes: [UInt8], name: String, expected: UInt64?, into found: inout Findings) -> UInt64 {
+    /// What a file's header says of the commit it reaches.
+    private enum Through {
+        /// Its header, intact and this vault's, names it.
+        case trusted(UInt64)
+        /// Its header is damaged: its highest frame version, which may be below the truth.
+        case estimated(UInt64)
+        /// Another vault's file, or out of range: nothing of it counts.
+        case lost
+    }
+
+    /// Tries every frame of one file (`expected`: a log's number; `nil` for the snapshot). A file
+    /// of another vault is damage as a whole: its frames are not tried (they could not
+    /// authenticate, and their ids are not this vault's).
+    private func scan(_ bytes: [UInt8], name: String, expected: UInt64?, into found: inout Findings) -> (through: Through, highest: UInt64) {
+        let limit = Format.maximumSequence
+        found.filesRead += 1
         let header = FrameFile.parseHeader(bytes, kind: expected == nil ? .snapshot : .log)
         let parsed = FrameFile.parseFrames(bytes)
-        var sequence = expected ?? header?.sequence ?? parsed.frames.map(\.frame.version).max() ?? 0
+        let highestFrame = parsed.frames.map(\.frame.version).filter { $0 < limit }.max() ?? 0
+        let through: Through
         if let header {
-            if header.vaultID != vaultID {
-                found.hide(name, "the file belongs to another vault (vault id \(header.vaultID.hexString))", through: sequence)
+            guard header.vaultID == vaultID else {
+                found.foreignFiles += 1
+                found.hide(name, "the file belongs to another vault (vault id \(header.vaultID.hexString)); none of its records was read",
+                           through: expected ?? .max)
+                return (.lost, 0)
             }
+            if expected == nil, header.sequence >= limit {
+                found.hide(name, "the snapshot's header claims commit \(header.sequence), beyond any a vault reaches", through: .max)
+                return (.lost, 0)
+            }
+            through = .trusted(expected ?? header.sequence)
             if let expected, header.sequence != expected {
                 found.lose(name, "the file says it is log \(header.sequence): it was renamed or copied", lossy: false)
             }
-        } else if bytes.count < Format1.fileHeaderSize + Format1.frameHeaderSize {
-            found.hide(name, bytes.count < Format1.fileHeaderSize ? "the file is cut short inside its header" : "the file header is damaged",
-                       through: sequence)
-            return sequence
         } else {
-            found.lose(name, "the file header is damaged", lossy: false)
+            // Without its header the file's record count is unknown: records may be missing
+            // without a trace.
+            let short = bytes.count < Format1.fileHeaderSize
+            found.hide(name, short ? "the file is cut short inside its header" : "the file header is damaged",
+                       through: expected ?? highestFrame)
+            if bytes.count < Format1.fileHeaderSize + Format1.frameHeaderSize { return (expected == nil ? .lost : .trusted(expected!), 0) }
+            through = expected.map(Through.trusted) ?? .estimated(highestFrame)
+        }
+        let sequence: UInt64
+        switch through {
+        case .trusted(let value), .estimated(let value): sequence = value
+        case .lost: sequence = 0
         }
         let counted = parsed.frames.count + parsed.damage.filter { $0.recordID != nil && !$0.inTrailer }.count
         if let header, counted < header.count {
@@ -211,7 +297,7 @@ struct Format1Salvage {
                     found.lose(name, damage.reason, lossy: false)  // the record itself verified
                 } else {
                     found.lose(name, damage.reason)
-                    found.fail(id, damage.version ?? sequence)
+                    found.fail(id, min(damage.version ?? sequence, limit))
                 }
             } else {
                 found.hide(name, damage.reason + ", and which record it held cannot be told", through: sequence)
@@ -220,46 +306,57 @@ struct Format1Salvage {
         for (frame, _) in parsed.frames {
             if let expected, frame.version != expected {
                 found.lose(name, "a record says it was written by commit \(frame.version) but sits in \(name): it was moved")
-                found.fail(frame.recordID, frame.version)
+                found.fail(frame.recordID, min(frame.version, limit))
                 continue
             }
-            if expected == nil, header != nil, frame.version > sequence {
+            if expected == nil, frame.version > sequence || frame.version >= limit {
                 found.lose(name, "a record is newer than the snapshot that holds it: it was moved")
-                found.fail(frame.recordID, frame.version)
+                found.fail(frame.recordID, min(frame.version, limit))
                 continue
             }
-            guard let opened = open(frame) else {
-                found.lose(name, "a record failed authentication: it is corrupt, was tampered with, or comes from another vault")
+            switch open(frame) {
+            case .failure(let failure):
+                found.lose(name, failure.reason)
                 found.fail(frame.recordID, frame.version)
-                continue
-            }
-            if frame.version > found.best[frame.recordID]?.version ?? 0 {
-                found.best[frame.recordID] = (frame.version, opened.record, name)
+            case .success(let record):
+                if frame.version > found.best[frame.recordID]?.version ?? 0 {
+                    found.best[frame.recordID] = (frame.version, record, name)
+                }
             }
         }
-        sequence = max(sequence, expected ?? 0)
-        return sequence
+        return (through, expected ?? highestFrame)
     }
 
-    /// A frame decrypted and checked as a read checks it: its tag, a deletion that carries no
-    /// data, a put that decodes and whose identity is its record id. `nil` when any fails;
-    /// `record` is `nil` for a deletion.
-    private func open(_ frame: Frame) -> (record: SecureRecord?, Void)? {
-        guard let key = unlocked.dataKeys[frame.epoch],
-              var plaintext = try? AESGCM.open(ciphertext: frame.ciphertext, tag: frame.tag, key: key, nonce: frame.nonce,
+    /// A frame decrypted and checked as a read checks it: its tag under its epoch's key, a
+    /// deletion that carries no data, a put that decodes and whose identity is its record id.
+    /// The record (`nil` for a deletion), or why it does not hold.
+    private func open(_ frame: Frame) -> Result<SecureRecord?, FrameFailure> {
+        guard let key = unlocked.dataKeys[frame.epoch] else {
+            return .failure(FrameFailure("a record is sealed under key epoch \(frame.epoch), which the header does not hold"))
+        }
+        guard var plaintext = try? AESGCM.open(ciphertext: frame.ciphertext, tag: frame.tag, key: key, nonce: frame.nonce,
                                                associatedData: frame.associatedData(vaultID: vaultID))
-        else { return nil }
+        else { return .failure(FrameFailure("a record failed authentication: it is corrupt or was tampered with")) }
         defer { cleanse(&plaintext) }
         switch frame.op {
         case .delete:
-            return plaintext.isEmpty ? (nil, ()) : nil
+            return plaintext.isEmpty ? .success(nil) : .failure(FrameFailure("a deletion record carries data"))
         case .put:
-            guard var record = try? RecordCodec.decode(plaintext, withSecret: true),
-                  SHA256.hmac(key: unlocked.idKey, RecordCodec.identity(record.key)) == frame.recordID.bytes
-            else { return nil }
+            guard var record = try? RecordCodec.decode(plaintext, withSecret: true) else {
+                return .failure(FrameFailure("a record authenticated but does not decode"))
+            }
+            guard SHA256.hmac(key: unlocked.idKey, RecordCodec.identity(record.key)) == frame.recordID.bytes else {
+                return .failure(FrameFailure("a record's identity does not match its record id: it was renamed"))
+            }
             record.info.version = Format1Engine.version(of: frame)
-            return (record, ())
+            return .success(record)
         }
+    }
+
+    /// Why a frame does not hold (never a secret or a name).
+    private struct FrameFailure: Error {
+        let reason: String
+        init(_ reason: String) { self.reason = reason }
     }
 
     // MARK: Carrying out
@@ -303,7 +400,9 @@ struct Format1Salvage {
         }
         try FaultInjection.step()
         let format2 = Paths(root: root)
-        try io { try System.removeTree(format2.data) }  // what an interrupted repair or upgrade left
+        // A data/ already there (an interrupted repair's or upgrade's, or a format 2 vault whose
+        // header was put back to a format 1 one) is moved aside with the rest, never deleted.
+        if System.entryExists(format2.data) { try io { try System.rename(format2.data, asidePath + "/data") } }
         let created = try VaultCreation.create(
             paths: format2, credential: credential, scrypt: scrypt, created: now, idKey: unlocked.idKey,
             through: plan.report.sequence, records: plan.keep, writeHeader: false)
