@@ -1,4 +1,5 @@
 import Keysmith
+import KeysmithCrypto
 
 /// Constants and byte layouts of vault format version 1. docs/format.md is the specification;
 /// this file is its implementation, and the two change together.
@@ -49,6 +50,44 @@ struct Frame: Sendable {
         writer.append(version)
         writer.append(recordID.bytes)
         return writer.bytes
+    }
+
+    /// Why a frame does not hold; the text names the check, never a secret or a name.
+    struct Failure: Error {
+        let reason: String
+    }
+
+    /// The frame decrypted and checked as a read checks it (docs/format.md, "Reading a vault
+    /// (version 1)"): its tag under `key` (its epoch's data key, `nil` when the header does
+    /// not hold it), a deletion that carries no data, a put that decodes and whose identity is
+    /// its record id. The record (`nil` for a deletion; its version set from the frame) or why
+    /// it does not hold. The reader and the repair both check frames here.
+    func open(key: SecretBytes?, vaultID: [UInt8], idKey: SecretBytes, withSecret: Bool) -> Result<SecureRecord?, Failure> {
+        guard let key else {
+            return .failure(Failure(reason: "the record is sealed under key epoch \(epoch), which the header does not hold"))
+        }
+        guard var plaintext = try? AESGCM.open(ciphertext: ciphertext, tag: tag, key: key, nonce: nonce,
+                                               associatedData: associatedData(vaultID: vaultID))
+        else { return .failure(Failure(reason: "the record failed authentication: it is corrupt, was tampered with, or comes from another vault")) }
+        defer { cleanse(&plaintext) }
+        switch op {
+        case .delete:
+            return plaintext.isEmpty ? .success(nil) : .failure(Failure(reason: "a deletion record carries data"))
+        case .put:
+            var record: SecureRecord
+            do {
+                record = try RecordCodec.decode(plaintext, withSecret: withSecret)
+            } catch let error as RecordCodec.DecodeError {
+                return .failure(Failure(reason: "the record authenticated but does not decode: \(error.reason)"))
+            } catch {
+                return .failure(Failure(reason: "the record authenticated but does not decode"))
+            }
+            guard SHA256.hmac(key: idKey, RecordCodec.identity(record.key)) == recordID.bytes else {
+                return .failure(Failure(reason: "the record's identity does not match its record id: it was renamed"))
+            }
+            record.info.version = Format1Engine.version(of: self)
+            return .success(record)
+        }
     }
 }
 

@@ -267,47 +267,13 @@ struct Format1Engine: ~Copyable {
 
     mutating func apply(_ frame: Frame, file: String, offset: Int) throws {
         if let version = currentVersion(of: frame.recordID), frame.version <= version { return }
-        guard let key = try dataKey(for: frame.epoch) else {
-            markDamaged(frame.recordID, version: frame.version, file: file, offset: offset,
-                        reason: "the record is sealed under key epoch \(frame.epoch), which the header does not hold")
-            return
-        }
-        var plaintext: [UInt8]
-        do {
-            plaintext = try AESGCM.open(
-                ciphertext: frame.ciphertext, tag: frame.tag, key: key, nonce: frame.nonce,
-                associatedData: frame.associatedData(vaultID: vaultID))
-        } catch {
-            markDamaged(frame.recordID, version: frame.version, file: file, offset: offset,
-                        reason: "the record failed authentication: it is corrupt, was tampered with, or comes from another vault")
-            return
-        }
-        defer { cleanse(&plaintext) }
-
-        switch frame.op {
-        case .delete:
-            guard plaintext.isEmpty else {
-                markDamaged(frame.recordID, version: frame.version, file: file, offset: offset,
-                            reason: "a deletion record carries data")
-                return
-            }
+        switch frame.open(key: try dataKey(for: frame.epoch), vaultID: vaultID, idKey: idKey, withSecret: false) {
+        case .failure(let failure):
+            markDamaged(frame.recordID, version: frame.version, file: file, offset: offset, reason: failure.reason)
+        case .success(nil):  // a deletion
             if let key = keyByID.removeValue(forKey: frame.recordID) { entries[key] = nil }
             supersedeDamage(of: frame.recordID)
-        case .put:
-            var record: SecureRecord
-            do {
-                record = try RecordCodec.decode(plaintext, withSecret: false)
-                record.info.version = Self.version(of: frame)
-            } catch let error as RecordCodec.DecodeError {
-                markDamaged(frame.recordID, version: frame.version, file: file, offset: offset,
-                            reason: "the record authenticated but does not decode: \(error.reason)")
-                return
-            }
-            guard SHA256.hmac(key: idKey, RecordCodec.identity(record.key)) == frame.recordID.bytes else {
-                markDamaged(frame.recordID, version: frame.version, file: file, offset: offset,
-                            reason: "the record's identity does not match its record id: it was renamed")
-                return
-            }
+        case .success(let record?):
             if let previous = keyByID[frame.recordID], previous != record.key { entries[previous] = nil }
             keyByID[frame.recordID] = record.key
             entries[record.key] = Entry(frame: frame, info: record.info, file: file)

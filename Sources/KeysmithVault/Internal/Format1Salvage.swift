@@ -314,7 +314,7 @@ struct Format1Salvage {
                 found.fail(frame.recordID, min(frame.version, limit))
                 continue
             }
-            switch open(frame) {
+            switch frame.open(key: unlocked.dataKeys[frame.epoch], vaultID: vaultID, idKey: unlocked.idKey, withSecret: true) {
             case .failure(let failure):
                 found.lose(name, failure.reason)
                 found.fail(frame.recordID, frame.version)
@@ -325,38 +325,6 @@ struct Format1Salvage {
             }
         }
         return (through, expected ?? highestFrame)
-    }
-
-    /// A frame decrypted and checked as a read checks it: its tag under its epoch's key, a
-    /// deletion that carries no data, a put that decodes and whose identity is its record id.
-    /// The record (`nil` for a deletion), or why it does not hold.
-    private func open(_ frame: Frame) -> Result<SecureRecord?, FrameFailure> {
-        guard let key = unlocked.dataKeys[frame.epoch] else {
-            return .failure(FrameFailure("a record is sealed under key epoch \(frame.epoch), which the header does not hold"))
-        }
-        guard var plaintext = try? AESGCM.open(ciphertext: frame.ciphertext, tag: frame.tag, key: key, nonce: frame.nonce,
-                                               associatedData: frame.associatedData(vaultID: vaultID))
-        else { return .failure(FrameFailure("a record failed authentication: it is corrupt or was tampered with")) }
-        defer { cleanse(&plaintext) }
-        switch frame.op {
-        case .delete:
-            return plaintext.isEmpty ? .success(nil) : .failure(FrameFailure("a deletion record carries data"))
-        case .put:
-            guard var record = try? RecordCodec.decode(plaintext, withSecret: true) else {
-                return .failure(FrameFailure("a record authenticated but does not decode"))
-            }
-            guard SHA256.hmac(key: unlocked.idKey, RecordCodec.identity(record.key)) == frame.recordID.bytes else {
-                return .failure(FrameFailure("a record's identity does not match its record id: it was renamed"))
-            }
-            record.info.version = Format1Engine.version(of: frame)
-            return .success(record)
-        }
-    }
-
-    /// Why a frame does not hold (never a secret or a name).
-    private struct FrameFailure: Error {
-        let reason: String
-        init(_ reason: String) { self.reason = reason }
     }
 
     // MARK: Carrying out
