@@ -584,21 +584,16 @@ extension FileVault {
                         + "`keysmith vault repair` upgrades it and says what may be lost; nothing was changed")
             }
             let records = try format1.allRecords()
-            let paths = Paths(root: path)
             // A data/ already there (an interrupted upgrade's, or a format 2 vault whose header
             // was put back to a format 1 one) is moved aside, never deleted.
-            if System.entryExists(paths.data) {
+            try VaultCreation.replaceFormat1(
+                root: path, credential: credential, scrypt: scrypt, created: Date(), idKey: format1.idKey,
+                through: format1.lastSequence, records: records
+            ) {
                 let aside = try Durable.makeAsideDirectory(in: path, at: Date())
-                try io { try System.rename(paths.data, path + "/" + aside + "/data") }
                 logger.warning("moved a data directory the format 1 vault does not use aside", metadata: ["path": "\(path)", "moved-aside": "\(aside)"])
+                return aside
             }
-            let created = try VaultCreation.create(
-                paths: paths, credential: credential, scrypt: scrypt, created: Date(), idKey: format1.idKey,
-                through: format1.lastSequence, records: records, writeHeader: false)
-            // The switch: the primary header's rename. The backup follows; a stale format 1
-            // backup is never used while the primary's checksum holds.
-            try Durable.write(created.header, to: paths.header, directory: path)
-            try Durable.write(created.header, to: paths.headerBackup, directory: path)
             try io { try System.removeTree(path + "/log") }
             try io { try System.unlink(path + "/snapshot") }
             logger.info("upgraded the vault to format 2", metadata: ["path": "\(path)", "items": "\(records.count)"])

@@ -367,17 +367,9 @@ struct Format1Salvage {
             try System.fsyncDirectory(root)
         }
         try FaultInjection.step()
-        let format2 = Paths(root: root)
-        // A data/ already there (an interrupted repair's or upgrade's, or a format 2 vault whose
-        // header was put back to a format 1 one) is moved aside with the rest, never deleted.
-        if System.entryExists(format2.data) { try io { try System.rename(format2.data, asidePath + "/data") } }
-        let created = try VaultCreation.create(
-            paths: format2, credential: credential, scrypt: scrypt, created: now, idKey: unlocked.idKey,
-            through: plan.report.sequence, records: plan.keep, writeHeader: false)
-        // The switch: the primary header's rename. The backup follows.
-        try Durable.write(created.header, to: format2.header, directory: root)
-        try FaultInjection.step()
-        try Durable.write(created.header, to: format2.headerBackup, directory: root)
+        try VaultCreation.replaceFormat1(
+            root: root, credential: credential, scrypt: scrypt, created: now, idKey: unlocked.idKey,
+            through: plan.report.sequence, records: plan.keep, aside: { aside })
         try io {
             for name in moveLater where name != HeaderFormat.primaryName && name != HeaderFormat.backupName {
                 try System.rename(root + "/" + name, asidePath + "/" + name)

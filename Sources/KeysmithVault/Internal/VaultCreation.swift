@@ -75,4 +75,27 @@ enum VaultCreation {
         }
         return (bytes, kek)
     }
+
+    /// Puts a format 2 vault of `records` in place of the format 1 vault at `root`, as an
+    /// upgrade and a format 1 repair both do (docs/format.md, "Upgrade from version 1"): a
+    /// `data/` already there moves into the directory `aside()` names (never deleted), the
+    /// format 2 files are written beside the format 1 ones, and the primary header's rename is
+    /// the switch; the backup copy follows. The caller holds the vault's lock, and removes the
+    /// format 1 `snapshot` and `log/` after.
+    static func replaceFormat1(
+        root: String, credential: VaultCredential, scrypt: ScryptParameters, created: Date, idKey: SecretBytes,
+        through: UInt64, records: [(record: SecureRecord, version: UInt64)], aside: () throws -> String
+    ) throws {
+        let paths = Paths(root: root)
+        if System.entryExists(paths.data) {
+            let directory = try aside()
+            try io { try System.rename(paths.data, root + "/" + directory + "/data") }
+        }
+        let made = try create(paths: paths, credential: credential, scrypt: scrypt, created: created, idKey: idKey,
+                              through: through, records: records, writeHeader: false)
+        // The switch. A stale format 1 backup is never used while the primary's checksum holds.
+        try Durable.write(made.header, to: paths.header, directory: root)
+        try FaultInjection.step()
+        try Durable.write(made.header, to: paths.headerBackup, directory: root)
+    }
 }
