@@ -69,24 +69,62 @@ package struct MarkFiles: Sendable {
     /// Records a newer mark: only when `sequence` is above the one recorded.
     package func advance(_ name: String, header: String, sequence: UInt64, value: String) {
         do {
-            var current = ""
-            for component in directory.split(separator: "/") {
-                current += "/" + component
-                try System.mkdir(current, mode: 0o700)
-            }
-            let lock = try System.open(directory + "/.lock", flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600)
+            let lock = try openLock()
             defer { System.close(lock) }
             // Never wait: a process stopped while holding the lock must not hang anything.
             guard try System.tryLockExclusive(lock, path: directory + "/.lock") else { return }
-            switch inspect(name, header: header) {
-            case .mark(let existing, _) where existing >= sequence: return
-            case .damaged: return  // never overwritten silently: the owner decides (remove)
-            default: break
-            }
-            try replace(name, with: Array("\(header) \(sequence) \(value)\n".utf8))
+            try advanceLocked(name, header: header, sequence: sequence, value: value)
         } catch {
             // Not fatal: what the mark watches is intact; the next write tries again.
         }
+    }
+
+    /// The lock every writer of these marks takes, held: for a writer that must not skip its
+    /// advance (a repair, whose new sequence the mark must learn). Polls for at most `timeout`
+    /// seconds; `nil` when another process held it all that time. Release it with
+    /// ``release(_:)`` after ``advance(_:header:sequence:value:holding:)``.
+    package func lock(waitingUpTo timeout: Double) throws -> Descriptor? {
+        let lock = try openLock()
+        var waited = 0.0
+        while true {
+            if try System.tryLockExclusive(lock, path: directory + "/.lock") { return lock }
+            guard waited < timeout else {
+                System.close(lock)
+                return nil
+            }
+            System.sleep(microseconds: 20_000)
+            waited += 0.02
+        }
+    }
+
+    /// Records a newer mark under the lock ``lock(waitingUpTo:)`` took; throws when it cannot be
+    /// written (a damaged mark in its place is left alone, as always: that is not an error).
+    package func advance(_ name: String, header: String, sequence: UInt64, value: String, holding lock: Descriptor) throws {
+        try advanceLocked(name, header: header, sequence: sequence, value: value)
+    }
+
+    /// Lets go of a lock ``lock(waitingUpTo:)`` took.
+    package func release(_ lock: Descriptor) {
+        System.unlock(lock)
+        System.close(lock)
+    }
+
+    private func openLock() throws -> Descriptor {
+        var current = ""
+        for component in directory.split(separator: "/") {
+            current += "/" + component
+            try System.mkdir(current, mode: 0o700)
+        }
+        return try System.open(directory + "/.lock", flags: OpenFlags.readWrite | OpenFlags.create | OpenFlags.noFollow, mode: 0o600)
+    }
+
+    private func advanceLocked(_ name: String, header: String, sequence: UInt64, value: String) throws {
+        switch inspect(name, header: header) {
+        case .mark(let existing, _) where existing >= sequence: return
+        case .damaged: return  // never overwritten silently: the owner decides (remove)
+        default: break
+        }
+        try replace(name, with: Array("\(header) \(sequence) \(value)\n".utf8))
     }
 
     /// Forgets a mark (after a deliberate restore from a backup), whatever is in its place: a

@@ -83,6 +83,18 @@ struct AnchorStore: Sendable {
         marks.advance(name(vaultID), header: Self.header, sequence: mark.sequence, value: mark.mac.hexString)
     }
 
+    /// The anchors' lock, taken waiting at most `timeout` seconds (`nil` when another process
+    /// held it all that time), for a writer that must move the anchor (a repair).
+    func lock(waitingUpTo timeout: Double) throws -> Descriptor? {
+        try io { try marks.lock(waitingUpTo: timeout) }
+    }
+
+    /// Records a newer mark under the lock ``lock(waitingUpTo:)`` took, then lets go of it.
+    func write(_ vaultID: [UInt8], _ mark: Mark, releasing lock: Descriptor) throws {
+        defer { marks.release(lock) }
+        try io { try marks.advance(name(vaultID), header: Self.header, sequence: mark.sequence, value: mark.mac.hexString, holding: lock) }
+    }
+
     /// Forgets the mark of this place (after a deliberate restore from a backup), and the mark
     /// named by the vault id alone if it is damaged (it would otherwise be read again).
     func remove(_ vaultID: [UInt8]) throws {

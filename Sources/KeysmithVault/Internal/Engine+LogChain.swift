@@ -137,13 +137,24 @@ extension Engine {
         }
     }
 
-    /// The history beside the snapshot in force, when there is one and it authenticates.
+    /// The history beside the snapshot in force, when there is one, it authenticates and it is
+    /// that snapshot's: it ends with the snapshot's through-MAC (a history copied from another
+    /// snapshot through the same commit, a fork's, is not).
     func snapshotHistory() -> HistoryFile.Contents? {
-        guard let head = snapshot.head,
-              let bytes = (try? System.readRegularFile(paths.data + "/" + HistoryFile.name(through: head.through),
-                                                       maximumSize: HistoryFile.headerSize + HistoryFile.window * 32 + 32)) ?? nil
+        guard let head = snapshot.head else { return nil }
+        return verifiedHistory(through: head.through, throughMAC: head.throughMAC)
+    }
+
+    /// The history `history-<through>` when it authenticates and, when `throughMAC` is given,
+    /// ends with it.
+    func verifiedHistory(through: UInt64, throughMAC: [UInt8]?) -> HistoryFile.Contents? {
+        guard let bytes = (try? System.readRegularFile(paths.data + "/" + HistoryFile.name(through: through),
+                                                       maximumSize: HistoryFile.headerSize + HistoryFile.window * 32 + 32)) ?? nil,
+              let contents = HistoryFile.parse(bytes, vaultID: vaultID, through: through, keys: { epoch in (try? self.keys(for: epoch)) ?? nil }),
+              let last = contents.macs.last
         else { return nil }
-        return HistoryFile.parse(bytes, vaultID: vaultID, through: head.through) { epoch in (try? self.keys(for: epoch)) ?? nil }
+        if let throughMAC, !constantTimeEqual(last, throughMAC) { return nil }
+        return contents
     }
 
     /// The MACs a new snapshot through `through` (whose MAC is `throughMAC`) records: the old
@@ -182,8 +193,10 @@ extension Engine {
     }
 
     private func updateAnchor(over mark: AnchorStore.Mark? = nil) {
-        // A mark read from the legacy name is written under this place's name at once.
-        guard let anchor, let mac = lastMAC, lastSequence > (mark?.sequence ?? 0) || mark == nil || mark?.legacy == true else { return }
+        // A mark read from the legacy name is written under this place's name at once. A
+        // damaged vault is never vouched for: a mark over a gap or a damaged log would name a
+        // commit that a repair cannot link, and refuse it.
+        guard !isDamaged, let anchor, let mac = lastMAC, lastSequence > (mark?.sequence ?? 0) || mark == nil || mark?.legacy == true else { return }
         anchor.write(vaultID, AnchorStore.Mark(sequence: lastSequence, mac: mac))
     }
 

@@ -83,6 +83,40 @@ extension Engine {
             return ok
         }
 
+        // The logs: every numbered file (other names in data/log are left alone, as every command leaves them).
+        var logNames: [String] = []
+        var logDirectoryUsable = true
+        var logs: [(number: UInt64, name: String)] = []
+        do {
+            for name in try System.listDirectory(paths.logDirectory) where !name.hasPrefix(Durable.temporaryPrefix) {
+                guard let number = LogName.sequence(name) else { continue }
+                logNames.append(name)
+                if number >= 1, number < Format.maximumSequence { logs.append((number, name)) }
+            }
+        } catch let error as SystemError where error.isNotFound || error.isNotDirectory {
+            logDirectoryUsable = false
+            losses.append(.init(file: Format.dataDirectory + "/log", sequence: nil,
+                                reason: error.isNotFound ? "the log directory is missing" : "something that is not a directory is in the log directory's place",
+                                salvaged: 0))
+            lostThrough = .max
+            absentMayBeLost = true
+        }
+        logs.sort { $0.number < $1.number }
+        let anchorMark = anchor?.mark(vaultID)
+        // The previous-MAC of every log that authenticates by itself (as it stands, or once the
+        // fields known beforehand are put back): the witness of the commit before it.
+        var authenticPrevious: [UInt64: [UInt8]] = [:]
+        for (number, name) in logs {
+            let path = paths.logDirectory + "/" + name
+            guard let (fd, status) = (try? System.openRegularFile(path, maximumSize: Format.maximumFileSize)) ?? nil else { continue }
+            defer { System.close(fd) }
+            if let front = try RepairLogFront.read(fd, size: status.size, path: path, number: number),
+               let proof = try front.prove(vaultID: vaultID, chain: nil, witnesses: [], epochs: unlocked.epochs, searchCount: false)
+            {
+                authenticPrevious[number] = proof.head.previousMAC
+            }
+        }
+
         // The snapshot: its header read even with a damaged magic; every index entry tried.
         var snapshotThrough: UInt64?
         var snapshotThroughMAC: [UInt8]?
@@ -180,28 +214,35 @@ extension Engine {
             absentMayBeLost = true
         }
 
-        // The logs: every numbered file, each table entry tried as it stands.
-        var logNames: [String] = []
-        var logDirectoryUsable = true
-        var logs: [(number: UInt64, name: String)] = []
-        do {
-            for name in try System.listDirectory(paths.logDirectory) where !name.hasPrefix(Durable.temporaryPrefix) {
-                logNames.append(name)
-                if let number = LogName.sequence(name), number >= 1, number < Format.maximumSequence {
-                    logs.append((number, name))
-                }
+        // The snapshot's through-sequence when its own header did not authenticate: a history
+        // beside it that authenticates and that the first log after it links to proves it
+        // (a compaction right after a delete leaves the newest record below the through-sequence).
+        var provenHistory: HistoryFile.Contents?
+        if snapshotPresent, snapshotThroughMAC == nil {
+            let newest = snapshotThrough ?? 0
+            let firstLog = logs.first(where: { $0.number > newest })?.number
+            for name in (try? System.listDirectory(paths.data)) ?? [] where name.hasPrefix("history-") {
+                guard let through = UInt64(name.dropFirst("history-".count), radix: 16), through >= newest,
+                      firstLog.map({ $0 == through + 1 }) ?? false,
+                      let next = authenticPrevious[through + 1],
+                      let history = verifiedHistory(through: through, throughMAC: nil), let last = history.macs.last,
+                      constantTimeEqual(last, next)
+                else { continue }
+                provenHistory = history
+                snapshotThrough = through
+                snapshotThroughMAC = last
+                chainMACs[through] = last
+                highest = max(highest, through)
+                lostThrough = max(lostThrough, through)
+                break
             }
-        } catch let error as SystemError where error.isNotFound || error.isNotDirectory {
-            logDirectoryUsable = false
-            losses.append(.init(file: Format.dataDirectory + "/log", sequence: nil,
-                                reason: error.isNotFound ? "the log directory is missing" : "something that is not a directory is in the log directory's place",
-                                salvaged: 0))
-            lostThrough = .max
-            absentMayBeLost = true
         }
-        logs.sort { $0.number < $1.number }
+        if let through = snapshotThrough, let throughMAC = snapshotThroughMAC, provenHistory == nil {
+            provenHistory = verifiedHistory(through: through, throughMAC: throughMAC)
+        }
+
         var historyBroken = false
-        /// Set after a log that neither authenticates nor links: later logs link to it at best.
+        /// Set after a log that cannot be proven or linked: later logs link to it at best.
         var afterUntrusted = false
         let base = snapshotThrough ?? 0
         var expected = base + 1
@@ -214,7 +255,7 @@ extension Engine {
             chain = nil
             afterUntrusted = true  // the logs cannot be linked to a history the snapshot held
         }
-        /// A log none of whose records can be found: lost, and the chain cannot be followed past it.
+        /// A log none of whose records can be kept: lost, and the chain cannot be followed past it.
         func unreadableLog(_ file: String, _ number: UInt64, _ reason: String) {
             losses.append(.init(file: file, sequence: number, reason: reason, salvaged: 0))
             lostThrough = max(lostThrough, number)
@@ -244,124 +285,118 @@ extension Engine {
             }
             guard let (fd, status) = opened else { continue }
             descriptors.append(fd)
-            var headBytes = try io { try System.read(fd, count: Format.logHeaderSize, at: 0, path: path) }
-            var problem: String?
-            if headBytes.count == Format.logHeaderSize, Array(headBytes[0..<8]) != Format.logMagic {
-                problem = "its header is damaged (wrong magic)"
-                headBytes.replaceSubrange(0..<8, with: Format.logMagic)
-            }
-            guard let head = try? LogFile.parseHead(headBytes, fileSize: status.size) else {
-                unreadableLog(file, number, "the log's header is damaged: its records cannot be found")
+            guard let front = try RepairLogFront.read(fd, size: status.size, path: path, number: number) else {
+                unreadableLog(file, number, "commit \(number): the log is cut short inside its header: its records cannot be found")
                 continue
             }
-            if head.vaultID != vaultID { problem = problem ?? "it belongs to another vault" }
-            if head.sequence != number { problem = problem ?? "it holds commit \(head.sequence), not \(number)" }
-            let tableSize = head.count * Format.tableEntrySize
-            let rest = try io { try System.read(fd, count: tableSize + Format.macSize, at: Format.logHeaderSize, path: path) }
-            // Authenticity and the link to the chain, told apart from damage: the commit MAC is
-            // checked as the file stands, and again with the fields that are known beforehand put
-            // back (magic, vault id, sequence = the name, previous MAC = the chain). A commit whose
-            // MAC holds only that way is this vault's, linked, with damage in those fields alone.
-            var macHolds = false, macHoldsNormalized = false
-            if let keys = unlocked.epochs[head.epoch], rest.count == tableSize + Format.macSize {
-                let stored = Array(rest.suffix(Format.macSize))
-                let table = Array(rest.prefix(tableSize))
-                macHolds = constantTimeEqual(LogFile.commitMAC(chainKey: keys.chain, headerAndTable: headBytes + table), stored)
-                if !macHolds, let chain {
-                    var normalized = headBytes
-                    normalized.replaceSubrange(0..<8, with: Format.logMagic)
-                    normalized.replaceSubrange(8..<24, with: vaultID)
-                    normalized.replaceSubrange(24..<32, with: (0..<8).map { UInt8(truncatingIfNeeded: number >> (56 - 8 * $0)) })
-                    normalized.replaceSubrange(40..<72, with: chain)
-                    macHoldsNormalized = constantTimeEqual(LogFile.commitMAC(chainKey: keys.chain, headerAndTable: normalized + table), stored)
+            // What only the key could have produced for this commit: the next commit's link,
+            // when that commit authenticates by itself, and the anchor's MAC of this commit.
+            var witnesses: [[UInt8]] = []
+            if let next = authenticPrevious[number + 1] { witnesses.append(next) }
+            let anchorWitness = anchorMark.flatMap { $0.sequence == number ? $0.mac : nil }
+            if let anchorWitness { witnesses.append(anchorWitness) }
+            guard let proof = try front.prove(vaultID: vaultID, chain: chain, witnesses: witnesses, anchorWitness: anchorWitness,
+                                              epochs: unlocked.epochs)
+            else {
+                // A commit whose MAC nothing proves is never kept, even when its records
+                // authenticate one by one: a commit missing a record, a fork's commit with a
+                // byte changed, and plain damage to its table all look the same.
+                let why: String
+                if let other = try front.authenticElsewhere(vaultID: vaultID, epochs: unlocked.epochs) {
+                    why = "the file holds commit \(other), not \(number) (an older log renamed or copied over it)"
+                } else if !front.belongs(to: vaultID) && front.magicIntact {
+                    why = "it belongs to another vault, or its header and table are damaged"
+                } else {
+                    why = "the commit fails authentication and nothing proves it (its header or table is damaged or was altered, "
+                        + "or it is another history's commit)"
                 }
-                if !macHolds { problem = problem ?? "the commit fails authentication" }
-            } else if unlocked.epochs[head.epoch] == nil {
-                problem = problem ?? "it is authenticated under key epoch \(head.epoch), which the header does not hold"
-            } else {
-                problem = problem ?? "it is cut short inside its table"
+                unreadableLog(file, number, "commit \(number): \(why): its records are not kept, and the logs after it cannot be linked")
+                continue
             }
-            // The link to the chain is checked whatever else is wrong with the log (a renamed or
-            // re-headed old log must not slip in through another problem).
+            var problems: [String] = []
+            let damagedFields = front.fieldsDiffering(from: proof.head)
+            switch proof.source {
+            case .asItStands:
+                break
+            case .knownFields:
+                problems.append("its header is damaged (\(damagedFields.joined(separator: ", "))); the commit authenticates once the "
+                                + "values it must have are put back")
+            case .nextCommit, .anchor:
+                problems.append((damagedFields.isEmpty ? "" : "its header is damaged (\(damagedFields.joined(separator: ", "))) and ")
+                                + "its stored commit MAC is damaged; "
+                                + (proof.source == .anchor ? "this machine's rollback anchor, which saw this commit, proves it"
+                                                           : "the next commit, which authenticates, proves it by its link"))
+            }
+            let linked = chain.map { constantTimeEqual(proof.head.previousMAC, $0) } ?? false
             var chainBroken = false
-            let linked = macHoldsNormalized || (chain.map { constantTimeEqual(head.previousMAC, $0) } ?? false)
-            if chain != nil, !linked, macHolds {
+            if chain != nil, !linked {
                 // An authentic commit of this vault that follows another commit: another history.
-                problem = "the commit does not follow the one before it (another history, such as an older copy's): its records are not kept"
+                problems = ["the commit does not follow the one before it (another history, such as an older copy's): its records are not kept"]
                 chainBroken = true
                 historyBroken = true
-            } else if !linked, chain != nil || afterUntrusted {
-                // Neither authentic as it stands nor linked (or after such a log, or after a gap):
-                // it cannot be told from an older copy's log with a byte changed to pass as damage;
-                // it, and every log after it, are not kept (they stay in the damaged-* directory).
-                problem = (problem ?? "it does not link to the commit before it")
-                    + (afterUntrusted && chain == nil ? " (after a log that could not be linked)" : "")
-                    + ": it cannot be told from another history's commit, so its records are not kept"
-                chainBroken = true
-                afterUntrusted = true
             } else if afterUntrusted {
-                problem = (problem.map { $0 + "; " } ?? "")
-                    + "it comes after a log that could not be linked to the history: its records are not kept"
+                problems.append("it comes after a log that could not be linked to the history: its records are not kept")
                 chainBroken = true
             } else if historyBroken {
-                // After a break, what follows continues the other history (or cannot be told apart from it).
-                problem = problem ?? "it comes after a break in the chain (another history): its records are not kept"
+                problems.append("it comes after a break in the chain (another history): its records are not kept")
                 chainBroken = true
             }
-            let table = rest.prefix(tableSize)
-            if problem == nil, LogFile.parseTable(Array(table), count: head.count, bodiesStart: Format.logHeaderSize + tableSize + Format.macSize,
-                                                   fileSize: status.size).problem != nil
-            {
-                problem = "its records do not fill the file as its table says"
-            }
-            var reader = ByteReader(Array(table))
-            var offset = Format.logHeaderSize + tableSize + Format.macSize
+            let bodiesStart = Format.logHeaderSize + proof.table.count + Format.macSize
+            let fills = LogFile.parseTable(proof.table, count: proof.head.count, bodiesStart: bodiesStart, fileSize: status.size).problem == nil
+            if !fills, !chainBroken { problems.append("its records do not fill the file as its table says") }
+            var reader = ByteReader(proof.table)
+            var offset = bodiesStart
             var salvaged = 0, lostRecords = 0
             while let id = reader.readRecordID(), let opByte = reader.readUInt8(), let length = reader.readUInt32(),
                   let nonce = reader.readInline(12), let tag = reader.readInline(16)
             {
                 defer { offset += Int(length) }
+                guard !chainBroken else {
+                    lostRecords += 1
+                    continue
+                }
                 guard let op = FrameOp(rawValue: opByte), Int(length) <= Format.maximumCiphertext else {
                     lostRecords += 1
                     failed[id] = max(failed[id] ?? 0, number)
                     continue
                 }
-                // A renamed log's records authenticate under the commit they were written in.
-                let version = head.sequence == number || head.sequence >= Format.maximumSequence ? number : head.sequence
-                let ref = SealedRef(recordID: id, op: op, version: version, epoch: head.epoch, fd: fd, file: file, offset: offset,
+                let ref = SealedRef(recordID: id, op: op, version: number, epoch: proof.head.epoch, fd: fd, file: file, offset: offset,
                                     length: Int(length), nonce: nonce, tag: tag)
-                // Records of another history authenticate (the same keys sealed them) but are not
-                // this vault's: never merged in.
-                if chainBroken {
-                    lostRecords += 1
-                } else if try consider(ref, fileSize: status.size) {
-                    salvaged += 1
-                } else {
-                    lostRecords += 1
-                }
+                if try consider(ref, fileSize: status.size) { salvaged += 1 } else { lostRecords += 1 }
             }
-            if reader.remaining > 0 || table.count < tableSize { problem = problem ?? "its table is cut short" }
-            if lostRecords > 0 { problem = problem ?? "\(lostRecords) of its records fail authentication" }
-            // Every table entry authenticates and the bodies fill the file exactly as the table
-            // says: the damage is in fields that bind nothing of the records (its vault id, say),
-            // and the whole commit is known. A break in the chain is never "complete": the
-            // history before it is another one.
-            let complete = problem != nil && lostRecords == 0 && reader.remaining == 0 && table.count == tableSize && !chainBroken && linked
-                && LogFile.parseTable(Array(table), count: head.count, bodiesStart: Format.logHeaderSize + tableSize + Format.macSize,
-                                       fileSize: status.size).problem == nil
-            if let problem {
-                losses.append(.init(file: file, sequence: number, reason: "commit \(number): \(problem)", salvaged: salvaged, complete: complete))
+            if lostRecords > 0, !chainBroken { problems.append("\(lostRecords) of its records fail authentication") }
+            // A proven commit, linked, every record of it authenticated and filling the file as
+            // its table says: the damage is in bytes that bind nothing (the stored MAC, or header
+            // fields whose values are known), and the whole commit is known.
+            let complete = !problems.isEmpty && !chainBroken && linked && fills && lostRecords == 0
+            if !problems.isEmpty {
+                losses.append(.init(file: file, sequence: number, reason: "commit \(number): " + problems.joined(separator: "; "),
+                                    salvaged: salvaged, complete: complete))
                 if !complete {
                     lostThrough = max(lostThrough, number)
                     absentMayBeLost = true
                 }
-                // The next log must still link to this one: to the MAC bytes it holds, when its
-                // table and MAC were read whole (a damaged field elsewhere does not unlink it).
-                chain = rest.count == tableSize + Format.macSize ? Array(rest.suffix(Format.macSize)) : nil
-            } else {
-                chain = Array(rest.suffix(Format.macSize))
-                chainMACs[number] = chain
-                highest = max(highest, number)
+            }
+            if !chainBroken { chainMACs[number] = proof.mac }
+            // A commit of this vault, kept or not: the repaired snapshot comes after it.
+            highest = max(highest, number)
+            chain = proof.mac
+        }
+
+        // The repaired vault must pass through the commit this machine's anchor saw, as the
+        // vault must without a repair: a repair never turns a rollback or a fork into "recovered".
+        if let mark = anchorMark, mark.sequence > 0 {
+            var proven = chainMACs[mark.sequence].map { constantTimeEqual($0, mark.mac) } ?? false
+            if !proven, let history = provenHistory, let mac = history.mac(of: mark.sequence) {
+                proven = constantTimeEqual(mac, mark.mac)
+            }
+            if !proven {
+                throw KeysmithError(
+                    .corruptData,
+                    "this machine last saw commit \(mark.sequence) of the vault, and what the repair could keep does not pass through it "
+                        + "(that commit is damaged, missing or another history's, so the vault cannot be told from a rolled-back or forked "
+                        + "copy); a repair never accepts a rollback, nothing was changed; if the vault is the one you expect, accept it "
+                        + "with `keysmith vault verify --accept-rollback`, then repair it")
             }
         }
 
@@ -375,8 +410,8 @@ extension Engine {
         keep.sort { $0.recordID < $1.recordID }
         let unreadable = failed.keys.filter { best[$0] == nil }.map(\.description).sorted()
         if !unreadable.isEmpty { absentMayBeLost = true }
-        let ignored = damage.contains(where: \.isIgnored)
-        let needed = !losses.isEmpty || !unreadable.isEmpty || !headerCopies.isEmpty || ignored || isDamaged
+        // Files that are not logs among the logs are left alone, as every command leaves them.
+        let needed = !losses.isEmpty || !unreadable.isEmpty || !headerCopies.isEmpty || isDamaged
             || failed.contains { id, version in version > (best[id]?.ref.version ?? 0) || best[id] == nil }
         let report = VaultRepairReport(
             needed: needed, dryRun: true, itemsKept: keep.count, losses: losses,
@@ -392,6 +427,10 @@ extension Engine {
     /// into `damaged-<time>/` first (hard links, so a crash at any step leaves them there); the
     /// anchor moved to the new sequence. The caller holds the flock and called `prepareWrite()`
     /// (both header copies are written from the copy in force).
+    /// How long a repair waits for the rollback anchors' lock (another keysmith writing a mark
+    /// holds it for milliseconds; one stopped while holding it makes the repair fail instead).
+    static let anchorLockWait = 10.0
+
     func carryOut(_ plan: RepairPlan, at now: Date) throws -> VaultRepairReport {
         guard let keys = unlocked.epochs[currentEpoch] else { throw KeysmithError(.corruptData, "the vault's current key is missing") }
         let sequence = plan.report.sequence
@@ -423,7 +462,10 @@ extension Engine {
         try FaultInjection.step()
         let asidePath = paths.root + "/" + aside
         var linkedLogs: [String] = []
+        var unlinkableLogs: [String] = []
         var linkedHistories: [String] = []
+        // Nothing leaves the vault before the switch: a repair killed before it must leave the
+        // damaged vault exactly as it was (a log moved out early would vanish unreported).
         try io {
             if plan.snapshotPresent {
                 if (try? System.link(paths.snapshot, asidePath + "/snapshot")) == nil {
@@ -434,18 +476,13 @@ extension Engine {
                 _ = try System.mkdir(asidePath + "/log")
                 for name in plan.logNames {
                     let from = paths.logDirectory + "/" + name
-                    if let number = LogName.sequence(name), number <= sequence, (try? System.link(from, asidePath + "/log/" + name)) != nil {
+                    if (try? System.link(from, asidePath + "/log/" + name)) != nil {
                         linkedLogs.append(from)
                     } else {
-                        // Not a log this snapshot covers (or not linkable): out of the vault now.
-                        try System.rename(from, asidePath + "/log/" + name)
+                        unlinkableLogs.append(name)  // moved after the switch
                     }
                 }
                 try System.fsyncDirectory(asidePath + "/log")
-            } else {
-                if try System.status(paths.logDirectory) != nil { try System.rename(paths.logDirectory, asidePath + "/log") }
-                _ = try System.mkdir(paths.logDirectory)
-                try System.fsyncDirectory(paths.logDirectory)
             }
             // The histories of the replaced snapshots: kept aside (linked now, removed after the
             // switch, so a crash before it leaves the old snapshot with its history).
@@ -465,9 +502,23 @@ extension Engine {
             history.macs.insert(mac, at: 0)
             history.first -= 1
         }
-        try Durable.write(HistoryFile.encode(history, vaultID: vaultID, chainKey: keys.chain),
-                          to: paths.data + "/" + HistoryFile.name(through: sequence), directory: paths.data)
+        let historyPath = paths.data + "/" + HistoryFile.name(through: sequence)
+        try Durable.write(HistoryFile.encode(history, vaultID: vaultID, chainKey: keys.chain), to: historyPath, directory: paths.data)
         try FaultInjection.step()
+        // The anchor must learn the new sequence: its lock is taken before the switch (waiting
+        // for another keysmith that holds it), or the repair stops here, having changed nothing
+        // that the vault reads.
+        var anchorLock: Descriptor?
+        if let anchor {
+            guard let taken = try anchor.lock(waitingUpTo: Self.anchorLockWait) else {
+                try? System.unlink(historyPath)
+                throw KeysmithError(.ioFailure, "another process has held the rollback anchors' lock (\(anchor.directory)/.lock) for "
+                                    + "\(Int(Self.anchorLockWait)) s, and a repair must move this vault's anchor; nothing was changed, "
+                                    + "run the repair again")
+            }
+            anchorLock = taken
+        }
+        defer { if let anchorLock, let anchor { MarkFiles(directory: anchor.directory).release(anchorLock) } }
         // 3. The switch.
         try io {
             try System.rename(temporary, paths.snapshot)
@@ -475,15 +526,33 @@ extension Engine {
             try System.fsyncDirectory(paths.data)
         }
         try FaultInjection.step()
-        // 4. The logs it covers leave the vault (their links stay aside); the anchor follows.
+        // 4. The logs it replaces leave the vault (their links stay aside); what could not be
+        // linked is moved aside now; a log directory that was missing or not one is made again.
         try io {
-            for path in linkedLogs { try System.unlink(path) }
+            if plan.logDirectoryUsable {
+                for path in linkedLogs { try System.unlink(path) }
+                for name in unlinkableLogs { try System.rename(paths.logDirectory + "/" + name, asidePath + "/log/" + name) }
+                try System.fsyncDirectory(asidePath + "/log")
+            } else {
+                if try System.status(paths.logDirectory) != nil { try System.rename(paths.logDirectory, asidePath + "/log") }
+                _ = try System.mkdir(paths.logDirectory)
+                try System.fsyncDirectory(asidePath)
+            }
             try System.fsyncDirectory(paths.logDirectory)
-            for path in linkedHistories where path != paths.data + "/" + HistoryFile.name(through: sequence) { try System.unlink(path) }
+            for path in linkedHistories where path != historyPath { try System.unlink(path) }
             try System.fsyncDirectory(paths.data)
         }
         try FaultInjection.step()
-        anchor?.write(vaultID, AnchorStore.Mark(sequence: sequence, mac: throughMAC))
+        if let anchor, let lock = anchorLock {
+            anchorLock = nil
+            do {
+                try anchor.write(vaultID, AnchorStore.Mark(sequence: sequence, mac: throughMAC), releasing: lock)
+            } catch {
+                throw KeysmithError(.ioFailure, "the vault was repaired (the replaced files are in \(aside)), but this machine's rollback "
+                                    + "anchor could not be moved to its new commit \(sequence) (\(error)): the vault will be refused as "
+                                    + "rolled back until you accept it with `keysmith vault verify --accept-rollback`")
+            }
+        }
         try reloadAll()
         return VaultRepairReport(
             needed: true, dryRun: false, itemsKept: plan.report.itemsKept, losses: plan.report.losses,

@@ -1,0 +1,254 @@
+import Foundation
+import Keysmith
+import KeysmithCrypto
+import KeysmithSystem
+@testable import KeysmithVault
+import Testing
+
+/// The rule `vault repair` keeps (docs/format.md, "Repair"; docs/threat-model.md): a repair
+/// never accepts content that could not have been accepted without it. Each test is an attack
+/// or a plain damage from issue 49, which passed through the repair before.
+@Suite("file vault, format 2: a repair never launders an attack")
+struct RepairAttackTests {
+    static func put(_ vault: FileVault, _ account: String, _ value: String) throws {
+        try vault.upsert(ItemAttributes(key: genericKey(account)), secret: Data(value.utf8))
+    }
+
+    static func value(_ vault: FileVault, _ account: String) throws -> String? {
+        try vault.read(genericKey(account)).map { String(decoding: $0.secret, as: UTF8.self) }
+    }
+
+    static func bytes(_ path: String) throws -> [UInt8] { Array(try #require(FileManager.default.contents(atPath: path))) }
+    static func write(_ bytes: [UInt8], _ path: String) throws { try Data(bytes).write(to: URL(fileURLWithPath: path)) }
+    static func flip(_ path: String, _ offset: Int, _ mask: UInt8 = 1) throws {
+        var contents = try bytes(path)
+        contents[offset] ^= mask
+        try write(contents, path)
+    }
+
+    /// Removes the first frame of a log: its table entry and its body; the count goes down by
+    /// one and nothing else changes (what an attacker without the key can do).
+    static func dropFirstFrame(_ path: String) throws {
+        let data = try bytes(path)
+        let count = Int(UInt32(data[36]) << 24 | UInt32(data[37]) << 16 | UInt32(data[38]) << 8 | UInt32(data[39]))
+        let entry = 65
+        let first = Array(data[72..<(72 + entry)])
+        let length = Int(UInt32(first[33]) << 24 | UInt32(first[34]) << 16 | UInt32(first[35]) << 8 | UInt32(first[36]))
+        let bodies = 72 + entry * count + 32
+        var out = Array(data[0..<36])
+        let newCount = UInt32(count - 1)
+        out += [UInt8(newCount >> 24), UInt8(newCount >> 16 & 0xFF), UInt8(newCount >> 8 & 0xFF), UInt8(newCount & 0xFF)]
+        out += data[40..<72]
+        out += data[(72 + entry)..<(72 + entry * count)]
+        out += data[(72 + entry * count)..<bodies]  // the stored commit MAC, as it was
+        out += data[(bodies + length)...]
+        try write(out, path)
+    }
+
+    static func log(_ vault: String, _ number: Int) -> String { vault + "/data/log/" + String(format: "%016llx", number) }
+
+    static func tree(_ path: String) throws -> [String: Data] { try RepairVault.tree(path) }
+
+    @Test("a commit with a record dropped out of it: never called complete, none of its records kept, refused at the anchor's commit")
+    func droppedRecord() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.sub("v"), anchors = directory.sub("anchors")
+        let vault = try FileVault.create(at: path, credential: testKey, anchorDirectory: anchors)
+        try vault.perform([.upsert(ItemAttributes(key: genericKey("token")), secret: Data("granted".utf8)),
+                           .upsert(ItemAttributes(key: genericKey("audit")), secret: Data("imported".utf8))])
+        try vault.perform([.upsert(ItemAttributes(key: genericKey("token")), secret: Data("revoked".utf8)),
+                           .upsert(ItemAttributes(key: genericKey("audit")), secret: Data("revoked it".utf8))])
+        let copy = directory.sub("middle")
+        try FileManager.default.copyItem(atPath: path, toPath: copy)
+
+        // At the anchor's commit: the repair cannot tell it from a rollback and refuses.
+        try Self.dropFirstFrame(Self.log(path, 2))
+        let before = try Self.tree(path)
+        let damaged = try FileVault.open(at: path, credential: testKey, anchorDirectory: anchors)
+        #expect(throws: KeysmithError.self) { try damaged.repair() }
+        #expect(throws: KeysmithError.self) { try damaged.repair(dryRun: true) }
+        #expect(try Self.tree(path) == before, "a refused repair changed files")
+        #expect(throws: KeysmithError.self) { try Self.value(damaged, "token") }
+
+        // In the middle of the history (another machine, no anchor): lost, never "complete".
+        let later = try FileVault.open(at: copy, credential: testKey, anchorDirectory: nil)
+        try Self.put(later, "other", "o")
+        try Self.dropFirstFrame(Self.log(copy, 2))
+        let middle = try FileVault.open(at: copy, credential: testKey, anchorDirectory: nil)
+        let report = try middle.repair()
+        #expect(report.losses.allSatisfy { !$0.complete }, "\(report.losses)")
+        #expect(report.losses.compactMap(\.sequence).contains(2))
+        #expect(Set(report.itemsMaybeStale) == [genericKey("token"), genericKey("audit")], "\(report.itemsMaybeStale)")
+        // The commit's surviving record is not kept: its commit is not proven.
+        #expect(try Self.value(middle, "audit") == "imported")
+        #expect(try Self.value(middle, "token") == "granted")
+        #expect(report.absentItemsMayBeLost)
+    }
+
+    /// v: k=old (1), k=true-newest (2), seen by the anchor; o: a copy at 1 that wrote k=fork (2).
+    static func forkedPair(_ directory: TemporaryDirectory) throws -> (path: String, anchors: String, fork: String) {
+        let path = directory.sub("v"), anchors = directory.sub("anchors"), fork = directory.sub("o")
+        let vault = try FileVault.create(at: path, credential: testKey, anchorDirectory: anchors)
+        try put(vault, "k", "old")
+        try FileManager.default.copyItem(atPath: path, toPath: fork)
+        try put(vault, "k", "true-newest")
+        try put(try FileVault.open(at: fork, credential: testKey, anchorDirectory: nil), "k", "fork")
+        return (path, anchors, fork)
+    }
+
+    @Test("a fork put in the vault's place with one bit flipped, a junk file or an older log at the anchor's number: the repair refuses it")
+    func forkWithFlippedBit() throws {
+        let directory = TemporaryDirectory()
+        let (path, anchors, fork) = try Self.forkedPair(directory)
+        let forkLog = try Self.bytes(Self.log(fork, 2))
+        let oldLog = try Self.bytes(Self.log(fork, 1))
+        // Every byte of the fork's header, table and stored MAC flipped in turn, a junk file, commit 1 copied over 2.
+        var cases: [(String, [UInt8])] = []
+        for offset in 0..<(72 + 65 + 32) {
+            var damaged = forkLog
+            damaged[offset] ^= 1
+            cases.append(("byte \(offset)", damaged))
+        }
+        cases.append(("junk", Array("not a log".utf8)))
+        cases.append(("commit 1 copied over 2", oldLog))
+        for (name, log) in cases {
+            let target = directory.sub("case")
+            try? FileManager.default.removeItem(atPath: target)
+            try FileManager.default.copyItem(atPath: fork, toPath: target)
+            try Self.write(log, Self.log(target, 2))
+            // The anchor of the vault at `path`, as this machine saw it, for the files at `path`.
+            try FileManager.default.removeItem(atPath: path)
+            try FileManager.default.copyItem(atPath: target, toPath: path)
+            let before = try Self.tree(path)
+            let vault = try FileVault.open(at: path, credential: testKey, anchorDirectory: anchors)
+            var repaired: VaultRepairReport?
+            do { repaired = try vault.repair() } catch {}
+            #expect(repaired == nil, "\(name): the repair accepted a fork: \(String(describing: repaired))")
+            #expect(try Self.tree(path) == before, "\(name): a refused repair changed files")
+            #expect((try? Self.value(vault, "k")) != "fork", "\(name): the fork is served")
+        }
+    }
+
+    /// The repair vault of RepairTests (snapshot through 3, logs 4 to 7), with one log damaged.
+    func repairProvable(_ name: String, log number: Int, offset: Int) throws -> VaultRepairReport {
+        let fixture = try RepairVault()
+        let (path, anchors) = try fixture.copy(name)
+        try Self.flip(Self.log(path, number), offset)
+        let vault = try FileVault.open(at: path, credential: RepairVault.credential, anchorDirectory: anchors)
+        let report = try vault.repair()
+        // Nothing lost: every item at its newest value, none named as possibly stale.
+        for (account, values) in RepairVault.history {
+            #expect(try Self.value(vault, account) == values.last!, "\(name): \(account)")
+        }
+        #expect(report.itemsMaybeStale.isEmpty && !report.absentItemsMayBeLost, "\(name): \(report)")
+        #expect(report.losses.count == 1 && report.losses.allSatisfy(\.complete), "\(name): \(report.losses)")
+        #expect(try vault.verify().isEmpty)
+        return report
+    }
+
+    @Test("a damaged stored commit MAC is proven by the next commit's link, or by the anchor for the newest: nothing after it is lost")
+    func storedMACProvenByLink() throws {
+        let macStart = 72 + 65  // one frame per commit in the fixture
+        for offset in [macStart, macStart + 17, macStart + 31] {
+            _ = try repairProvable("mac-\(offset)", log: 5, offset: offset)
+            _ = try repairProvable("newest-mac-\(offset)", log: 7, offset: offset)
+        }
+    }
+
+    @Test("a damaged sequence, epoch or frame count field: the values a log must have are put back and its records kept")
+    func knownFieldsPutBack() throws {
+        // sequence (low and high bytes), epoch, frame count
+        for offset in [24, 31, 35, 39, 36] {
+            let report = try repairProvable("field-\(offset)", log: 5, offset: offset)
+            #expect(report.losses.first?.sequence == 5)
+        }
+    }
+
+    @Test("a snapshot compacted right after a delete, damaged in its header: its history proves where it ends, no later commit is lost")
+    func damagedSnapshotAfterDelete() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.sub("v"), anchors = directory.sub("anchors")
+        let vault = try FileVault.create(at: path, credential: testKey, anchorDirectory: anchors)
+        try Self.put(vault, "a", "a1")
+        try Self.put(vault, "b", "b1")
+        try Self.put(vault, "c", "c1")
+        try vault.delete(genericKey("c"))
+        try vault.compact()  // through 4; its newest record is version 2
+        try Self.put(vault, "d", "d1")
+        try Self.put(vault, "a", "a2")
+        try Self.flip(path + "/data/snapshot", 30)  // the through-sequence field
+        let damaged = try FileVault.open(at: path, credential: testKey, anchorDirectory: anchors)
+        let report = try damaged.repair()
+        #expect(report.losses.map(\.file) == ["data/snapshot"], "\(report.losses)")
+        #expect(try Self.value(damaged, "d") == "d1")
+        #expect(try Self.value(damaged, "a") == "a2")
+        #expect(try Self.value(damaged, "b") == "b1")
+        #expect(try Self.value(damaged, "c") == nil)
+        #expect(try damaged.verify().isEmpty)
+    }
+
+    @Test("a fork compacted at the same commit, given the real vault's history: refused by an anchor that lags the compaction")
+    func swappedHistory() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.sub("v"), fork = directory.sub("f")
+        let anchors = directory.sub("a"), lagging = directory.sub("m")
+        let vault = try FileVault.create(at: path, credential: testKey, anchorDirectory: anchors)
+        for index in 1...6 { try Self.put(vault, "s", "t\(index)") }
+        try FileManager.default.copyItem(atPath: path, toPath: fork)
+        for index in 7...10 { try Self.put(vault, "s", "t\(index)") }
+        try FileManager.default.copyItem(atPath: anchors, toPath: lagging)  // this machine saw commit 10
+        let elsewhere = try FileVault.open(at: path, credential: testKey, anchorDirectory: directory.sub("x"))
+        try Self.put(elsewhere, "s", "t11")
+        try elsewhere.compact()
+        // The control: the real vault, compacted, passes the lagging anchor through its own history.
+        try FileManager.default.copyItem(atPath: lagging, toPath: directory.sub("m2"))
+        #expect(try Self.value(FileVault.open(at: path, credential: testKey, anchorDirectory: directory.sub("m2")), "s") == "t11")
+        let realHistory = try Self.bytes(path + "/data/history-000000000000000b")
+        let forked = try FileVault.open(at: fork, credential: testKey, anchorDirectory: nil)
+        for index in 7...11 { try Self.put(forked, "s", "f\(index)") }
+        try forked.compact()
+        try FileManager.default.removeItem(atPath: path)
+        try FileManager.default.copyItem(atPath: fork, toPath: path)
+        try Self.write(realHistory, path + "/data/history-000000000000000b")
+        let swapped = try FileVault.open(at: path, credential: testKey, anchorDirectory: lagging)
+        #expect(throws: KeysmithError.self) { try Self.value(swapped, "s") }
+        #expect(throws: KeysmithError.self) { try swapped.repair() }
+    }
+
+    @Test("a repair waits for the rollback anchors' lock held by another process, then moves the anchor to its new commit")
+    func anchorLockIsWaitedFor() throws {
+        let fixture = try RepairVault()
+        let (path, anchors) = try fixture.copy("lock")
+        try Self.flip(Self.log(path, 5), 72 + 65 + 3)  // log 5's stored MAC: proven by log 6
+        let holder = open(anchors + "/.lock", O_RDWR | O_CREAT, 0o600)
+        #expect(holder >= 0 && flock(holder, LOCK_EX) == 0)
+        let released = DispatchSemaphore(value: 0)
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) {
+            flock(holder, LOCK_UN)
+            close(holder)
+            released.signal()
+        }
+        let vault = try FileVault.open(at: path, credential: RepairVault.credential, anchorDirectory: anchors)
+        let report = try vault.repair()
+        released.wait()
+        let marks = try FileManager.default.contentsOfDirectory(atPath: anchors).filter { !$0.hasPrefix(".") }
+        #expect(marks.count == 1)
+        let mark = try String(contentsOfFile: anchors + "/" + marks[0], encoding: .utf8)
+        #expect(mark.split(separator: " ").dropFirst().first == Substring(String(report.sequence)), "the anchor was not moved: \(mark)")
+        #expect(try FileVault.open(at: path, credential: RepairVault.credential, anchorDirectory: anchors).verify().isEmpty)
+    }
+
+    @Test("stray files in data/log are left alone by verify, the dry run and the repair")
+    func strayFilesLeftAlone() throws {
+        let fixture = try RepairVault()
+        let (path, anchors) = try fixture.copy("stray")
+        try Data("notes".utf8).write(to: URL(fileURLWithPath: path + "/data/log/README"))
+        let vault = try FileVault.open(at: path, credential: RepairVault.credential, anchorDirectory: anchors)
+        #expect(try vault.verify().allSatisfy(\.isIgnored))
+        #expect(try vault.repair(dryRun: true).needed == false)
+        try Self.flip(Self.log(path, 5), 72 + 65 + 3)
+        let damaged = try FileVault.open(at: path, credential: RepairVault.credential, anchorDirectory: anchors)
+        _ = try damaged.repair()
+        #expect(FileManager.default.contents(atPath: path + "/data/log/README") == Data("notes".utf8))
+    }
+}
