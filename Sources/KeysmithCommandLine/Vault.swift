@@ -145,7 +145,8 @@ extension KeysmithCommand.Vault {
                 // entry then goes into the format 2 vault it became.
                 report = try FileVault.repairFormat1(at: path, credential: credential, dryRun: dryRun)
             } else {
-                report = try FileVault.open(at: path, credential: credential).repair(dryRun: dryRun)
+                // A dry run changes nothing: not even the older header copy an open heals.
+                report = try FileVault.open(at: path, credential: credential, healing: !dryRun).repair(dryRun: dryRun)
             }
             var auditProblem: String?
             if report.needed && !dryRun {

@@ -154,6 +154,16 @@ public final class FileVault: SecureStore {
         at path: String, credential: VaultCredential, clock: @escaping @Sendable () -> Date = { Date() },
         anchorDirectory: String? = FileVault.defaultAnchorDirectory, logger: Logger = FileVault.defaultLogger()
     ) throws -> FileVault {
+        try open(at: path, credential: credential, clock: clock, anchorDirectory: anchorDirectory, logger: logger, healing: true)
+    }
+
+    /// ``open(at:credential:clock:anchorDirectory:logger:)``, with or without finishing what a
+    /// crash interrupted (a header copy left older than the one in force is written again): a
+    /// dry run (`keysmith vault repair --dry-run`) opens without, and so changes nothing.
+    package static func open(
+        at path: String, credential: VaultCredential, clock: @escaping @Sendable () -> Date = { Date() },
+        anchorDirectory: String? = FileVault.defaultAnchorDirectory, logger: Logger = FileVault.defaultLogger(), healing: Bool
+    ) throws -> FileVault {
         guard let status = try io({ try System.status(path) }), status.isDirectory else {
             throw KeysmithError(.storeUnavailable, "there is no vault at \(path); create one with `keysmith init`")
         }
@@ -166,7 +176,7 @@ public final class FileVault: SecureStore {
             let engine = Engine(paths: paths, unlocked: unlocked, clock: clock, anchor: anchorDirectory.map { AnchorStore(directory: $0, vaultPath: path) },
                                  credential: credential)
             try engine.reloadAll()
-            engine.finishInterruptedWrites()
+            if healing { engine.finishInterruptedWrites() }
             if engine.snapshot.isForeign {
                 throw KeysmithError(
                     .corruptData,
@@ -180,7 +190,8 @@ public final class FileVault: SecureStore {
                 // Upgraded by another process between the probe and the read (its files went
                 // away, or the header is now format 2): the format 2 vault it made is complete.
                 if case .version2 = HeaderFormat.inForce(path).probe {
-                    return try open(at: path, credential: credential, clock: clock, anchorDirectory: anchorDirectory, logger: logger)
+                    return try open(at: path, credential: credential, clock: clock, anchorDirectory: anchorDirectory, logger: logger,
+                                    healing: healing)
                 }
                 throw error
             }

@@ -194,3 +194,92 @@ struct VaultRepairCommandTests {
     }
 
 }
+
+/// Issue 49's reproductions through the binary: damage, then repair, must never undo what the
+/// vault promises.
+@Suite("the keysmith command: vault repair never launders an attack")
+struct VaultRepairAttackCommandTests {
+    @Test("a revocation dropped out of its commit: the repair refuses (the anchor saw that commit) and the scope is never granted again")
+    func droppedRevocation() throws {
+        let keysmith = try Keysmith.withVault()
+        defer { keysmith.cleanup() }
+        let imported = try keysmith.run(["token", "import", "--service", "gh", "--account", "ci"],
+                                        stdin: #"{"access_token":"a","token_type":"Bearer","scope":"repo:read repo:admin"}"#)
+        #expect(imported.status == 0, "\(imported.output)")
+        let revoked = try keysmith.run(["token", "revoke", "--service", "gh", "--account", "ci", "repo:admin"])
+        #expect(revoked.status == 0, "\(revoked.output)")
+        let logs = try FileManager.default.contentsOfDirectory(atPath: keysmith.vault + "/data/log").sorted()
+        let log = keysmith.vault + "/data/log/" + logs.last!
+        // The revocation's commit with its first frame cut out (table entry and body; count - 1).
+        let data = [UInt8](try #require(FileManager.default.contents(atPath: log)))
+        let count = Int(data[36]) << 24 | Int(data[37]) << 16 | Int(data[38]) << 8 | Int(data[39])
+        #expect(count >= 2)
+        let length = Int(data[72 + 33]) << 24 | Int(data[72 + 34]) << 16 | Int(data[72 + 35]) << 8 | Int(data[72 + 36])
+        let bodies = 72 + 65 * count + 32
+        let fewer = UInt32(count - 1)
+        var cut: [UInt8] = Array(data[0..<36])
+        cut += [UInt8(fewer >> 24), UInt8(fewer >> 16 & 0xFF), UInt8(fewer >> 8 & 0xFF), UInt8(fewer & 0xFF)]
+        cut += Array(data[40..<72])
+        cut += Array(data[137..<(72 + 65 * count)])
+        cut += Array(data[(72 + 65 * count)..<bodies])
+        cut += Array(data[(bodies + length)...])
+        try Data(cut).write(to: URL(fileURLWithPath: log))
+        let repair = try keysmith.run(["vault", "repair"])
+        #expect(repair.status != 0, "\(repair.output)")
+        #expect(repair.stderr.contains("accept-rollback"), "\(repair.stderr)")
+        #expect(!repair.stdout.contains("every record recovered"), "\(repair.stdout)")
+        let check = try keysmith.run(["token", "check", "--service", "gh", "--account", "ci", "repo:admin"])
+        #expect(check.status != 0, "the revoked scope reads as granted: \(check.output)")
+        // Another machine (no anchor) repairs it: the commit is lost, never complete, and the
+        // token is named as possibly out of date.
+        let elsewhere = try DamageAndRefusalTests.freshMachine(keysmith)
+        let other = try keysmith.run(["vault", "repair", "--json"], environment: elsewhere)
+        #expect(other.status == 0, "\(other.output)")
+        let document = try #require(try JSONSerialization.jsonObject(with: Data(other.stdout.utf8)) as? [String: Any])
+        let losses = try #require(document["losses"] as? [[String: Any]])
+        #expect(!losses.isEmpty && losses.allSatisfy { $0["complete"] as? Bool == false }, "\(losses)")
+        #expect((document["items_maybe_stale"] as? [String])?.isEmpty == false, "\(document)")
+    }
+
+    @Test("a refused fork with one flipped bit in its newest log: the repair refuses, the fork is never served")
+    func forkWithFlippedBit() throws {
+        var keysmith = try Keysmith.withVault()
+        defer { keysmith.cleanup() }
+        func put(_ value: String, _ extra: [String: String] = [:]) throws {
+            let set = try keysmith.run(["secret", "set", "--service", "s", "--account", "k"], stdin: value, environment: extra)
+            #expect(set.status == 0, "\(set.output)")
+        }
+        try put("old")
+        let copy = keysmith.directory + "/o"
+        try FileManager.default.copyItem(atPath: keysmith.vault, toPath: copy)
+        try put("true-newest")
+        try put("fork", ["KEYSMITH_VAULT": copy, "KEYSMITH_ANCHOR_DIR": keysmith.directory + "/a2"])
+        try FileManager.default.removeItem(atPath: keysmith.vault)
+        try FileManager.default.copyItem(atPath: copy, toPath: keysmith.vault)
+        let log = keysmith.vault + "/data/log/0000000000000002"
+        var bytes = try #require(FileManager.default.contents(atPath: log))
+        bytes[140] ^= 1
+        try bytes.write(to: URL(fileURLWithPath: log))
+        keysmith.environment["KEYSMITH_VAULT"] = keysmith.vault
+        let repair = try keysmith.run(["vault", "repair"])
+        #expect(repair.status != 0, "\(repair.output)")
+        let get = try keysmith.run(["secret", "get", "--service", "s", "--account", "k"])
+        #expect(get.stdout != "fork" && get.status != 0, "\(get.output)")
+    }
+
+    @Test("vault repair --dry-run writes nothing, not even an older header.backup that an open would heal")
+    func dryRunWritesNothing() throws {
+        var keysmith = try Keysmith.withVault()
+        defer { keysmith.cleanup() }
+        #expect(try keysmith.run(["secret", "set", "--service", "s", "--account", "a"], stdin: "x").status == 0)
+        let old = try #require(FileManager.default.contents(atPath: keysmith.vault + "/header.backup"))
+        let passwd = try keysmith.run(["vault", "passwd", "--new-keyfile", keysmith.directory + "/k2"])
+        #expect(passwd.status == 0, "\(passwd.output)")
+        keysmith.environment["KEYSMITH_KEYFILE"] = keysmith.directory + "/k2"
+        try old.write(to: URL(fileURLWithPath: keysmith.vault + "/header.backup"))
+        let before = try VaultRepairCommandTests.dataFiles(keysmith.vault)
+        let dry = try keysmith.run(["vault", "repair", "--dry-run"])
+        #expect(dry.status == 0, "\(dry.output)")
+        #expect(try VaultRepairCommandTests.dataFiles(keysmith.vault) == before, "the dry run changed files")
+    }
+}

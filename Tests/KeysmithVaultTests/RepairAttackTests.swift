@@ -252,3 +252,64 @@ struct RepairAttackTests {
         #expect(FileManager.default.contents(atPath: path + "/data/log/README") == Data("notes".utf8))
     }
 }
+
+@Suite("file vault, format 2: a repair killed at any step loses nothing silently")
+struct RepairKillTests {
+    /// Damages a fresh copy of a small vault (its anchor forgotten), then kills `vault-stress
+    /// repair` at each of its steps: whatever a kill leaves either still reports damage (a rerun
+    /// of the repair finds it and says what is lost) or is the repaired vault, at the sequence
+    /// the dry run named; never an intact-looking vault that quietly lost something.
+    func killAtEachStep(_ name: String, build: (FileVault) throws -> Void, damage: (String) throws -> Void) throws {
+        let directory = TemporaryDirectory()
+        let keyfile = directory.sub("keyfile")
+        try Data((String(repeating: "42", count: 32) + "\n").utf8).write(to: URL(fileURLWithPath: keyfile))
+        let pristine = directory.sub("pristine")
+        try build(try FileVault.create(at: pristine, credential: testKey, anchorDirectory: nil))
+        var step = 1
+        var sawDamaged = false
+        while true {
+            let path = directory.sub("\(name)-\(step)"), anchors = directory.sub("\(name)-\(step)-anchors")
+            try FileManager.default.copyItem(atPath: pristine, toPath: path)
+            try damage(path)
+            let expected = try FileVault.open(at: path, credential: testKey, anchorDirectory: anchors).repair(dryRun: true).sequence
+            let run = try startStress(["repair", path, keyfile], environment: ["KEYSMITH_FAULT_EXIT_AT": String(step), "KEYSMITH_ANCHOR_DIR": anchors])
+            run.0.waitUntilExit()
+            let finished = run.0.terminationStatus == 0
+            #expect(finished || run.0.terminationStatus == 86, "\(name) step \(step): \(stressErrors(run.0))")
+            let vault = try FileVault.open(at: path, credential: testKey, anchorDirectory: anchors)
+            let left = try vault.verify().filter { !$0.isSuperseded }
+            if left.isEmpty {
+                let sequence = try vault.sequence
+                #expect(sequence == expected, "\(name) step \(step): the vault looks intact at \(sequence), not the repair's \(expected)")
+            } else {
+                sawDamaged = true
+                let report = try vault.repair()
+                #expect(report.needed && (!report.losses.isEmpty || report.absentItemsMayBeLost), "\(name) step \(step): \(report)")
+            }
+            #expect(try vault.verify().filter { !$0.isSuperseded }.isEmpty, "\(name) step \(step)")
+            try? FileManager.default.removeItem(atPath: path)
+            if finished { break }
+            step += 1
+            try #require(step < 60)
+        }
+        print("repair fault injection (\(name)): killed at each of \(step - 1) steps, then finished")
+        #expect(sawDamaged && step > 4)
+    }
+
+    @Test("logs after a gap: never moved out of the vault before the switch")
+    func logsAfterAGap() throws {
+        try killAtEachStep("gap", build: { vault in
+            for index in 1...5 { try RepairAttackTests.put(vault, "a", "v\(index)") }
+            try RepairAttackTests.put(vault, "late", "x")
+        }, damage: { path in try FileManager.default.removeItem(atPath: RepairAttackTests.log(path, 4)) })
+    }
+
+    @Test("a lost log directory: no empty one is made before the switch (the old snapshot would read as intact)")
+    func lostLogDirectory() throws {
+        try killAtEachStep("log-directory", build: { vault in
+            try RepairAttackTests.put(vault, "a", "v1")
+            try vault.compact()
+            try RepairAttackTests.put(vault, "a", "v2")
+        }, damage: { path in try FileManager.default.removeItem(atPath: path + "/data/log") })
+    }
+}
