@@ -512,7 +512,7 @@ extension Engine {
         if let anchor {
             guard let taken = try anchor.lock(waitingUpTo: Self.anchorLockWait) else {
                 try? System.unlink(historyPath)
-                throw KeysmithError(.ioFailure, "another process has held the rollback anchors' lock (\(anchor.directory)/.lock) for "
+                throw KeysmithError(.timedOut, "another process has held the rollback anchors' lock (\(anchor.directory)/.lock) for "
                                     + "\(Int(Self.anchorLockWait)) s, and a repair must move this vault's anchor; nothing was changed, "
                                     + "run the repair again")
             }
