@@ -398,7 +398,7 @@ struct PostgresStoreTests {
         let old = try Self.sql("SELECT version::text, encode(sealed, 'hex') FROM keysmith_records WHERE namespace_id = \(namespaceID)")
         try store.perform([.update(ItemAttributes(key: key), secret: Data("revoked".utf8))])
         #expect(try store.verifyChangeFeed(anchor: anchor).isIntact)
-        let rows = try Self.sql("SELECT seq::text, encode(chain, 'hex'), version::text FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY seq")
+        let rows = try Self.sql("SELECT seq::text, encode(chain, 'hex'), version::text FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY keysmith_changes.seq")
         try #require(rows.count == 2 && old.count == 1, "\(rows) \(old)")
         try #require(rows[0][2] == old[0][0], "the first change row is the create's: \(rows) \(old)")
         // The owner undoes the revocation without a trace in the feed: the item's old row put
@@ -409,7 +409,7 @@ struct PostgresStoreTests {
                          "UPDATE keysmith_chain_heads SET seq = \(rows[0][0]), chain = decode('\(rows[0][1])', 'hex') WHERE namespace_id = \(namespaceID)")
         // The database is as intended (this test failed once in a full run, the read finding a
         // newer change row; these say what the database held if it does again).
-        let after = try Self.sql("SELECT seq::text, version::text FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY seq")
+        let after = try Self.sql("SELECT seq::text, version::text FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY keysmith_changes.seq")
         let recordsAfter = try Self.sql("SELECT version::text FROM keysmith_records WHERE namespace_id = \(namespaceID)")
         try #require(after == [[rows[0][0], old[0][0]]] && recordsAfter == [[old[0][0]]], "changes \(after), records \(recordsAfter), before \(rows) \(old)")
         #expect(try store.read(key)?.secret == Data("granted".utf8))
@@ -435,7 +435,7 @@ struct PostgresStoreTests {
             try store.perform([.upsert(ItemAttributes(key: .genericPassword(service: "s", account: "a\(index)")), secret: Data("\(index)".utf8))])
         }
         let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
-        let rows = try Self.sql("SELECT seq::text, encode(chain, 'hex') FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY seq")
+        let rows = try Self.sql("SELECT seq::text, encode(chain, 'hex') FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY keysmith_changes.seq")
         try #require(rows.count == 3)
         let setBack = "UPDATE keysmith_chain_heads SET seq = \(rows[1][0]), chain = decode('\(rows[1][1])', 'hex') WHERE namespace_id = \(namespaceID)"
         // As the application role: refused by the trigger (which that role cannot turn off).

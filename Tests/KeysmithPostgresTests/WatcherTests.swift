@@ -469,7 +469,7 @@ struct WatcherTests {
         // This namespace's three change rows (sequence numbers are shared by every namespace,
         // and other tests write at the same time: they are not consecutive).
         let namespaceID = "'\\x" + store.keys.namespaceID.map { String(format: "%02x", $0) }.joined() + "'::bytea"
-        let sequences = try PostgresStoreTests.sql("SELECT seq::text FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY seq")
+        let sequences = try PostgresStoreTests.sql("SELECT seq::text FROM keysmith_changes WHERE namespace_id = \(namespaceID) ORDER BY keysmith_changes.seq")
             .compactMap { $0.first.flatMap { Int64($0) } }
         try #require(sequences.count == 3)
         // The administrator flips a byte of the middle change's sealed key, past the triggers

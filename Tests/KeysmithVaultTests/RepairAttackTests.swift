@@ -313,3 +313,118 @@ struct RepairKillTests {
         }, damage: { path in try FileManager.default.removeItem(atPath: path + "/data/log") })
     }
 }
+
+/// The repair's rule as a property: for random histories and random single damages (a byte of a
+/// log, the snapshot or a history flipped; a frame cut out of a log; a log swapped with a fork's),
+/// a repair either refuses (changing nothing) or keeps only values the real history held: each
+/// item at its newest value, or, when the report names it as possibly stale (or says absent items
+/// may be lost), at a value it had; never a fork's. Where every loss is complete (a provable
+/// chain), every item is at its newest value. `KEYSMITH_REPAIR_PROPERTY_CASES` sets how many
+/// cases (default 40).
+@Suite("file vault, format 2: the repair's rule on random histories and damages")
+struct RepairPropertyTests {
+    struct Generator: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    @Test("a repair keeps only what the real history held, all of it where the chain is provable")
+    func randomHistoriesAndDamages() throws {
+        let cases = Int(ProcessInfo.processInfo.environment["KEYSMITH_REPAIR_PROPERTY_CASES"] ?? "") ?? 40
+        var refused = 0, repaired = 0, exact = 0, needlessStale = 0
+        for seed in 0..<cases {
+            var random = Generator(state: UInt64(seed) &* 7919 &+ 17)
+            let directory = TemporaryDirectory()
+            let path = directory.sub("v"), anchors = directory.sub("anchors"), fork = directory.sub("fork")
+            let accounts = ["a", "b", "c", "d"]
+            var history: [String: [String?]] = [:]
+            let vault = try FileVault.create(at: path, credential: testKey, anchorDirectory: anchors)
+            let commits = Int.random(in: 4...9, using: &random)
+            let compactAt = Int.random(in: 0...commits, using: &random)
+            let forkAt = Int.random(in: 1..<commits, using: &random)
+            for commit in 1...commits {
+                let account = accounts.randomElement(using: &random)!
+                if Bool.random(using: &random), let last = history[account]?.last, last != nil {
+                    try vault.delete(genericKey(account))
+                    history[account, default: []].append(nil)
+                } else {
+                    let second = accounts.randomElement(using: &random)!
+                    try vault.perform([.upsert(ItemAttributes(key: genericKey(account)), secret: Data("\(account)\(commit)".utf8)),
+                                       .upsert(ItemAttributes(key: genericKey(second + "+")), secret: Data("\(second)+\(commit)".utf8))])
+                    history[account, default: []].append("\(account)\(commit)")
+                    history[second + "+", default: []].append("\(second)+\(commit)")
+                }
+                if commit == forkAt { try FileManager.default.copyItem(atPath: path, toPath: fork) }
+                if commit == compactAt { try vault.compact() }
+            }
+            let forked = try FileVault.open(at: fork, credential: testKey, anchorDirectory: nil)
+            for index in 0..<(commits - forkAt) {
+                try forked.upsert(ItemAttributes(key: genericKey(accounts[index % accounts.count])), secret: Data("fork\(index)".utf8))
+            }
+            // One damage.
+            let logs = try FileManager.default.contentsOfDirectory(atPath: path + "/data/log").sorted()
+            let histories = try FileManager.default.contentsOfDirectory(atPath: path + "/data").filter { $0.hasPrefix("history-") }
+            let kind = Int.random(in: 0..<4, using: &random)
+            var what = ""
+            if kind == 0 || logs.isEmpty {
+                let file = logs.isEmpty || Bool.random(using: &random) ? "data/snapshot"
+                    : (Bool.random(using: &random) || histories.isEmpty ? "data/log/" + logs.randomElement(using: &random)! : "data/" + histories[0])
+                let size = try RepairAttackTests.bytes(path + "/" + file).count
+                let offset = Int.random(in: 0..<size, using: &random)
+                try RepairAttackTests.flip(path + "/" + file, offset, UInt8(1) << UInt8.random(in: 0..<8, using: &random))
+                what = "byte \(offset) of \(file)"
+            } else if kind == 1 {
+                let log = logs.randomElement(using: &random)!
+                let count = try RepairAttackTests.bytes(path + "/data/log/" + log)[39]
+                if count >= 2 { try RepairAttackTests.dropFirstFrame(path + "/data/log/" + log) }
+                what = "a frame cut out of \(log)"
+            } else {
+                let forkLogs = try FileManager.default.contentsOfDirectory(atPath: fork + "/data/log").sorted()
+                if let log = forkLogs.last {
+                    try? FileManager.default.removeItem(atPath: path + "/data/log/" + log)
+                    try FileManager.default.copyItem(atPath: fork + "/data/log/" + log, toPath: path + "/data/log/" + log)
+                }
+                what = "the fork's newest log put in"
+            }
+            let context = "seed \(seed) (\(what))"
+            let before = try RepairAttackTests.tree(path)
+            let damaged = try FileVault.open(at: path, credential: testKey, anchorDirectory: anchors)
+            let report: VaultRepairReport
+            do {
+                report = try damaged.repair()
+            } catch {
+                refused += 1
+                #expect(try RepairAttackTests.tree(path) == before, "\(context): a refused repair changed files")
+                continue
+            }
+            repaired += 1
+            let stale = Set(report.itemsMaybeStale)
+            var allNewest = true
+            for (account, values) in history {
+                let read = try RepairAttackTests.value(damaged, account)
+                #expect(read == nil || values.contains(read), "\(context): \(account) reads \(read ?? "-"), a value the history never had")
+                if read != values.last! {
+                    allNewest = false
+                    if read == nil {
+                        #expect(report.absentItemsMayBeLost || stale.contains(genericKey(account)), "\(context): \(account) gone unreported")
+                    } else {
+                        #expect(stale.contains(genericKey(account)), "\(context): \(account) not at its newest and not reported")
+                    }
+                }
+            }
+            if report.losses.allSatisfy(\.complete) && report.unreadableRecords.isEmpty {
+                #expect(allNewest, "\(context): a provable chain, but an item is not at its newest: \(report.losses)")
+            }
+            if allNewest { exact += 1 } else { needlessStale += report.itemsMaybeStale.count }
+            #expect(try damaged.verify().filter { !$0.isSuperseded }.isEmpty, "\(context)")
+        }
+        print("repair property: \(cases) cases: \(refused) refused (a rollback or fork at the anchor), \(repaired) repaired, "
+              + "\(exact) of them with every item at its newest value, \(needlessStale) items named as possibly stale in the others")
+    }
+}
