@@ -117,10 +117,20 @@ public struct ProviderClient: Sendable {
         if (300..<400).contains(response.status) {
             return ProviderError(.badResponse, "the \(role) of \(name) answered with a redirect (HTTP \(response.status)); redirects are not followed")
         }
-        if let object = JSONValue.object(response.body), let code = object["error"]?.string, !code.isEmpty, code.utf8.count <= 128 {
-            let description = object["error_description"]?.string.map { ": " + OneLine.escaped(String($0.prefix(300))) } ?? ""
+        // Only a client error is a refusal (RFC 6749 §5.2: 400, or 401 for the client's
+        // authentication): a server that fails (5xx) or sheds load (429) did not refuse, whatever
+        // its body says, and an `invalid_grant` in a 500 never ends a grant.
+        let oauthCode = JSONValue.object(response.body).flatMap { object -> (String, String)? in
+            guard let code = object["error"]?.string, !code.isEmpty, code.utf8.count <= 128 else { return nil }
+            return (code, object["error_description"]?.string.map { ": " + OneLine.escaped(String($0.prefix(300))) } ?? "")
+        }
+        if let (code, description) = oauthCode, (400..<500).contains(response.status), response.status != 429 {
             return ProviderError(.rejected, "\(name) refused: \(OneLine.escaped(code))\(description)", oauthError: code,
                                  retryAfter: response.retryAfter)
+        }
+        if response.status >= 500, let (code, _) = oauthCode, response.status != 503 {
+            return ProviderError(.unreachable, "the \(role) of \(name) failed (HTTP \(response.status), error \(OneLine.escaped(code))): a server "
+                                 + "error, not a refusal; try again later", retryAfter: response.retryAfter ?? 5)
         }
         if response.status == 503 || response.status == 429 {
             return ProviderError(.unreachable, "the \(role) of \(name) is unavailable for now (HTTP \(response.status))",
@@ -187,7 +197,9 @@ public struct ProviderClient: Sendable {
 enum TokenResponseCheck {
     static func check(_ body: [UInt8], provider: String) throws {
         let name = OneLine.escaped(provider)
-        guard JSONValue.object(body) != nil else {
+        // Read leniently: an extra field that cannot be kept is dropped by the parse below,
+        // never the answer (it may have spent the refresh token it replaces).
+        guard CompactJSON.lenientMembers(of: body) != nil else {
             throw ProviderError(.badResponse, "the token endpoint of \(name) answered with something that is not a JSON object; nothing was kept")
         }
         do {

@@ -36,6 +36,47 @@ package enum CompactJSON {
         return members.map { ($0.name, String(decoding: $0.text, as: UTF8.self)) }
     }
 
+    /// ``members(of:limit:unlimited:)`` for an answer that must be kept whatever its extra
+    /// members hold (a token response whose refresh token the provider has already spent): a
+    /// top-level member whose value cannot be kept (longer than `limit`, a string holding a lone
+    /// surrogate escape or bytes that are not UTF-8) is skipped and named in `dropped`; `nil` only
+    /// when the bytes are not one JSON object at all.
+    ///
+    /// ```swift
+    /// let read = CompactJSON.lenientMembers(of: Array(#"{"a":1,"b":"\ud800"}"#.utf8))
+    /// // read?.members: [("a", "1")], read?.dropped: ["b"]
+    /// ```
+    package static func lenientMembers(of bytes: [UInt8], limit: Int = .max, unlimited: Set<String> = [])
+        -> (members: [(name: String, text: String)], dropped: [String])?
+    {
+        var reader = Reader(bytes: bytes, limit: limit, unlimited: unlimited)
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { reader.offset = 3 }
+        var members: [(name: String, text: String)] = []
+        var dropped: [String] = []
+        guard reader.take(UInt8(ascii: "{")) else { return nil }
+        if !reader.take(UInt8(ascii: "}")) {
+            repeat {
+                reader.skipSpace()
+                guard let name = reader.string(), reader.take(UInt8(ascii: ":")) else { return nil }
+                reader.member = name
+                reader.memberLimit = unlimited.contains(name) ? .max : limit
+                reader.tooLarge = nil
+                let start = reader.offset
+                var text: [UInt8] = []
+                if reader.value(into: &text, depth: 1), reader.fits(text.count) {
+                    members.append((name, String(decoding: text, as: UTF8.self)))
+                } else {
+                    reader.offset = start
+                    guard reader.skipValue(depth: 1) else { return nil }
+                    dropped.append(name)
+                }
+            } while reader.take(UInt8(ascii: ","))
+            guard reader.take(UInt8(ascii: "}")) else { return nil }
+        }
+        guard reader.atEnd else { return nil }
+        return (members, dropped)
+    }
+
     /// The string a JSON string literal (quotes included) stands for, its escapes decoded;
     /// `nil` when it is not one.
     package static func string(literal bytes: some Collection<UInt8>) -> String? {
@@ -53,8 +94,8 @@ package enum CompactJSON {
         /// The member whose value passed `limit`, when reading stopped for that.
         var tooLarge: String?
         /// The member being read, and its limit.
-        private var member = ""
-        private var memberLimit = Int.max
+        var member = ""
+        var memberLimit = Int.max
 
         init(bytes: [UInt8], limit: Int, unlimited: Set<String>) {
             self.bytes = bytes
@@ -118,6 +159,55 @@ package enum CompactJSON {
             } while take(UInt8(ascii: ","))
             guard take(UInt8(ascii: "}")) else { return nil }
             return members
+        }
+
+        /// Steps over one value by its structure alone (any escape in a string is stepped
+        /// over, a lone surrogate included): how a member that cannot be kept is skipped.
+        mutating func skipValue(depth: Int) -> Bool {
+            skipSpace()
+            guard offset < bytes.count, depth <= CompactJSON.maximumDepth else { return false }
+            switch bytes[offset] {
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                let close = bytes[offset] == UInt8(ascii: "{") ? UInt8(ascii: "}") : UInt8(ascii: "]")
+                let isObject = close == UInt8(ascii: "}")
+                offset += 1
+                if take(close) { return true }
+                repeat {
+                    if isObject {
+                        skipSpace()
+                        guard skipString(), take(UInt8(ascii: ":")) else { return false }
+                    }
+                    guard skipValue(depth: depth + 1) else { return false }
+                } while take(UInt8(ascii: ","))
+                return take(close)
+            case UInt8(ascii: "\""):
+                return skipString()
+            case UInt8(ascii: "t"):
+                var ignored: [UInt8] = []
+                return word("true", into: &ignored)
+            case UInt8(ascii: "f"):
+                var ignored: [UInt8] = []
+                return word("false", into: &ignored)
+            case UInt8(ascii: "n"):
+                var ignored: [UInt8] = []
+                return word("null", into: &ignored)
+            default:
+                var ignored: [UInt8] = []
+                return number(into: &ignored)
+            }
+        }
+
+        /// Steps over a string literal without decoding it.
+        mutating func skipString() -> Bool {
+            guard offset < bytes.count, bytes[offset] == UInt8(ascii: "\"") else { return false }
+            offset += 1
+            while offset < bytes.count {
+                let byte = bytes[offset]
+                offset += 1
+                if byte == UInt8(ascii: "\"") { return true }
+                if byte == UInt8(ascii: "\\") { offset += 1 } else if byte < 0x20 { return false }
+            }
+            return false
         }
 
         /// Reads one value, appending its compact text to `out`.

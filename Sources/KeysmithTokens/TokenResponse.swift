@@ -13,11 +13,15 @@ package struct TokenResponse {
     var scope: Set<Scope>?
     /// Fields beyond RFC 6749's, as compact JSON text by name.
     var additionalFields: [String: String] = [:]
+    /// The names of fields beyond RFC 6749's that could not be kept and were dropped (the
+    /// token never is for their sake): see ``additionalFields(_:)``.
+    package var droppedFields: [String] = []
 
     /// The fields RFC 6749 §5.1 defines (typed); every other field is kept as sent.
     static let standardFields: Set<String> = ["access_token", "token_type", "expires_in", "refresh_token", "scope"]
-    /// At most this many additional fields, each name at most 256 bytes and each value at most
-    /// 64 KiB of JSON: a response is bounded like every other input.
+    /// At most this many additional fields are kept, each name at most 256 bytes and each value
+    /// at most 64 KiB of JSON: a response is bounded like every other input, and a field beyond
+    /// these bounds is dropped, never the token.
     static let maximumAdditionalFields = 64
     static let maximumAdditionalFieldBytes = 65_536
 
@@ -79,9 +83,24 @@ package struct TokenResponse {
         guard String(validating: data, as: UTF8.self) != nil, !data.contains(0) else {
             throw KeysmithError(.malformedData, "the token response is not UTF-8 text (RFC 8259 §8.1 requires JSON in UTF-8)")
         }
-        if let name = duplicateName(in: Array(data)) {
-            throw KeysmithError(.malformedData, "the token response names the field \(OneLine.escaped(String(name.prefix(64)))) twice in one object; "
-                                + "parsers disagree on which value counts, so it is refused")
+        // The answer may have spent the refresh token it replaces: what is not needed is read
+        // leniently (an extra field that cannot be kept is dropped), what is needed strictly.
+        guard let read = CompactJSON.lenientMembers(of: Array(data), limit: maximumAdditionalFieldBytes, unlimited: standardFields) else {
+            throw KeysmithError(.malformedData, "the token response is not a JSON object as RFC 8259 writes it (a trailing comma, "
+                                + "or nesting deeper than \(CompactJSON.maximumDepth) levels)")
+        }
+        // A field RFC 6749 defines, named twice with different values, is ambiguous (parsers
+        // disagree on which value counts): refused. Named twice with the same value, it is one.
+        for name in standardFields {
+            let values = Set(read.members.filter { $0.name == name }.map(\.text))
+            if values.isEmpty, read.dropped.contains(name) {
+                throw KeysmithError(.malformedData, "the token response's field \(name) is not text Keysmith can keep (a lone surrogate "
+                                    + "escape or bytes that are not UTF-8)")
+            }
+            if values.count > 1 || (values.count == 1 && read.dropped.contains(name)) {
+                throw KeysmithError(.malformedData, "the token response names the field \(name) twice in one object with different values; "
+                                    + "parsers disagree on which value counts, so it is refused")
+            }
         }
         let wire: Wire
         do {
@@ -119,8 +138,9 @@ package struct TokenResponse {
                 .malformedData, "the token response's expires_in (\(expiresIn) s) is more than 100 years; no token lives that long")
         }
         let scope = try wire.scope.map { try $0.scopes() }
+        let extra = additionalFields(read)
         return TokenResponse(accessToken: accessToken, tokenType: tokenType, expiresIn: expiresIn,
-                             refreshToken: wire.refresh_token, scope: scope, additionalFields: try additionalFields(of: data))
+                             refreshToken: wire.refresh_token, scope: scope, additionalFields: extra.kept, droppedFields: extra.dropped)
     }
 
     /// The first name that appears twice in one object of `bytes` (which need not be valid JSON:
@@ -167,28 +187,26 @@ package struct TokenResponse {
     }
 
     /// Every field beyond RFC 6749's, its value re-encoded as compact JSON (``CompactJSON``:
-    /// members sorted by the bytes of their names, numbers as written).
-    private static func additionalFields(of data: Data) throws -> [String: String] {
-        let members: [(name: String, text: String)]
-        do {
-            members = try CompactJSON.members(of: Array(data), limit: maximumAdditionalFieldBytes, unlimited: standardFields)
-        } catch .tooLarge(let name) {
-            throw KeysmithError(.malformedData, "the token response's field \(OneLine.escaped(String(name.prefix(64)))) is larger than 64 KiB")
-        } catch {
-            throw KeysmithError(.malformedData, "the token response is not JSON as RFC 8259 writes it (a trailing comma, a lone surrogate escape, "
-                                + "or nesting deeper than \(CompactJSON.maximumDepth) levels)")
-        }
+    /// members sorted by the bytes of their names, numbers as written), and the names of those
+    /// dropped: a value over 64 KiB or holding a lone surrogate escape, a name given twice (or
+    /// twice inside its value), empty or over 256 bytes, and every field after the 64th kept.
+    private static func additionalFields(_ read: (members: [(name: String, text: String)], dropped: [String]))
+        -> (kept: [String: String], dropped: [String])
+    {
+        var dropped = Set(read.dropped.filter { !standardFields.contains($0) })
+        var counts: [String: Int] = [:]
+        for member in read.members { counts[member.name, default: 0] += 1 }
         var fields: [String: String] = [:]
-        for (name, text) in members where !standardFields.contains(name) {
-            guard fields.count < maximumAdditionalFields else {
-                throw KeysmithError(.malformedData, "the token response has more than \(maximumAdditionalFields) fields beyond RFC 6749's")
-            }
-            guard !name.isEmpty, name.utf8.count <= 256 else {
-                throw KeysmithError(.malformedData, "the token response has a field whose name is empty or longer than 256 bytes")
+        for (name, text) in read.members where !standardFields.contains(name) {
+            if dropped.contains(name) || counts[name, default: 0] > 1 || name.isEmpty || name.utf8.count > 256
+                || duplicateName(in: Array(text.utf8)) != nil || fields.count >= maximumAdditionalFields
+            {
+                dropped.insert(name)
+                continue
             }
             fields[name] = text
         }
-        return fields
+        return (fields, dropped.sorted())
     }
 }
 

@@ -53,6 +53,8 @@ struct BadProviderTests {
         ("/redirect", .badResponse, "redirect (HTTP 302)"),
         ("/error", .rejected, "invalid_grant: line one\\nline two \\u{1B}[31mred"),
         ("/unavailable", .unreachable, "unavailable for now (HTTP 503)"),
+        ("/unavailable-oauth", .unreachable, "unavailable for now (HTTP 503)"),
+        ("/server-error-invalid-grant", .unreachable, "a server error, not a refusal"),
         ("/slow", .timedOut, "did not answer in time"),
     ])
     func badAnswers(path: String, kind: ProviderError.Kind, fragment: String) async throws {
@@ -66,7 +68,7 @@ struct BadProviderTests {
         #expect(error?.kind == kind, "\(String(describing: error))")
         #expect(error?.message.contains(fragment) == true, "\(String(describing: error?.message))")
         #expect(error?.message.contains("\n") == false && error?.message.contains("\u{1b}") == false)
-        if path == "/unavailable" { #expect(error?.retryAfter == 7) }
+        if path.hasPrefix("/unavailable") { #expect(error?.retryAfter == 7) }
         #expect(try store.search(ItemQuery(recordType: .oauthToken)).isEmpty)
     }
 
@@ -83,6 +85,16 @@ struct BadProviderTests {
         let message = error?.message ?? ""
         #expect(message.contains("you sent") && message.contains("[token]"), "\(message)")
         #expect(!message.contains("RT-very-secret-123") && !message.contains("client-secret-xyz"), "\(message)")
+    }
+
+    @Test("an answer whose extra fields cannot all be kept (over 64 KiB, a lone surrogate, a name twice) is kept without them")
+    func extraFieldsDropped() async throws {
+        let server = try BadServer()
+        let (signIn, store) = try signIn(server, path: "/extra-fields")
+        let token = try await signIn.clientCredentials(account: "a", scopes: [try Scope("read")])
+        #expect(token.accessToken == "kept" && token.refreshToken == "r2")
+        #expect(token.additionalFields.isEmpty, "\(token.additionalFields.keys)")
+        #expect(try TokenKeeper(store: store).token(service: "bad", account: "a")?.refreshToken == "r2")
     }
 
     @Test("a good answer from the same server is kept (the harness is not what fails above)")

@@ -115,30 +115,47 @@ struct CompactJSONTests {
         }
     }
 
-    @Test("a token response that is not JSON as RFC 8259 writes it is refused as malformed, naming why; its fields are not dropped in silence")
+    @Test("a token response that is not one JSON object as RFC 8259 writes it is refused as malformed, naming why")
     func malformedResponsesAreRefused() {
-        for text in [#"{"access_token":"a","token_type":"Bearer","team":[1,],}"#, #"{"access_token":"a","token_type":"Bearer","x":"\ud800"}"#] {
+        for text in [#"{"access_token":"a","token_type":"Bearer","team":[1,],}"#, #"{"access_token":"a","token_type":"Bearer"} x"#,
+                     #"{"access_token":"\ud800","token_type":"Bearer"}"#] {
             let error = #expect(throws: KeysmithError.self, "\(text)") { try OAuthToken(response: Data(text.utf8), requested: [], now: Date()) }
             #expect(error?.code == .malformedData, "\(text)")
-            #expect(error?.message.contains("not JSON as RFC 8259 writes it") == true || error?.message.contains("not a JSON object") == true,
+            #expect(error?.message.contains("as RFC 8259 writes it") == true || error?.message.contains("not text Keysmith can keep") == true,
                     "\(String(describing: error?.message))")
         }
     }
 
-    @Test("a name written with escapes is the same name: a response that repeats one is refused")
-    func escapedDuplicateNames() throws {
+    @Test("an answer is kept whatever its extra fields hold: a lone surrogate, over 64 KiB, a name twice, more than 64 of them; those fields are dropped and named")
+    func extraFieldsThatCannotBeKeptAreDropped() throws {
+        func parse(_ text: String) throws -> TokenResponse { try TokenResponse.parse(Data(text.utf8)) }
+        let surrogate = try parse(#"{"access_token":"a","token_type":"Bearer","refresh_token":"r2","x":"\ud800","y":1}"#)
+        #expect(surrogate.refreshToken == "r2" && surrogate.additionalFields == ["y": "1"] && surrogate.droppedFields == ["x"])
+        let big = try parse(#"{"access_token":"a","token_type":"Bearer","refresh_token":"r2","id_token":""# + String(repeating: "x", count: 70_000) + "\"}")
+        #expect(big.refreshToken == "r2" && big.additionalFields.isEmpty && big.droppedFields == ["id_token"])
+        let twice = try parse(#"{"access_token":"a","token_type":"Bearer","team":1,"t\u0065am":2,"ok":true}"#)
+        #expect(twice.additionalFields == ["ok": "true"] && twice.droppedFields == ["team"])
+        let nested = try parse(#"{"access_token":"a","token_type":"Bearer","team":{"id":"T1","id":"T2"}}"#)
+        #expect(nested.additionalFields.isEmpty && nested.droppedFields == ["team"])
+        let sameValue = try parse(#"{"access_token":"a","token_type":"Bearer","refresh_token":"r2","refresh_token":"r2"}"#)
+        #expect(sameValue.refreshToken == "r2")
+        var many = #"{"access_token":"a","token_type":"Bearer""#
+        for index in 0..<70 { many += ",\"f\(String(format: "%02d", index))\":\(index)" }
+        let lots = try parse(many + "}")
+        #expect(lots.additionalFields.count == 64 && lots.droppedFields.count == 6)
+        // The token itself is never taken from an ambiguous answer.
+        #expect(throws: KeysmithError.self) { try parse(#"{"access_token":"a","token_type":"Bearer","refresh_token":"r1","refresh_token":"r2"}"#) }
+        let longToken = #"{"access_token":""# + String(repeating: "a", count: 70_000) + #"","token_type":"Bearer","x":1}"#
+        #expect(try OAuthToken(response: Data(longToken.utf8), requested: [], now: Date()).additionalFields == ["x": "1"])
+    }
+
+    @Test("a name written with escapes is the same name")
+    func escapedNames() throws {
         #expect(CompactJSON.string(literal: Array(#""t\u0065am""#.utf8)) == "team")
         #expect(CompactJSON.string(literal: Array(#""team"x"#.utf8)) == nil)
         let error = #expect(throws: KeysmithError.self) {
-            try OAuthToken(response: Data(#"{"access_token":"a","token_type":"Bearer","team":1,"t\u0065am":2}"#.utf8), requested: [], now: Date())
+            try OAuthToken(response: Data(#"{"access_token":"a","token_type":"Bearer","expires_in":1,"expires\u005fin":2}"#.utf8), requested: [], now: Date())
         }
         #expect(error?.code == .malformedData && error?.message.contains("twice") == true, "\(String(describing: error?.message))")
-        // A field of more than 64 KiB is refused, naming it (escaped); the access token is the
-        // decoder's to judge.
-        let big = #"{"access_token":"a","token_type":"Bearer","t\neam":"# + "\"" + String(repeating: "x", count: 70_000) + "\"}"
-        let tooLarge = #expect(throws: KeysmithError.self) { try OAuthToken(response: Data(big.utf8), requested: [], now: Date()) }
-        #expect(tooLarge?.message.contains(#"t\neam"#) == true && tooLarge?.message.contains("64 KiB") == true, "\(String(describing: tooLarge?.message))")
-        let longToken = #"{"access_token":""# + String(repeating: "a", count: 70_000) + #"","token_type":"Bearer","x":1}"#
-        #expect(try OAuthToken(response: Data(longToken.utf8), requested: [], now: Date()).additionalFields == ["x": "1"])
     }
 }

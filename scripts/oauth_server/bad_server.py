@@ -57,6 +57,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(400, {"error": "invalid_grant", "error_description": "you sent " + urllib.parse.unquote_plus(body.decode())})
         elif path == "/unavailable":
             self.answer(503, b"", [("Retry-After", "7")])
+        elif path == "/server-error-invalid-grant":
+            # A server that fails and says invalid_grant in its 500: not a refusal (RFC 6749 §5.2 errors are 400/401).
+            self.answer(500, {"error": "invalid_grant"})
+        elif path == "/unavailable-oauth":
+            self.answer(503, {"error": "temporarily_unavailable"}, [("Retry-After", "7")])
+        elif path == "/extra-fields":
+            # A rotated answer Keysmith must keep although some of its extra fields cannot be.
+            self.answer(200, b'{"access_token":"kept","token_type":"Bearer","refresh_token":"r2","id_token":"' + b"x" * 70000
+                        + b'","odd":"\\ud800","team":1,"team":2}')
         elif path == "/slow":
             time.sleep(5)
             self.answer(200, {"access_token": "late", "token_type": "Bearer"})
