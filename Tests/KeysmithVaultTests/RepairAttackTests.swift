@@ -238,6 +238,53 @@ struct RepairAttackTests {
         #expect(try FileVault.open(at: path, credential: RepairVault.credential, anchorDirectory: anchors).verify().isEmpty)
     }
 
+    @Test("a snapshot index entry pointed at a fork's record (its page MAC fails): the record is never kept")
+    func forgedSnapshotEntry() throws {
+        let fixture = try RepairVault()
+        let (path, anchors) = try fixture.copy("forged-entry")
+        // A fork of the vault writes d=fork as its commit 8; main writes nothing more.
+        let fork = fixture.directory.sub("forged-fork")
+        try FileManager.default.copyItem(atPath: path, toPath: fork)
+        try Self.put(try FileVault.open(at: fork, credential: RepairVault.credential, anchorDirectory: nil), "d", "fork")
+        let forkLog = try Self.bytes(Self.log(fork, 8))
+        let entry = Array(forkLog[72..<(72 + 65)])
+        let length = Int(entry[33]) << 24 | Int(entry[34]) << 16 | Int(entry[35]) << 8 | Int(entry[36])
+        let body = Array(forkLog[(72 + 65 + 32)..<(72 + 65 + 32 + length)])
+        // Its ciphertext appended to main's snapshot, and the snapshot's first index entry made
+        // to point at it: record id, version 8, epoch 1, offset, length, nonce, tag.
+        var snapshot = try Self.bytes(path + "/data/snapshot")
+        let offset = snapshot.count
+        snapshot += body
+        func be(_ value: UInt64, _ width: Int) -> [UInt8] { (0..<width).map { UInt8(truncatingIfNeeded: value >> (8 * UInt64(width - 1 - $0))) } }
+        let forged = Array(entry[0..<32]) + be(8, 8) + be(1, 4) + be(UInt64(offset), 8) + be(UInt64(length), 4) + Array(entry[37..<65])
+        let pagesStart = Format.snapshotHeaderSize + Format.directoryEntrySize + Format.macSize  // one page
+        snapshot.replaceSubrange(pagesStart..<(pagesStart + Format.indexEntrySize), with: forged)
+        try Self.write(snapshot, path + "/data/snapshot")
+        let vault = try FileVault.open(at: path, credential: RepairVault.credential, anchorDirectory: anchors)
+        if let report = try? vault.repair() {
+            #expect(try Self.value(vault, "d") == "d1", "\(report)")
+        }
+        #expect((try? Self.value(vault, "d")) != "fork")
+    }
+
+    @Test("hostile histories: a name at the last number, a first sequence that would overflow: no crash, no hang")
+    func hostileHistories() throws {
+        let fixture = try RepairVault()
+        let (path, anchors) = try fixture.copy("hostile-history")
+        try Data(count: 100).write(to: URL(fileURLWithPath: path + "/data/history-ffffffffffffffff"))
+        // The history of the snapshot in force replaced by one claiming first = 2^64-1, count 1.
+        let history = path + "/data/history-0000000000000003"
+        var bytes = try Self.bytes(history)
+        bytes.replaceSubrange(36..<44, with: [UInt8](repeating: 0xFF, count: 8))
+        bytes.replaceSubrange(44..<48, with: [0, 0, 0, 1])
+        try Self.write(Array(bytes.prefix(48 + 32 + 32)), history)
+        try Self.flip(path + "/data/snapshot", 30)
+        let vault = try FileVault.open(at: path, credential: RepairVault.credential, anchorDirectory: anchors)
+        _ = try vault.verify()
+        _ = try? vault.repair(dryRun: true)
+        _ = try? vault.repair()
+    }
+
     @Test("stray files in data/log are left alone by verify, the dry run and the repair")
     func strayFilesLeftAlone() throws {
         let fixture = try RepairVault()

@@ -464,7 +464,7 @@ enum HistoryFile {
         guard let magic = reader.readBytes(8), magic == Self.magic, let id = reader.readBytes(16), id == vaultID,
               let through = reader.readUInt64(), through == expected, let epoch = reader.readUInt32(), let first = reader.readUInt64(),
               let count = reader.readUInt32(), count >= 1, Int(count) <= window, first >= 1,
-              first + UInt64(count) - 1 == through, bytes.count == headerSize + Int(count) * 32 + 32,
+              first <= through, through - first == UInt64(count) - 1, bytes.count == headerSize + Int(count) * 32 + 32,
               let keys = keys(epoch)
         else { return nil }
         let body = Array(bytes[0..<(bytes.count - 32)])

@@ -117,128 +117,128 @@ extension Engine {
             }
         }
 
-        // The snapshot: its header read even with a damaged magic; every index entry tried.
+        // Where a history proves the snapshot ended: `history-<S>` that authenticates and whose
+        // last MAC the next log (S + 1), authentic by itself, names as its previous one; or the
+        // vault's creation, when log 1 names it.
+        var historyProofs: [(through: UInt64, mac: [UInt8], history: HistoryFile.Contents?)] = []
+        if let first = authenticPrevious[1], constantTimeEqual(first, Format.genesisMAC) { historyProofs.append((0, Format.genesisMAC, nil)) }
+        for name in (try? System.listDirectory(paths.data)) ?? [] where name.hasPrefix("history-") {
+            guard let through = UInt64(name.dropFirst("history-".count), radix: 16), through < Format.maximumSequence - 1,
+                  let next = authenticPrevious[through + 1],
+                  let history = verifiedHistory(through: through, throughMAC: nil), let last = history.macs.last, constantTimeEqual(last, next)
+            else { continue }
+            historyProofs.append((through, last, history))
+        }
+        historyProofs.sort { $0.through > $1.through }
+
+        // The snapshot: its records count only when its MAC is proven (RepairSnapshotFront), and
+        // then only those of index pages whose page MAC holds.
         var snapshotThrough: UInt64?
         var snapshotThroughMAC: [UInt8]?
+        var provenHistory: HistoryFile.Contents?
         var snapshotPresent = false
+        /// An unproven or unusable snapshot: none of its records are kept; a history may still
+        /// prove where it ended, and the logs after it link to that.
+        func snapshotLost(_ reason: String) {
+            var why = reason
+            if let proof = historyProofs.first {
+                snapshotThrough = proof.through
+                snapshotThroughMAC = proof.mac
+                chainMACs[proof.through] = proof.mac
+                provenHistory = proof.history
+                highest = max(highest, proof.through)
+                why += "; its history proves it ended at commit \(proof.through), and the logs after it are linked to that"
+            }
+            losses.append(.init(file: SnapshotIndex.name, sequence: nil, reason: why, salvaged: 0))
+            lostThrough = max(lostThrough, snapshotThrough ?? 0)
+            absentMayBeLost = true
+        }
         do {
-            if let (fd, status) = try System.openRegularFile(paths.snapshot, maximumSize: Format.maximumFileSize) {
+            let opened = try System.openRegularFile(paths.snapshot, maximumSize: Format.maximumFileSize)
+            if opened == nil, let first = logs.first?.number, first > 1 {
+                snapshotLost("the snapshot is missing: commits 1 to \(first - 1) it held are lost")
+            }
+            if let (fd, status) = opened {
                 descriptors.append(fd)
                 snapshotPresent = true
-                var headBytes = try io { try System.read(fd, count: Format.snapshotHeaderSize, at: 0, path: paths.snapshot) }
-                var problem: String?
-                if headBytes.count == Format.snapshotHeaderSize, Array(headBytes[0..<8]) != Format.snapshotMagic {
-                    problem = "its header is damaged (wrong magic)"
-                    headBytes.replaceSubrange(0..<8, with: Format.snapshotMagic)
-                }
-                if let head = try? SnapshotFile.parseHead(headBytes, fileSize: status.size) {
-                    var newestRecord: UInt64 = 0
-                    if head.vaultID != vaultID { problem = problem ?? "it belongs to another vault" }
-                    var directory: [UInt8] = []
-                    if let keys = unlocked.epochs[head.epoch] {
-                        directory = try io {
-                            try System.read(fd, count: head.pageCount * Format.directoryEntrySize + Format.macSize, at: head.directoryStart,
-                                            path: paths.snapshot)
-                        }
-                        if directory.count == head.pageCount * Format.directoryEntrySize + Format.macSize,
-                           constantTimeEqual(SnapshotFile.snapshotMAC(chainKey: keys.chain, head: headBytes,
-                                                                       directory: Array(directory.prefix(head.pageCount * Format.directoryEntrySize))),
-                                             Array(directory.suffix(Format.macSize)))
-                        {
-                            if problem == nil {
-                                snapshotThroughMAC = head.throughMAC
-                                chainMACs[head.through] = head.throughMAC
-                            }
-                        } else {
-                            problem = problem ?? "its header or directory fails authentication"
-                        }
-                    } else {
-                        problem = problem ?? "it is authenticated under key epoch \(head.epoch), which the header does not hold"
+                let front = try RepairSnapshotFront.read(fd, size: status.size, path: paths.snapshot)
+                var proof: RepairSnapshotFront.Proof?
+                if let front {
+                    var storedMACs = [front.storedThroughMAC]
+                    if front.storedThrough < Format.maximumSequence - 1, let next = authenticPrevious[front.storedThrough + 1] { storedMACs.append(next) }
+                    var throughs: [(through: UInt64, macs: [[UInt8]])] = [(front.storedThrough, storedMACs)]
+                    for history in historyProofs {
+                        if history.through == front.storedThrough { throughs[0].macs.append(history.mac) } else { throughs.append((history.through, [history.mac])) }
                     }
-                    var salvaged = 0, lostRecords = 0
+                    proof = try front.prove(vaultID: vaultID, epochs: unlocked.epochs, throughs: throughs)
+                }
+                if let front, let proof {
+                    let head = proof.head
+                    snapshotThrough = head.through
+                    snapshotThroughMAC = head.throughMAC
+                    chainMACs[head.through] = head.throughMAC
+                    provenHistory = verifiedHistory(through: head.through, throughMAC: head.throughMAC)
+                    highest = max(highest, head.through)
+                    var problems: [String] = []
+                    switch proof.source {
+                    case .asItStands: break
+                    case .knownFields:
+                        problems.append("its header is damaged (\(front.fieldsDiffering(from: head).joined(separator: ", "))); it authenticates once "
+                                        + "the values it must have are put back")
+                    case .rebuiltDirectory:
+                        problems.append("its directory is damaged; it authenticates with the directory rebuilt from its index pages")
+                    }
+                    var salvaged = 0, lostRecords = 0, lostPages = 0
+                    let keys = unlocked.epochs[head.epoch]
                     for page in 0..<head.pageCount {
-                        let count = head.entryCount(ofPage: page)
-                        let start = head.pagesStart + page * head.entriesPerPage * Format.indexEntrySize
-                        let bytes = try io { try System.read(fd, count: count * Format.indexEntrySize, at: start, path: paths.snapshot) }
-                        if let keys = unlocked.epochs[head.epoch], directory.count >= (page + 1) * Format.directoryEntrySize,
-                           !constantTimeEqual(
-                               SnapshotFile.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: head.through, page: page, bytes: bytes),
-                               Array(directory[(page * Format.directoryEntrySize + 32)..<((page + 1) * Format.directoryEntrySize)]))
-                        {
-                            problem = problem ?? "index page \(page) fails authentication"
+                        let slot = page * Format.directoryEntrySize
+                        guard let keys, let bytes = try front.pageBytes(head, page),
+                              Array(bytes.prefix(32)) == Array(proof.directory[slot..<(slot + 32)]),
+                              constantTimeEqual(SnapshotFile.pageMAC(chainKey: keys.chain, vaultID: vaultID, through: head.through, page: page, bytes: bytes),
+                                                Array(proof.directory[(slot + 32)..<(slot + Format.directoryEntrySize)]))
+                        else {
+                            // Its entries could point at any record the key ever sealed: not kept.
+                            lostPages += 1
+                            lostRecords += head.entryCount(ofPage: page)
+                            continue
                         }
                         var reader = ByteReader(bytes)
                         while let id = reader.readRecordID(), let version = reader.readUInt64(), let epoch = reader.readUInt32(),
                               let offset = reader.readUInt64(), let length = reader.readUInt32(), let nonce = reader.readInline(12),
                               let tag = reader.readInline(16)
                         {
-                            guard offset < UInt64(Int.max / 2), version >= 1, version < Format.maximumSequence else {
+                            guard version >= 1, version <= head.through, offset >= UInt64(head.bodiesStart), Int(length) <= Format.maximumCiphertext,
+                                  offset <= UInt64(status.size), Int(offset) + Int(length) <= status.size
+                            else {
                                 lostRecords += 1
                                 failed[id] = max(failed[id] ?? 0, 1)
                                 continue
                             }
                             let ref = SealedRef(recordID: id, op: .put, version: version, epoch: epoch, fd: fd, file: SnapshotIndex.name,
                                                 offset: Int(offset), length: Int(length), nonce: nonce, tag: tag)
-                            if try consider(ref, fileSize: status.size) {
-                                salvaged += 1
-                                newestRecord = max(newestRecord, version)
-                            } else {
-                                lostRecords += 1
-                            }
+                            if try consider(ref, fileSize: status.size) { salvaged += 1 } else { lostRecords += 1 }
                         }
-                        if bytes.count < count * Format.indexEntrySize {
-                            problem = problem ?? "it is cut short inside its index"
+                    }
+                    if lostPages > 0 { problems.append("\(lostPages) of its index pages fail authentication: their records are not kept") }
+                    if lostRecords > 0 { problems.append("\(lostRecords) of its records are lost") }
+                    if !problems.isEmpty {
+                        let complete = lostRecords == 0
+                        losses.append(.init(file: SnapshotIndex.name, sequence: nil, reason: "the snapshot: " + problems.joined(separator: "; "),
+                                            salvaged: salvaged, complete: complete))
+                        if !complete {
+                            lostThrough = max(lostThrough, head.through)
                             absentMayBeLost = true
                         }
                     }
-                    if lostRecords > 0 { problem = problem ?? "\(lostRecords) of its records fail authentication" }
-                    // Its through-sequence counts only when its header authenticated; else what it
-                    // covered is known only as far as its newest record that authenticates.
-                    let through = snapshotThroughMAC != nil ? head.through : newestRecord
-                    snapshotThrough = through
-                    highest = max(highest, through)
-                    if let problem {
-                        losses.append(.init(file: SnapshotIndex.name, sequence: nil, reason: "the snapshot: \(problem)", salvaged: salvaged))
-                        lostThrough = max(lostThrough, through)
-                        if lostRecords > 0 || snapshotThroughMAC == nil { absentMayBeLost = true }
-                    }
                 } else {
-                    losses.append(.init(file: SnapshotIndex.name, sequence: nil,
-                                        reason: "the snapshot's header is damaged: its records cannot be found", salvaged: 0))
-                    absentMayBeLost = true
+                    snapshotLost(front == nil
+                        ? "the snapshot is cut short inside its header: its records cannot be found"
+                        : "the snapshot's header or directory cannot be proven (damaged, or another history's snapshot): none of its records are kept")
                 }
             }
         } catch let error as SystemError where error.isUnusableFile {
             snapshotPresent = true
-            losses.append(.init(file: SnapshotIndex.name, sequence: nil, reason: "the snapshot is not a regular file (\(error))", salvaged: 0))
-            absentMayBeLost = true
-        }
-
-        // The snapshot's through-sequence when its own header did not authenticate: a history
-        // beside it that authenticates and that the first log after it links to proves it
-        // (a compaction right after a delete leaves the newest record below the through-sequence).
-        var provenHistory: HistoryFile.Contents?
-        if snapshotPresent, snapshotThroughMAC == nil {
-            let newest = snapshotThrough ?? 0
-            let firstLog = logs.first(where: { $0.number > newest })?.number
-            for name in (try? System.listDirectory(paths.data)) ?? [] where name.hasPrefix("history-") {
-                guard let through = UInt64(name.dropFirst("history-".count), radix: 16), through >= newest,
-                      firstLog.map({ $0 == through + 1 }) ?? false,
-                      let next = authenticPrevious[through + 1],
-                      let history = verifiedHistory(through: through, throughMAC: nil), let last = history.macs.last,
-                      constantTimeEqual(last, next)
-                else { continue }
-                provenHistory = history
-                snapshotThrough = through
-                snapshotThroughMAC = last
-                chainMACs[through] = last
-                highest = max(highest, through)
-                lostThrough = max(lostThrough, through)
-                break
-            }
-        }
-        if let through = snapshotThrough, let throughMAC = snapshotThroughMAC, provenHistory == nil {
-            provenHistory = verifiedHistory(through: through, throughMAC: throughMAC)
+            snapshotLost("the snapshot is not a regular file (\(error))")
         }
 
         var historyBroken = false
@@ -247,11 +247,10 @@ extension Engine {
         let base = snapshotThrough ?? 0
         var expected = base + 1
         var chain: [UInt8]? = snapshotThroughMAC ?? (snapshotPresent ? nil : Format.genesisMAC)
-        if !snapshotPresent, let first = logs.first(where: { $0.number > base })?.number, first > 1 {
-            losses.append(.init(file: SnapshotIndex.name, sequence: nil,
-                                reason: "the snapshot is missing: commits 1 to \(first - 1) it held are lost", salvaged: 0))
+        // A snapshot that nothing proves: the logs after it cannot be linked to a known history.
+        if snapshotPresent, chain == nil { afterUntrusted = true }
+        if !snapshotPresent, snapshotThroughMAC == nil, let first = logs.first(where: { $0.number > base })?.number, first > 1 {
             lostThrough = max(lostThrough, first - 1)
-            absentMayBeLost = true
             chain = nil
             afterUntrusted = true  // the logs cannot be linked to a history the snapshot held
         }
@@ -377,9 +376,10 @@ extension Engine {
                     absentMayBeLost = true
                 }
             }
-            if !chainBroken { chainMACs[number] = proof.mac }
-            // A commit of this vault, kept or not: the repaired snapshot comes after it.
-            highest = max(highest, number)
+            if !chainBroken {
+                chainMACs[number] = proof.mac
+                highest = max(highest, number)
+            }
             chain = proof.mac
         }
 
@@ -467,9 +467,14 @@ extension Engine {
         // Nothing leaves the vault before the switch: a repair killed before it must leave the
         // damaged vault exactly as it was (a log moved out early would vanish unreported).
         try io {
-            if plan.snapshotPresent {
-                if (try? System.link(paths.snapshot, asidePath + "/snapshot")) == nil {
-                    try System.rename(paths.snapshot, asidePath + "/snapshot")  // a directory in its place
+            if plan.snapshotPresent, (try? System.link(paths.snapshot, asidePath + "/snapshot")) == nil {
+                if let bytes = (try? System.readRegularFile(paths.snapshot, maximumSize: Format.maximumFileSize)) ?? nil {
+                    // A file system without hard links: a copy, so the snapshot stays until the switch.
+                    try Durable.write(bytes, to: asidePath + "/snapshot", directory: asidePath)
+                } else {
+                    // Not a regular file (a directory in its place): no snapshot to lose, and the
+                    // switch could not rename over it.
+                    try System.rename(paths.snapshot, asidePath + "/snapshot")
                 }
             }
             if plan.logDirectoryUsable {
