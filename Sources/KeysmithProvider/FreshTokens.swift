@@ -1,4 +1,5 @@
 import Keysmith
+import KeysmithSystem
 import KeysmithCrypto
 public import KeysmithTokens
 import Foundation
@@ -224,10 +225,13 @@ public final class ProviderTokens: Sendable {
         // From here the refresh token is sent, and a rotating provider spends it whatever
         // becomes of this task: the request and what follows from its answer run to their end
         // in a task of their own, which a cancellation of the caller's does not reach (a
-        // dropped answer would lose the grant).
-        return try await Task {
-            try await send(refreshToken, with: client, service: service, account: account)
-        }.value
+        // dropped answer would lose the grant). SIGINT, SIGTERM and SIGHUP are held until the
+        // answer is committed (SignalShield: the command installs it), for the same reason.
+        return try await SignalShield.holding {
+            try await Task {
+                try await send(refreshToken, with: client, service: service, account: account)
+            }.value
+        }
     }
 
     /// Sends the refresh token and keeps the answer (``keep(_:of:from:service:account:)``);

@@ -123,10 +123,13 @@ public struct ProviderSignIn: Sendable {
     /// Keeps a token response: a new token, or an update (an incremental grant) of the one kept.
     func keep(_ response: Data, account: String, requested: Set<Scope>, replacing: Bool) async throws -> OAuthToken {
         let provider = client.provider
-        // Kept even when the caller's task is cancelled now: the provider has issued the tokens.
-        return try await Task {
-            try await keepNow(response, provider: provider, account: account, requested: requested, replacing: replacing)
-        }.value
+        // Kept even when the caller's task is cancelled now, or the process is asked to stop
+        // (SignalShield): the provider has issued the tokens.
+        return try await SignalShield.holding {
+            try await Task {
+                try await keepNow(response, provider: provider, account: account, requested: requested, replacing: replacing)
+            }.value
+        }
     }
 
     private func keepNow(_ response: Data, provider: OAuthProvider, account: String, requested: Set<Scope>, replacing: Bool)

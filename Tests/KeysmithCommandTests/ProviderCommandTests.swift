@@ -224,9 +224,9 @@ struct ProviderCommandTests {
     }
 
     /// The access and refresh tokens of a kept token.
-    static func tokens(_ keysmith: Keysmith, account: String) throws -> (access: String, refresh: String) {
-        (try keysmith.run(["token", "get", "--service", "dot", "--account", account, "--no-newline"]).stdout,
-         try keysmith.run(["token", "get", "--service", "dot", "--account", account, "--refresh", "--no-newline"]).stdout)
+    static func tokens(_ keysmith: Keysmith, account: String, service: String = "dot") throws -> (access: String, refresh: String) {
+        (try keysmith.run(["token", "get", "--service", service, "--account", account, "--no-newline"]).stdout,
+         try keysmith.run(["token", "get", "--service", service, "--account", account, "--refresh", "--no-newline"]).stdout)
     }
 
     @Test("token revoke-all --at-provider: the provider confirms, both tokens introspect inactive, the audit log records it; with the server down it stays queued and a second process sends it when the server is back")
@@ -333,6 +333,38 @@ struct ProviderCommandTests {
         #expect(dead.status == 10 && dead.stderr.contains("invalid_grant"), "\(dead.output)")
         #expect(try keysmith.run(["token", "check", "--service", "dot", "--account", "alice", "read"]).status == 3)
         #expect(try keysmith.run(["audit", "show", "--event", "revoke-all", "--json"]).stdout.contains("invalid_grant"))
+    }
+
+    @Test("SIGINT, SIGTERM or SIGHUP while a refresh's answer is on its way: the process ends after it kept the answer, with the signal's status; the grant lives and the next call refreshes without invalid_grant",
+          arguments: [SIGINT, SIGTERM, SIGHUP])
+    func signalDuringRefresh(_ signal: Int32) throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let keysmith = try Self.setUp(server)
+        defer { keysmith.cleanup() }
+        // A provider whose token endpoint answers 1.5 s after it has spent the refresh token.
+        let secretFile = keysmith.directory + "/client-secret"
+        let added = try CommandLineMistakesTests.shell(keysmith, "\"$KS\" provider add slow --token-endpoint '\(server.url)/test/slow-token/1.5/' "
+                                                       + "--client-id ks-password --client-secret-fd 3 3<'\(secretFile)'")
+        #expect(added.status == 0, "\(added.output)")
+        let imported = try keysmith.run(["token", "import", "--service", "slow", "--account", "alice", "--requested", "read write"],
+                                        stdin: try server.passwordGrant(user: "alice"))
+        #expect(imported.status == 0, "\(imported.output)")
+        let before = try Self.tokens(keysmith, account: "alice", service: "slow")
+        let process = try SpawnedProcess(Keysmith.binary, ["token", "get", "--service", "slow", "--account", "alice", "--fresh", "--min-validity", "2h"],
+                                         environment: keysmith.environment, directory: keysmith.directory,
+                                         standardOutput: .file(keysmith.directory + "/fresh.out"), standardError: .file(keysmith.directory + "/fresh.err"),
+                                         deadline: 120)
+        // The request reaches the provider at once; its answer comes 1.5 s later.
+        Thread.sleep(forTimeInterval: 0.8)
+        kill(process.processIdentifier, signal)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 128 + signal, "\((try? String(contentsOfFile: keysmith.directory + "/fresh.err", encoding: .utf8)) ?? "")")
+        let after = try Self.tokens(keysmith, account: "alice", service: "slow")
+        #expect(after.refresh != before.refresh, "the rotated refresh token was not kept")
+        let next = try keysmith.run(["token", "get", "--service", "slow", "--account", "alice", "--fresh", "--min-validity", "2h"])
+        #expect(next.status == 0, "\(next.output)")
+        #expect(try keysmith.run(["token", "check", "--service", "slow", "--account", "alice", "read"]).status == 0)
     }
 
     @Test("token introspect --at-provider and token reconcile: a token revoked at the provider behind Keysmith's back becomes revoked here, audited; one still active stays")

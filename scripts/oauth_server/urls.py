@@ -8,4 +8,5 @@ urlpatterns = [
     path("test/refreshes", views.refreshes),
     path("test/grant-alive", views.grant_alive),
     path("test/pause", views.pause),
+    path("test/slow-token/<str:seconds>/", views.slow_token),
 ]

@@ -50,3 +50,19 @@ def pause(request):
     """POST seconds=…: answer after that long (a slow server)."""
     time.sleep(float(request.POST.get("seconds", "1")))
     return HttpResponse("ok")
+
+
+_token_view = None
+
+
+@csrf_exempt
+def slow_token(request, seconds):
+    """The token endpoint, answering `seconds` after it has done its work: a refresh token is
+    spent (rotated, reuse protection on) before the answer leaves, as on a slow network."""
+    global _token_view
+    if _token_view is None:
+        from oauth2_provider.views import TokenView
+        _token_view = csrf_exempt(TokenView.as_view())
+    response = _token_view(request)
+    time.sleep(float(seconds))
+    return response
