@@ -35,11 +35,44 @@ public final class FileVault: SecureStore {
     /// ones until ``upgrade(at:credential:scrypt:logger:)`` converts them.
     public let formatVersion: Int
 
-    private init(path: String, backend: sending any VaultBackend, formatVersion: Int, logger: Logger) {
+    /// What a format 1 handle needs to follow an upgrade another process makes (the upgraded
+    /// vault opened in its place, without asking for the credential again): the keyfile or key
+    /// it was opened with (a passphrase is never kept: such a handle is opened again, as after a
+    /// credential change), the clock and the anchors' directory.
+    private struct UpgradeFollow: Sendable {
+        let rederivable: VaultCredential?
+        let clock: @Sendable () -> Date
+        let anchorDirectory: String?
+    }
+    private let follow: UpgradeFollow?
+
+    private init(path: String, backend: sending any VaultBackend, formatVersion: Int, logger: Logger, follow: UpgradeFollow? = nil) {
         self.path = path
         self.formatVersion = formatVersion
         self.backend = Mutex(backend)
         self.logger = logger
+        self.follow = follow
+    }
+
+    /// Catches up with the files. A format 1 handle whose vault another process upgraded to
+    /// format 2 meanwhile continues on the upgraded vault when it was opened with a keyfile or
+    /// key (its reads and writes then go to format 2); with a passphrase it throws
+    /// `storeLocked` ("open it again"), as after another process changes the credential.
+    private func refreshed(_ backend: inout any VaultBackend) throws {
+        do {
+            try backend.refresh()
+        } catch let error as KeysmithError {
+            guard let old = backend as? Format1Backend, old.isUpgradedAway, let follow, let credential = follow.rederivable,
+                  case .version2(let copy) = HeaderFormat.inForce(path).probe
+            else { throw error }
+            let kek = try HeaderFormat.deriveKEK(copy.header.kdf, credential: credential)
+            let unlocked = try UnlockedHeader.unlock(copy, kek: kek, credential: credential)
+            let engine = Engine(paths: Paths(root: path), unlocked: unlocked, clock: follow.clock,
+                                anchor: follow.anchorDirectory.map { AnchorStore(directory: $0, vaultPath: path) }, rederivable: credential)
+            try engine.reloadAll()
+            logger.debug("followed an upgrade to format 2 made by another process", metadata: ["path": "\(path)"])
+            backend = engine
+        }
     }
 
     /// The logger a vault uses when given none: label `keysmith.vault`, through the process's
@@ -185,7 +218,7 @@ public final class FileVault: SecureStore {
             return opened(engine, version: 2, path: path, logger: logger)
         case .version1:
             do {
-                return try openFormat1(path: path, credential: credential, clock: clock, logger: logger)
+                return try openFormat1(path: path, credential: credential, clock: clock, anchorDirectory: anchorDirectory, logger: logger)
             } catch {
                 // Upgraded by another process between the probe and the read (its files went
                 // away, or the header is now format 2): the format 2 vault it made is complete.
@@ -207,7 +240,8 @@ public final class FileVault: SecureStore {
             .corruptData, "both copies of the vault header are damaged (\(inForce.problems.joined(separator: "; "))); restore the vault from a backup")
     }
 
-    private static func opened(_ backend: sending any VaultBackend, version: Int, path: String, logger: Logger) -> FileVault {
+    private static func opened(_ backend: sending any VaultBackend, version: Int, path: String, logger: Logger,
+                               follow: UpgradeFollow? = nil) -> FileVault {
         let damage = backend.damage.filter { !$0.isSuperseded }
         logger.debug("opened the vault", metadata: ["path": "\(path)", "format": "\(version)", "sequence": "\(backend.lastSequence)"])
         if !damage.isEmpty {
@@ -215,11 +249,11 @@ public final class FileVault: SecureStore {
                 "path": "\(path)", "problems": "\(damage.count)",
             ])
         }
-        return FileVault(path: path, backend: backend, formatVersion: version, logger: logger)
+        return FileVault(path: path, backend: backend, formatVersion: version, logger: logger, follow: follow)
     }
 
     private static func openFormat1(
-        path: String, credential: VaultCredential, clock: @escaping @Sendable () -> Date, logger: Logger
+        path: String, credential: VaultCredential, clock: @escaping @Sendable () -> Date, anchorDirectory: String?, logger: Logger
     ) throws -> FileVault {
         let paths = Paths1(root: path)
         let unlocked = try Format1Salvage.unlock(paths, credential: credential)
@@ -230,7 +264,8 @@ public final class FileVault: SecureStore {
                 .corruptData,
                 "the vault header belongs to another vault than its records (header from another vault?); restore the header from a backup")
         }
-        return opened(Format1Backend(engine), version: 1, path: path, logger: logger)
+        return opened(Format1Backend(engine), version: 1, path: path, logger: logger,
+                      follow: UpgradeFollow(rederivable: credential.isPassphrase ? nil : credential, clock: clock, anchorDirectory: anchorDirectory))
     }
 
     fileprivate static func makeDirectories(_ path: String) throws {
@@ -262,7 +297,7 @@ public final class FileVault: SecureStore {
     ///   it may have been (a missing or damaged commit, a rollback). A missing item returns `nil`.
     public func read(_ key: ItemKey) throws -> SecureRecord? {
         try backend.withLock { backend in
-            try backend.refresh()
+            try refreshed(&backend)
             return try backend.read(key)
         }
     }
@@ -270,7 +305,7 @@ public final class FileVault: SecureStore {
     /// Reads many items after catching up with other processes once.
     public func read(_ keys: [ItemKey]) throws -> [SecureRecord?] {
         try backend.withLock { backend in
-            try backend.refresh()
+            try refreshed(&backend)
             return try keys.map { try backend.read($0) }
         }
     }
@@ -285,7 +320,7 @@ public final class FileVault: SecureStore {
     ///   ``verify()`` lists the damage; writing a damaged item again repairs it.
     public func search(_ query: ItemQuery) throws -> [ItemInfo] {
         try backend.withLock { backend in
-            try backend.refresh()
+            try refreshed(&backend)
             try Self.requireWhole(backend)
             let found = try backend.search(query)
             try Self.requireWhole(backend)
@@ -315,7 +350,7 @@ public final class FileVault: SecureStore {
         var examined = 0
         repeat {
             let chunk = try backend.withLock { backend in
-                try backend.refresh()
+                try refreshed(&backend)
                 try Self.requireWhole(backend)
                 let chunk = try backend.records(matching: query, after: after, limit: chunkSize)
                 try Self.requireWhole(backend)
@@ -440,7 +475,7 @@ public final class FileVault: SecureStore {
     public var sequence: UInt64 {
         get throws {
             try backend.withLock { backend in
-                try backend.refresh()
+                try refreshed(&backend)
                 return backend.lastSequence
             }
         }
@@ -528,7 +563,7 @@ public final class FileVault: SecureStore {
     public var statistics: (items: Int, logFiles: Int) {
         get throws {
             try backend.withLock { backend in
-                try backend.refresh()
+                try refreshed(&backend)
                 return try backend.statistics()
             }
         }
@@ -538,7 +573,9 @@ public final class FileVault: SecureStore {
     /// catching up with every commit other processes made and with the header on disk.
     private func withWriteLock<T>(_ body: (any VaultBackend) throws -> T) throws -> T {
         try backend.withLock { backend in
-            // Format 1 is read-only: refused before the lock file is touched.
+            // A format 1 handle follows an upgrade made meanwhile (then writes format 2);
+            // format 1 itself is read-only: refused before the lock file is touched.
+            if backend is Format1Backend { try refreshed(&backend) }
             if backend is Format1Backend { throw Format1Backend.readOnlyError(path) }
             let fd = try backend.lockFD()
             try io { try System.lockExclusive(fd, path: path + "/lock") }

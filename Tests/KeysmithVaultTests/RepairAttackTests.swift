@@ -475,3 +475,34 @@ struct RepairPropertyTests {
               + "\(exact) of them with every item at its newest value, \(needlessStale) items named as possibly stale in the others")
     }
 }
+
+@Suite("file vault: a format 1 handle follows an upgrade made by another handle or process")
+struct UpgradeFollowTests {
+    @Test("opened with a key, a format 1 handle reads, searches, counts and writes the upgraded vault; with a passphrase it says to open it again")
+    func readerFollowsUpgrade() throws {
+        let directory = TemporaryDirectory()
+        let root = directory.sub("v")
+        try copyFormat1Fixture("format1-three", to: root)
+        let reader = try FileVault.open(at: root, credential: testKey, anchorDirectory: directory.sub("anchors"))
+        #expect(reader.formatVersion == 1)
+        #expect(try RepairAttackTests.value(reader, "one") == "secret-one")
+        // Another process upgrades the vault while this handle is open.
+        let upgrade = try startStress(["upgrade", root, try Self.keyfile(directory)])
+        upgrade.0.waitUntilExit()
+        #expect(upgrade.0.terminationStatus == 0, "\(stressErrors(upgrade.0))")
+        #expect(FileVault.formatVersion(at: root) == 2)
+        #expect(try RepairAttackTests.value(reader, "two") == "secret-two")
+        #expect(try reader.search(ItemQuery()).count == 3)
+        try RepairAttackTests.put(reader, "four", "secret-four")
+        #expect(try RepairAttackTests.value(FileVault.open(at: root, credential: testKey, anchorDirectory: directory.sub("anchors")), "four")
+                == "secret-four")
+        #expect(try reader.verify().filter { !$0.isSuperseded }.isEmpty)
+    }
+
+    /// The raw key of the format 1 fixtures (32 bytes 0x42), as a keyfile.
+    static func keyfile(_ directory: TemporaryDirectory) throws -> String {
+        let path = directory.sub("keyfile")
+        try Data((String(repeating: "42", count: 32) + "\n").utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+}

@@ -58,6 +58,8 @@ final class Format1Backend: VaultBackend, @unchecked Sendable {
 
     /// Set once another process upgraded the vault to format 2: this handle's view is gone.
     private var upgradedAway = false
+    /// Whether another process upgraded the vault to format 2 since this handle read it.
+    var isUpgradedAway: Bool { upgradedAway }
 
     func lockFD() throws -> Descriptor { try engine.lockFD() }
 

@@ -69,9 +69,17 @@ final class Engine {
     /// The epoch the header on disk names as current, checked at the start of every write.
     var writeEpoch: UInt32 = 0
 
+    convenience init(paths: Paths, unlocked: UnlockedHeader, clock: @escaping @Sendable () -> Date, anchor: AnchorStore?,
+                     credential: VaultCredential) {
+        self.init(paths: paths, unlocked: unlocked, clock: clock, anchor: anchor, rederivable: credential.isPassphrase ? nil : credential)
+    }
+
+    /// - Parameter rederivable: A keyfile or key credential, kept to follow another process's
+    ///   credential change; never a passphrase.
     init(paths: Paths, unlocked: UnlockedHeader, clock: @escaping @Sendable () -> Date, anchor: AnchorStore?,
-         credential: VaultCredential) {
-        self.rederivable = credential.isPassphrase ? nil : credential
+         rederivable: VaultCredential?) {
+        precondition(rederivable?.isPassphrase != true, "a passphrase is never kept")
+        self.rederivable = rederivable
         self.paths = paths
         self.vaultID = unlocked.copy.header.vaultIDBytes
         self.unlocked = unlocked

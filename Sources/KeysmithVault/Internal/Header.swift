@@ -288,12 +288,11 @@ struct UnlockedHeader {
     ///
     /// - Throws: `.authenticationFailed` when the MAC does not verify (a wrong credential, or
     ///   a header altered by someone without it: the two cannot be told apart).
-    static func unlock(_ copy: HeaderCopy, kek: SecretBytes, credential: VaultCredential) throws -> UnlockedHeader {
+    static func unlock(_ copy: HeaderCopy, kek: SecretBytes, credential: VaultCredential?) throws -> UnlockedHeader {
         guard constantTimeEqual(VaultHeader.mac(copy.body, kek: kek), copy.mac) else {
-            throw KeysmithError(
-                .authenticationFailed,
-                (credential.isPassphrase ? "wrong passphrase for this vault" : "the key in \(credential) does not unlock this vault")
-                    + " (or its header was altered)")
+            let what = credential.map { $0.isPassphrase ? "wrong passphrase for this vault" : "the key in \($0) does not unlock this vault" }
+                ?? "the key this handle holds does not unlock the vault"
+            throw KeysmithError(.authenticationFailed, what + " (or its header was altered)")
         }
         let header = copy.header
         let vaultID = header.vaultIDBytes
