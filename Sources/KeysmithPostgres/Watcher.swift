@@ -255,10 +255,12 @@ public final class PostgresWatcher: Sendable {
         let applied = lastSequence
         let namespaceBuffer = ByteBuffer(bytes: keys.namespaceID)
         let transaction = Transaction(session: session)
-        // With each change, the item's newest change (its version, and whether it deleted the
-        // item), read in the same statement as the row: the row must be that version, or absent
-        // after a deletion; an older row put back, or one deleted by hand, is damage, never
-        // delivered as it is.
+        // With each change, the item's newest change (its highest version, as reads take it, and
+        // whether it deleted the item), read in the same statement as the row: the row must be
+        // that version, or absent after a deletion; an older row put back, or one deleted by
+        // hand, is damage, never delivered as it is. Highest by version, not by sequence: a copy
+        // of an old change row appended (the application role may insert change rows) must not
+        // make an old row put back look current.
         let rows = try await transaction.execute("""
             SELECT c.seq, c.blind_index, c.version, c.deleted, c.sealed_key,
                    coalesce(r.version, a.version), coalesce(r.key_id, a.key_id), coalesce(r.sealed, a.sealed), c.chain,
@@ -266,7 +268,7 @@ public final class PostgresWatcher: Sendable {
             FROM keysmith_changes c
             CROSS JOIN LATERAL (SELECT c2.version, c2.deleted FROM keysmith_changes c2
                                 WHERE c2.namespace_id = c.namespace_id AND c2.blind_index = c.blind_index
-                                ORDER BY c2.seq DESC LIMIT 1) n
+                                ORDER BY c2.version DESC, c2.seq DESC LIMIT 1) n
             LEFT JOIN keysmith_records r ON r.namespace_id = c.namespace_id AND r.blind_index = c.blind_index
             LEFT JOIN keysmith_audit a ON a.namespace_id = c.namespace_id AND a.blind_index = c.blind_index
             WHERE c.namespace_id = \(namespaceBuffer) AND c.seq > \(applied) ORDER BY c.seq LIMIT 4096

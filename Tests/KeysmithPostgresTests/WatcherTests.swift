@@ -496,8 +496,9 @@ struct WatcherTests {
         #expect(watcher.lastSequence == sequences[0])
     }
 
-    @Test("a revocation undone by the owner (the older row put back) stops the watcher and its permissions with corrupt data: never delivered as granted")
-    func replayedRowStopsTheWatcher() throws {
+    @Test("a revocation undone by the owner (the older row put back, with or without a copy of its old change row appended) stops the watcher and its permissions with corrupt data: never delivered as granted",
+          arguments: [false, true])
+    func replayedRowStopsTheWatcher(appendOldChange: Bool) throws {
         let namespace = "replay-\(UUID().uuidString)"
         let store = try PostgresStoreTests.open(namespace)
         let writer = TokenKeeper(store: store)
@@ -525,11 +526,20 @@ struct WatcherTests {
             UPDATE keysmith_records SET version = \(token[0][1]), key_id = \(token[0][2]), sealed = decode('\(token[0][3])', 'hex')
             WHERE namespace_id = \(namespaceID) AND blind_index = decode('\(token[0][0])', 'hex')
             """)
+        if appendOldChange {
+            // What the application role alone may do: append a copy of the item's old change row.
+            _ = try PostgresStoreTests.sql("""
+                INSERT INTO keysmith_changes (seq, namespace_id, blind_index, version, deleted, sealed_key, chain)
+                SELECT nextval('keysmith_changes_seq_seq'), namespace_id, blind_index, version, deleted, sealed_key, chain
+                FROM keysmith_changes WHERE namespace_id = \(namespaceID) AND blind_index = decode('\(token[0][0])', 'hex')
+                AND version = \(token[0][1]) ORDER BY seq LIMIT 1
+                """)
+        }
         // A watcher from before the revocation, and one from the start: neither delivers the
         // token as it was before, each ends with corrupt data.
         for after in [start, Int64(0)] {
             let watcher = try PostgresWatcher(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
-                                              name: "replay-\(after)-\(namespace.prefix(12))", after: after)
+                                              name: "replay-\(after)-\(appendOldChange)-\(namespace.prefix(12))", after: after)
             DispatchQueue.global().asyncAfter(deadline: .now() + 120) { watcher.stop() }
             let delivered = Collected()
             let error = #expect(throws: KeysmithError.self) {
