@@ -64,6 +64,10 @@ package enum SignalShield {
     /// Runs `body` with the signals held; windows nest and may overlap across tasks.
     package static func holding<T>(_ body: () async throws -> T) async rethrows -> T {
         if enabled.load(ordering: .sequentiallyConsistent) { install() }
+        // A signal already waiting ends the process before anything new is started: windows
+        // that keep opening must not hold it for ever.
+        let waiting = pending.load(ordering: .sequentiallyConsistent)
+        if waiting != 0 { die(waiting) }
         depth.add(1, ordering: .sequentiallyConsistent)
         defer { close() }
         return try await body()

@@ -92,7 +92,9 @@ package struct TokenResponse {
         // A field RFC 6749 defines, named twice with different values, is ambiguous (parsers
         // disagree on which value counts): refused. Named twice with the same value, it is one.
         for name in standardFields {
-            let values = Set(read.members.filter { $0.name == name }.map(\.text))
+            // Compared byte for byte (Swift's String equality would take two spellings of one
+            // character for one value).
+            let values = Set(read.members.filter { $0.name == name }.map { Array($0.text.utf8) })
             if values.isEmpty, read.dropped.contains(name) {
                 throw KeysmithError(.malformedData, "the token response's field \(name) is not text Keysmith can keep (a lone surrogate "
                                     + "escape or bytes that are not UTF-8)")

@@ -67,9 +67,13 @@ public final class FileVault: SecureStore {
             else { throw error }
             let kek = try HeaderFormat.deriveKEK(copy.header.kdf, credential: credential)
             let unlocked = try UnlockedHeader.unlock(copy, kek: kek, credential: credential)
+            // The upgrade keeps the vault's id key: another vault the same key opens, put in its
+            // place, is not followed.
+            guard unlocked.idKey == old.idKey else { throw error }
             let engine = Engine(paths: Paths(root: path), unlocked: unlocked, clock: follow.clock,
                                 anchor: follow.anchorDirectory.map { AnchorStore(directory: $0, vaultPath: path) }, rederivable: credential)
             try engine.reloadAll()
+            guard !engine.snapshot.isForeign else { throw error }
             logger.debug("followed an upgrade to format 2 made by another process", metadata: ["path": "\(path)"])
             backend = engine
         }
@@ -731,7 +735,11 @@ extension FileVault: ExclusiveLocking {
     /// before anything is done under it, such as spending a refresh token whose answer could not
     /// be kept.
     public func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
-        if formatVersion == 1 { throw Format1Backend.readOnlyError(path) }
+        try backend.withLock { backend in
+            // A format 1 handle follows an upgrade made meanwhile; format 1 itself is read-only.
+            if backend is Format1Backend { try refreshed(&backend) }
+            if backend is Format1Backend { throw Format1Backend.readOnlyError(path) }
+        }
         do {
             return try LockFile.tryAcquire(directory: path + "/locks", name: name).map(FileLock.init)
         } catch let error as SystemError {

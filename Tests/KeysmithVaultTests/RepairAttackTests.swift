@@ -499,6 +499,21 @@ struct UpgradeFollowTests {
         #expect(try reader.verify().filter { !$0.isSuperseded }.isEmpty)
     }
 
+    @Test("a format 1 handle does not follow into another vault the same key opens, put in the vault's place")
+    func followRefusesAnotherVault() throws {
+        let directory = TemporaryDirectory()
+        let root = directory.sub("v")
+        try copyFormat1Fixture("format1-three", to: root)
+        let reader = try FileVault.open(at: root, credential: testKey, anchorDirectory: nil)
+        #expect(try RepairAttackTests.value(reader, "one") == "secret-one")
+        let other = directory.sub("other")
+        try RepairAttackTests.put(try FileVault.create(at: other, credential: testKey, anchorDirectory: nil), "one", "planted")
+        for name in ["snapshot", "log", "header", "header.backup"] { try? FileManager.default.removeItem(atPath: root + "/" + name) }
+        for name in ["header", "header.backup", "data"] { try FileManager.default.copyItem(atPath: other + "/" + name, toPath: root + "/" + name) }
+        #expect(throws: KeysmithError.self) { try RepairAttackTests.value(reader, "one") }
+        #expect(throws: KeysmithError.self) { try RepairAttackTests.put(reader, "two", "x") }
+    }
+
     /// The raw key of the format 1 fixtures (32 bytes 0x42), as a keyfile.
     static func keyfile(_ directory: TemporaryDirectory) throws -> String {
         let path = directory.sub("keyfile")

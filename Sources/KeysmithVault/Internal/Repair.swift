@@ -129,7 +129,9 @@ extension Engine {
             else { continue }
             historyProofs.append((through, last, history))
         }
-        historyProofs.sort { $0.through > $1.through }
+        // Only the history the first log present follows: a history of another snapshot (a
+        // fork's, planted with its next log) must not make the repair skip this vault's logs.
+        historyProofs = historyProofs.filter { $0.through + 1 == logs.first?.number }
 
         // The snapshot: its records count only when its MAC is proven (RepairSnapshotFront), and
         // then only those of index pages whose page MAC holds.
@@ -468,13 +470,14 @@ extension Engine {
         // damaged vault exactly as it was (a log moved out early would vanish unreported).
         try io {
             if plan.snapshotPresent, (try? System.link(paths.snapshot, asidePath + "/snapshot")) == nil {
-                if let bytes = (try? System.readRegularFile(paths.snapshot, maximumSize: Format.maximumFileSize)) ?? nil {
-                    // A file system without hard links: a copy, so the snapshot stays until the switch.
-                    try Durable.write(bytes, to: asidePath + "/snapshot", directory: asidePath)
-                } else {
-                    // Not a regular file (a directory in its place): no snapshot to lose, and the
-                    // switch could not rename over it.
+                if System.isRealDirectory(paths.snapshot) {
+                    // A directory in its place: no snapshot to lose, and the switch could not
+                    // rename over it.
                     try System.rename(paths.snapshot, asidePath + "/snapshot")
+                } else if let bytes = try System.readRegularFile(paths.snapshot, maximumSize: Format.maximumFileSize) {
+                    // A file system without hard links: a copy, so the snapshot stays until the
+                    // switch (a read that fails stops the repair here, having changed nothing).
+                    try Durable.write(bytes, to: asidePath + "/snapshot", directory: asidePath)
                 }
             }
             if plan.logDirectoryUsable {

@@ -93,6 +93,12 @@ struct RepairSnapshotFront {
         let layouts = layouts()
         guard let storedLayout = layouts.first else { return nil }
         var directories: [Int: [UInt8]] = [:]
+        var budget = Self.searchBudget
+        /// Spends `bytes` of the budget; false once it is gone.
+        func spend(_ bytes: Int) -> Bool {
+            budget -= bytes
+            return budget >= 0
+        }
         func storedDirectory(_ pages: Int) throws -> [UInt8]? {
             if let known = directories[pages] { return known }
             let bytes = try io { try System.read(fd, count: pages * Format.directoryEntrySize + Format.macSize, at: Format.snapshotHeaderSize, path: path) }
@@ -101,19 +107,21 @@ struct RepairSnapshotFront {
             return bytes
         }
         func attempt(_ layout: (count: Int, pages: Int, perPage: Int), rebuild: Bool) throws -> Proof? {
-            guard let stored = try storedDirectory(layout.pages) else { return nil }
+            guard spend(layout.pages * Format.directoryEntrySize), let stored = try storedDirectory(layout.pages) else { return nil }
             let storedMAC = Array(stored.suffix(Format.macSize))
             for (through, macs) in throughs where through < Format.maximumSequence {
                 for epoch in epochCandidates {
                     guard let keys = epochs[epoch] else { continue }
                     var directory = Array(stored.prefix(layout.pages * Format.directoryEntrySize))
                     if rebuild {
+                        guard spend(layout.count * Format.indexEntrySize) else { return nil }
                         let head = SnapshotFile.Head(vaultID: vaultID, through: through, epoch: epoch, recordCount: layout.count,
                                                      pageCount: layout.pages, entriesPerPage: layout.perPage, throughMAC: [])
                         guard let rebuilt = try rebuiltDirectory(head, keys: keys) else { continue }
                         directory = rebuilt
                     }
                     for mac in macs {
+                        guard spend(directory.count) else { return nil }
                         let head = SnapshotFile.Head(vaultID: vaultID, through: through, epoch: epoch, recordCount: layout.count,
                                                      pageCount: layout.pages, entriesPerPage: layout.perPage, throughMAC: mac)
                         let front = SnapshotFile.encodeHead(head)
@@ -132,6 +140,10 @@ struct RepairSnapshotFront {
         }
         return try attempt(storedLayout, rebuild: true)
     }
+
+    /// How many bytes the search may authenticate or read before it gives up (the snapshot is then
+    /// unproven): a hostile header (a million pages over a sparse file) costs a bounded amount.
+    static let searchBudget = 512 << 20
 
     /// The directory a snapshot with `head` would have over the pages in the file.
     private func rebuiltDirectory(_ head: SnapshotFile.Head, keys: EpochKeys) throws -> [UInt8]? {
