@@ -222,7 +222,8 @@ public enum Keyfile {
     }
 
     /// Writes a new keyfile of 32 random bytes (64 hexadecimal digits and a newline), mode 0600,
-    /// and refuses to overwrite a file that exists. It is written whole into a temporary file
+    /// and refuses to overwrite a file that exists. Directories on its path that do not exist
+    /// yet are made, mode 0700 (`~/.config` on a fresh home); existing ones are left as they are. It is written whole into a temporary file
     /// beside it, synced and then linked into place: a crash leaves no keyfile or a complete
     /// one, never an empty one that a rerun would refuse.
     ///
@@ -245,6 +246,13 @@ public enum Keyfile {
         let temporary = (directory.isEmpty ? "" : directory) + "/.tmp-keyfile-\(System.processID)-\(try randomBytes(6).hexString)"
         defer { try? System.unlink(temporary) }
         do {
+            if !directory.isEmpty, directory != "." {
+                var current = directory.hasPrefix("/") ? "" : "."
+                for component in directory.split(separator: "/") {
+                    current += "/" + component
+                    _ = try System.mkdir(current, mode: 0o700)
+                }
+            }
             let fd = try System.open(temporary, flags: OpenFlags.writeOnly | OpenFlags.create | OpenFlags.exclusive, mode: 0o600)
             defer { System.close(fd) }
             try System.writeAll(fd, text, path: temporary)

@@ -192,7 +192,7 @@ public final class PostgresWatcher: Sendable {
             let listener = listens ? session.connection.addListener(channel: PostgresSchema.channel) { [wake] _, _ in wake.signal() } : nil
             defer { listener?.stop() }
             do {
-                if listens { try Blocking.run { try await Transaction(session: session).execute("LISTEN keysmith_changes") } }
+                if listens { _ = try Blocking.run { try await Transaction(session: session).execute("LISTEN keysmith_changes") } }
                 while !state.withLock({ $0.stopped }) {
                     let asked = ContinuousClock.now
                     let changes = try Blocking.run { try await fetch(session) }

@@ -220,7 +220,6 @@ public final class ProviderTokens: Sendable {
         guard let client = try await registry.clientAwaiting(named: service, timeout: timeout) else {
             throw KeysmithError(.itemNotFound, "there is no provider named \(service) to refresh the token at (add one with `keysmith provider add \(service) …`)")
         }
-        let provider = client.provider
         guard await lock.awaitIsHeld() else { throw LockLost() }
         // From here the refresh token is sent, and a rotating provider spends it whatever
         // becomes of this task: the request and what follows from its answer run to their end

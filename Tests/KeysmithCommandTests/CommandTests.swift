@@ -121,6 +121,23 @@ struct CommandTests {
         #expect(again.stderr.split(separator: "\n").count == 1)
     }
 
+    @Test("init on a fresh home: the keyfile's directories (~/.config) and the vault's are made, 0700, as README's tour starts")
+    func initOnAFreshHome() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        let keyfile = keysmith.directory + "/.config/keysmith/keysmith.key"
+        let vault = keysmith.directory + "/.local/share/keysmith/vault"
+        let result = try keysmith.run(["init", "--keyfile", keyfile], environment: ["KEYSMITH_VAULT": vault])
+        #expect(result.status == 0, "\(result.output)")
+        for directory in [keysmith.directory + "/.config", keysmith.directory + "/.config/keysmith"] {
+            #expect(try FileManager.default.attributesOfItem(atPath: directory)[.posixPermissions] as? Int == 0o700, "\(directory)")
+        }
+        #expect(try FileManager.default.attributesOfItem(atPath: keyfile)[.posixPermissions] as? Int == 0o600)
+        let set = try keysmith.run(["secret", "set", "--service", "s", "--account", "a"], stdin: "x",
+                                   environment: ["KEYSMITH_VAULT": vault, "KEYSMITH_KEYFILE": keyfile])
+        #expect(set.status == 0, "\(set.output)")
+    }
+
     @Test("set reads the secret from stdin, get prints it alone, a missing item exits 2")
     func setAndGet() throws {
         let keysmith = try Keysmith()

@@ -16,7 +16,7 @@ package func concurrentChunks<Result: Sendable>(count: Int, minimum: Int = 2048,
     guard count >= minimum, chunks > 1 else { return try body(0..<count) }
     let size = (count + chunks - 1) / chunks
     let results = Mutex<[Int: Swift.Result<[Result], any Error>]>([:])
-    try withoutActuallyEscaping(body) { body in
+    withoutActuallyEscaping(body) { body in
         let shared = ReadOnlyTransfer(body)
         DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
             // With many cores the last chunks can be empty: clamp both ends.
