@@ -326,6 +326,10 @@ struct RepairKillTests {
             let vault = try FileVault.open(at: path, credential: testKey, anchorDirectory: anchors)
             let left = try vault.verify().filter { !$0.isSuperseded }
             if left.isEmpty {
+                // The switch happened: what the repair found is written down beside the old files.
+                let asides = try FileManager.default.contentsOfDirectory(atPath: path).filter { $0.hasPrefix("damaged-") }
+                #expect(asides.contains { FileManager.default.fileExists(atPath: path + "/" + $0 + "/report") },
+                        "\(name) step \(step): no report beside the replaced files")
                 let sequence = try vault.sequence
                 #expect(sequence == expected, "\(name) step \(step): the vault looks intact at \(sequence), not the repair's \(expected)")
             } else {

@@ -429,6 +429,23 @@ extension Engine {
     /// into `damaged-<time>/` first (hard links, so a crash at any step leaves them there); the
     /// anchor moved to the new sequence. The caller holds the flock and called `prepareWrite()`
     /// (both header copies are written from the copy in force).
+    /// The text of `damaged-*/report`: the repaired sequence, counts, and each loss by file
+    /// and reason (reasons name files and commits, never an item).
+    static func reportText(_ report: VaultRepairReport, sequence: UInt64) -> String {
+        var lines = ["keysmith vault repair: the vault was rebuilt at commit \(sequence) with \(report.itemsKept) item(s) kept"]
+        for loss in report.losses {
+            lines.append((loss.complete ? "damaged, every record recovered: " : "lost: ") + "\(loss.file): \(loss.reason)"
+                         + (loss.complete ? "" : " (\(loss.salvaged) of its records kept)"))
+        }
+        for copy in report.headerCopies { lines.append("header copy rewritten: \(copy)") }
+        if !report.itemsMaybeStale.isEmpty {
+            lines.append("\(report.itemsMaybeStale.count) item(s) may be out of date (names are sealed in the vault: the repair's own output named them)")
+        }
+        if !report.unreadableRecords.isEmpty { lines.append("\(report.unreadableRecords.count) record(s) unreadable, not kept") }
+        if report.absentItemsMayBeLost { lines.append("items the vault does not hold may be lost too") }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
     /// How long a repair waits for the rollback anchors' lock (another keysmith writing a mark
     /// holds it for milliseconds; one stopped while holding it makes the repair fail instead).
     static let anchorLockWait = 10.0
@@ -502,6 +519,10 @@ extension Engine {
             try System.fsyncDirectory(asidePath)
             try System.fsyncDirectory(paths.data)
         }
+        // What this repair found, beside the files it replaces, before the switch: a repair
+        // killed after the switch leaves the vault intact and this the only account of what
+        // was lost (files and counts; never a name, which the vault keeps sealed).
+        try Durable.write(Array(Self.reportText(plan.report, sequence: sequence).utf8), to: asidePath + "/report", directory: asidePath)
         // The new snapshot's history: the commits read whole that lead up to it, so that an
         // anchor at one of them (this machine's, if a crash stops the repair before it moves
         // the anchor) checks out.
