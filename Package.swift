@@ -136,7 +136,7 @@ let package = Package(
         .testTarget(name: "KeysmithCryptoTests", dependencies: ["KeysmithCrypto"]),
         .testTarget(name: "KeysmithTokensTests", dependencies: ["Keysmith", "KeysmithTokens", "KeysmithVault", "KeysmithTestSupport"]),
         .testTarget(
-            name: "KeysmithPolicyTests", dependencies: ["Keysmith", "KeysmithPolicy", "KeysmithTokens", "KeysmithTokenPolicy"],
+            name: "KeysmithPolicyTests", dependencies: ["Keysmith", "KeysmithPolicy", "KeysmithTokens", "KeysmithTokenPolicy", "KeysmithTestSupport"],
             exclude: ["Cases", "Oracle"]  // data and the Python oracles, read by path
         ),
         .testTarget(

@@ -1,21 +1,13 @@
 import Foundation
 @testable import KeysmithPolicy
+import KeysmithTestSupport
 import Testing
 
 /// Deciding walks only the policies the head index lists for the request's action and
 /// resource type (HeadIndex.swift); these tests hold it to the definition, matching every head.
 @Suite("Policy heads found by index")
 struct HeadIndexTests {
-    struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
+    typealias Generator = SplitMix64
 
     static let actionIDs = ["read", "write", "edit", "delete", "share", "admin"]
 

@@ -2,6 +2,7 @@ import Foundation
 import Keysmith
 import KeysmithCrypto
 import KeysmithSystem
+import KeysmithTestSupport
 @testable import KeysmithVault
 import Testing
 
@@ -374,16 +375,7 @@ struct RepairKillTests {
 /// cases (default 40).
 @Suite("file vault, format 2: the repair's rule on random histories and damages")
 struct RepairPropertyTests {
-    struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
+    typealias Generator = SplitMix64
 
     @Test("a repair keeps only what the real history held, all of it where the chain is provable")
     func randomHistoriesAndDamages() throws {

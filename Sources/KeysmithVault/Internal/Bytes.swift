@@ -9,6 +9,25 @@ extension ByteWriter {
 extension ByteReader {
     mutating func readInline(_ count: Int) -> InlineBytes? { read(count: count).map(InlineBytes.init) }
     mutating func readRecordID() -> RecordID? { read(count: RecordID.size).flatMap(RecordID.init) }
+
+    /// The big-endian number at `offset` of `bytes`, for a field read by its place: 0 when the
+    /// bytes end before it.
+    static func uint64(_ bytes: [UInt8], at offset: Int) -> UInt64 {
+        var reader = ByteReader(bytes, offset: offset)
+        return reader.readUInt64() ?? 0
+    }
+
+    /// ``uint64(_:at:)`` for a 32-bit field.
+    static func uint32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
+        var reader = ByteReader(bytes, offset: offset)
+        return reader.readUInt32() ?? 0
+    }
+}
+
+/// The names of the `fields` (name, byte range) in which `stored` differs from `expected`: what a
+/// repair reports of a header it proved with some fields put back.
+func differingFields(_ stored: [UInt8], _ expected: [UInt8], _ fields: [(String, Range<Int>)]) -> [String] {
+    fields.filter { stored[$0.1] != expected[$0.1] }.map(\.0)
 }
 
 /// CRC-32 (IEEE 802.3, the polynomial of zlib and PNG), used to find frame boundaries after

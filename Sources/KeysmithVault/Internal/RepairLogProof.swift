@@ -64,9 +64,9 @@ struct RepairLogFront {
     }
 
     /// The fields as they stand (their ranges unchecked).
-    var storedSequence: UInt64 { Self.uint64(header, at: 24) }
-    var storedEpoch: UInt32 { Self.uint32(header, at: 32) }
-    var storedCount: Int { Int(Self.uint32(header, at: 36)) }
+    var storedSequence: UInt64 { ByteReader.uint64(header, at: 24) }
+    var storedEpoch: UInt32 { ByteReader.uint32(header, at: 32) }
+    var storedCount: Int { Int(ByteReader.uint32(header, at: 36)) }
     var storedPrevious: [UInt8] { Array(header[40..<72]) }
     var magicIntact: Bool { Array(header[0..<8]) == Format.logMagic }
     func belongs(to vaultID: [UInt8]) -> Bool { Array(header[8..<24]) == vaultID }
@@ -91,7 +91,7 @@ struct RepairLogFront {
         var frames = 0
         while (frames + 1) * Format.tableEntrySize <= table.count {
             let at = frames * Format.tableEntrySize + 33
-            let length = Int(Self.uint32(table, at: at))
+            let length = Int(ByteReader.uint32(table, at: at))
             bodies += length
             frames += 1
             if Format.logHeaderSize + frames * Format.tableEntrySize + Format.macSize + bodies == fileSize, frames != stored {
@@ -164,21 +164,7 @@ struct RepairLogFront {
 
     /// The header fields whose stored value differs from the proven header's, by name.
     func fieldsDiffering(from head: LogFile.Head) -> [String] {
-        let proven = LogFile.encodeHead(head)
-        let fields: [(String, Range<Int>)] = [("magic", 0..<8), ("vault id", 8..<24), ("sequence", 24..<32), ("key epoch", 32..<36),
-                                               ("frame count", 36..<40), ("previous MAC", 40..<72)]
-        return fields.filter { header[$0.1] != proven[$0.1] }.map(\.0)
-    }
-
-    private static func uint64(_ bytes: [UInt8], at offset: Int) -> UInt64 {
-        var value: UInt64 = 0
-        for index in offset..<min(offset + 8, bytes.count) { value = value << 8 | UInt64(bytes[index]) }
-        return value
-    }
-
-    private static func uint32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
-        var value: UInt32 = 0
-        for index in offset..<(offset + 4) { value = value << 8 | UInt32(bytes[index]) }
-        return value
+        differingFields(header, LogFile.encodeHead(head), [("magic", 0..<8), ("vault id", 8..<24), ("sequence", 24..<32),
+                                                           ("key epoch", 32..<36), ("frame count", 36..<40), ("previous MAC", 40..<72)])
     }
 }

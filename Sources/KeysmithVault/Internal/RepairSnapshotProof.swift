@@ -47,11 +47,11 @@ struct RepairSnapshotFront {
         return RepairSnapshotFront(fd: fd, size: size, path: path, header: header)
     }
 
-    var storedThrough: UInt64 { Self.number(header, 24, 8) }
-    var storedEpoch: UInt32 { UInt32(Self.number(header, 32, 4)) }
-    var storedCount: UInt64 { Self.number(header, 36, 8) }
-    var storedPages: UInt64 { Self.number(header, 44, 4) }
-    var storedPerPage: UInt64 { Self.number(header, 48, 4) }
+    var storedThrough: UInt64 { ByteReader.uint64(header, at: 24) }
+    var storedEpoch: UInt32 { ByteReader.uint32(header, at: 32) }
+    var storedCount: UInt64 { ByteReader.uint64(header, at: 36) }
+    var storedPages: UInt64 { UInt64(ByteReader.uint32(header, at: 44)) }
+    var storedPerPage: UInt64 { UInt64(ByteReader.uint32(header, at: 48)) }
     var storedThroughMAC: [UInt8] { Array(header[52..<84]) }
 
     /// Record count, page count and entries per page worth trying: the stored ones when they
@@ -167,16 +167,9 @@ struct RepairSnapshotFront {
 
     /// The header fields whose stored value differs from the proven header's, by name.
     func fieldsDiffering(from head: SnapshotFile.Head) -> [String] {
-        let proven = SnapshotFile.encodeHead(head)
-        let fields: [(String, Range<Int>)] = [("magic", 0..<8), ("vault id", 8..<24), ("through-sequence", 24..<32), ("key epoch", 32..<36),
-                                               ("record count", 36..<44), ("page count", 44..<48), ("entries per page", 48..<52),
-                                               ("through-MAC", 52..<84)]
-        return fields.filter { header[$0.1] != proven[$0.1] }.map(\.0)
-    }
-
-    private static func number(_ bytes: [UInt8], _ offset: Int, _ width: Int) -> UInt64 {
-        var value: UInt64 = 0
-        for index in offset..<(offset + width) { value = value << 8 | UInt64(bytes[index]) }
-        return value
+        differingFields(header, SnapshotFile.encodeHead(head), [
+            ("magic", 0..<8), ("vault id", 8..<24), ("through-sequence", 24..<32), ("key epoch", 32..<36), ("record count", 36..<44),
+            ("page count", 44..<48), ("entries per page", 48..<52), ("through-MAC", 52..<84),
+        ])
     }
 }

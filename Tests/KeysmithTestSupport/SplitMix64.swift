@@ -1,0 +1,20 @@
+/// A deterministic random number generator (SplitMix64), for tests that draw random cases from
+/// a seed and must draw the same ones on every run.
+///
+/// ```swift
+/// var random = SplitMix64(state: 42)
+/// let commits = Int.random(in: 4...9, using: &random)
+/// ```
+public struct SplitMix64: RandomNumberGenerator {
+    public var state: UInt64
+
+    public init(state: UInt64) { self.state = state }
+
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
