@@ -351,12 +351,17 @@ struct ProviderCommandTests {
                                         stdin: try server.passwordGrant(user: "alice"))
         #expect(imported.status == 0, "\(imported.output)")
         let before = try Self.tokens(keysmith, account: "alice", service: "slow")
+        let issued = { try #require(try server.request("/test/refreshes?client_id=ks-password").json["issued"] as? Int) }
+        let issuedBefore = try issued()
         let process = try SpawnedProcess(Keysmith.binary, ["token", "get", "--service", "slow", "--account", "alice", "--fresh", "--min-validity", "2h"],
                                          environment: keysmith.environment, directory: keysmith.directory,
                                          standardOutput: .file(keysmith.directory + "/fresh.out"), standardError: .file(keysmith.directory + "/fresh.err"),
                                          deadline: 120)
-        // The request reaches the provider at once; its answer comes 1.5 s later.
-        Thread.sleep(forTimeInterval: 0.8)
+        // The signal is sent once the provider has spent the old refresh token and issued the
+        // new one (its answer comes 1.5 s later): the event, not a guess at the time.
+        let deadline = Date().addingTimeInterval(60)
+        while try issued() == issuedBefore, Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        try #require(try issued() > issuedBefore, "the refresh never reached the provider")
         kill(process.processIdentifier, signal)
         process.waitUntilExit()
         #expect(process.terminationStatus == 128 + signal, "\((try? String(contentsOfFile: keysmith.directory + "/fresh.err", encoding: .utf8)) ?? "")")
