@@ -63,6 +63,16 @@ package protocol AwaitableHeldLock: HeldLock {
     func isHeldAwaiting() async -> Bool
     /// ``HeldLock/release()``, awaited.
     func releaseAwaiting() async
+    /// Whether the lock can pass to another holder while this one still runs (PostgreSQL: its
+    /// connection dropped, by failover, `idle_session_timeout` or a pooler). A holder of such a
+    /// lock fences what must stay single with a record in the store as well (the refresh intent
+    /// of KeysmithProvider), since "still held?" can turn false a moment after it answered.
+    var canBeLostWhileHolderRuns: Bool { get }
+}
+
+extension AwaitableHeldLock {
+    /// `false`: a lock that only its release or its holder's end gives up.
+    package var canBeLostWhileHolderRuns: Bool { false }
 }
 
 extension ExclusiveLocking {
@@ -80,6 +90,13 @@ extension HeldLock {
     package func awaitIsHeld() async -> Bool {
         if let awaitable = self as? any AwaitableHeldLock { return await awaitable.isHeldAwaiting() }
         return (try? isHeld()) ?? false
+    }
+
+    /// Whether another holder may take this lock while this holder still runs
+    /// (``AwaitableHeldLock/canBeLostWhileHolderRuns``; `false` for every lock that is not
+    /// awaitable).
+    package var isLosableWhileHeld: Bool {
+        (self as? any AwaitableHeldLock)?.canBeLostWhileHolderRuns ?? false
     }
 
     /// Releases the lock (``release()``), awaited when the lock can be.

@@ -3,6 +3,7 @@ internal import KeysmithCrypto
 internal import Logging
 internal import PostgresNIO
 import Synchronization
+import Foundation
 
 extension PostgresStore: ExclusiveLocking, AwaitableLocking {
     /// A PostgreSQL session-level advisory lock (`pg_try_advisory_lock`), on a connection of
@@ -47,13 +48,14 @@ extension PostgresStore: ExclusiveLocking, AwaitableLocking {
     }
 
     /// The connection that holds this handle's advisory locks, opened (awaited) when there is
-    /// none or it closed. Two tasks opening at once keep the first installed; the other's is closed.
+    /// none or it closed. Its `application_name` is `keysmith-lock PID`, so an operator can tell
+    /// which process holds a lock (`pg_locks` joined with `pg_stat_activity`). Two tasks opening at once keep the first installed; the other's is closed.
     private func advisorySession() async throws -> (Session, Int) {
         if let open = advisory.withLock({ state -> (Session, Int)? in
             guard let session = state.session, !session.isClosed else { return nil }
             return (session, state.generation)
         }) { return open }
-        let opened = try await Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: "keysmith-lock")
+        let opened = try await Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: "keysmith-lock \(ProcessInfo.processInfo.processIdentifier)")
         opened.statementTimeout = .seconds(5)
         let (session, generation) = advisory.withLock { state -> (Session, Int) in
             if let session = state.session, !session.isClosed { return (session, state.generation) }
@@ -163,6 +165,9 @@ final class PostgresLock: HeldLock, AwaitableHeldLock {
         self.number = number
         self.generation = generation
     }
+
+    /// An advisory lock is the connection's: a dropped connection gives it to the next taker.
+    var canBeLostWhileHolderRuns: Bool { true }
 
     func isHeld() -> Bool {
         !released.load(ordering: .acquiring) && store.advisoryHeld(number: number, generation: generation)

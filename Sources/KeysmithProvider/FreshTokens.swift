@@ -35,6 +35,9 @@ public final class ProviderTokens: Sendable {
     let timeout: Duration
     /// How long to wait for another holder of a grant's lock.
     let lockTimeout: Duration
+    /// Refresh intents (``RefreshIntent``) waited out to their deadline, by record version:
+    /// they fence nothing any more.
+    let expiredIntents = Mutex<Set<ItemVersion>>([])
 
     /// Fresh tokens from `keeper`'s store, refreshed at the providers kept there.
     ///
@@ -199,37 +202,64 @@ public final class ProviderTokens: Sendable {
 
     /// The rest of ``refreshHoldingLock(service:account:need:)``, with the lock taken at `asked`.
     private func refresh(holding lock: any HeldLock, asked: Date, service: String, account: String, need: Need) async throws -> OAuthToken {
-        let token = try await currentAwaiting(service: service, account: account)
-        switch need {
-        case .validity(let minValidity):
-            // Another process may have refreshed while this one waited: then its token is used,
-            // even when the provider's tokens live shorter than `minValidity` (refreshing again
-            // would not make them live longer).
-            if isFresh(token, minValidity) { return token }
-            if token.revokedAt == nil, let refreshed = token.refreshedAt, refreshed >= asked { return token }
-        case .rejected(let accessToken):
-            // Refreshed (or signed in again) since the rejection: the kept token is the answer.
-            if token.revokedAt == nil, !constantTimeEqual(Array(token.accessToken.utf8), Array(accessToken.utf8)) { return token }
-        }
-        guard token.revokedAt == nil else {
-            throw KeysmithError.invalidArgument("the token for \(account) at \(service) was logged out (revoke-all); sign in again")
-        }
-        guard let refreshToken = token.refreshToken else {
-            throw KeysmithError.invalidArgument("the token for \(account) at \(service) has no refresh token; sign in again")
-        }
-        guard let client = try await registry.clientAwaiting(named: service, timeout: timeout) else {
-            throw KeysmithError(.itemNotFound, "there is no provider named \(service) to refresh the token at (add one with `keysmith provider add \(service) …`)")
-        }
-        guard await lock.awaitIsHeld() else { throw LockLost() }
-        // From here the refresh token is sent, and a rotating provider spends it whatever
-        // becomes of this task: the request and what follows from its answer run to their end
-        // in a task of their own, which a cancellation of the caller's does not reach (a
-        // dropped answer would lose the grant). SIGINT, SIGTERM and SIGHUP are held until the
-        // answer is committed (SignalShield: the command installs it), for the same reason.
-        return try await SignalShield.holding {
-            try await Task {
-                try await send(refreshToken, with: client, service: service, account: account)
-            }.value
+        while true {
+            guard let read = try await keeper.versionedTokensAwaiting([(service, account)])[0] else {
+                throw KeysmithError(.itemNotFound, "there is no token for \(account) at \(service)")
+            }
+            let token = read.token
+            switch need {
+            case .validity(let minValidity):
+                // Another process may have refreshed while this one waited: then its token is used,
+                // even when the provider's tokens live shorter than `minValidity` (refreshing again
+                // would not make them live longer).
+                if isFresh(token, minValidity) { return token }
+                if token.revokedAt == nil, let refreshed = token.refreshedAt, refreshed >= asked { return token }
+            case .rejected(let accessToken):
+                // Refreshed (or signed in again) since the rejection: the kept token is the answer.
+                if token.revokedAt == nil, !constantTimeEqual(Array(token.accessToken.utf8), Array(accessToken.utf8)) { return token }
+            }
+            guard token.revokedAt == nil else {
+                throw KeysmithError.invalidArgument("the token for \(account) at \(service) was logged out (revoke-all); sign in again")
+            }
+            guard let refreshToken = token.refreshToken else {
+                throw KeysmithError.invalidArgument("the token for \(account) at \(service) has no refresh token; sign in again")
+            }
+            guard let client = try await registry.clientAwaiting(named: service, timeout: timeout) else {
+                throw KeysmithError(.itemNotFound, "there is no provider named \(service) to refresh the token at (add one with `keysmith provider add \(service) …`)")
+            }
+            // A lock that can pass to another holder while this one runs (PostgreSQL's, with its
+            // connection) is backed by an intent in the store, recorded before "still held?" is
+            // asked: a holder that took the lock after this one lost it finds the intent and
+            // waits for its answer instead of sending the same refresh token.
+            var holder: String? = nil
+            if lock.isLosableWhileHeld {
+                switch try await recordIntent(service: service, account: account, tokenVersion: read.version) {
+                case .recorded(let recorded): holder = recorded
+                case .waited, .contended: continue
+                }
+            }
+            guard await lock.awaitIsHeld() else {
+                if let holder { await clearIntent(holder: holder, service: service, account: account) }
+                throw LockLost()
+            }
+            // From here the refresh token is sent, and a rotating provider spends it whatever
+            // becomes of this task: the request and what follows from its answer run to their end
+            // in a task of their own, which a cancellation of the caller's does not reach (a
+            // dropped answer would lose the grant). SIGINT, SIGTERM and SIGHUP are held until the
+            // answer is committed (SignalShield: the command installs it), for the same reason.
+            let fenced = holder
+            return try await SignalShield.holding {
+                try await Task {
+                    do {
+                        let kept = try await send(refreshToken, with: client, service: service, account: account)
+                        if let fenced { await clearIntent(holder: fenced, service: service, account: account) }
+                        return kept
+                    } catch {
+                        if let fenced { await clearIntent(holder: fenced, service: service, account: account) }
+                        throw error
+                    }
+                }.value
+            }
         }
     }
 

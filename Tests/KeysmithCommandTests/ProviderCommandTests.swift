@@ -372,6 +372,70 @@ struct ProviderCommandTests {
         #expect(try keysmith.run(["token", "check", "--service", "slow", "--account", "alice", "read"]).status == 0)
     }
 
+    @Test("token get --fresh on PostgreSQL, the lock's connection terminated while the refresh is at the provider (single-use refresh tokens, reuse detection): a second machine that takes the lock waits for the first one's answer instead of sending the spent refresh token; 0 reuses, the grant lives, in every round",
+          .enabled(if: ProcessInfo.processInfo.environment["KEYSMITH_TEST_DATABASE_URL"] != nil))
+    func lostLockSendsNoRefreshTwice() throws {
+        let server = try OAuthTestServer()
+        defer { server.destroy() }
+        let database = try PostgresCommandTests.keysmith()
+        #expect(try database.run(["postgres", "init"]).status == 0)
+        let keysmith = try Self.setUp(server, on: database)
+        defer { keysmith.cleanup() }
+        // A provider whose token endpoint answers 1.5 s after it has spent the refresh token.
+        let added = try CommandLineMistakesTests.shell(keysmith, "\"$KS\" provider add slow --token-endpoint '\(server.url)/test/slow-token/1.5/' "
+                                                       + "--client-id ks-password --client-secret-fd 3 3<'\(keysmith.directory)/client-secret'")
+        #expect(added.status == 0, "\(added.output)")
+        let imported = try keysmith.run(["token", "import", "--service", "slow", "--account", "alice", "--requested", "read write"],
+                                        stdin: try server.passwordGrant(user: "alice"))
+        #expect(imported.status == 0, "\(imported.output)")
+        let counts = { () throws -> (issued: Int, revoked: Int) in
+            let json = try server.request("/test/refreshes?client_id=ks-password").json
+            return (try #require(json["issued"] as? Int), try #require(json["revoked"] as? Int))
+        }
+        // Two machines: a home each, nothing shared but the store.
+        func machine(_ name: String) throws -> [String: String] {
+            var environment = keysmith.environment
+            let home = keysmith.directory + "/" + name
+            try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+            environment["HOME"] = home
+            environment["TMPDIR"] = home
+            return environment
+        }
+        let fresh = ["token", "get", "--service", "slow", "--account", "alice", "--fresh", "--min-validity", "2h", "--no-newline"]
+        for round in 0..<3 {
+            let before = try counts()
+            let first = try SpawnedProcess(Keysmith.binary, fresh, environment: try machine("a"), directory: keysmith.directory,
+                                           standardOutput: .file(keysmith.directory + "/a.out"), standardError: .file(keysmith.directory + "/a.err"),
+                                           deadline: 120)
+            // Once the provider has spent the refresh token (its answer comes 1.5 s later), the
+            // first process's lock connection is terminated, as a failover or a pooler would.
+            let deadline = Date().addingTimeInterval(60)
+            while try counts().issued == before.issued, Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+            try #require(try counts().issued > before.issued, "round \(round): the refresh never reached the provider")
+            let terminated = try PostgresCommandTests.psql(
+                "SELECT count(pg_terminate_backend(pid))::text FROM pg_stat_activity WHERE application_name = 'keysmith-lock \(first.processIdentifier)'")
+            #expect(terminated == "1", "round \(round): \(terminated) lock connections of the first process were terminated")
+            // The second machine takes the lock at once and finds the token unchanged.
+            let second = try SpawnedProcess(Keysmith.binary, fresh, environment: try machine("b"), directory: keysmith.directory,
+                                            standardOutput: .file(keysmith.directory + "/b.out"), standardError: .file(keysmith.directory + "/b.err"),
+                                            deadline: 120)
+            first.waitUntilExit()
+            second.waitUntilExit()
+            let read = { (name: String) in (try? String(contentsOfFile: keysmith.directory + "/" + name, encoding: .utf8)) ?? "" }
+            #expect(first.terminationStatus == 0, "round \(round): \(read("a.err"))")
+            #expect(second.terminationStatus == 0, "round \(round): \(read("b.err"))")
+            #expect(!read("a.out").isEmpty && read("a.out") == read("b.out"), "round \(round): the two machines were handed different tokens")
+            let after = try counts()
+            #expect(after.issued == before.issued + 1, "round \(round): \(after.issued - before.issued) refreshes for one expiry")
+            #expect(try server.request("/test/grant-alive?client_id=ks-password").json["alive"] as? Bool == true, "round \(round): the grant was ended")
+            // What both were handed is what is kept (the next round refreshes again: 2 h is
+            // longer than the provider's tokens live).
+            let token = try keysmith.run(["token", "get", "--service", "slow", "--account", "alice", "--no-newline"])
+            #expect(token.stdout == read("a.out"))
+        }
+        #expect(try keysmith.run(["token", "check", "--service", "slow", "--account", "alice", "read"]).status == 0)
+    }
+
     @Test("token introspect --at-provider and token reconcile: a token revoked at the provider behind Keysmith's back becomes revoked here, audited; one still active stays")
     func introspectAndReconcile() throws {
         let server = try OAuthTestServer()
