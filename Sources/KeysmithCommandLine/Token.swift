@@ -440,8 +440,12 @@ extension KeysmithCommand.Token {
         @Option(name: .customLong("min-validity"), help: ArgumentHelp("With --fresh: how long the access token must stay valid (default 60s).", valueName: "duration"))
         var minValidity: String?
 
+        @Flag(name: .customLong("any-type"), help: "Print an access token whose token_type is not Bearer (mac, DPoP: it needs a proof of possession; refused by default, exit 3).")
+        var anyType = false
+
         func validate() throws {
             if refresh && field != nil { throw ValidationError("--refresh and --field are exclusive") }
+            if anyType && (refresh || field != nil) { throw ValidationError("--any-type goes with the access token, not --refresh or --field") }
             if minValidity != nil && !fresh { throw ValidationError("--min-validity goes with --fresh") }
             if let minValidity { _ = try parseDuration(minValidity) }
         }
@@ -450,7 +454,14 @@ extension KeysmithCommand.Token {
             let keeper = makeKeeper(try store.openStore())
             let token: OAuthToken
             if fresh {
-                token = try networkParts().freshToken(keeper, location, try minValidity.map(parseDuration) ?? 60)
+                do {
+                    token = try networkParts().freshToken(keeper, location, try minValidity.map(parseDuration) ?? 60)
+                } catch let error as KeysmithError where error.code == .invalidArgument {
+                    // A token that cannot be refreshed (logged out, or without a refresh token):
+                    // when it is not active it is what `token get` calls one: exit 3, as there.
+                    if let kept = try? loadToken(keeper, location), !kept.isActive(at: keeper.now) { throw CommandFailure.denied(error.message) }
+                    throw error
+                }
             } else {
                 token = try loadToken(keeper, location)
             }
@@ -471,6 +482,10 @@ extension KeysmithCommand.Token {
                 guard token.isActive(at: keeper.now) else {
                     let why = token.revokedAt != nil ? "was logged out (revoke-all)" : "expired\(token.expiresAt.map { " at \(iso8601($0))" } ?? "")"
                     throw CommandFailure.denied("the token for \(location.shown) \(why); refresh it, or use --refresh")
+                }
+                guard token.isBearer || anyType else {
+                    throw CommandFailure.denied("the token for \(location.shown) is of type \(OneLine.unicodeEscaped(String(token.tokenType.prefix(64)))), "
+                                                + "not Bearer (RFC 6750): it needs a proof of possession; --any-type prints it anyway")
                 }
                 value = token.accessToken
             }

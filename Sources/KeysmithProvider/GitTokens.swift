@@ -115,6 +115,12 @@ public struct GitTokenCredentials: Sendable {
             throw KeysmithError(.malformedData, "the token for \(OneLine.escaped(account)) at \(OneLine.escaped(provider.name)) holds a line break "
                                 + "or NUL, which git's credential protocol cannot carry; it is not given to git")
         }
+        // git sends the password as HTTP Basic, which a server takes as a bearer token; a token
+        // of another type (`mac`, `DPoP`) would be used without its proof.
+        guard token.isBearer else {
+            throw KeysmithError(.invalidArgument, "the token for \(OneLine.escaped(account)) at \(OneLine.escaped(provider.name)) is of type "
+                                + "\(OneLine.unicodeEscaped(String(token.tokenType.prefix(64)))), not Bearer (RFC 6750); it is not given to git")
+        }
         return Answer(username: account, password: token.accessToken, expiry: token.expiresAt, provider: provider.name)
     }
 

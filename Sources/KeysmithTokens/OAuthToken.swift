@@ -145,6 +145,19 @@ public struct OAuthToken: Sendable, Hashable, Codable, CustomStringConvertible {
         return date >= dataAccessExpiresAt
     }
 
+    /// Whether the access token is a bearer token (`token_type` `Bearer`, in any case: RFC 6750
+    /// §4, RFC 6749 §5.1), the only kind that may be sent as `Authorization: Bearer …`. A token
+    /// of another type (`mac`, `DPoP`, …) needs a proof of possession its client must make: the
+    /// `keysmith` command and the git helper refuse to hand it out as a bearer token.
+    ///
+    /// ```swift
+    /// guard token.isBearer else { throw MyError.unsupportedTokenType(token.tokenType) }
+    /// request.setValue("Bearer \(token.accessToken)", forHTTPHeaderField: "Authorization")
+    /// ```
+    public var isBearer: Bool {
+        tokenType.lowercased() == "bearer"
+    }
+
     /// Whether the token can be used at `date`: not expired, not revoked.
     public func isActive(at date: Date) -> Bool {
         revokedAt == nil && !isExpired(at: date)

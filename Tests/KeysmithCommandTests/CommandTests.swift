@@ -138,6 +138,33 @@ struct CommandTests {
         #expect(set.status == 0, "\(set.output)")
     }
 
+    @Test("token get hands out only Bearer tokens (any case): a mac token exits 3 naming its type, printed only with --any-type; a logged-out token exits 3 with --fresh as without it")
+    func tokenTypeAndLoggedOut() throws {
+        let keysmith = try Keysmith.withVault()
+        defer { keysmith.cleanup() }
+        let imports = [("mac", #"{"access_token":"mac-access","token_type":"mac","mac_key":"k","mac_algorithm":"hmac-sha-256"}"#),
+                       ("lower", #"{"access_token":"lower-access","token_type":"bearer","refresh_token":"r"}"#)]
+        for (account, response) in imports {
+            let imported = try keysmith.run(["token", "import", "--service", "api", "--account", account], stdin: response)
+            #expect(imported.status == 0, "\(imported.output)")
+        }
+        let mac = try keysmith.run(["token", "get", "--service", "api", "--account", "mac"])
+        #expect(mac.status == 3 && mac.stdout.isEmpty, "\(mac.output)")
+        #expect(mac.stderr.contains("is of type mac, not Bearer"), "\(mac.stderr)")
+        #expect(!mac.stderr.contains("mac-access"))
+        let anyType = try keysmith.run(["token", "get", "--service", "api", "--account", "mac", "--any-type"])
+        #expect(anyType.status == 0 && anyType.stdout == "mac-access\n", "\(anyType.output)")
+        #expect(try keysmith.run(["token", "get", "--service", "api", "--account", "mac", "--refresh", "--any-type"]).status == 64)
+        let lower = try keysmith.run(["token", "get", "--service", "api", "--account", "lower"])
+        #expect(lower.status == 0 && lower.stdout == "lower-access\n", "\(lower.output)")
+        // Logged out: exit 3, with --fresh (no request is made) as without it.
+        #expect(try keysmith.run(["token", "revoke-all", "--service", "api", "--account", "lower"]).status == 0)
+        let plain = try keysmith.run(["token", "get", "--service", "api", "--account", "lower"])
+        let fresh = try keysmith.run(["token", "get", "--service", "api", "--account", "lower", "--fresh"])
+        #expect(plain.status == 3, "\(plain.output)")
+        #expect(fresh.status == 3 && fresh.stderr.contains("logged out"), "\(fresh.output)")
+    }
+
     @Test("set reads the secret from stdin, get prints it alone, a missing item exits 2")
     func setAndGet() throws {
         let keysmith = try Keysmith()

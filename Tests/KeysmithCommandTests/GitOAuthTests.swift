@@ -91,6 +91,11 @@ struct GitOAuthTests {
         #expect(try keysmith.run(["token", "import", "--service", "dot", "--account", "mallory"], stdin: crafted).status == 0)
         let smuggled = try GitCredentialTests.helper(keysmith, bin, "get", "protocol=https\nhost=git.example:8443\nusername=mallory\n\n")
         #expect(smuggled.status == 0 && smuggled.stdout.isEmpty && smuggled.stderr.contains("line break"), "\(smuggled.output)")
+        // A token that is not a bearer token (RFC 6750) would be used without its proof: refused.
+        let mac = #"{"access_token":"mac-access","token_type":"mac","expires_in":3600}"#
+        #expect(try keysmith.run(["token", "import", "--service", "dot", "--account", "macuser"], stdin: mac).status == 0)
+        let macAnswer = try GitCredentialTests.helper(keysmith, bin, "get", "protocol=https\nhost=git.example:8443\nusername=macuser\n\n")
+        #expect(macAnswer.status == 0 && macAnswer.stdout.isEmpty && macAnswer.stderr.contains("not Bearer"), "\(macAnswer.output)")
         // Another host keeps its plain credentials.
         let plain = try GitCredentialTests.helper(keysmith, bin, "get", "protocol=https\nhost=other.example\n\n")
         #expect(plain.status == 0 && plain.stdout.isEmpty)
