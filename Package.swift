@@ -79,7 +79,7 @@ let package = Package(
         .target(
             name: "KeysmithPostgres",
             dependencies: [
-                "Keysmith", "KeysmithCredentials", "KeysmithCrypto", "KeysmithTokens", "KeysmithSystem",
+                "Keysmith", "KeysmithCredentials", "KeysmithCrypto", "KeysmithSystem",
                 .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -99,9 +99,8 @@ let package = Package(
             ]
         ),
 
-        // The policy language and engine: it decides on scope names and knows nothing of OAuth
-        // (KeysmithTokens only for the deprecated forwards of one release).
-        .target(name: "KeysmithPolicy", dependencies: ["Keysmith", "KeysmithTokens"]),
+        // The policy language and engine: it decides on scope names and knows nothing of OAuth.
+        .target(name: "KeysmithPolicy", dependencies: ["Keysmith"]),
         // The adapter: a Keysmith token or permission manager as the engine's TokenView.
         .target(name: "KeysmithTokenPolicy", dependencies: ["Keysmith", "KeysmithTokens", "KeysmithPolicy"]),
 

@@ -50,6 +50,10 @@ final class SessionPool: Sendable {
     /// The most connections that were open at once.
     var peakOpen: Int { state.withLock { $0.peak } }
 
+    /// How many borrowers wait for a connection now (the tests wait for one to be waiting
+    /// before they cancel it).
+    var waitingCount: Int { state.withLock { $0.waiters.count } }
+
     /// Runs `body` with a connection. A connection that `body` found lost
     /// (`KeysmithError.Code.storeUnavailable`) is closed and not given back, so the next
     /// operation connects again.

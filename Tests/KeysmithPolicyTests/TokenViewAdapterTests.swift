@@ -8,7 +8,7 @@ import Testing
 
 /// The engine reads scopes by name; the adapter (KeysmithTokenPolicy) turns Keysmith's tokens
 /// into those names; the deprecated KeysmithPolicy constructors of one release give the same.
-@Suite("token views: the engine's names, the adapter's tokens, the deprecated forwards")
+@Suite("token views: the engine's names, the adapter's tokens")
 struct TokenViewAdapterTests {
     static let issued = Date(timeIntervalSince1970: 1_763_700_000)
 
@@ -53,16 +53,5 @@ struct TokenViewAdapterTests {
         let fromClosure = TokenView.live(grantedNames: { names.withLock { $0 } })
         names.withLock { $0 = ["y", "z"] }
         #expect(fromClosure.snapshot().keys.sorted() == ["y", "z"])
-    }
-
-    @available(*, deprecated, message: "exercises the deprecated forwards")
-    @Test("the deprecated KeysmithPolicy constructors give the same views as the adapter's")
-    func deprecatedForwards() throws {
-        let token = try Self.token(revoked: false)
-        let at = Self.issued.addingTimeInterval(60)
-        #expect(TokenView.token(token, at: at).currentRecord() == TokenView(token: token, at: at).currentRecord())
-        let manager = PermissionManager(granted: [try Scope("a"), try Scope("q")])
-        #expect(TokenView.live(manager).currentRecord() == TokenView(watching: manager).currentRecord())
-        #expect(TokenView.granted([try Scope("a")]).currentRecord() == TokenView(granted: [try Scope("a")]).currentRecord())
     }
 }

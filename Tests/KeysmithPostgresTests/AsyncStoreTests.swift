@@ -143,7 +143,9 @@ struct AsyncStoreTests {
 
         // A read now waits for the connection; cancelled, it ends at once, the writer still waiting.
         let reader = Task { try await store.read(ItemKey.genericPassword(service: "async", account: "other")) }
-        try await Task.sleep(for: .milliseconds(50))
+        // Cancelled once the pool has it waiting, so the path under test is the one that runs.
+        for _ in 0..<3000 where store.pool.waitingCount == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        try #require(store.pool.waitingCount == 1, "the read never waited for the connection: nothing to cancel")
         reader.cancel()
         await #expect(throws: CancellationError.self) { try await Self.outcome(of: reader, within: Self.hangAfter, "a read waiting for a connection").get() }
 

@@ -103,7 +103,8 @@ struct WatcherTests {
         #expect(follower.failure?.code == .invalidArgument)
     }
 
-    // Through the deprecated KeysmithPostgres forwards (one release), which must still work.
+    // Written as a client of 0.4 that followed its deprecation messages would be (the forwards
+    // from connection settings went in 0.5.0): a watcher and a store, then the follower.
     @Test("started twice, WatchedPermissions and WatchedTokens each watch once: one connection each in pg_stat_activity, and stop ends it")
     func startedTwiceWatchesOnce() throws {
         let namespace = "twice-\(UUID().uuidString)"
@@ -111,10 +112,13 @@ struct WatcherTests {
         try writer.importResponse(Data(#"{"access_token":"at-1","token_type":"Bearer","scope":"posts:read"}"#.utf8),
                                   service: "news", account: "alice", requested: [])
         let suffix = namespace.suffix(12)
-        let permissions = try WatchedPermissions(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
-                                                 service: "news", account: "alice", name: "p2-\(suffix)", staleAfter: .seconds(5))
-        let tokens = try WatchedTokens(try PostgresStoreTests.settings(), namespace: namespace, masterKey: .key(PostgresStoreTests.key),
-                                       service: "news", name: "t2-\(suffix)", staleAfter: .seconds(5))
+        let settings = try PostgresStoreTests.settings()
+        let permissions = try WatchedPermissions(
+            watcher: PostgresWatcher(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key), name: "p2-\(suffix)", staleAfter: .seconds(5)),
+            store: PostgresStore(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key)), service: "news", account: "alice")
+        let tokens = try WatchedTokens(
+            watcher: PostgresWatcher(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key), name: "t2-\(suffix)", staleAfter: .seconds(5)),
+            store: PostgresStore(settings, namespace: namespace, masterKey: .key(PostgresStoreTests.key)), service: "news")
         /// The connections a watcher of that name holds open now.
         func connections(_ name: String) throws -> Int {
             Int(try PostgresStoreTests.sql("SELECT count(*)::text FROM pg_stat_activity WHERE application_name = 'keysmith watch \(name)'")
@@ -126,8 +130,10 @@ struct WatcherTests {
         }
         let read = try Scope("posts:read")
         #expect(Self.waitUntil { permissions.permissions.hasPermission(read) && tokens.permissions(account: "alice")?.hasPermission(read) == true })
-        // A second watch, had it started, connects within its first poll: give it many.
-        Thread.sleep(forTimeInterval: 0.5)
+        // A second watch, had it started, would have connected before its first poll delivered:
+        // a change written now and seen by both followers bounds that by an event, not a pause.
+        try writer.revoke([read], service: "news", account: "alice", reason: "a change to see")
+        #expect(Self.waitUntil { !permissions.permissions.hasPermission(read) && tokens.permissions(account: "alice")?.hasPermission(read) == false })
         #expect(try connections("p2-\(suffix)") == 1)
         #expect(try connections("t2-\(suffix)") == 1)
         permissions.stop()
