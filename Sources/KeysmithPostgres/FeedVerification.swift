@@ -108,19 +108,18 @@ extension PostgresStore {
             }
             for (sequence, index, version, deleted, sealedKey, chain) in rows {
                 result.changes += 1
-                switch (chain, link) {
-                case (nil, nil):
+                switch keys.chainStep(after: link, sequence: sequence, blindIndex: index.bytes, version: version, deleted: deleted,
+                                      sealedKey: sealedKey.bytes, stored: chain?.bytes) {
+                case .unlinked:
                     result.unlinked += 1
-                case (nil, .some):
+                case .missingLink:
                     problem("change \(sequence) has no chain link, though the changes before it have: the feed was edited")
-                case (let chain?, _):
-                    let expected = keys.chainLink(after: link ?? NamespaceKeys.chainGenesis, sequence: sequence, blindIndex: index.bytes,
-                                                  version: version, deleted: deleted, sealedKey: sealedKey.bytes)
-                    if expected != chain.bytes {
-                        problem("change \(sequence) does not continue the chain from the change before it: a change row before it was deleted, "
-                                + "or it was edited, reordered or renumbered")
-                    }
-                    link = chain.bytes
+                case .broken(let stored):
+                    problem("change \(sequence) does not continue the chain from the change before it: a change row before it was deleted, "
+                            + "or it was edited, reordered or renumbered")
+                    link = stored
+                case .linked(let next):
+                    link = next
                 }
                 if let mark, UInt64(sequence) == mark.sequence {
                     markSeen = true

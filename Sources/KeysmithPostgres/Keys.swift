@@ -228,6 +228,13 @@ final class NamespaceKeys: Sendable {
                 """)
         }
         let keys = try await loadDataKeys(namespaceID: namespaceID, wrapKey: wrapKey, transaction: transaction)
+        return try assemble(namespaceID: namespaceID, dataKeys: keys, wrapKey: wrapKey, verifier: master.verifier)
+    }
+
+    /// A namespace's keys from its data keys, opened (by key id; id 1 is the first), with no
+    /// server: what ``loadOrCreate(namespace:master:transaction:)`` ends with, and what the
+    /// server-free tests of the feed's checks start from.
+    static func assemble(namespaceID: [UInt8], dataKeys keys: [Int32: SecretBytes], wrapKey: SecretBytes, verifier: [UInt8]) throws -> NamespaceKeys {
         guard let first = keys[1], let current = keys.keys.max() else {
             throw KeysmithError(.corruptData, "this namespace's first data key is missing from PostgreSQL")
         }
@@ -236,7 +243,7 @@ final class NamespaceKeys: Sendable {
         let indexKey = try HMACSHA256Key(SecretBytes(copying: SHA256.hmac(key: first, indexLabel)))
         let chainKey = try HMACSHA256Key(SecretBytes(copying: SHA256.hmac(key: first, chainLabel)))
         return NamespaceKeys(namespaceID: namespaceID, ring: KeyRing(keys: keys, current: current), indexKey: indexKey, chainKey: chainKey,
-                             wrapKey: wrapKey, verifier: master.verifier)
+                             wrapKey: wrapKey, verifier: verifier)
     }
 
     private static func loadDataKeys(namespaceID: [UInt8], wrapKey: SecretBytes, transaction: Transaction) async throws -> [Int32: SecretBytes] {
@@ -358,6 +365,32 @@ final class NamespaceKeys: Sendable {
         writer.append(UInt8(deleted ? 1 : 0))
         writer.appendField(sealedKey)
         return chainKey.mac(writer.bytes)
+    }
+
+    /// What one change row does to the chain, read in sequence order: the one check of a link,
+    /// shared by watchers and `verifyChangeFeed` (the link compared in constant time, as every
+    /// MAC in Keysmith).
+    enum ChainStep: Equatable {
+        /// A row of before the namespace was chained (no link, none before it either).
+        case unlinked
+        /// The row continues the chain; its link is the one to continue from.
+        case linked([UInt8])
+        /// A row without a link after rows that had one: the feed was edited.
+        case missingLink
+        /// The row's link is not the one its predecessor and its content give: a row was
+        /// deleted, edited, reordered or renumbered. `stored` is the row's own link (a verifier
+        /// that goes on checks the next rows against it, so one break is reported once).
+        case broken(stored: [UInt8])
+    }
+
+    /// Checks one change row against the link of the row before it (`nil` before the first
+    /// chained row).
+    func chainStep(after previous: [UInt8]?, sequence: Int64, blindIndex: [UInt8], version: Int64, deleted: Bool, sealedKey: [UInt8],
+                   stored: [UInt8]?) -> ChainStep {
+        guard let stored else { return previous == nil ? .unlinked : .missingLink }
+        let expected = chainLink(after: previous ?? Self.chainGenesis, sequence: sequence, blindIndex: blindIndex, version: version,
+                                 deleted: deleted, sealedKey: sealedKey)
+        return constantTimeEqual(expected, stored) ? .linked(expected) : .broken(stored: stored)
     }
 
     static func changeAAD(_ namespaceID: [UInt8], _ blindIndex: [UInt8], _ version: Int64) -> [UInt8] {

@@ -294,18 +294,16 @@ public final class PostgresWatcher: Sendable {
                 // Each row must continue the chain from the row before it: one deleted,
                 // edited, reordered or renumbered breaks it here. Rows without a link are
                 // allowed only before the namespace's first chained row.
-                switch (chain, link) {
-                case (nil, nil):
+                switch keys.chainStep(after: link, sequence: sequence, blindIndex: index.bytes, version: version, deleted: deleted,
+                                      sealedKey: sealedKey.bytes, stored: chain?.bytes) {
+                case .unlinked:
                     break
-                case (nil, .some):
+                case .missingLink:
                     throw KeysmithError(.corruptData, "it has no chain link, though the rows before it have: the change feed was edited")
-                case (let chain?, _):
-                    let expected = keys.chainLink(after: link ?? NamespaceKeys.chainGenesis, sequence: sequence, blindIndex: index.bytes,
-                                                  version: version, deleted: deleted, sealedKey: sealedKey.bytes)
-                    guard expected == chain.bytes else {
-                        throw KeysmithError(.corruptData, "it does not continue the chain from the change before it: a change row was deleted, edited or reordered")
-                    }
-                    link = expected
+                case .broken:
+                    throw KeysmithError(.corruptData, "it does not continue the chain from the change before it: a change row was deleted, edited or reordered")
+                case .linked(let next):
+                    link = next
                 }
                 key = try keys.openKey(sealedKey.bytes, blindIndex: index.bytes, version: version)
                 // The item as it is now must be what the feed says it is now.
