@@ -16,7 +16,21 @@ scripts/bootstrap.sh
 # Public API breaks since the last release must be named in CHANGELOG.md (builds the release's
 # API digests once, into .build/api-baseline).
 scripts/check-api.sh
-swift build --build-tests
+# The build, with zero warnings from the project's own code (dependencies' warnings are theirs).
+# A clean clone (CI) compiles every file, so every warning shows; an incremental build shows
+# those of the files it compiled.
+build_log=$(mktemp)
+set +e
+swift build --build-tests 2>&1 | tee "$build_log"
+built=${PIPESTATUS[0]}
+set -e
+[ "$built" -eq 0 ] || exit "$built"
+if grep -E "^$PWD/(Sources|Tests)/[^:]+:[0-9]+:[0-9]+: warning:" "$build_log" | sort -u | grep . >&2; then
+    echo "keysmith: the build printed the warnings above from the project's own code; fix them" >&2
+    rm -f "$build_log"
+    exit 1
+fi
+rm -f "$build_log"
 # The API reference of every module, with no broken symbol link.
 scripts/docs.sh
 

@@ -9,7 +9,7 @@ import Synchronization
 /// dies without the driver noticing must not hang a caller forever).
 struct WaitTimedOut: Error {}
 
-extension EventLoopFuture {
+extension EventLoopFuture where Value: Sendable {
     /// The future's value, awaited for at most `timeout` without blocking a thread: the wait is
     /// a timer on the future's own event loop. With `cancellable`, cancelling the task ends the
     /// wait at once with `CancellationError` (a statement still running then has its connection

@@ -237,7 +237,7 @@ struct PostgresCommandTests {
 
     @Test("watch stops with exit 6 at a change row edited in the database, after printing every change before it")
     func watchStopsAtEditedChange() throws {
-        var keysmith = try Self.keysmith()
+        let keysmith = try Self.keysmith()
         defer { keysmith.cleanup() }
         try keysmith.run(["postgres", "init"])
         for account in ["a", "b", "c"] { try keysmith.run(["secret", "set", "--service", "s", "--account", account], stdin: "v") }
@@ -264,7 +264,7 @@ struct PostgresCommandTests {
 
     @Test("postgres verify: exit 0 on an intact feed; exit 6 naming the break after the owner deletes a change row past the triggers; --json says the same")
     func verifyFindsDeletedChange() throws {
-        var keysmith = try Self.keysmith()
+        let keysmith = try Self.keysmith()
         defer { keysmith.cleanup() }
         try keysmith.run(["postgres", "init"])
         for account in ["a", "b", "c"] { try keysmith.run(["secret", "set", "--service", "s", "--account", account], stdin: "v") }

@@ -33,7 +33,7 @@ struct SecretServiceFailureTests {
         process.environment = environment
         // Output to a file, not a pipe: daemons the script starts must not keep a pipe open.
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("ksm-failure-\(UUID().uuidString).log")
-        FileManager.default.createFile(atPath: log.path, contents: nil)
+        #expect(FileManager.default.createFile(atPath: log.path, contents: nil))
         defer { try? FileManager.default.removeItem(at: log) }
         let handle = try FileHandle(forWritingTo: log)
         process.standardOutput = handle

@@ -167,12 +167,13 @@ func race(_ opened: OpenedStore, _ argumentLists: [[String]]) throws -> [[String
         process.standardOutput = output
         // Standard error goes to a file, shown when the process fails.
         let errors = start + "-\(processes.count).err"
-        FileManager.default.createFile(atPath: errors, contents: nil)
+        guard FileManager.default.createFile(atPath: errors, contents: nil) else { throw CocoaError(.fileWriteUnknown) }
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errors))
         try process.run()
         processes.append((process, output, errors))
     }
-    FileManager.default.createFile(atPath: start, contents: Data())
+    // The racers start when this file appears: one that cannot be made would leave them waiting.
+    guard FileManager.default.createFile(atPath: start, contents: Data()) else { throw CocoaError(.fileWriteUnknown) }
     return processes.map { process, pipe, errors in
         let data = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()

@@ -33,6 +33,7 @@ struct StaticAPITests {
         #expect(record.info.modified.timeIntervalSince(record.info.created) == 60)
     }
 
+    @available(*, deprecated, message: "exercises the deprecated save")
     @Test("set creates or replaces, keeping the metadata; the deprecated save does the same as set")
     func setUpserts() throws {
         let store = MemoryStore()
@@ -61,6 +62,7 @@ struct StaticAPITests {
         try Keysmith.save(value, forAccount: "a", inService: "prefs", in: store)
     }
 
+    @available(*, deprecated, message: "exercises the deprecated save")
     @Test("0.1's Codable save is back, deprecated: it stores what set stores, and replaces")
     func deprecatedCodableSaveForwardsToSet() throws {
         let store = MemoryStore()

@@ -164,7 +164,7 @@ struct GoldenVaultTests {
         let (directory, path) = try Golden.copy(Golden.keyfileVault)
         let outside = directory.sub("outside")
         try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: outside + "/precious", contents: Data("keep".utf8))
+        #expect(FileManager.default.createFile(atPath: outside + "/precious", contents: Data("keep".utf8)))
         try FileManager.default.createSymbolicLink(atPath: path + "/data", withDestinationPath: outside)
         try FileVault.upgrade(at: path, credential: .keyfile(at: Golden.keyfile), scrypt: .testing)
         #expect(try Data(contentsOf: URL(fileURLWithPath: outside + "/precious")) == Data("keep".utf8))
