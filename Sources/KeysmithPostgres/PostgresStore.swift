@@ -440,7 +440,6 @@ public final class PostgresStore: AsyncSecureStore {
         if trusted > 0 { trustedWrites.add(trusted, ordering: .relaxed) }
     }
 
-    private static let appendOnly = KeysmithError(.invalidArgument, "the audit log in PostgreSQL is append-only: an entry is never changed or deleted; nothing was applied")
 
     /// Writes a batch in `transaction`. With `trusting`, an item whose first operation is a
     /// replace at a stated version is taken to be at that version without reading and locking its
@@ -456,31 +455,8 @@ public final class PostgresStore: AsyncSecureStore {
     /// the careful way if not (its error may then differ). Audit entries are never trusted.
     /// Returns the sequence number of the batch's last change row and how many items it trusted.
     private func apply(_ operations: [StoreOperation], now: Date, trusting: Bool, in transaction: Transaction) async throws -> (Int64, Int) {
-        var distinct: [ItemKey] = []
-        var seen: Set<ItemKey> = []
-        var stated: [ItemKey: Int64] = [:]
-        for operation in operations where seen.insert(operation.key).inserted {
-            distinct.append(operation.key)
-            if trusting, case .replace(let record) = operation, RecordTable(operation.key) == .records,
-               let version = Int64(record.info.version.rawValue) {
-                stated[operation.key] = version
-            }
-        }
-        let indexes = try concurrentChunks(count: distinct.count) { range in range.map { keys.blindIndex(distinct[$0]) } }
-        var touched: [ItemKey: [UInt8]] = Dictionary(minimumCapacity: distinct.count)
-        for (key, index) in zip(distinct, indexes) { touched[key] = index }
-        // Only an update or upsert reads what a row holds (its attributes, to merge into); the
-        // other operations need its version, so a bulk replace does not fetch every sealed row.
-        let readsRecords = operations.contains { operation in
-            switch operation {
-            case .update, .upsert: true
-            default: false
-            }
-        }
-        let rows = try await fetch(touched.compactMap { stated[$0.key] == nil ? ($0.key, $0.value) : nil }, in: transaction, lock: true,
-                             withSealed: readsRecords)
-        /// The version a row is at (read, or stated), or `nil` when there is no row.
-        func versionOf(_ key: ItemKey, _ index: [UInt8]) -> Int64? { rows[index]?.version ?? stated[key] }
+        let batch = try BatchRows(operations, trusting: trusting, keys: keys)
+        let rows = try await fetch(batch.toRead, in: transaction, lock: true, withSealed: batch.readsRecords)
         // The version is taken after the rows are locked: two writers of one item then number
         // their versions in the order they commit (taken before, the one that waited for the
         // lock wrote the lower version over the higher, and the item's newest change looked
@@ -493,60 +469,33 @@ public final class PostgresStore: AsyncSecureStore {
         do {
             writes = try resolveBatch(operations, now: now, version: ItemVersion(rawValue: String(version)), limits: limits,
                                       store: storeDescription) { key, needsMetadata in
-                if let version = stated[key] { return .atVersion(ItemVersion(rawValue: String(version))) }
-                guard let index = touched[key], let row = rows[index] else { return .absent }
-                guard needsMetadata else { return .atVersion(ItemVersion(rawValue: String(row.version))) }
-                guard let record = try? keys.open(row, withSecret: false), record.key == key else { return .damaged }
-                return .present(record.info)
+                batch.existing(key, needsMetadata: needsMetadata, rows: rows)
             }
-        } catch let error as KeysmithError where !stated.isEmpty {
+        } catch let error as KeysmithError where !batch.stated.isEmpty {
             // Refused while trusting: the refusal is the batch's own if what was trusted holds.
-            let current = try await RecordRows.versions(stated.keys.compactMap { touched[$0] }, namespace: keys.namespaceID, in: transaction)
-            guard stated.allSatisfy({ key, version in touched[key].flatMap { current[$0] } == version }) else {
+            let current = try await RecordRows.versions(batch.stated.keys.compactMap { batch.indexes[$0] }, namespace: keys.namespaceID,
+                                                        in: transaction)
+            guard batch.stated.allSatisfy({ key, version in batch.indexes[key].flatMap { current[$0] } == version }) else {
                 throw RetryableConflict(state: "a trusted version was stale")
             }
             throw error
         }
         // Written in a few statements whatever the batch's size (arrays, not a statement per row),
-        // a run of 16,384 rows at a time: each run is sealed on every core (each seal is
-        // independent; the order is kept) while the server writes the run before.
+        // a run of 16,384 rows at a time: each run is sealed on every core while the server
+        // writes the run before.
         var pending: [Transaction.Pending] = []
         do {
             var putChanges: [RecordRows.Change] = [], removalChanges: [RecordRows.Change] = []
             for start in stride(from: 0, to: writes.count, by: 16_384) {
-                let run = writes[start..<min(start + 16_384, writes.count)]
-                let sealed = try concurrentChunks(count: run.count) { range in
-                    let ciphers = NamespaceKeys.Ciphers()
-                    return try range.map { offset -> (put: RecordRows.Put?, removal: RecordRows.Removal?) in
-                    switch run[run.startIndex + offset] {
-                    case .put(let record):
-                        let index = touched[record.key] ?? keys.blindIndex(record.key)
-                        let table = RecordTable(record.key)
-                        let existing = versionOf(record.key, index)
-                        if table == .audit, existing != nil { throw Self.appendOnly }
-                        return (RecordRows.Put(table: table, blindIndex: index,
-                                               sealed: try keys.seal(record, blindIndex: index, version: version, with: dataKey, ciphers: ciphers),
-                                               existing: existing,
-                                               sealedKey: try keys.sealKey(record.key, blindIndex: index, version: version, with: dataKey, ciphers: ciphers)),
-                                nil)
-                    case .remove(let key):
-                        let index = touched[key] ?? keys.blindIndex(key)
-                        if RecordTable(key) == .audit { throw Self.appendOnly }
-                        // A removal is of an item that exists (the batch planner drops the others).
-                        guard let existing = versionOf(key, index) else { throw RetryableConflict(state: "a removed row vanished") }
-                        return (nil, RecordRows.Removal(blindIndex: index, existing: existing,
-                                                        sealedKey: try keys.sealKey(key, blindIndex: index, version: version, with: dataKey,
-                                                                                    ciphers: ciphers)))
-                    }
-                } }
-                let puts = sealed.compactMap(\.put), removals = sealed.compactMap(\.removal)
+                let (puts, removals) = try batch.seal(writes[start..<min(start + 16_384, writes.count)], version: version, dataKey: dataKey,
+                                                      rows: rows)
                 pending += RecordRows.send(puts: puts, removals: removals, namespace: keys.namespaceID, version: version, keyID: dataKey.id,
                                            in: transaction)
                 putChanges += puts.map { ($0.blindIndex, false, $0.sealedKey) }
                 removalChanges += removals.map { ($0.blindIndex, true, $0.sealedKey) }
             }
             return (try await RecordRows.appendChanges(putChanges + removalChanges, keys: keys, version: version, after: pending, in: transaction),
-                    stated.count)
+                    batch.stated.count)
         } catch {
             // Statements already sent run on: each is waited for (its answer dropped) before the
             // transaction is rolled back, so the rollback and the next attempt do not queue
