@@ -25,7 +25,9 @@ swift build --build-tests 2>&1 | tee "$build_log"
 built=${PIPESTATUS[0]}
 set -e
 [ "$built" -eq 0 ] || exit "$built"
-if grep -E "^$PWD/(Sources|Tests)/[^:]+:[0-9]+:[0-9]+: warning:" "$build_log" | sort -u | grep . >&2; then
+# (A warning inside a macro's expansion, such as #expect's, prints as "macro expansion …: warning:"
+# with the file in a note below it.)
+if grep -E "^($PWD/(Sources|Tests)/[^:]+:[0-9]+:[0-9]+|macro expansion [^:]*:[0-9]+:[0-9]+): warning:" "$build_log" | sort -u | grep . >&2; then
     echo "keysmith: the build printed the warnings above from the project's own code; fix them" >&2
     rm -f "$build_log"
     exit 1

@@ -2,6 +2,7 @@ public import Keysmith
 internal import KeysmithCrypto
 internal import Logging
 internal import PostgresNIO
+import KeysmithSystem
 import Synchronization
 import Foundation
 
@@ -13,7 +14,7 @@ extension PostgresStore: ExclusiveLocking, AwaitableLocking {
     /// namespace and the name (the database learns neither).
     public func tryExclusiveLock(named name: String) throws -> (any HeldLock)? {
         blockingLockQuestions.add(1, ordering: .relaxed)
-        return try Blocking.run { try await tryExclusiveLockAwaiting(named: name) }
+        return try Blocking.runOffEventLoop { try await tryExclusiveLockAwaiting(named: name) }
     }
 
     /// ``tryExclusiveLock(named:)`` for async code: the connection that holds this handle's
@@ -106,7 +107,7 @@ extension PostgresStore: ExclusiveLocking, AwaitableLocking {
     /// answer is `false`.
     func advisoryHeld(number: Int64, generation: Int) -> Bool {
         blockingLockQuestions.add(1, ordering: .relaxed)
-        return Blocking.run { await advisoryHeldAwaiting(number: number, generation: generation) }
+        return Blocking.runOffEventLoop { await advisoryHeldAwaiting(number: number, generation: generation) }
     }
 
     /// ``releaseAdvisory(name:number:)`` for async code: `pg_advisory_unlock` is awaited.
@@ -139,7 +140,7 @@ extension PostgresStore: ExclusiveLocking, AwaitableLocking {
 
     func releaseAdvisory(name: String, number: Int64) {
         blockingLockQuestions.add(1, ordering: .relaxed)
-        Blocking.run { await releaseAdvisoryAwaiting(name: name, number: number) }
+        Blocking.runOffEventLoop { await releaseAdvisoryAwaiting(name: name, number: number) }
     }
 }
 

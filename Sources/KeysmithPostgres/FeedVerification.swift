@@ -68,7 +68,7 @@ extension PostgresStore {
     /// the mark first (after a deliberate restore of the database).
     public func verifyChangeFeed(pageSize: Int = 10_000, anchor: ChangeFeedAnchor? = nil,
                                  acceptRollback: Bool = false) throws -> ChangeFeedVerification {
-        try Blocking.run { try await verifyChangeFeed(pageSize: pageSize, anchor: anchor, acceptRollback: acceptRollback) }
+        try Blocking.runOffEventLoop { try await verifyChangeFeed(pageSize: pageSize, anchor: anchor, acceptRollback: acceptRollback) }
     }
 
     /// `verifyChangeFeed(pageSize:anchor:acceptRollback:)` without blocking a thread: the same check, awaited.

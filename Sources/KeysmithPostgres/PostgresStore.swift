@@ -2,6 +2,7 @@ public import FoundationEssentials
 public import Keysmith
 public import KeysmithCredentials
 import KeysmithCrypto
+import KeysmithSystem
 import Logging
 import NIOCore
 import NIOPosix
@@ -121,7 +122,7 @@ public final class PostgresStore: AsyncSecureStore {
         if let role = applicationRole, !Self.isPlainIdentifier(role) {
             throw KeysmithError.invalidArgument("a database role here is 1 to 63 lower-case letters, digits and underscores, not starting with a digit")
         }
-        try Blocking.run {
+        try Blocking.runOffEventLoop {
             let session = try await Session.connect(settings, logger: Logger(label: "keysmith.postgres"), application: application)
             defer { session.close() }
             // The schema's statements lock tables that running applications write: a deadlock with
@@ -186,7 +187,7 @@ public final class PostgresStore: AsyncSecureStore {
         var logger = Logger(label: "keysmith.postgres")
         logger.logLevel = .warning
         self.logger = logger
-        let (session, keys) = try Blocking.run {
+        let (session, keys) = try Blocking.runOffEventLoop {
             let session = try await Session.connect(settings, logger: logger)
             do {
                 let keys = try await RetryableConflict.retrying({
@@ -243,7 +244,7 @@ public final class PostgresStore: AsyncSecureStore {
 
     /// Reads many items in one query.
     public func read(_ itemKeys: [ItemKey]) throws -> [SecureRecord?] {
-        try Blocking.run { try await read(itemKeys) }
+        try Blocking.runOffEventLoop { try await read(itemKeys) }
     }
 
     /// Reads many items in one query without blocking a thread; cancelling the task ends it with
@@ -306,7 +307,7 @@ public final class PostgresStore: AsyncSecureStore {
     /// Lists matching items, without their secrets (each row is opened on the client: the
     /// database cannot filter what it cannot read).
     public func search(_ query: ItemQuery) throws -> [ItemInfo] {
-        try Blocking.run { try await search(query) }
+        try Blocking.runOffEventLoop { try await search(query) }
     }
 
     /// Lists matching items without blocking a thread; cancelling the task ends it with
@@ -320,7 +321,7 @@ public final class PostgresStore: AsyncSecureStore {
     /// Reads every matching item a chunk at a time, in blind-index order with a cursor: each
     /// item that exists for the whole scan comes exactly once.
     public func forEachRecord(matching query: ItemQuery, chunkSize: Int, _ body: ([SecureRecord], ScanProgress) throws -> Void) throws {
-        try Blocking.run { try await scan(query, chunkSize: chunkSize, withSecret: true) { try body($0, $1) } }
+        try Blocking.runOffEventLoop { try await scan(query, chunkSize: chunkSize, withSecret: true) { try body($0, $1) } }
     }
 
     /// Reads every matching item a chunk at a time, as the synchronous
@@ -405,7 +406,7 @@ public final class PostgresStore: AsyncSecureStore {
     /// transaction (a unique violation on a create both made, a serialization failure) retries
     /// the whole batch from its reads, so its checks always see the latest committed state.
     public func perform(_ operations: [StoreOperation]) throws {
-        try Blocking.run { try await perform(operations) }
+        try Blocking.runOffEventLoop { try await perform(operations) }
     }
 
     /// Applies a batch, as the synchronous `perform(_:)`, without blocking a

@@ -1,5 +1,6 @@
 import Keysmith
 import KeysmithCrypto
+import KeysmithSystem
 import Logging
 import NIOCore
 import PostgresNIO
@@ -31,7 +32,7 @@ extension PostgresStore {
     /// - Returns: The new key's id.
     @discardableResult
     public func rotateDataKey() throws -> Int32 {
-        try Blocking.run { try await rotateDataKey() }
+        try Blocking.runOffEventLoop { try await rotateDataKey() }
     }
 
     /// `rotateDataKey()` without blocking a thread: the same rotation, awaited.
@@ -59,7 +60,7 @@ extension PostgresStore {
     /// rows that do not open are counted and left alone. Safe to run while applications write,
     /// and to stop and run again. `chunkSize` is held between 1 and 10,000.
     public func rekey(chunkSize: Int = 1_000) throws -> RekeyReport {
-        try Blocking.run { try await rekey(chunkSize: chunkSize) }
+        try Blocking.runOffEventLoop { try await rekey(chunkSize: chunkSize) }
     }
 
     /// `rekey(chunkSize:)` without blocking a thread: the same work, awaited; cancelling the task stops it between chunks (a chunk is committed or rolled back whole, and a later run carries on).
@@ -137,7 +138,7 @@ extension PostgresStore {
     @discardableResult
     public static func rotateMasterKey(_ settings: PostgresConnectionSettings, from old: PostgresMasterKey, to new: PostgresMasterKey,
                                        scrypt: ScryptCost = .standard) throws -> Int {
-        try Blocking.run { try await rotateMasterKey(settings, from: old, to: new, scrypt: scrypt) }
+        try Blocking.runOffEventLoop { try await rotateMasterKey(settings, from: old, to: new, scrypt: scrypt) }
     }
 
     /// `rotateMasterKey(_:from:to:scrypt:)` without blocking a thread: the same rotation, awaited.
@@ -188,7 +189,7 @@ extension PostgresStore {
     /// anyway (the connection lost during COMMIT), so that a new keyfile made for it is removed
     /// only when nothing uses it.
     package static func isCurrentMasterKey(_ settings: PostgresConnectionSettings, _ key: PostgresMasterKey) throws -> Bool {
-        try Blocking.run { try await isCurrentMasterKey(settings, key) }
+        try Blocking.runOffEventLoop { try await isCurrentMasterKey(settings, key) }
     }
 
     /// `isCurrentMasterKey(_:_:)`, awaited.

@@ -1,5 +1,6 @@
 public import Keysmith
 import KeysmithCrypto
+import KeysmithSystem
 import Logging
 import NIOCore
 import PostgresNIO
@@ -86,7 +87,7 @@ public final class PostgresWatcher: Sendable {
         self.namespace = namespace
         self.name = name
         self.staleAfter = staleAfter
-        let (keys, start, link) = try Blocking.run { try await Self.open(settings, namespace: namespace, masterKey: masterKey, after: sequence) }
+        let (keys, start, link) = try Blocking.runOffEventLoop { try await Self.open(settings, namespace: namespace, masterKey: masterKey, after: sequence) }
         self.keys = keys
         state = Mutex(State(applied: start, link: link))
     }
@@ -181,7 +182,7 @@ public final class PostgresWatcher: Sendable {
             let session: Session
             do {
                 let (settings, name) = (settings, name)
-                session = try Blocking.run { try await Session.connect(settings, logger: logger, application: "keysmith watch \(name)") }
+                session = try Blocking.runOffEventLoop { try await Session.connect(settings, logger: logger, application: "keysmith watch \(name)") }
                 session.statementTimeout = .seconds(5)
             } catch {
                 wake.wait(timeout: pollInterval)
@@ -192,10 +193,10 @@ public final class PostgresWatcher: Sendable {
             let listener = listens ? session.connection.addListener(channel: PostgresSchema.channel) { [wake] _, _ in wake.signal() } : nil
             defer { listener?.stop() }
             do {
-                if listens { _ = try Blocking.run { try await Transaction(session: session).execute("LISTEN keysmith_changes") } }
+                if listens { _ = try Blocking.runOffEventLoop { try await Transaction(session: session).execute("LISTEN keysmith_changes") } }
                 while !state.withLock({ $0.stopped }) {
                     let asked = ContinuousClock.now
-                    let changes = try Blocking.run { try await fetch(session) }
+                    let changes = try Blocking.runOffEventLoop { try await fetch(session) }
                     var keepGoing = true
                     for change in changes where keepGoing {
                         do { keepGoing = try apply(change) } catch { throw ApplyFailure(error: error) }
@@ -204,15 +205,15 @@ public final class PostgresWatcher: Sendable {
                             if let link = change.link { state.link = link }
                         }
                     }
-                    try Blocking.run { try await acknowledge(session) }
+                    try Blocking.runOffEventLoop { try await acknowledge(session) }
                     guard keepGoing else {
-                        Blocking.run { await deregister(session) }
+                        Blocking.runOffEventLoop { await deregister(session) }
                         return
                     }
                     if changes.isEmpty { state.withLock { $0.confirmedAt = asked } }
                     if changes.isEmpty { wake.wait(timeout: pollInterval) }
                 }
-                Blocking.run { await deregister(session) }
+                Blocking.runOffEventLoop { await deregister(session) }
                 return
             } catch let failure as ApplyFailure {
                 let error = failure.error as? KeysmithError ?? KeysmithError(.ioFailure, "the watcher's handler failed: \(type(of: failure.error))")
@@ -390,7 +391,7 @@ extension PostgresStore {
     ///
     /// - Returns: The watchers that had not acknowledged it by the timeout (empty: all did).
     public func waitForWatchers(through sequence: Int64, timeout: Duration, liveWithin: Duration = .seconds(10)) throws -> [PendingWatcher] {
-        try Blocking.run { try await waitForWatchers(through: sequence, timeout: timeout, liveWithin: liveWithin) }
+        try Blocking.runOffEventLoop { try await waitForWatchers(through: sequence, timeout: timeout, liveWithin: liveWithin) }
     }
 
     /// `waitForWatchers(through:timeout:liveWithin:)` without blocking a thread: it polls every 5 ms with `Task.sleep`, and cancelling the task ends it with `CancellationError`.

@@ -9,19 +9,10 @@ import KeysmithProvider
 import KeysmithSystem
 import KeysmithTokens
 
-/// Runs async work from a synchronous command: the main thread waits (it is not one of the
-/// cooperative pool's threads, so the work never waits for it).
-func runAsync<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-    let result = Mutex<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        let outcome: Result<T, any Error>
-        do { outcome = .success(try await body()) } catch { outcome = .failure(error) }
-        result.withLock { $0 = outcome }
-        done.signal()
-    }
-    done.wait()
-    return try result.withLock { $0! }.get()
+/// Runs async work from a synchronous command, on the calling thread (``Blocking/run(_:)``, the
+/// one sync/async bridge of the package).
+func runAsync<T>(_ body: () async throws -> T) throws -> T {
+    try Blocking.run(body)
 }
 
 import Synchronization

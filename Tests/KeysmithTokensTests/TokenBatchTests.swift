@@ -18,8 +18,10 @@ struct TokenBatchTests {
         try #require(imports.count == 3)
         #expect(imports.map(\.service) == ["news", "news", "mail"] && imports.map(\.account) == ["a", "b", "c"])
         #expect(imports[0].clientID == "web" && imports[0].subject == "u-1" && imports[0].issuer == "https://auth.example")
-        #expect(imports[0].requested == [try Scope("posts:read"), try Scope("posts:write")])
-        #expect(imports[1].requested == [try Scope("posts:read"), try Scope("groups:read"), try Scope("groups:write")])
+        let (read, write) = (Scope("posts:read"), Scope("posts:write"))
+        let (groupsRead, groupsWrite) = (Scope("groups:read"), Scope("groups:write"))
+        #expect(imports[0].requested == [read, write])
+        #expect(imports[1].requested == [read, groupsRead, groupsWrite])
         #expect(imports[2].requested.isEmpty && imports[2].clientID == nil)
         // The response is the token response, whichever way it was written.
         for (index, token) in ["T1", "T2", "T3"].enumerated() {

@@ -24,9 +24,11 @@ let standard = response(["access_token": "AT-secret", "token_type": "Bearer", "e
 struct ScopeTests {
     @Test("valid scope tokens are accepted, case-sensitively, as a set")
     func valid() throws {
-        #expect(try Scope("posts:write").rawValue == "posts:write")
-        #expect(try Scope("Posts:Write") != Scope("posts:write"))
-        #expect(try Scope("!#$%&'()*+,-./0123456789:;<=>?@AZ[]^_`az{|}~").rawValue.count == 44)
+        let (lower, upper) = (Scope("posts:write"), Scope("Posts:Write"))
+        let printable = Scope("!#$%&'()*+,-./0123456789:;<=>?@AZ[]^_`az{|}~")
+        #expect(lower.rawValue == "posts:write")
+        #expect(upper != lower)
+        #expect(printable.rawValue.count == 44)
         #expect(try Scope.parseList("b a  b a") == [Scope("a"), Scope("b")])
         #expect(try Scope.parseList("") == [])
         // Commas separate too (GitHub, Slack), mixed with spaces, repeats ignored.

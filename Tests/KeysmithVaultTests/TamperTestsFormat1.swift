@@ -302,7 +302,7 @@ struct TamperTestsFormat1 {
         #expect(try repaired.read(genericKey("log1")) == nil)
         try repaired.upsert(ItemAttributes(key: genericKey("log1")), secret: Data("fresh".utf8))
         #expect(try repaired.read(genericKey("log1"))?.secret == Data("fresh".utf8))
-        #expect(try !FileManager.default.fileExists(atPath: vault.path + "/log") && !FileManager.default.fileExists(atPath: vault.path + "/snapshot"))
+        #expect(!FileManager.default.fileExists(atPath: vault.path + "/log") && !FileManager.default.fileExists(atPath: vault.path + "/snapshot"))
         // Nothing left to repair, and a format 2 vault is not the format 1 repair's.
         let again = #expect(throws: KeysmithError.self) { try FileVault.repairFormat1(at: vault.path, credential: SmallVault.credential) }
         #expect(again?.code == .invalidArgument)
