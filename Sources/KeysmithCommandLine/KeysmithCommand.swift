@@ -317,7 +317,8 @@ package struct KeysmithCommand: ParsableCommand {
         switch code {
         case .itemNotFound: 2
         case .authenticationFailed: 4
-        case .storeLocked, .storeUnavailable, .timedOut: 5
+        case .storeLocked, .storeUnavailable: 5
+        case .timedOut: 12
         case .corruptData: 6
         case .duplicateItem: 7
         case .writeConflict: 8

@@ -32,6 +32,37 @@ package struct StoreOptions: ParsableArguments {
     @Option(help: "Seconds to wait for the Secret Service before giving up.")
     var timeout: Double = 5
 
+    @Option(name: .customLong("wait-lock"), help: ArgumentHelp(
+        "How long a write waits for the vault's lock while another process holds it, saying so after 1s (default 30s; then exit 12, nothing changed).",
+        valueName: "duration"))
+    var waitLock: String?
+
+    @Flag(name: .customLong("no-wait"), help: "Fail at once (exit 12) when another process holds the vault's lock.")
+    var noWait = false
+
+    /// How a write waits for the vault's lock: --no-wait, --wait-lock, else 30 s; a line on
+    /// standard error after 1 s says what it waits for.
+    func lockWait() throws -> VaultLockWait {
+        if noWait && waitLock != nil { throw ValidationError("--no-wait and --wait-lock are exclusive") }
+        let timeout: Duration
+        if noWait {
+            timeout = .zero
+        } else if let waitLock {
+            timeout = .milliseconds(Int64((try parseDuration(waitLock) * 1000).rounded()))
+        } else {
+            timeout = .seconds(30)
+        }
+        return VaultLockWait(timeout: timeout, noticeAfter: .seconds(1)) { message in
+            Terminal.write(Array(("keysmith: " + message + "\n").utf8), to: .standardError)
+        }
+    }
+
+    /// A vault opened by this command waits for its lock as ``lockWait()`` says.
+    func configured(_ store: any SecureStore) throws -> any SecureStore {
+        if let vault = store as? FileVault { vault.lockWait = try lockWait() }
+        return store
+    }
+
     var vaultPath: String { vault ?? FileVault.defaultPath }
 
     /// The backend given by --backend, $KEYSMITH_BACKEND or the config file; `nil` when none
@@ -48,7 +79,7 @@ package struct StoreOptions: ParsableArguments {
 
     /// Opens the chosen store: the vault (unlocked as for `openVault`) or the Secret Service.
     package func openStore() throws -> any SecureStore {
-        try openChosen().store
+        try configured(openChosen().store)
     }
 
     func openChosen() throws -> StoreChoice.Opened {
@@ -103,7 +134,9 @@ package struct StoreOptions: ParsableArguments {
     }
 
     func openVault() throws -> FileVault {
-        try FileVault.open(at: vaultPath, credential: vaultCredential())
+        let vault = try FileVault.open(at: vaultPath, credential: vaultCredential())
+        vault.lockWait = try lockWait()
+        return vault
     }
 
     /// The credential for an existing vault: when there is no vault, say so (and how to make

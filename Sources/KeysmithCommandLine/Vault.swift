@@ -146,7 +146,9 @@ extension KeysmithCommand.Vault {
                 report = try FileVault.repairFormat1(at: path, credential: credential, dryRun: dryRun)
             } else {
                 // A dry run changes nothing: not even the older header copy an open heals.
-                report = try FileVault.open(at: path, credential: credential, healing: !dryRun).repair(dryRun: dryRun)
+                let vault = try FileVault.open(at: path, credential: credential, healing: !dryRun)
+                vault.lockWait = try store.lockWait()
+                report = try vault.repair(dryRun: dryRun)
             }
             var auditProblem: String?
             if report.needed && !dryRun {

@@ -260,6 +260,51 @@ package enum System {
         guard retrying({ flock(fd.rawValue, LOCK_EX) }) == 0 else { throw SystemError(call: "flock", path: path, errno: errno) }
     }
 
+    /// Takes an exclusive advisory lock, waiting for another holder at most `timeout` (`nil`:
+    /// for ever), polling with growing pauses (2 ms to 100 ms). When the wait has lasted
+    /// `noticeAfter`, `notice` is called once with the holder's process id where the kernel
+    /// lists it (`/proc/locks`), so that a person or a log learns why nothing happens.
+    ///
+    /// - Returns: `false` when `timeout` passed with the lock still held elsewhere.
+    package static func lockExclusive(_ fd: Descriptor, path: String, timeout: Duration?, noticeAfter: Duration,
+                                      notice: (_ holder: Int32?) -> Void) throws -> Bool {
+        let clock = ContinuousClock()
+        let start = clock.now
+        var pause: Duration = .milliseconds(2)
+        var noticed = false
+        while true {
+            if try tryLockExclusive(fd, path: path) { return true }
+            let waited = clock.now - start
+            if !noticed, waited >= noticeAfter {
+                noticed = true
+                notice(lockHolder(fd))
+            }
+            if let timeout, waited >= timeout { return false }
+            let (seconds, attoseconds) = pause.components
+            sleep(microseconds: UInt32(clamping: seconds * 1_000_000 + attoseconds / 1_000_000_000_000))
+            pause = min(pause * 2, .milliseconds(100))
+        }
+    }
+
+    /// The process that holds a `flock` on the file `fd` is open on, as `/proc/locks` lists it
+    /// (`nil` where it does not, or lists no holder for the file).
+    package static func lockHolder(_ fd: Descriptor) -> Int32? {
+        var status = stat()
+        guard fstat(fd.rawValue, &status) == 0, let text = try? readFile("/proc/locks", atMost: 1 << 20) else { return nil }
+        // "1: FLOCK  ADVISORY  WRITE 12345 08:01:1234 0 EOF": the device as major:minor in hex.
+        // glibc's major() and minor() (macros, which Swift does not import).
+        let dev = UInt64(status.st_dev)
+        let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & ~UInt64(0xfff))
+        let minor = (dev & 0xff) | ((dev >> 12) & ~UInt64(0xff))
+        let device = String(major, radix: 16).leftPadded(2) + ":" + String(minor, radix: 16).leftPadded(2) + ":" + String(status.st_ino)
+        for line in String(decoding: text, as: UTF8.self).split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            guard fields.count >= 6, fields[1] == "FLOCK", fields[5] == device else { continue }
+            return Int32(fields[4])
+        }
+        return nil
+    }
+
     /// Tries to take an exclusive advisory lock without waiting; `false` if another open file
     /// description holds it. The corresponding C function is `flock` with `LOCK_NB`.
     package static func tryLockExclusive(_ fd: Descriptor, path: String) throws -> Bool {
@@ -458,5 +503,12 @@ extension System {
         defer { for pointer in vector { free(pointer) } }
         execv(path, vector)
         return SystemError(call: "execv", path: path, errno: errno)
+    }
+}
+
+extension String {
+    /// The string with zeros in front up to `width` characters.
+    fileprivate func leftPadded(_ width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
     }
 }

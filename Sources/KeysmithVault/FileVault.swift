@@ -45,6 +45,43 @@ public final class FileVault: SecureStore {
         let anchorDirectory: String?
     }
     private let follow: UpgradeFollow?
+    private let waiting = Mutex(VaultLockWait.forever)
+
+    /// How this handle's writers wait for the vault's lock while another process holds it (a
+    /// long write, a compaction, a hung process). By default they wait for ever, saying nothing;
+    /// the `keysmith` command waits 30 s and says so after 1 s.
+    ///
+    /// ```swift
+    /// vault.lockWait = VaultLockWait(timeout: .seconds(10)) { message in logger.notice("\(message)") }
+    /// try vault.perform(operations)   // KeysmithError.Code.timedOut after 10 s of waiting
+    /// ```
+    public var lockWait: VaultLockWait {
+        get { waiting.withLock { $0 } }
+        set { waiting.withLock { $0 = newValue } }
+    }
+
+    /// Takes the vault's exclusive lock on `fd` as ``lockWait`` says.
+    private func lockExclusive(_ fd: Descriptor) throws {
+        let wait = lockWait
+        let file = path + "/lock"
+        let taken = try io {
+            try System.lockExclusive(fd, path: file, timeout: wait.timeout, noticeAfter: wait.noticeAfter) { holder in
+                wait.notice?("waiting for the vault's lock (\(file)), held by " + (holder.map { "process \($0)" } ?? "another process")
+                             + (wait.timeout.map { "; giving up after \(Self.seconds($0))" } ?? ""))
+            }
+        }
+        guard taken else {
+            let holder = System.lockHolder(fd).map { "process \($0)" } ?? "another process"
+            throw KeysmithError(.timedOut, "the vault's lock (\(file)) was still held by \(holder) after \(Self.seconds(wait.timeout ?? .zero)); "
+                                + "nothing was changed: try again, or find what holds it (a long import, a hung process)")
+        }
+    }
+
+    private static func seconds(_ duration: Duration) -> String {
+        let (seconds, attoseconds) = duration.components
+        let tenths = attoseconds / 100_000_000_000_000_000
+        return tenths == 0 ? "\(seconds) s" : "\(seconds).\(tenths) s"
+    }
 
     private init(path: String, backend: sending any VaultBackend, formatVersion: Int, logger: Logger, follow: UpgradeFollow? = nil) {
         self.path = path
@@ -534,7 +571,7 @@ public final class FileVault: SecureStore {
             var locked: Descriptor?
             if !dryRun {
                 let fd = try engine.lockFD()
-                try io { try System.lockExclusive(fd, path: path + "/lock") }
+                try lockExclusive(fd)
                 locked = fd
             }
             defer { if let locked { System.unlock(locked) } }
@@ -582,7 +619,7 @@ public final class FileVault: SecureStore {
             if backend is Format1Backend { try refreshed(&backend) }
             if backend is Format1Backend { throw Format1Backend.readOnlyError(path) }
             let fd = try backend.lockFD()
-            try io { try System.lockExclusive(fd, path: path + "/lock") }
+            try lockExclusive(fd)
             defer { System.unlock(fd) }
             try backend.prepareWrite()
             return try body(backend)
@@ -622,7 +659,7 @@ extension FileVault {
         let upgraded = try vault.backend.withLock { backend -> Bool in
             guard let format1 = backend as? Format1Backend else { return false }
             let fd = try format1.lockFD()
-            try io { try System.lockExclusive(fd, path: path + "/lock") }
+            try vault.lockExclusive(fd)
             defer { System.unlock(fd) }
             // Another upgrade finished while this one waited for the lock: nothing to do.
             if case .version2 = HeaderFormat.inForce(path).probe { return false }
@@ -754,4 +791,27 @@ final class FileLock: HeldLock {
     init(_ file: LockFile) { self.file = file }
     func release() { file.release() }
     func isHeld() -> Bool { file.isHeld }
+}
+
+/// How a writer waits for a file vault's lock that another process holds
+/// (``FileVault/lockWait``).
+public struct VaultLockWait: Sendable {
+    /// How long to wait before giving up with `KeysmithError.Code.timedOut` (nothing changed);
+    /// `nil` waits for ever, `.zero` fails at once.
+    public var timeout: Duration?
+    /// How long to wait before ``notice`` is called (once per wait).
+    public var noticeAfter: Duration
+    /// Told, once a wait has lasted ``noticeAfter``, which lock is waited for and which process
+    /// holds it (when the kernel says): one line, no secret, no item name.
+    public var notice: (@Sendable (String) -> Void)?
+
+    /// A wait of at most `timeout` (`nil`: for ever), saying so to `notice` after `noticeAfter`.
+    public init(timeout: Duration? = nil, noticeAfter: Duration = .seconds(1), notice: (@Sendable (String) -> Void)? = nil) {
+        self.timeout = timeout
+        self.noticeAfter = noticeAfter
+        self.notice = notice
+    }
+
+    /// Waits for ever, saying nothing: what a handle does unless told otherwise.
+    public static let forever = VaultLockWait()
 }

@@ -138,6 +138,60 @@ struct CommandTests {
         #expect(set.status == 0, "\(set.output)")
     }
 
+    @Test("a writer that finds the vault's lock held says so after 1 s naming the lock file and the holder's pid, gives up after --wait-lock with exit 12 and nothing changed; --no-wait fails at once; by default it waits and then writes; a reader does not wait")
+    func lockWaits() throws {
+        let keysmith = try Keysmith.withVault()
+        defer { keysmith.cleanup() }
+        #expect(try keysmith.run(["secret", "set", "--service", "s", "--account", "a"], stdin: "before").status == 0)
+        // Another process holds the vault's lock (as a long import would) for `hold` seconds.
+        let holder = """
+            python3 -c 'import fcntl,os,sys,time; f=open(sys.argv[1],"a"); fcntl.flock(f,fcntl.LOCK_EX); open(sys.argv[2],"w").write(str(os.getpid())); time.sleep(float(sys.argv[3]))' \
+              "$KEYSMITH_VAULT/lock" held.pid
+            """
+        /// Runs `then` while the lock is held (for `hold` seconds at most: the holder is ended
+        /// when `then` is done).
+        func script(hold: Double, _ then: String) throws -> Keysmith.Result {
+            try CommandLineMistakesTests.shell(keysmith, """
+                rm -f held.pid
+                \(holder) \(hold) &
+                holding=$!
+                while [ ! -s held.pid ]; do sleep 0.01; done
+                start=$(date +%s%N)
+                \(then)
+                status=$?
+                echo "ELAPSED_MS: $(( ($(date +%s%N) - start) / 1000000 )) HOLDER: $(cat held.pid)"
+                kill $holding 2>/dev/null
+                wait
+                exit $status
+                """)
+        }
+        func elapsed(_ result: Keysmith.Result) -> Int {
+            Int(result.stdout.components(separatedBy: "ELAPSED_MS: ").last?.split(separator: " ").first ?? "") ?? -1
+        }
+        func holderPID(_ result: Keysmith.Result) -> String {
+            String(result.stdout.components(separatedBy: "HOLDER: ").last?.prefix { $0.isNumber } ?? "")
+        }
+        let noWait = try script(hold: 30, #"printf new | "$KS" secret set --service s --account a --no-wait"#)
+        #expect(noWait.status == 12, "\(noWait.output)")
+        #expect(noWait.stderr.contains("lock") && noWait.stderr.contains("process \(holderPID(noWait))"), "\(noWait.stderr)")
+        #expect(elapsed(noWait) < 5_000, "\(noWait.output)")
+        let bounded = try script(hold: 30, #"printf new | "$KS" secret set --service s --account a --wait-lock 2s"#)
+        #expect(bounded.status == 12, "\(bounded.output)")
+        #expect(bounded.stderr.contains("keysmith: waiting for the vault's lock (") && bounded.stderr.contains("held by process \(holderPID(bounded))")
+                && bounded.stderr.contains("giving up after 2 s"), "\(bounded.stderr)")
+        #expect(elapsed(bounded) >= 2_000, "\(bounded.output)")
+        #expect(try keysmith.run(["secret", "get", "--service", "s", "--account", "a"]).stdout == "before\n", "nothing changed")
+        // A reader does not wait for the writers' lock.
+        let read = try script(hold: 30, #""$KS" secret get --service s --account a"#)
+        #expect(read.status == 0 && read.stdout.hasPrefix("before\n") && elapsed(read) < 5_000, "\(read.output)")
+        // By default the writer waits (30 s): the holder lets go after 2 s, and the write lands.
+        let waited = try script(hold: 2, #"printf after | "$KS" secret set --service s --account a"#)
+        #expect(waited.status == 0, "\(waited.output)")
+        #expect(waited.stderr.contains("waiting for the vault's lock") && waited.stderr.contains("giving up after 30 s"), "\(waited.stderr)")
+        #expect(try keysmith.run(["secret", "get", "--service", "s", "--account", "a"]).stdout == "after\n")
+        #expect(try keysmith.run(["secret", "set", "--service", "s", "--account", "a", "--no-wait", "--wait-lock", "1s"], stdin: "x").status == 64)
+    }
+
     @Test("token get hands out only Bearer tokens (any case): a mac token exits 3 naming its type, printed only with --any-type; a logged-out token exits 3 with --fresh as without it")
     func tokenTypeAndLoggedOut() throws {
         let keysmith = try Keysmith.withVault()
