@@ -32,6 +32,19 @@ package struct SystemError: Error, Sendable, Equatable, CustomStringConvertible 
     package var isOverLimit: Bool { errno == EFBIG }
     /// Whether the file system is mounted read-only.
     package var isReadOnlyFileSystem: Bool { errno == EROFS }
+    /// The file system is full, or the user's quota is.
+    package var isOutOfSpace: Bool { errno == ENOSPC || errno == EDQUOT }
+
+    /// What a person can do about this error, when it is one the system set for a reason
+    /// outside the data (permissions, a read-only mount, a full disk): `nil` otherwise.
+    package var advice: String? {
+        if isPermissionDenied {
+            return "check the owner and mode of \(path) and of its directories (ls -ld); nothing is known to be damaged"
+        }
+        if isReadOnlyFileSystem { return "the file system holding \(path) is mounted read-only; remount it read-write, or use a copy elsewhere" }
+        if isOutOfSpace { return "the file system holding \(path) is full (or the quota is used up); free some space and try again: nothing was changed" }
+        return nil
+    }
     /// Whether the path names something that is not a usable regular file (a symbolic link, a
     /// FIFO, a device, a directory, or a file too large): a property of that one file, not of
     /// the directory or the process.

@@ -277,6 +277,10 @@ public final class FileVault: SecureStore {
         guard inForce.found else {
             throw KeysmithError(.storeUnavailable, "\(path) is not a Keysmith vault (it has no header); create one with `keysmith init`")
         }
+        // A copy the system would not let be read is not a damaged copy: say what it is.
+        if let refused = inForce.unreadable.first {
+            throw KeysmithError(.ioFailure, "cannot read the vault's header: \(refused)" + (refused.advice.map { "; \($0)" } ?? ""))
+        }
         throw KeysmithError(
             .corruptData, "both copies of the vault header are damaged (\(inForce.problems.joined(separator: "; "))); restore the vault from a backup")
     }

@@ -25,7 +25,7 @@ extension Engine {
         } catch let error as SystemError {
             // Not this one file's fault (permissions, the log directory gone or not a
             // directory): an error, never a loop over the next numbers.
-            throw KeysmithError(.ioFailure, "cannot read the vault's log \(name): \(error)")
+            throw KeysmithError(.ioFailure, "cannot read the vault's log \(name): \(error)" + (error.advice.map { "; \($0)" } ?? ""))
         }
         guard let (fd, status) = opened else { return false }
         var keep = false

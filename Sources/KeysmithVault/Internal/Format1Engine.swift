@@ -403,6 +403,6 @@ func io<T>(_ body: () throws -> T) throws -> T {
     do {
         return try body()
     } catch let error as SystemError {
-        throw KeysmithError(.ioFailure, "\(error)")
+        throw KeysmithError(.ioFailure, error.advice.map { "\(error): \($0)" } ?? "\(error)")
     }
 }

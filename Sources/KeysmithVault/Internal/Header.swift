@@ -122,6 +122,9 @@ enum HeaderFormat {
         var problems: [String]
         /// Whether either copy exists at all.
         var found: Bool
+        /// The copies the system would not let be read (permission denied, an I/O error): not
+        /// damage, and never reported as damage.
+        var unreadable: [SystemError] = []
     }
 
     /// What can still be read of a damaged copy: its generation and salt, if its body parses.
@@ -141,6 +144,7 @@ enum HeaderFormat {
             } catch {
                 result.found = true
                 result.problems.append("\(name): \(error)")
+                if let error = error as? SystemError, !error.isUnusableFile { result.unreadable.append(error) }
                 continue
             }
             guard let bytes else {
