@@ -111,6 +111,12 @@ package struct KeysmithCommand: ParsableCommand {
             // validation error is one `keysmith:` line, exit 64, pointing at the help.
             let code = exitCode(for: error)
             guard code != .success else { exit(withError: error) }
+            // An option-shaped word that is no option of Keysmith's is what went wrong, whatever
+            // the parser says first (it reports a missing required option before it).
+            if let unknown = unknownOption(in: Array(CommandLine.arguments.dropFirst())) {
+                let help = (["keysmith"] + commandPath(Array(CommandLine.arguments.dropFirst())) + ["--help"]).joined(separator: " ")
+                fail("\(unknown) (see `\(help)`)", code: ExitCode(64))
+            }
             // The arguments are hidden before the message's lines are joined: an argument with
             // a newline in it (a pasted key) would otherwise no longer be found.
             let message = masked(Self.message(for: error), Array(CommandLine.arguments.dropFirst())).split(separator: "\n").map { line in
@@ -192,6 +198,37 @@ package struct KeysmithCommand: ParsableCommand {
             fail("an argument starting with a single '-' is not an option (options are spelled --name; only -h is short); "
                  + "it is not repeated, as it could be a secret (see `\(help)`)", code: ExitCode(64))
         }
+    }
+
+    /// The short spellings pass and secret-tool users type, and the option each one means.
+    static let shortSpellings: [Character: String] = ["s": "--service", "a": "--account", "k": "--keyfile", "v": "--vault", "l": "--label"]
+
+    /// The first argument (before `--`) that is shaped like an option and is none of Keysmith's,
+    /// described with the nearest option's name: `--acount` ("unknown option '--acount'; did
+    /// you mean '--account'?"), `-s` ("options are spelled --name; did you mean '--service'?").
+    /// Only a name of lower-case letters and hyphens is repeated (`--verbose`, `--acount`): a
+    /// word with a digit or a symbol, or a value after `=`, could be a secret typed in the
+    /// wrong place, and is withheld as the parser's messages are (``masked(_:_:)``).
+    static func unknownOption(in arguments: [String]) -> String? {
+        var known: Set<String>?
+        for argument in arguments {
+            if argument == "--" { return nil }
+            if argument.count == 2, argument.first == "-", let letter = argument.last, letter.isLetter, letter.isLowercase, letter != "h" {
+                let suggestion = shortSpellings[letter].map { "; did you mean '\($0)'?" } ?? ""
+                return "'\(argument)' is not an option: options are spelled --name (only -h is short)\(suggestion)"
+            }
+            guard argument.hasPrefix("--"), argument.count > 2 else { continue }
+            let name = String(argument.prefix { $0 != "=" })
+            let words = name.dropFirst(2).split(separator: "-", omittingEmptySubsequences: false)
+            guard !words.isEmpty, words.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isASCII && $0.isLowercase } }) else { continue }
+            let names = known ?? knownWords()
+            known = names
+            guard !names.contains(name) else { continue }
+            let options = names.filter { $0.hasPrefix("--") }
+            let nearest = options.map { ($0, distance($0, name)) }.filter { $0.1 <= max(2, name.count / 4) }.min { ($0.1, $0.0) < ($1.1, $1.0) }
+            return "unknown option '\(name)'" + (nearest.map { "; did you mean '\($0.0)'?" } ?? "")
+        }
+        return nil
     }
 
     /// The parser's message with the arguments it may repeat hidden. It quotes what it rejects

@@ -14,6 +14,29 @@ struct CommandLineMistakesTests {
                                stderr: String(decoding: result.stderr, as: UTF8.self))
     }
 
+    @Test("an option-shaped word that is not an option is named, with the nearest option, even when a required option is missing because of it; -s and -a point at --service and --account; a word with a digit, or a value after =, is still withheld")
+    func unknownOptionsAreNamed() throws {
+        let keysmith = try Keysmith.withVault()
+        defer { keysmith.cleanup() }
+        let cases: [([String], String)] = [
+            (["secret", "get", "--service", "s", "--acount", "a"], "unknown option '--acount'; did you mean '--account'?"),
+            (["secret", "get", "--service", "s", "--account", "a", "--verbose"], "unknown option '--verbose'"),
+            (["secret", "set", "--servce", "s", "--account", "a"], "unknown option '--servce'; did you mean '--service'?"),
+            (["secret", "get", "-s", "github", "-a", "ci"], "'-s' is not an option: options are spelled --name (only -h is short); did you mean '--service'?"),
+            (["token", "list", "--jsn"], "unknown option '--jsn'; did you mean '--json'?"),
+        ]
+        for (arguments, message) in cases {
+            let result = try keysmith.run(arguments, stdin: "x")
+            #expect(result.status == 64 && result.stderr.contains(message), "\(arguments): \(result.output)")
+        }
+        // Could be secrets typed in the wrong place: withheld.
+        for secret in ["--hunter2", "--Pa55word", "--acount=s3cret-value"] {
+            let result = try keysmith.run(["secret", "get", "--service", "s", "--account", "a", secret])
+            #expect(result.status == 64, "\(secret): \(result.output)")
+            #expect(!result.stderr.contains("hunter2") && !result.stderr.contains("Pa55word") && !result.stderr.contains("s3cret-value"), "\(result.stderr)")
+        }
+    }
+
     @Test("a cluster of short options is a usage error, not help: `-shell` would have printed help, exited 0 and stored nothing")
     func shortOptionClustersAreUsageErrors() throws {
         let keysmith = try Keysmith.withVault()
