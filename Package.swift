@@ -154,7 +154,7 @@ let package = Package(
         .testTarget(name: "KeysmithSecretServiceTests", dependencies: ["Keysmith", "KeysmithSecretService", "KeysmithTestSupport"]),
         .testTarget(
             name: "KeysmithPostgresTests",
-            dependencies: ["Keysmith", "KeysmithPostgres", "KeysmithTokens", "KeysmithProvider", "KeysmithPolicy", "KeysmithTokenPolicy", "KeysmithTestSupport", "KeysmithSystem",
+            dependencies: ["Keysmith", "KeysmithPostgres", "KeysmithTokens", "KeysmithProvider", "KeysmithPolicy", "KeysmithTokenPolicy", "KeysmithTestSupport", "KeysmithSystem", "KeysmithCrypto",
                            .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
