@@ -4,7 +4,7 @@ extension Keysmith {
     /// `keysmith --version` prints it, and a test holds it equal to CHANGELOG.md's newest release.
     ///
     /// ```swift
-    /// print("Keysmith \(Keysmith.version)")   // Keysmith 0.4.0
+    /// print("Keysmith \(Keysmith.version)")   // Keysmith 0.5.0
     /// ```
-    public static let version = "0.4.0"
+    public static let version = "0.5.0"
 }
