@@ -98,15 +98,42 @@ extension KeysmithCommand.Secret {
         @Flag(name: .customLong("no-newline"), help: "Do not print a newline after the secret.")
         var noNewline = false
 
+        @Flag(name: .customLong("no-agent"), help: "Open the vault here even when a `keysmith serve` serves it.")
+        var noAgent = false
+
         func run() throws {
-            let vault = try store.openStore()
-            guard let record = try vault.read(item.key) else {
-                throw CommandFailure.notFound("\(item.key) does not exist")
+            var bytes: [UInt8]
+            if !noAgent, let secret = try fromAgent() {
+                bytes = secret
+            } else {
+                let vault = try store.openStore()
+                guard let record = try vault.read(item.key) else {
+                    throw CommandFailure.notFound("\(item.key) does not exist")
+                }
+                bytes = Array(record.secret)
             }
-            var bytes = Array(record.secret)
             if !noNewline { bytes.append(UInt8(ascii: "\n")) }
             defer { cleanse(&bytes) }
             Terminal.write(bytes, to: .standardOutput)
+        }
+
+        /// The secret from the `keysmith serve` that serves this vault, if one does: `nil` when
+        /// none does (or the store is not the vault). A serve that is locked is an error, never
+        /// a reason to unlock the vault here behind its back.
+        func fromAgent() throws -> [UInt8]? {
+            guard try store.choice() == .vault else { return nil }
+            let request = Agent.Request(op: "get", item: ItemDocument(ItemInfo(attributes: ItemAttributes(key: item.key),
+                                                                             created: Date(timeIntervalSince1970: 0), modified: Date(timeIntervalSince1970: 0))))
+            guard let answer = try Agent.ask(vault: store.vaultPath, request) else { return nil }
+            guard answer.ok else {
+                let error = Agent.error(answer)
+                if error.code == .itemNotFound { throw CommandFailure.notFound(error.message) }
+                throw error
+            }
+            guard let encoded = answer.secretBase64, let decoded = Data(base64Encoded: encoded) else {
+                throw KeysmithError(.storeUnavailable, "the keysmith serve for \(store.vaultPath) answered without the secret")
+            }
+            return Array(decoded)
         }
     }
 

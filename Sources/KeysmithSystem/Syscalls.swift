@@ -210,6 +210,8 @@ package enum System {
         package var mode: UInt32
         package var isDirectory: Bool
         package var modifiedNanoseconds: Int64
+        /// The owner's user id.
+        package var owner: UInt32 = 0
     }
 
     /// The status of a path, or `nil` if it does not exist. The corresponding C function is `stat`.
@@ -222,7 +224,7 @@ package enum System {
         return FileStatus(
             inode: UInt64(status.st_ino), size: Int(status.st_size), mode: UInt32(status.st_mode) & 0o7777,
             isDirectory: (status.st_mode & S_IFMT) == S_IFDIR,
-            modifiedNanoseconds: Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec))
+            modifiedNanoseconds: Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec), owner: UInt32(status.st_uid))
     }
 
     /// Whether `path` is a directory itself, not a symbolic link to one. The corresponding C
@@ -331,6 +333,15 @@ package enum System {
         _ = usleep(microseconds)
     }
 
+    /// Ignores a signal from now on (its dispatch source, if any, still sees it). The
+    /// corresponding C function is `signal` with `SIG_IGN`.
+    package static let interruptSignal = SIGINT
+    package static let terminateSignal = SIGTERM
+
+    package static func ignoreSignal(_ number: Int32) {
+        _ = signal(number, SIG_IGN)
+    }
+
     /// The real user id of the process. The corresponding C function is `getuid`.
     package static var userID: UInt32 { getuid() }
 
@@ -402,7 +413,7 @@ extension System {
         return FileStatus(
             inode: UInt64(status.st_ino), size: Int(status.st_size), mode: UInt32(status.st_mode) & 0o7777,
             isDirectory: (status.st_mode & S_IFMT) == S_IFDIR,
-            modifiedNanoseconds: Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec))
+            modifiedNanoseconds: Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec), owner: UInt32(status.st_uid))
     }
 
     /// Opens a regular file for reading without following a symbolic link (unless
