@@ -151,7 +151,8 @@ package final class UnixConnection: Sendable {
             guard written > 0 else { return false }
             offset += written
         }
-        remaining.withUnsafeMutableBytes { raw in raw.initializeMemory(as: UInt8.self, repeating: 0) }
+        // The line may hold a secret: overwritten before it is freed.
+        for index in remaining.indices { remaining[index] = 0 }
         return true
     }
 
