@@ -32,7 +32,7 @@ package struct KeysmithCommand: ParsableCommand {
         version: Keysmith.version,
         subcommands: inserting(network?.commands ?? [], into: [
             Init.self, Secret.self, Token.self, BulkRevoke.self, Audit.self, PolicyCommand.self, Vault.self, Batch.self, Backend.self, Migrate.self,
-            Serve.self, Lock.self, Unlock.self, Walkthrough.self,
+            Run.self, Serve.self, Lock.self, Unlock.self, Walkthrough.self,
         ])
     )
 

@@ -121,8 +121,14 @@ extension KeysmithCommand.Secret {
         /// none does (or the store is not the vault). A serve that is locked is an error, never
         /// a reason to unlock the vault here behind its back.
         func fromAgent() throws -> [UInt8]? {
+            try Self.agentSecret(store: store, key: item.key)
+        }
+
+        /// The secret of `key` from the `keysmith serve` of the vault `store` names, if one
+        /// serves it (``fromAgent()``).
+        static func agentSecret(store: StoreOptions, key: ItemKey) throws -> [UInt8]? {
             guard try store.choice() == .vault else { return nil }
-            let request = Agent.Request(op: "get", item: ItemDocument(ItemInfo(attributes: ItemAttributes(key: item.key),
+            let request = Agent.Request(op: "get", item: ItemDocument(ItemInfo(attributes: ItemAttributes(key: key),
                                                                              created: Date(timeIntervalSince1970: 0), modified: Date(timeIntervalSince1970: 0))))
             guard let answer = try Agent.ask(vault: store.vaultPath, request) else { return nil }
             guard answer.ok else {

@@ -516,6 +516,17 @@ extension System {
         return access(path, X_OK) == 0
     }
 
+    /// Replaces this process with `program`, found as a shell finds it (`execvp`: a name with a
+    /// `/` is a path, else each directory of `PATH`), with this process's environment and
+    /// `arguments` as its argument vector. Returns only when it failed, with why.
+    package static func replaceProcess(searching program: String, arguments: [String]) -> SystemError {
+        var vector: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) }
+        vector.append(nil)
+        defer { for pointer in vector { free(pointer) } }
+        execvp(program, vector)
+        return SystemError(call: "execvp", path: program, errno: errno)
+    }
+
     /// Replaces this process with the program at `path` (`execv`): same process id, environment
     /// and open descriptors, `arguments` as its argument vector (its name first). Returns only
     /// when it failed, with why.
