@@ -220,7 +220,10 @@ package struct KeysmithCommand: ParsableCommand {
             guard argument.hasPrefix("--"), argument.count > 2 else { continue }
             let name = String(argument.prefix { $0 != "=" })
             let words = name.dropFirst(2).split(separator: "-", omittingEmptySubsequences: false)
-            guard !words.isEmpty, words.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isASCII && $0.isLowercase } }) else { continue }
+            // Short, of at most three words: a longer hyphenated phrase could be a passphrase.
+            guard name.count <= 26, (1...3).contains(words.count),
+                  words.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isASCII && $0.isLowercase } })
+            else { continue }
             let names = known ?? knownWords()
             known = names
             guard !names.contains(name) else { continue }

@@ -29,6 +29,10 @@ extension KeysmithCommand {
         @Argument(parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "command"))
         var command: [String] = []
 
+        /// The variables that carry keysmith's own credentials: removed from the command's
+        /// environment (unless an `--env` sets one of those names).
+        static let credentialVariables = ["KEYSMITH_PASSPHRASE", "KEYSMITH_KEYFILE", "KEYSMITH_DATABASE_URL"]
+
         /// A variable and the item that fills it.
         struct Binding {
             var name: String
@@ -89,6 +93,8 @@ extension KeysmithCommand {
                 values.append((binding.name, bytes))
             }
             opened = nil
+            // The command gets the secrets it was given, not keysmith's own credential.
+            for name in Self.credentialVariables { System.unsetEnvironment(name) }
             for (name, bytes) in values { System.setEnvironment(name, String(decoding: bytes, as: UTF8.self)) }
             let failure = System.replaceProcess(searching: command[0], arguments: command)
             // Only when the command could not be started.

@@ -17,8 +17,8 @@ package enum Agent {
         var op: String
         /// For `get`: the item, as `secret list --json` names it.
         var item: ItemDocument?
-        /// For `unlock` of a serve opened with a passphrase: the passphrase.
-        var passphrase: String?
+        /// For `unlock` of a serve opened with a passphrase: the passphrase's bytes, base64.
+        var passphraseBase64: String?
     }
 
     /// An answer: one JSON object on one line.
@@ -46,7 +46,9 @@ package enum Agent {
             base = "/tmp/keysmith-\(System.userID)"
         }
         if create { try System.mkdir(base, mode: 0o700) }
-        guard let status = try System.status(base), status.isDirectory, status.owner == System.userID, status.mode & 0o077 == 0 else {
+        guard System.isRealDirectory(base), let status = try System.status(base), status.isDirectory, status.owner == System.userID,
+              status.mode & 0o077 == 0
+        else {
             throw KeysmithError(.storeUnavailable, "\(base) must be a directory of this user's with mode 0700 (it holds the agent's socket); "
                                 + "fix or remove it")
         }
@@ -68,8 +70,24 @@ package enum Agent {
     /// Sends `request` to the agent serving `vault` and returns its answer; `nil` when no
     /// agent serves it (no socket, or one left by a serve that is gone).
     static func ask(vault: String, _ request: Request) throws -> Answer? {
-        // No agent directory of this user's (none, or one that is not private): no agent.
-        guard let socket = try? paths(vault: vault).socket, let connection = try UnixConnection.connect(socket) else { return nil }
+        // No agent directory of this user's (none, a symbolic link, or one that is not private),
+        // or a socket path the kernel cannot take: no agent.
+        guard let socket = try? paths(vault: vault).socket else { return nil }
+        let connection: UnixConnection
+        do {
+            guard let connected = try UnixConnection.connect(socket, timeout: .seconds(5)) else { return nil }
+            connection = connected
+        } catch let error as SystemError where error.isTimedOut {
+            throw KeysmithError(.timedOut, "the keysmith serve for \(vault) did not take the connection within 5 s (is it stopped?)")
+        } catch {
+            return nil
+        }
+        // Only an agent of this user's is believed (the directory is private, and the kernel
+        // says who listens): a false agent could hand out secrets of its choosing, or be sent
+        // the passphrase by `keysmith unlock`.
+        guard let server = connection.peer(), server.uid == System.userID else {
+            throw KeysmithError(.storeUnavailable, "the agent socket \(socket) is not served by this user: refusing it; remove it")
+        }
         var line = Array(try JSONEncoder().encode(request))
         defer { cleanse(&line) }
         guard connection.writeLine(line), var reply = connection.readLine(limit: 64 << 20, timeout: .seconds(30)) else {
@@ -149,16 +167,24 @@ extension KeysmithCommand {
                 listener.close()
                 agent.lock()
             }
+            // Their own queue: a pool busy with connections must not delay a stop.
+            let signalQueue = DispatchQueue(label: "keysmith serve signals")
             let sources = [System.interruptSignal, System.terminateSignal].map { signal in
-                let source = DispatchSource.makeSignalSource(signal: signal, queue: .global())
+                let source = DispatchSource.makeSignalSource(signal: signal, queue: signalQueue)
                 source.setEventHandler { stop(signal) }
                 source.resume()
                 return source
             }
             Terminal.write(Array("keysmith: serving \(path) on \(socketPath) (process \(System.processID))\n".utf8), to: .standardError)
             agent.startIdleTimer()
+            // At most 64 requests at a time: more connections wait in the listen queue.
+            let slots = DispatchSemaphore(value: 64)
             while let connection = try listener.accept() {
-                DispatchQueue.global().async { agent.handle(connection) }
+                slots.wait()
+                DispatchQueue.global().async {
+                    agent.handle(connection)
+                    slots.signal()
+                }
             }
             _ = sources
             System.close(lockFD)
@@ -220,10 +246,7 @@ extension KeysmithCommand {
                     throw KeysmithError(.storeLocked, "the serve was opened with a passphrase: give it with --passphrase-fd, KEYSMITH_PASSPHRASE or on a terminal")
                 }
                 defer { source.wipe() }
-                guard let text = String(validating: bytes, as: UTF8.self) else {
-                    throw KeysmithError.invalidArgument("the passphrase is not UTF-8 text")
-                }
-                request.passphrase = text
+                request.passphraseBase64 = Data(bytes).base64EncodedString()
             }
             guard let answer = try Agent.ask(vault: store.vaultPath, request) else {
                 throw KeysmithError(.storeUnavailable, "no keysmith serve serves \(store.vaultPath)")
@@ -317,7 +340,7 @@ final class AgentState: Sendable {
         guard var request = try? JSONDecoder().decode(Agent.Request.self, from: Data(line)) else {
             return failure(KeysmithError(.malformedData, "the request is not an agent request (docs/serve.md)"))
         }
-        defer { request.passphrase = nil }
+        defer { request.passphraseBase64 = nil }
         do {
             switch request.op {
             case "status":
@@ -327,7 +350,7 @@ final class AgentState: Sendable {
                 lock()
                 answer(Agent.Answer(ok: true, pid: pid, locked: true))
             case "unlock":
-                var given = request.passphrase.map { Array($0.utf8) }
+                var given = request.passphraseBase64.flatMap { Data(base64Encoded: $0) }.map { Array($0) }
                 defer { if given != nil { cleanse(&given!) } }
                 if case .passphrase = credential, given == nil {
                     throw KeysmithError(.storeLocked, "this serve was opened with a passphrase: `keysmith unlock` asks for it")

@@ -34,6 +34,8 @@ package struct SystemError: Error, Sendable, Equatable, CustomStringConvertible 
     package var isReadOnlyFileSystem: Bool { errno == EROFS }
     /// The file system is full, or the user's quota is.
     package var isOutOfSpace: Bool { errno == ENOSPC || errno == EDQUOT }
+    /// A call that waited past its timeout (a socket's send or receive timeout).
+    package var isTimedOut: Bool { errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT || errno == EINPROGRESS }
 
     /// What a person can do about this error, when it is one the system set for a reason
     /// outside the data (permissions, a read-only mount, a full disk): `nil` otherwise.
@@ -283,6 +285,11 @@ package enum System {
     /// - Returns: `false` when `timeout` passed with the lock still held elsewhere.
     package static func lockExclusive(_ fd: Descriptor, path: String, timeout: Duration?, noticeAfter: Duration,
                                       notice: (_ holder: Int32?) -> Void) throws -> Bool {
+        // No bound: the kernel's own wait (first in, first served), as before there was a bound.
+        if timeout == nil, noticeAfter >= .seconds(1 << 40) {
+            try lockExclusive(fd, path: path)
+            return true
+        }
         let clock = ContinuousClock()
         let start = clock.now
         var pause: Duration = .milliseconds(2)
@@ -309,13 +316,15 @@ package enum System {
         // "1: FLOCK  ADVISORY  WRITE 12345 08:01:1234 0 EOF": the device as major:minor in hex.
         // glibc's major() and minor() (macros, which Swift does not import).
         let dev = UInt64(status.st_dev)
-        let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & ~UInt64(0xfff))
-        let minor = (dev & 0xff) | ((dev >> 12) & ~UInt64(0xff))
+        let major = ((dev & 0x0000_0000_000f_ff00) >> 8) | ((dev & 0xffff_f000_0000_0000) >> 32)
+        let minor = (dev & 0x0000_0000_0000_00ff) | ((dev & 0x0000_0fff_fff0_0000) >> 12)
         let device = String(major, radix: 16).leftPadded(2) + ":" + String(minor, radix: 16).leftPadded(2) + ":" + String(status.st_ino)
         for line in String(decoding: text, as: UTF8.self).split(separator: "\n") {
             let fields = line.split(separator: " ", omittingEmptySubsequences: true)
             guard fields.count >= 6, fields[1] == "FLOCK", fields[5] == device else { continue }
-            return Int32(fields[4])
+            // A holder in another pid namespace is listed as 0 or -1: unknown here.
+            guard let pid = Int32(fields[4]), pid > 0 else { return nil }
+            return pid
         }
         return nil
     }

@@ -54,11 +54,19 @@ package final class UnixSocketListener: Sendable {
             let accepted = Glibc.accept(listening, nil, nil)
             if accepted >= 0 {
                 _ = fcntl(accepted, F_SETFD, FD_CLOEXEC)
+                // A client that never reads its answer cannot hold the handler for ever.
+                UnixConnection.setTimeout(accepted, SO_SNDTIMEO, seconds: 10)
                 return UnixConnection(fd: accepted)
             }
-            if errno == EINTR || errno == ECONNABORTED { continue }
+            let failure = errno
+            if failure == EINTR || failure == ECONNABORTED { continue }
             if fd.withLock({ $0 }) == nil { return nil }
-            throw SystemError(call: "accept", path: path, errno: errno)
+            // Out of descriptors (a client holding many connections): wait, do not die.
+            if failure == EMFILE || failure == ENFILE || failure == ENOBUFS || failure == ENOMEM {
+                usleep(50_000)
+                continue
+            }
+            throw SystemError(call: "accept", path: path, errno: failure)
         }
     }
 
@@ -85,9 +93,13 @@ package final class UnixConnection: Sendable {
 
     /// Connects to the socket at `path`; `nil` when nothing listens there (no file, or a file
     /// left by a process that is gone).
-    package static func connect(_ path: String) throws -> UnixConnection? {
+    package static func connect(_ path: String, timeout: Duration) throws -> UnixConnection? {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError(call: "socket", path: path, errno: errno) }
+        // A listener whose queue is full (stopped with its connections pending) makes connect
+        // wait: bounded by the send timeout, which Linux applies to a Unix socket's connect.
+        let (seconds, _) = timeout.components
+        setTimeout(fd, SO_SNDTIMEO, seconds: Int(seconds))
         var address = try UnixSocketListener.address(path)
         let connected = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
@@ -99,6 +111,12 @@ package final class UnixConnection: Sendable {
         Glibc.close(fd)
         if failure == ENOENT || failure == ECONNREFUSED || failure == ENOTSOCK { return nil }
         throw SystemError(call: "connect", path: path, errno: failure)
+    }
+
+    /// Sets a socket's send or receive timeout.
+    static func setTimeout(_ fd: Int32, _ option: Int32, seconds: Int) {
+        var value = timeval(tv_sec: seconds, tv_usec: 0)
+        _ = setsockopt(fd, SOL_SOCKET, option, &value, socklen_t(MemoryLayout<timeval>.size))
     }
 
     /// The user and process at the other end, as the kernel saw them when it connected.
@@ -118,6 +136,8 @@ package final class UnixConnection: Sendable {
         let deadline = clock.now + timeout
         var line: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65_536)
+        // The line may hold a secret: the buffer is overwritten before it is freed.
+        defer { for index in chunk.indices { chunk[index] = 0 } }
         while line.count <= limit {
             let left = deadline - clock.now
             guard left > .zero else { return nil }

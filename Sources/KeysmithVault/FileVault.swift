@@ -816,6 +816,7 @@ public struct VaultLockWait: Sendable {
         self.notice = notice
     }
 
-    /// Waits for ever, saying nothing: what a handle does unless told otherwise.
-    public static let forever = VaultLockWait()
+    /// Waits for ever, saying nothing, in the kernel's queue: what a handle does unless told
+    /// otherwise.
+    public static let forever = VaultLockWait(timeout: nil, noticeAfter: .seconds(1 << 40))
 }

@@ -30,10 +30,11 @@ struct CommandLineMistakesTests {
             #expect(result.status == 64 && result.stderr.contains(message), "\(arguments): \(result.output)")
         }
         // Could be secrets typed in the wrong place: withheld.
-        for secret in ["--hunter2", "--Pa55word", "--acount=s3cret-value"] {
+        for secret in ["--hunter2", "--Pa55word", "--acount=s3cret-value", "--correct-horse-battery-staple"] {
             let result = try keysmith.run(["secret", "get", "--service", "s", "--account", "a", secret])
             #expect(result.status == 64, "\(secret): \(result.output)")
-            #expect(!result.stderr.contains("hunter2") && !result.stderr.contains("Pa55word") && !result.stderr.contains("s3cret-value"), "\(result.stderr)")
+            #expect(!result.stderr.contains("hunter2") && !result.stderr.contains("Pa55word") && !result.stderr.contains("s3cret-value")
+                    && !result.stderr.contains("battery"), "\(result.stderr)")
         }
     }
 

@@ -20,6 +20,10 @@ struct RunCommandTests {
         // The secrets are not on the command's argv (nor on keysmith's, which it replaced).
         let argv = try String(contentsOfFile: marker, encoding: .utf8)
         #expect(argv.hasPrefix("sh -c ") && !argv.contains("s3cret") && !argv.contains("pa55"), "\(argv)")
+        // keysmith's own credential does not go to the command (the vault's keyfile here).
+        let scrubbed = try keysmith.run(["run", "--env", "API=api/ci", "--", "sh", "-c", #"printf '%s|%s' "${KEYSMITH_KEYFILE-unset}" "${KEYSMITH_PASSPHRASE-unset}""#],
+                                        environment: ["KEYSMITH_PASSPHRASE": "not-for-the-command"])
+        #expect(scrubbed.status == 0 && scrubbed.stdout == "unset|unset", "\(scrubbed.output)")
         // A missing item: nothing runs.
         try? FileManager.default.removeItem(atPath: marker)
         let missing = try keysmith.run(["run", "--env", "API=api/nobody", "--", "sh", "-c", "touch \"$1\"", "sh", marker])

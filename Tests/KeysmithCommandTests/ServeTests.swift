@@ -119,6 +119,22 @@ struct ServeTests {
         #expect(try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"]).stdout == "s3cret\n")
     }
 
+    @Test("a symbolic link in the agent directory's place (as another user could plant in /tmp): the serve refuses it (exit 5), a client ignores it and opens the vault itself")
+    func symlinkedDirectoryIsRefused() throws {
+        var keysmith = try Self.passphraseVault()
+        defer { keysmith.cleanup() }
+        let runtime = keysmith.directory + "/planted"
+        try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(atPath: keysmith.directory + "/elsewhere", withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createSymbolicLink(atPath: runtime + "/keysmith", withDestinationPath: keysmith.directory + "/elsewhere")
+        keysmith.environment["XDG_RUNTIME_DIR"] = runtime
+        let refused = try keysmith.run(["serve"], environment: ["KEYSMITH_PASSPHRASE": "correct horse"])
+        #expect(refused.status == 5 && refused.stderr.contains("must be a directory of this user's"), "\(refused.output)")
+        let direct = try keysmith.run(["secret", "get", "--service", "mail", "--account", "bob"], environment: ["KEYSMITH_PASSPHRASE": "correct horse"])
+        #expect(direct.status == 0 && direct.stdout == "s3cret\n", "\(direct.output)")
+    }
+
     @Test("serve refuses the Secret Service and PostgreSQL backends, and a vault that does not exist")
     func serveRefuses() throws {
         let keysmith = try Keysmith()

@@ -186,7 +186,7 @@ struct KeyChangeCrashTests {
             #expect(readable == Golden.records.count - 1, "step \(step): only the damaged record is lost")
             // The damaged log is kept aside, byte for byte, in some damaged-* directory.
             let asides = try FileManager.default.contentsOfDirectory(atPath: path).filter { $0.hasPrefix("damaged-") }
-            #expect(try asides.contains { (try? Data(contentsOf: URL(fileURLWithPath: path + "/" + $0 + "/log/0000000000000004"))) == damaged["log/0000000000000004"] },
+            #expect(asides.contains { (try? Data(contentsOf: URL(fileURLWithPath: path + "/" + $0 + "/log/0000000000000004"))) == damaged["log/0000000000000004"] },
                     "step \(step): the damaged log is not kept")
             try FileManager.default.removeItem(atPath: path)
             if finished { break }
