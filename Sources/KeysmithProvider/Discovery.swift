@@ -38,7 +38,13 @@ extension OAuthProvider {
             guard let object = JSONValue.object(response.body) else {
                 throw ProviderError(.badResponse, "the metadata of \(OneLine.escaped(issuerURL.host)) is not a JSON object")
             }
-            guard let stated = object["issuer"]?.string, stated == issuer || stated == issuer + "/" || stated + "/" == issuer else {
+            // RFC 8414 §3.3: identical, not "the same but for a trailing slash" (tokens name their
+            // issuer, and a near miss is how a mix-up starts).
+            guard let stated = object["issuer"]?.string, stated == issuer else {
+                if let stated = object["issuer"]?.string, stated == issuer + "/" || stated + "/" == issuer {
+                    throw KeysmithError.invalidArgument("the provider's issuer is \(OneLine.escaped(stated)), which must be given exactly "
+                                                        + "(RFC 8414 §3.3: identical, trailing slash included); nothing was added")
+                }
                 throw ProviderError(.badResponse, "the metadata at \(OneLine.escaped(issuerURL.host)) names another issuer "
                                     + "(\(OneLine.escaped(String((object["issuer"]?.string ?? "none").prefix(200))))); refused (RFC 8414 §3.3)")
             }

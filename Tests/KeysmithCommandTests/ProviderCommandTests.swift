@@ -32,7 +32,7 @@ struct ProviderCommandTests {
         return keysmith
     }
 
-    @Test("provider add --issuer fills the endpoints from RFC 8414 metadata; show and list never print the client secret; a provider without a revocation endpoint says so")
+    @Test("provider add --issuer fills the endpoints from RFC 8414 metadata; show and list never print the client secret; a provider without a revocation endpoint says so; an issuer that differs from the metadata's by a trailing slash is refused, naming the exact one")
     func addShowList() throws {
         let server = try OAuthTestServer()
         defer { server.destroy() }
@@ -58,6 +58,9 @@ struct ProviderCommandTests {
             (["provider", "add", "x", "--token-endpoint", "https://u:pw@auth.example/token", "--client-id", "c"], "holds a user or password"),
             (["provider", "add", "bare", "--token-endpoint", server.url + "/token/", "--client-id", "c"], "already kept"),
             (["provider", "add", "x", "--client-id", "c"], "--issuer"),
+            // RFC 8414 §3.3: the issuer given must be the metadata's, identically.
+            (["provider", "add", "x", "--issuer", server.url + "/", "--client-id", "ks-device"],
+             "the provider's issuer is \(server.url), which must be given exactly"),
         ] {
             let refused = try keysmith.run(arguments)
             #expect(refused.status == 64 || refused.status == 7, "\(arguments): \(refused.output)")
