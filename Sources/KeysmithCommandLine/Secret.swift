@@ -10,7 +10,7 @@ extension KeysmithCommand {
     struct Secret: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "secret", 
             abstract: "Store, read, delete and list secrets.",
-            subcommands: [SetSecret.self, GetSecret.self, DeleteSecret.self, ListSecrets.self]
+            subcommands: [SetSecret.self, GetSecret.self, GenerateSecret.self, DeleteSecret.self, ListSecrets.self]
         )
     }
 }

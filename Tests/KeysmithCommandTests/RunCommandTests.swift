@@ -44,4 +44,37 @@ struct RunCommandTests {
         let binary = try keysmith.run(["run", "--env", "B=bin/x", "--", "true"])
         #expect(binary.status == 64 && binary.stderr.contains("cannot be an environment variable"), "\(binary.output)")
     }
+
+    @Test("secret generate: the length and classes asked for, each class present; printed without --set; with --set stored and printed only with --print; --new refuses an item that exists; digits drawn without bias; bad lengths and classes are usage errors")
+    func generate() throws {
+        let keysmith = try Keysmith.withVault()
+        defer { keysmith.cleanup() }
+        let printed = try keysmith.run(["secret", "generate", "--service", "g", "--account", "a", "--no-newline"])
+        #expect(printed.status == 0 && printed.stdout.count == 24, "\(printed.output)")
+        let classes: [(String, (Character) -> Bool)] = [("lower", { $0.isLowercase }), ("upper", { $0.isUppercase }), ("digits", { $0.isNumber }),
+                                                        ("symbols", { $0.isPunctuation || $0.isSymbol })]
+        for (name, test) in classes { #expect(printed.stdout.contains(where: test), "no \(name) in \(printed.stdout.count) characters") }
+        #expect(printed.stdout.allSatisfy { $0.isASCII && !$0.isWhitespace })
+        #expect(try keysmith.run(["secret", "get", "--service", "g", "--account", "a"]).status == 2, "not stored without --set")
+        let stored = try keysmith.run(["secret", "generate", "--service", "g", "--account", "a", "--set", "--length", "40"])
+        #expect(stored.status == 0 && stored.stdout.isEmpty, "printed only when asked: \(stored.output)")
+        #expect(try keysmith.run(["secret", "get", "--service", "g", "--account", "a", "--no-newline"]).stdout.count == 40)
+        let shown = try keysmith.run(["secret", "generate", "--service", "g", "--account", "a", "--set", "--print", "--classes", "lower,upper"])
+        #expect(shown.status == 0 && shown.stdout.count == 25 && shown.stdout.dropLast().allSatisfy(\.isLetter), "\(shown.output)")
+        #expect(try keysmith.run(["secret", "get", "--service", "g", "--account", "a"]).stdout == shown.stdout, "the printed one is the stored one")
+        #expect(try keysmith.run(["secret", "generate", "--service", "g", "--account", "a", "--set", "--new"]).status == 7)
+        // 20 x 640 digits: each digit about 1,280 times (sd about 34); a biased draw would skew them.
+        var counts: [Character: Int] = [:]
+        for _ in 0..<20 {
+            let digits = try keysmith.run(["secret", "generate", "--service", "g", "--account", "a", "--length", "640", "--classes", "digits",
+                                           "--no-newline"]).stdout
+            #expect(digits.count == 640 && digits.allSatisfy(\.isNumber))
+            for character in digits { counts[character, default: 0] += 1 }
+        }
+        #expect(counts.count == 10 && counts.values.allSatisfy { (1_100...1_460).contains($0) }, "\(counts.sorted { $0.key < $1.key })")
+        for arguments in [["--length", "7"], ["--length", "1025"], ["--classes", "digits,emoji"], ["--classes", "digits,digits"], ["--print"], ["--new"]] {
+            let refused = try keysmith.run(["secret", "generate", "--service", "g", "--account", "a"] + arguments)
+            #expect(refused.status == 64, "\(arguments): \(refused.output)")
+        }
+    }
 }
