@@ -74,9 +74,11 @@ extension KeysmithCommand.Vault {
                     var format: Int
                     var newestCommit: UInt64
                     var problems: [Problem]
+                    var repairReports: [String]
                     enum CodingKeys: String, CodingKey {
                         case intact, items, format, problems
                         case newestCommit = "newest_commit"
+                        case repairReports = "repair_reports"
                     }
                 }
                 print(try jsonLine(Report(
@@ -84,7 +86,7 @@ extension KeysmithCommand.Vault {
                     problems: damage.map {
                         Problem(file: $0.file, offset: $0.offset, record: $0.recordID, item: $0.key?.description, reason: $0.reason,
                                 superseded: $0.isSuperseded && !$0.isIgnored, ignored: $0.isIgnored)
-                    })))
+                    }, repairReports: Self.repairReports(vault.path))))
             } else if open.isEmpty {
                 print("The vault at \(vault.path) is intact: \(items ?? 0) item(s), format \(vault.formatVersion), newest commit \(sequence).")
                 for problem in damage { print(Self.label(problem)) }
@@ -92,8 +94,20 @@ extension KeysmithCommand.Vault {
                 for problem in damage { print(Self.label(problem)) }
                 print("Newest commit: \(sequence).")
             }
+            if !json {
+                // What earlier repairs lost is written beside what they moved aside.
+                for report in Self.repairReports(vault.path) { print("An earlier repair's account of what it lost: \(report)") }
+            }
             if !open.isEmpty {
                 throw CommandFailure(message: "the vault has \(open.count) problem(s)", exitCode: ExitCode(6))
+            }
+        }
+
+        /// The reports earlier repairs left (`damaged-TIME/report`), oldest first.
+        static func repairReports(_ path: String) -> [String] {
+            ((try? System.listDirectory(path)) ?? []).filter { $0.hasPrefix("damaged-") }.sorted().compactMap { name in
+                let report = path + "/" + name + "/report"
+                return ((try? System.status(report)) ?? nil) == nil ? nil : report
             }
         }
 

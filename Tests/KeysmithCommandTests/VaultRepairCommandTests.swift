@@ -60,6 +60,12 @@ struct VaultRepairCommandTests {
 
         let verify = try keysmith.run(["vault", "verify"])
         #expect(verify.status == 0, "\(verify.output)")
+        // verify points at the account the repair left of what it lost.
+        let reportPath = keysmith.vault + "/" + aside + "/report"
+        #expect(FileManager.default.fileExists(atPath: reportPath))
+        #expect(verify.stdout.contains("An earlier repair's account of what it lost: \(reportPath)"), "\(verify.stdout)")
+        let verifyJSON = try keysmith.run(["vault", "verify", "--json"])
+        #expect(verifyJSON.stdout.contains(#""repair_reports":[""#) && verifyJSON.stdout.contains(aside + "/report"), "\(verifyJSON.stdout)")
         for index in [1, 3, 4, 5] {
             let read = try keysmith.run(["secret", "get", "--service", "s\(index)", "--account", "a"])
             #expect(read.status == 0 && read.stdout.trimmingCharacters(in: .newlines) == "secret-\(index)", "s\(index): \(read.output)")
