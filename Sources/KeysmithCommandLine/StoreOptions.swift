@@ -127,7 +127,8 @@ package struct StoreOptions: ParsableArguments {
         guard var source = try keySources(prompt: prompt).resolve() else {
             throw KeysmithError(
                 .storeLocked,
-                "the vault is locked and there is no terminal to ask for its passphrase; use --keyfile, --passphrase-fd or KEYSMITH_PASSPHRASE")
+                "no credential was given for the vault, and there is no terminal to ask for its passphrase; use --keyfile, "
+                    + "KEYSMITH_KEYFILE, --passphrase-fd or KEYSMITH_PASSPHRASE")
         }
         defer { source.wipe() }
         return VaultCredential(source)

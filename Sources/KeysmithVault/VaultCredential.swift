@@ -76,7 +76,7 @@ public struct VaultCredential: Sendable, CustomStringConvertible {
             return VaultCredential(source)
         }
         throw KeysmithError(
-            .storeLocked, "the vault is locked: set KEYSMITH_KEYFILE to a keyfile or KEYSMITH_PASSPHRASE to its passphrase")
+            .storeLocked, "no credential was given for the vault: set KEYSMITH_KEYFILE to a keyfile or KEYSMITH_PASSPHRASE to its passphrase")
     }
 
     /// Writes a new random keyfile with mode 0600. Refuses to overwrite an existing file. The same

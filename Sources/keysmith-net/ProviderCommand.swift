@@ -141,6 +141,11 @@ extension KeysmithCommand {
                 let providers = try ProviderRegistry(store: try store.openStore()).providers()
                 if json { return print(try jsonLine(providers.map(ProviderJSON.init))) }
                 for provider in providers { print("\(OneLine.unicodeEscaped(provider.name))\t\(OneLine.unicodeEscaped(provider.tokenEndpoint))") }
+                // Said on standard error: standard output stays the list (empty) for scripts.
+                if providers.isEmpty {
+                    Terminal.write(Array("keysmith: no provider is kept here; add one with `keysmith provider add NAME --issuer URL --client-id ID`\n".utf8),
+                                   to: .standardError)
+                }
             }
         }
 

@@ -227,6 +227,20 @@ struct CommandTests {
         #expect(!result.stderr.contains("are damaged") && !result.stderr.contains("restore"), "\(result.stderr)")
     }
 
+    @Test("with no credential and no terminal, a command says no credential was given (exit 5), not that the vault is locked; an empty provider list says so on standard error and prints nothing on standard output")
+    func wordingOfEmptyAnswers() throws {
+        let keysmith = try Keysmith()
+        defer { keysmith.cleanup() }
+        #expect(try keysmith.run(["init", "--keyfile", keysmith.keyfile]).status == 0)
+        let noCredential = try keysmith.run(["secret", "get", "--service", "s", "--account", "a"])
+        #expect(noCredential.status == 5 && noCredential.stderr.contains("no credential was given for the vault"), "\(noCredential.output)")
+        #expect(!noCredential.stderr.contains("is locked"))
+        let providers = try keysmith.run(["provider", "list"], environment: ["KEYSMITH_KEYFILE": keysmith.keyfile])
+        #expect(providers.status == 0 && providers.stdout.isEmpty && providers.stderr.contains("no provider is kept here"), "\(providers.output)")
+        let json = try keysmith.run(["provider", "list", "--json"], environment: ["KEYSMITH_KEYFILE": keysmith.keyfile])
+        #expect(json.status == 0 && json.stdout == "[]\n", "\(json.output)")
+    }
+
     @Test("token get hands out only Bearer tokens (any case): a mac token exits 3 naming its type, printed only with --any-type; a logged-out token exits 3 with --fresh as without it")
     func tokenTypeAndLoggedOut() throws {
         let keysmith = try Keysmith.withVault()
