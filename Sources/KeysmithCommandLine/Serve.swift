@@ -59,10 +59,7 @@ package enum Agent {
     /// digest of its canonical path, so two spellings of one vault meet one agent).
     static func paths(vault: String, create: Bool = false) throws -> (socket: String, lock: String) {
         let canonical = System.canonicalPath(vault) ?? vault
-        let name = "agent-" + SHA256.hash(Array(canonical.utf8)).prefix(8).map { byte in
-            let hex = String(byte, radix: 16)
-            return hex.count == 1 ? "0" + hex : hex
-        }.joined()
+        let name = "agent-" + Array(SHA256.hash(Array(canonical.utf8)).prefix(8)).hexString
         let directory = try directory(create: create)
         return (directory + "/" + name + ".sock", directory + "/" + name + ".lock")
     }
@@ -352,10 +349,7 @@ final class AgentState: Sendable {
             case "unlock":
                 var given = request.passphraseBase64.flatMap { Data(base64Encoded: $0) }.map { Array($0) }
                 defer { if given != nil { cleanse(&given!) } }
-                if case .passphrase = credential, given == nil {
-                    throw KeysmithError(.storeLocked, "this serve was opened with a passphrase: `keysmith unlock` asks for it")
-                }
-                try unlock(passphrase: given)
+                try unlock(passphrase: given)  // a passphrase serve refuses an unlock without one
                 answer(Agent.Answer(ok: true, pid: pid, locked: false))
             case "get":
                 guard let document = request.item else { throw KeysmithError(.malformedData, "a get names its item") }
