@@ -32,6 +32,17 @@ struct ProviderCommandTests {
         return keysmith
     }
 
+    /// Adds provider `slow`, whose token endpoint answers 1.5 s after it has spent the refresh
+    /// token (a slow network), and imports alice's token there (the client secret as `setUp` wrote it).
+    static func addSlowProvider(_ keysmith: Keysmith, _ server: OAuthTestServer) throws {
+        let added = try CommandLineMistakesTests.shell(keysmith, "\"$KS\" provider add slow --token-endpoint '\(server.url)/test/slow-token/1.5/' "
+                                                       + "--client-id ks-password --client-secret-fd 3 3<'\(keysmith.directory)/client-secret'")
+        #expect(added.status == 0, "\(added.output)")
+        let imported = try keysmith.run(["token", "import", "--service", "slow", "--account", "alice", "--requested", "read write"],
+                                        stdin: try server.passwordGrant(user: "alice"))
+        #expect(imported.status == 0, "\(imported.output)")
+    }
+
     @Test("provider add --issuer fills the endpoints from RFC 8414 metadata; show and list never print the client secret; a provider without a revocation endpoint says so; an issuer that differs from the metadata's by a trailing slash is refused, naming the exact one")
     func addShowList() throws {
         let server = try OAuthTestServer()
@@ -345,14 +356,7 @@ struct ProviderCommandTests {
         defer { server.destroy() }
         let keysmith = try Self.setUp(server)
         defer { keysmith.cleanup() }
-        // A provider whose token endpoint answers 1.5 s after it has spent the refresh token.
-        let secretFile = keysmith.directory + "/client-secret"
-        let added = try CommandLineMistakesTests.shell(keysmith, "\"$KS\" provider add slow --token-endpoint '\(server.url)/test/slow-token/1.5/' "
-                                                       + "--client-id ks-password --client-secret-fd 3 3<'\(secretFile)'")
-        #expect(added.status == 0, "\(added.output)")
-        let imported = try keysmith.run(["token", "import", "--service", "slow", "--account", "alice", "--requested", "read write"],
-                                        stdin: try server.passwordGrant(user: "alice"))
-        #expect(imported.status == 0, "\(imported.output)")
+        try Self.addSlowProvider(keysmith, server)
         let before = try Self.tokens(keysmith, account: "alice", service: "slow")
         let issued = { try #require(try server.request("/test/refreshes?client_id=ks-password").json["issued"] as? Int) }
         let issuedBefore = try issued()
@@ -384,13 +388,7 @@ struct ProviderCommandTests {
         #expect(try database.run(["postgres", "init"]).status == 0)
         let keysmith = try Self.setUp(server, on: database)
         defer { keysmith.cleanup() }
-        // A provider whose token endpoint answers 1.5 s after it has spent the refresh token.
-        let added = try CommandLineMistakesTests.shell(keysmith, "\"$KS\" provider add slow --token-endpoint '\(server.url)/test/slow-token/1.5/' "
-                                                       + "--client-id ks-password --client-secret-fd 3 3<'\(keysmith.directory)/client-secret'")
-        #expect(added.status == 0, "\(added.output)")
-        let imported = try keysmith.run(["token", "import", "--service", "slow", "--account", "alice", "--requested", "read write"],
-                                        stdin: try server.passwordGrant(user: "alice"))
-        #expect(imported.status == 0, "\(imported.output)")
+        try Self.addSlowProvider(keysmith, server)
         let counts = { () throws -> (issued: Int, revoked: Int) in
             let json = try server.request("/test/refreshes?client_id=ks-password").json
             return (try #require(json["issued"] as? Int), try #require(json["revoked"] as? Int))
